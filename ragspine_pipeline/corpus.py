@@ -1,0 +1,177 @@
+"""Reading a corpus folder and ingesting it into the versioned chunk store.
+
+A *library* is a folder; each document is a text file with an optional sidecar
+``<name>.meta.json`` holding its metadata (title, entity, period, geography, topic,
+language, sensitivity). Document ids are ``<library>/<file stem>``, so several libraries
+can share one store and a library's withdrawals stay inside its own prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .retrieval.chunking.chunk_store import ChunkStore
+from .retrieval.chunking.chunking import (
+    DEFAULT_CHUNK_CHARS,
+    DEFAULT_OVERLAP_CHARS,
+    Chunk,
+    chunk_document,
+)
+
+TEXT_SUFFIXES = (".md", ".txt")
+DEMO_ROOT = Path(__file__).resolve().parents[1] / "data" / "demo"
+
+
+class CorpusError(ValueError):
+    """A corpus folder or document cannot be read as asked."""
+
+
+@dataclass(frozen=True)
+class Document:
+    doc_id: str
+    title: str
+    text: str
+    metadata: dict[str, Any]
+    source_path: str = ""
+
+    @property
+    def content_hash(self) -> str:
+        payload = json.dumps([self.title, self.text, self.metadata], ensure_ascii=False, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+
+@dataclass
+class DocumentError:
+    path: str
+    error: str
+
+
+def _title_from_text(text: str, fallback: str) -> str:
+    for line in text.splitlines():
+        s = line.strip()
+        if s:
+            return s.lstrip("#").strip() or fallback
+    return fallback
+
+
+def read_document(path: Path, library: str) -> Document:
+    """One text document + its sidecar; raises CorpusError on undecodable input."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    meta: dict[str, Any] = {}
+    sidecar = path.with_name(path.stem + ".meta.json")
+    if sidecar.exists():
+        try:
+            meta = json.loads(sidecar.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CorpusError(f"{sidecar}: invalid metadata sidecar ({exc})") from None
+        if not isinstance(meta, dict):
+            raise CorpusError(f"{sidecar}: metadata sidecar must be a JSON object")
+    title = str(meta.pop("title", "") or _title_from_text(text, path.stem))
+    return Document(f"{library}/{path.stem}", title, text, meta, str(path))
+
+
+def iter_library_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+
+
+def load_library(folder: str | os.PathLike[str], library: str | None = None
+                 ) -> tuple[list[Document], list[DocumentError]]:
+    """All readable documents of a library folder, plus the files that failed."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise CorpusError(f"library folder not found: {root}")
+    lib = library or root.name
+    docs: list[Document] = []
+    errors: list[DocumentError] = []
+    for p in iter_library_files(root):
+        try:
+            docs.append(read_document(p, lib))
+        except CorpusError as exc:
+            errors.append(DocumentError(str(p), str(exc)))
+    return docs, errors
+
+
+def list_libraries(corpus_root: str | os.PathLike[str] = DEMO_ROOT) -> list[str]:
+    root = Path(corpus_root)
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+Chunker = Callable[[Document], list[Chunk]]
+
+
+def paragraph_chunker(max_chars: int = DEFAULT_CHUNK_CHARS,
+                      overlap_chars: int = DEFAULT_OVERLAP_CHARS) -> Chunker:
+    def run(doc: Document) -> list[Chunk]:
+        return chunk_document(doc.text, doc_id=doc.doc_id, title=doc.title, metadata=doc.metadata,
+                              max_chars=max_chars, overlap_chars=overlap_chars,
+                              source_path=doc.source_path)
+    return run
+
+
+@dataclass
+class IngestReport:
+    new: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    withdrawn: list[str] = field(default_factory=list)
+    rows_written: int = 0
+    errors: list[DocumentError] = field(default_factory=list)
+
+    def summary(self) -> dict[str, int]:
+        return {"new": len(self.new), "changed": len(self.changed), "unchanged": len(self.unchanged),
+                "withdrawn": len(self.withdrawn), "rows_written": self.rows_written,
+                "errors": len(self.errors)}
+
+
+def ingest_documents(store: ChunkStore, docs: Sequence[Document], *, scope_prefix: str,
+                     chunker: Chunker | None = None, valid_as_of: str = "",
+                     errors: Iterable[DocumentError] = ()) -> IngestReport:
+    """Chunk and publish ``docs``; withdraw active docs under ``scope_prefix`` not in ``docs``.
+
+    Documents that failed to read (``errors``) are *not* withdrawn: a read failure must
+    never delete the last good version.
+    """
+    chunker = chunker or paragraph_chunker()
+    report = IngestReport(errors=list(errors))
+    failed_ids = {f"{scope_prefix}{Path(e.path).stem}" for e in report.errors}
+    present = {d.doc_id for d in docs}
+    known = {d for d in store.active_doc_ids() if d.startswith(scope_prefix)}
+    ordered = sorted(docs, key=lambda d: d.doc_id)
+    before = {d.doc_id: store.current_version(d.doc_id) for d in ordered} if len(ordered) < 500 else None
+    chunked = [(doc.doc_id, chunker(doc)) for doc in ordered]
+    gone = sorted(known - present - failed_ids)
+    # One transaction: the library's new state publishes whole or not at all.
+    report.rows_written = store.replace_many(chunked + [(g, []) for g in gone], valid_as_of=valid_as_of)
+    after = {r["doc_id"]: r["version"] for r in store.doc_versions()} if before is not None else None
+    for doc in ordered:
+        v_before = before[doc.doc_id] if before is not None else (1 if doc.doc_id in known else 0)
+        v_after = after.get(doc.doc_id, 0) if after is not None else v_before + (0 if doc.doc_id in known else 1)
+        if doc.doc_id in known and v_after == v_before:
+            report.unchanged.append(doc.doc_id)
+        elif v_before > 0:
+            report.changed.append(doc.doc_id)
+        else:
+            report.new.append(doc.doc_id)
+    report.withdrawn.extend(gone)
+    return report
+
+
+def ingest_folder(store: ChunkStore, folder: str | os.PathLike[str], *, library: str | None = None,
+                  chunker: Chunker | None = None) -> IngestReport:
+    root = Path(folder)
+    lib = library or root.name
+    docs, errors = load_library(root, lib)
+    return ingest_documents(store, docs, scope_prefix=f"{lib}/", chunker=chunker, errors=errors)
+
+
+def load_golden(path: str | os.PathLike[str] = DEMO_ROOT / "golden_queries.json") -> list[dict[str, Any]]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))

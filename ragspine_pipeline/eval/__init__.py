@@ -1,0 +1,1 @@
+"""Evaluation: BEIR loader, metrics, full-stack runner."""

@@ -1,0 +1,429 @@
+"""Versioned chunk store on DuckDB.
+
+Seed semantics per document: ``replace_doc_chunks`` writes version = max(version)+1 and
+marks older rows inactive (``superseded_at`` set), in one transaction. Re-ingesting the
+same chunks is a no-op (no new version); an empty list withdraws the document. Rows are
+never deleted, so ``iter_chunks(as_of=T)`` answers "what was active at time T".
+
+Only parameterized SQL touches data. ``execute_read`` runs a single read-only statement
+inside a transaction that is always rolled back, so it cannot modify anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from .chunking import METADATA_FIELDS, Chunk, SourceLocator
+
+SCHEMA_VERSION = 2
+
+# column -> (DuckDB type, default for rows written by an older schema)
+CHUNK_COLUMNS: dict[str, tuple[str, str]] = {
+    "chunk_id": ("VARCHAR NOT NULL", ""),
+    "doc_id": ("VARCHAR NOT NULL", ""),
+    "title": ("VARCHAR", "''"),
+    "text": ("VARCHAR", "''"),
+    "source_path": ("VARCHAR", "''"),
+    "start_char": ("INTEGER", "0"),
+    "end_char": ("INTEGER", "0"),
+    "ordinal": ("INTEGER", "0"),
+    "topic": ("VARCHAR", "''"),
+    "entity": ("VARCHAR", "''"),
+    "geography": ("VARCHAR", "''"),
+    "period": ("VARCHAR", "''"),
+    "language": ("VARCHAR", "''"),
+    "sensitivity": ("VARCHAR", "'INTERNAL'"),
+    "parent_id": ("VARCHAR", "''"),
+    "heading": ("VARCHAR", "''"),
+    "window_text": ("VARCHAR", "''"),
+    "parent_start": ("INTEGER", "NULL"),
+    "parent_end": ("INTEGER", "NULL"),
+    "chunker": ("VARCHAR", "'paragraph'"),
+    "valid_as_of": ("VARCHAR", "''"),
+    "ingested_at": ("TIMESTAMP", "TIMESTAMP '1970-01-01 00:00:00'"),
+    "superseded_at": ("TIMESTAMP", "NULL"),
+    "version": ("INTEGER", "1"),
+    "active": ("BOOLEAN", "TRUE"),
+}
+
+DOC_VERSION_COLUMNS: dict[str, str] = {
+    "doc_id": "VARCHAR NOT NULL",
+    "version": "INTEGER NOT NULL",
+    "content_hash": "VARCHAR",
+    "n_chunks": "INTEGER",
+    "withdrawn": "BOOLEAN",
+    "ingested_at": "TIMESTAMP",
+}
+
+
+class ReadOnlyQueryError(ValueError):
+    """``execute_read`` was given something other than one read-only statement."""
+
+
+@dataclass(frozen=True)
+class StoredChunk(Chunk):
+    """A chunk as stored: the chunk plus its version lineage."""
+
+    valid_as_of: str = ""
+    ingested_at: datetime | None = None
+    version: int = 1
+    active: bool = True
+
+
+def _chunk_fingerprint(chunks: Sequence[Chunk]) -> str:
+    h = hashlib.sha256()
+    for c in chunks:
+        row = [c.chunk_id, c.doc_id, c.title, c.text, c.start, c.end, c.source_locator.source_path,
+               c.ordinal, c.sensitivity, c.parent_id, c.heading, c.window_text, c.chunker,
+               *(getattr(c, f) for f in METADATA_FIELDS)]
+        h.update(json.dumps(row, ensure_ascii=False).encode())
+        h.update(b"\x1e")
+    return h.hexdigest()
+
+
+class ChunkStore:
+    """DuckDB-backed, versioned chunk table. Thread-safe within one process."""
+
+    def __init__(self, db_path: str | os.PathLike[str] = ":memory:", *, read_only: bool = False):
+        self.db_path = str(db_path)
+        self.read_only = read_only
+        if self.db_path != ":memory:" and not read_only:
+            Path(self.db_path).parent.mkdir(parents=True, exist_ok=True)
+        self._con = duckdb.connect(self.db_path, read_only=read_only)
+        self._lock = threading.RLock()
+        if not read_only:
+            self.init_schema()
+
+    def _run(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        """Execute and drain the result (DuckDB 2 refuses new work on an unfinished one)."""
+        return self._con.execute(sql, list(params) if params is not None else []).fetchall()
+
+    # --------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
+    def __enter__(self) -> ChunkStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def init_schema(self) -> None:
+        """Create tables, or add any columns an older schema lacks. Idempotent."""
+        cols = ",\n  ".join(f"{n} {t}" for n, (t, _) in CHUNK_COLUMNS.items())
+        dcols = ",\n  ".join(f"{n} {t}" for n, t in DOC_VERSION_COLUMNS.items())
+        with self._lock:
+            self._con.execute(f"CREATE TABLE IF NOT EXISTS chunks (\n  {cols}\n)")
+            self._con.execute(f"CREATE TABLE IF NOT EXISTS doc_versions (\n  {dcols}\n)")
+            self._con.execute(
+                "CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR)"
+            )
+            have = {
+                r[0]
+                for r in self._con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = 'chunks'"
+                ).fetchall()
+            }
+            for name, (typ, default) in CHUNK_COLUMNS.items():
+                if name not in have:
+                    base_type = typ.replace(" NOT NULL", "")
+                    self._con.execute(f"ALTER TABLE chunks ADD COLUMN {name} {base_type} DEFAULT {default}")
+            self._con.execute(
+                "INSERT OR REPLACE INTO store_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+            )
+
+    # ------------------------------------------------------------------ writes
+    def _now_after_latest(self) -> datetime:
+        """A timestamp strictly after every stored one, so as_of reads are unambiguous."""
+        now = datetime.now(UTC).replace(tzinfo=None)
+        rows = self._run(
+            "SELECT max(greatest(ingested_at, coalesce(superseded_at, ingested_at))) FROM chunks"
+        )
+        latest = rows[0][0] if rows else None
+        if latest is not None and now <= latest:
+            now = latest + timedelta(microseconds=1)
+        return now
+
+    def current_version(self, doc_id: str) -> int:
+        with self._lock:
+            rows = self._run(
+                "SELECT coalesce(max(version), 0) FROM ("
+                " SELECT version FROM chunks WHERE doc_id = ?"
+                " UNION ALL SELECT version FROM doc_versions WHERE doc_id = ?)",
+                [doc_id, doc_id],
+            )
+        return int(rows[0][0]) if rows else 0
+
+    def replace_doc_chunks(self, doc_id: str, chunks: Sequence[Chunk], valid_as_of: str = "") -> int:
+        """Publish ``chunks`` as the new version of ``doc_id``; returns rows written.
+
+        Identical chunks to the active version -> 0 rows, no new version. An empty list
+        withdraws the document (old rows inactive, a withdrawal recorded, 0 rows).
+        """
+        return self.replace_many([(doc_id, chunks)], valid_as_of=valid_as_of)
+
+    def replace_many(self, items: Sequence[tuple[str, Sequence[Chunk]]], valid_as_of: str = "") -> int:
+        """``replace_doc_chunks`` for many documents in one transaction (bulk ingest).
+
+        All documents publish together or not at all; returns total rows written.
+        """
+        if self.read_only:
+            raise PermissionError("ChunkStore opened read_only")
+        seen_docs: set[str] = set()
+        prepared: list[tuple[str, Sequence[Chunk], str]] = []
+        for doc_id, chunks in items:
+            if not doc_id:
+                raise ValueError("doc_id must be non-empty")
+            if doc_id in seen_docs:
+                raise ValueError(f"document {doc_id!r} given twice in one batch")
+            seen_docs.add(doc_id)
+            ids = [c.chunk_id for c in chunks]
+            if len(set(ids)) != len(ids):
+                raise ValueError(f"duplicate chunk ids in the new version of {doc_id!r}")
+            for c in chunks:
+                if c.doc_id != doc_id:
+                    raise ValueError(f"chunk {c.chunk_id!r} belongs to {c.doc_id!r}, not {doc_id!r}")
+            prepared.append((doc_id, chunks, _chunk_fingerprint(chunks)))
+        if not prepared:
+            return 0
+        with self._lock:
+            self._run("BEGIN TRANSACTION")
+            try:
+                written = self._replace_locked(prepared, valid_as_of)
+                self._run("COMMIT")
+            except BaseException:
+                self._run("ROLLBACK")
+                raise
+        return written
+
+    def _doc_state(self, doc_ids: list[str]) -> dict[str, tuple[int, int, str | None, bool | None]]:
+        """doc_id -> (active rows, max version, last fingerprint, last withdrawn)."""
+        self._run("CREATE OR REPLACE TEMP TABLE _batch_docs (doc_id VARCHAR)")
+        self._run("INSERT INTO _batch_docs SELECT unnest(?)", [doc_ids])
+        rows = self._run(
+            """
+            WITH a AS (SELECT doc_id, count(*) FILTER (WHERE active) AS n_active,
+                              max(version) AS vmax FROM chunks
+                       WHERE doc_id IN (SELECT doc_id FROM _batch_docs) GROUP BY doc_id),
+                 v AS (SELECT doc_id, max(version) AS vmax,
+                              arg_max(content_hash, version) AS h, arg_max(withdrawn, version) AS w
+                       FROM doc_versions WHERE doc_id IN (SELECT doc_id FROM _batch_docs)
+                       GROUP BY doc_id)
+            SELECT b.doc_id, coalesce(a.n_active, 0), greatest(coalesce(a.vmax, 0), coalesce(v.vmax, 0)),
+                   v.h, v.w
+            FROM _batch_docs b LEFT JOIN a USING (doc_id) LEFT JOIN v USING (doc_id)
+            """
+        )
+        return {r[0]: (int(r[1]), int(r[2]), r[3], r[4]) for r in rows}
+
+    def _replace_locked(self, prepared: list[tuple[str, Sequence[Chunk], str]], valid_as_of: str) -> int:
+        import pyarrow as pa
+
+        state = self._doc_state([d for d, _, _ in prepared])
+        now = self._now_after_latest()
+        to_supersede: list[str] = []
+        versions: list[tuple[str, int, str, int, bool]] = []
+        rows: list[Chunk] = []
+        row_version: list[int] = []
+        same_content: list[str] = []
+        for doc_id, chunks, fp in prepared:
+            n_active, vmax, last_fp, last_withdrawn = state[doc_id]
+            if not chunks:
+                if n_active == 0:
+                    continue  # nothing to withdraw
+            elif last_fp == fp and not last_withdrawn and n_active == len(chunks):
+                same_content.append(doc_id)
+                continue
+            version = vmax + 1
+            if n_active:
+                to_supersede.append(doc_id)
+            versions.append((doc_id, version, fp, len(chunks), not chunks))
+            rows.extend(chunks)
+            row_version.extend([version] * len(chunks))
+        if same_content:
+            # Same content; only a changed valid_as_of is written in place.
+            self._run(
+                "UPDATE chunks SET valid_as_of = ? WHERE active AND valid_as_of <> ? AND doc_id IN "
+                "(SELECT unnest(?))", [valid_as_of, valid_as_of, same_content])
+        if to_supersede:
+            self._run(
+                "UPDATE chunks SET active = FALSE, superseded_at = ? WHERE active AND doc_id IN "
+                "(SELECT unnest(?))", [now, to_supersede])
+        if versions:
+            vt = pa.table({
+                "doc_id": [v[0] for v in versions], "version": pa.array([v[1] for v in versions], pa.int32()),
+                "content_hash": [v[2] for v in versions], "n_chunks": pa.array([v[3] for v in versions], pa.int32()),
+                "withdrawn": [v[4] for v in versions], "ingested_at": pa.array([now] * len(versions), pa.timestamp("us")),
+            })
+            self._con.register("_new_versions", vt)
+            self._run(f"INSERT INTO doc_versions ({', '.join(DOC_VERSION_COLUMNS)}) "
+                              f"SELECT {', '.join(DOC_VERSION_COLUMNS)} FROM _new_versions")
+            self._con.unregister("_new_versions")
+        if rows:
+            self._insert_chunks(rows, row_version, valid_as_of, now)
+        return len(rows)
+
+    def _insert_chunks(self, rows: list[Chunk], row_version: list[int], valid_as_of: str,
+                       now: datetime) -> None:
+        import pyarrow as pa
+
+        n = len(rows)
+        i32, s = pa.int32(), pa.string()
+        cols = {
+            "chunk_id": pa.array([c.chunk_id for c in rows], s),
+            "doc_id": pa.array([c.doc_id for c in rows], s),
+            "title": pa.array([c.title for c in rows], s),
+            "text": pa.array([c.text for c in rows], s),
+            "source_path": pa.array([c.source_locator.source_path for c in rows], s),
+            "start_char": pa.array([c.start for c in rows], i32),
+            "end_char": pa.array([c.end for c in rows], i32),
+            "ordinal": pa.array([c.ordinal for c in rows], i32),
+            **{f: pa.array([getattr(c, f) for c in rows], s) for f in METADATA_FIELDS},
+            "sensitivity": pa.array([c.sensitivity for c in rows], s),
+            "parent_id": pa.array([c.parent_id for c in rows], s),
+            "heading": pa.array([c.heading for c in rows], s),
+            "window_text": pa.array([c.window_text for c in rows], s),
+            "parent_start": pa.array([c.parent_locator.start if c.parent_locator else None for c in rows], i32),
+            "parent_end": pa.array([c.parent_locator.end if c.parent_locator else None for c in rows], i32),
+            "chunker": pa.array([c.chunker for c in rows], s),
+            "valid_as_of": pa.array([valid_as_of] * n, s),
+            "ingested_at": pa.array([now] * n, pa.timestamp("us")),
+            "superseded_at": pa.array([None] * n, pa.timestamp("us")),
+            "version": pa.array(row_version, i32),
+            "active": pa.array([True] * n, pa.bool_()),
+        }
+        table = pa.table({name: cols[name] for name in CHUNK_COLUMNS})
+        self._con.register("_new_chunks", table)
+        try:
+            self._run(f"INSERT INTO chunks ({', '.join(CHUNK_COLUMNS)}) "
+                              f"SELECT {', '.join(CHUNK_COLUMNS)} FROM _new_chunks")
+        finally:
+            self._con.unregister("_new_chunks")
+
+    # ------------------------------------------------------------------- reads
+    def iter_chunks(
+        self,
+        *,
+        doc_id: str | None = None,
+        topic: str | None = None,
+        entity: str | None = None,
+        geography: str | None = None,
+        period: str | None = None,
+        language: str | None = None,
+        include_inactive: bool = False,
+        as_of: datetime | str | None = None,
+    ) -> Iterator[StoredChunk]:
+        """Chunks matching every given field (AND), in (doc_id, ordinal, version) order.
+
+        ``as_of`` (an ``ingested_at`` timestamp) returns the rows active at that moment;
+        it overrides ``include_inactive``.
+        """
+        where: list[str] = []
+        params: list[Any] = []
+        for name, value in (("doc_id", doc_id), ("topic", topic), ("entity", entity),
+                            ("geography", geography), ("period", period), ("language", language)):
+            if value is not None:
+                where.append(f"{name} = ?")
+                params.append(value)
+        if as_of is not None:
+            ts = datetime.fromisoformat(as_of) if isinstance(as_of, str) else as_of
+            if ts.tzinfo is not None:
+                ts = ts.astimezone(UTC).replace(tzinfo=None)
+            where.append("ingested_at <= ? AND (superseded_at IS NULL OR superseded_at > ?)")
+            params += [ts, ts]
+        elif not include_inactive:
+            where.append("active")
+        sql = f"SELECT {', '.join(CHUNK_COLUMNS)} FROM chunks"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY doc_id, ordinal, version, chunk_id"
+        with self._lock:
+            rows = self._con.execute(sql, params).fetchall()
+        names = list(CHUNK_COLUMNS)
+        for r in rows:
+            yield _row_to_chunk(dict(zip(names, r, strict=True)))
+
+    def doc_versions(self, doc_id: str | None = None) -> list[dict[str, Any]]:
+        sql = f"SELECT {', '.join(DOC_VERSION_COLUMNS)} FROM doc_versions"
+        params: list[Any] = []
+        if doc_id is not None:
+            sql += " WHERE doc_id = ?"
+            params.append(doc_id)
+        sql += " ORDER BY doc_id, version"
+        with self._lock:
+            cur = self._con.execute(sql, params)
+            names = [d[0] for d in cur.description]
+            return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    def active_doc_ids(self) -> list[str]:
+        with self._lock:
+            return [r[0] for r in self._con.execute(
+                "SELECT DISTINCT doc_id FROM chunks WHERE active ORDER BY doc_id").fetchall()]
+
+    def execute_read(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        """Run one read-only statement (SELECT / WITH / DESCRIBE / SHOW / EXPLAIN).
+
+        Anything else raises ``ReadOnlyQueryError`` before execution; the statement also
+        runs inside a transaction that is rolled back, so nothing can persist.
+        """
+        try:
+            stmts = self._con.extract_statements(sql)
+        except duckdb.Error as exc:
+            raise ReadOnlyQueryError(f"cannot parse query: {exc}") from None
+        if len(stmts) != 1:
+            raise ReadOnlyQueryError(f"execute_read takes exactly one statement (got {len(stmts)})")
+        allowed = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+        if stmts[0].type not in allowed:
+            raise ReadOnlyQueryError(
+                f"execute_read only runs read-only statements; got {stmts[0].type.name}"
+            )
+        with self._lock:
+            if self.read_only:
+                return self._con.execute(sql, list(params or [])).fetchall()
+            self._run("BEGIN TRANSACTION")
+            try:
+                return self._con.execute(sql, list(params or [])).fetchall()
+            finally:
+                self._run("ROLLBACK")
+
+
+def _row_to_chunk(r: dict[str, Any]) -> StoredChunk:
+    parent = None
+    if r.get("parent_start") is not None and r.get("parent_end") is not None:
+        parent = SourceLocator(r["parent_id"] or r["doc_id"], r["parent_start"], r["parent_end"],
+                               r["source_path"] or "")
+    return StoredChunk(
+        chunk_id=r["chunk_id"],
+        doc_id=r["doc_id"],
+        title=r["title"] or "",
+        text=r["text"] or "",
+        source_locator=SourceLocator(r["doc_id"], r["start_char"] or 0, r["end_char"] or 0,
+                                     r["source_path"] or ""),
+        ordinal=r["ordinal"] or 0,
+        topic=r["topic"] or "",
+        entity=r["entity"] or "",
+        geography=r["geography"] or "",
+        period=r["period"] or "",
+        language=r["language"] or "",
+        sensitivity=r["sensitivity"] or "INTERNAL",
+        parent_id=r["parent_id"] or "",
+        heading=r["heading"] or "",
+        window_text=r["window_text"] or "",
+        parent_locator=parent,
+        chunker=r["chunker"] or "paragraph",
+        valid_as_of=r["valid_as_of"] or "",
+        ingested_at=r["ingested_at"],
+        version=r["version"] if r["version"] is not None else 1,
+        active=bool(r["active"]) if r["active"] is not None else True,
+    )

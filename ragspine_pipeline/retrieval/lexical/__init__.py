@@ -1,0 +1,1 @@
+"""Lexical channel: analyzer, BM25, fusion, glossary rewriting, predicates, HybridRetriever."""

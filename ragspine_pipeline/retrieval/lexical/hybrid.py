@@ -1,0 +1,211 @@
+"""HybridRetriever: metadata pre-filter -> BM25 (+ dense) per query variant -> RRF.
+
+Order of work per query, as the contract requires:
+
+1. compile and apply the metadata filter to get the candidate set (nothing is scored or
+   embedded outside it);
+2. rewrite the query into glossary variants (original first);
+3. BM25 ranking of every variant over the candidates, with statistics over the
+   candidates (the index equals the reference scorer there);
+4. when an embedding backend is injected: embed the candidates not yet cached (by
+   chunk_id) and rank them by cosine — with no backend this step does not exist, and the
+   output is pure BM25 + RRF;
+5. fuse all rankings with RRF; ties by (-fused_score, chunk_id).
+
+Chunks are held sorted by chunk_id, so index position order *is* chunk_id order and
+every tie in every channel falls in chunk_id order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...sensitivity import is_restricted
+from ..chunking.chunking import Chunk
+from ..vector.embedding_backends import EmbeddingBackend
+from .analyzer import Analyzer, make_analyzer
+from .bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
+from .fusion import DEFAULT_RRF_K, rrf_fuse
+from .glossary import GlossaryQueryRewriter
+from .predicates import compile_filters, predicate_mask
+
+# Filterable fields and their value types (everything a Chunk/StoredChunk carries).
+FILTER_FIELDS: dict[str, type] = {
+    "doc_id": str, "chunk_id": str, "title": str, "topic": str, "entity": str,
+    "geography": str, "period": str, "language": str, "sensitivity": str,
+    "valid_as_of": str, "chunker": str, "parent_id": str, "version": int,
+}
+
+DEFAULT_CANDIDATE_K = 100
+
+
+def default_index_text(chunk: Chunk) -> str:
+    """What BM25 indexes for a chunk: its text (headers are an opt-in layer)."""
+    return chunk.text
+
+
+@dataclass(frozen=True)
+class RetrievalHit:
+    """One fused result: the chunk, its position, and per-channel scores."""
+
+    position: int
+    chunk: Chunk
+    bm25: float
+    vector: float | None
+    fused: float
+
+
+class HybridRetriever:
+    """BM25 (+ optional dense) retrieval over a fixed chunk set."""
+
+    def __init__(
+        self,
+        chunks: Sequence[Chunk],
+        *,
+        analyzer: Analyzer | str | None = None,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
+        embedding_backend: EmbeddingBackend | None = None,
+        rewriter: GlossaryQueryRewriter | None = None,
+        rrf_k: int = DEFAULT_RRF_K,
+        candidate_k: int = DEFAULT_CANDIDATE_K,
+        index_text: Callable[[Chunk], str] = default_index_text,
+        docs_tokens: Sequence[Sequence[str]] | None = None,
+        channels: Sequence[str] = ("bm25", "dense"),
+    ) -> None:
+        unknown = set(channels) - {"bm25", "dense"}
+        if unknown or not channels:
+            raise ValueError(f"channels must be a non-empty subset of ('bm25', 'dense'), got {channels!r}")
+        if "bm25" not in channels and embedding_backend is None:
+            raise ValueError("a dense-only retriever needs an embedding backend")
+        self.channels = tuple(channels)
+        ids = [c.chunk_id for c in chunks]
+        if len(set(ids)) != len(ids):
+            raise ValueError("HybridRetriever needs unique chunk ids")
+        self.chunks: list[Chunk] = sorted(chunks, key=lambda c: c.chunk_id)
+        self.analyzer = make_analyzer(analyzer)
+        self.embedding_backend = embedding_backend
+        self.rewriter = rewriter
+        self.rrf_k = rrf_k
+        self.candidate_k = candidate_k
+        if docs_tokens is not None:
+            if len(docs_tokens) != len(chunks):
+                raise ValueError("docs_tokens must align with chunks")
+            order = sorted(range(len(chunks)), key=lambda i: chunks[i].chunk_id)
+            toks = [docs_tokens[i] for i in order]
+        else:
+            toks = [self.analyzer(index_text(c)) for c in self.chunks]
+        self.index = BM25Index(toks, k1=k1, b=b)
+        self._columns: dict[str, np.ndarray] = {}
+        self.restricted = np.fromiter(
+            (is_restricted(c.sensitivity) for c in self.chunks), dtype=bool, count=len(self.chunks)
+        )
+        self._vectors: dict[str, np.ndarray] = {}  # chunk_id -> unit vector
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    # ----------------------------------------------------------------- filters
+    def _column(self, name: str) -> np.ndarray:
+        col = self._columns.get(name)
+        if col is None:
+            col = np.array([getattr(c, name, None) for c in self.chunks], dtype=object)
+            self._columns[name] = col
+        return col
+
+    def candidate_mask(self, filters: Mapping[str, Any] | Sequence[Any] | None) -> np.ndarray | None:
+        """Boolean mask of chunks passing ``filters`` (None = no filter = everything)."""
+        preds = compile_filters(filters, FILTER_FIELDS)
+        if not preds:
+            return None
+        return predicate_mask(preds, self._column, len(self.chunks))
+
+    # ------------------------------------------------------------------ dense
+    def _ensure_vectors(self, positions: np.ndarray) -> np.ndarray:
+        """Unit vectors of ``positions``; embeds only chunk ids not cached yet."""
+        assert self.embedding_backend is not None
+        missing = [int(p) for p in positions if self.chunks[p].chunk_id not in self._vectors]
+        if missing:
+            vecs = self.embedding_backend.embed_texts([self.chunks[p].text for p in missing])
+            if len(vecs) != len(missing):
+                raise RuntimeError("embedding backend returned a wrong number of vectors")
+            arr = np.asarray(vecs, dtype=np.float32)
+            norms = np.linalg.norm(arr, axis=1, keepdims=True)
+            arr = arr / np.where(norms == 0, 1, norms)
+            for p, v in zip(missing, arr, strict=True):
+                self._vectors[self.chunks[p].chunk_id] = v
+        return np.stack([self._vectors[self.chunks[p].chunk_id] for p in positions])
+
+    @property
+    def embedded_count(self) -> int:
+        return len(self._vectors)
+
+    def _dense_rankings(
+        self, queries: Sequence[str], positions: np.ndarray, depth: int
+    ) -> list[tuple[list[int], dict[int, float]]]:
+        if len(positions) == 0:
+            return [([], {}) for _ in queries]
+        mat = self._ensure_vectors(positions)
+        qv = np.asarray(self.embedding_backend.embed_texts(list(queries)), dtype=np.float32)  # type: ignore[union-attr]
+        qn = np.linalg.norm(qv, axis=1, keepdims=True)
+        qv = qv / np.where(qn == 0, 1, qn)
+        out = []
+        for row in qv:
+            sims = (mat @ row).astype(np.float64)
+            order = np.lexsort((positions, -sims))[:depth]
+            ranked = [int(positions[i]) for i in order]
+            out.append((ranked, {int(positions[i]): float(sims[i]) for i in order}))
+        return out
+
+    # ----------------------------------------------------------------- search
+    def search(
+        self,
+        query: str,
+        *,
+        filters: Mapping[str, Any] | Sequence[Any] | None = None,
+        top_k: int = 10,
+        depth: int | None = None,
+        mask: np.ndarray | None = None,
+    ) -> list[RetrievalHit]:
+        """Fused top-``top_k`` hits (restricted chunks included; exits remove them)."""
+        if top_k <= 0:
+            return []
+        fmask = self.candidate_mask(filters)
+        if mask is not None:
+            fmask = mask if fmask is None else (fmask & mask)
+        depth = max(depth or 0, top_k, self.candidate_k)
+        queries = self.rewriter.rewrite(query) if self.rewriter else [query]
+        rankings: list[list[int]] = []
+        bm25_best: dict[int, float] = {}
+        for q in queries if "bm25" in self.channels else ():
+            hits = self.index.search(self.analyzer(q), k=depth, candidates=fmask)
+            ranked = hits.ids.tolist()
+            rankings.append(ranked)
+            for p, s in zip(ranked, hits.scores.tolist(), strict=True):
+                if s > bm25_best.get(p, 0.0):
+                    bm25_best[p] = s
+        vec_best: dict[int, float] = {}
+        if self.embedding_backend is not None and "dense" in self.channels:
+            positions = (np.flatnonzero(fmask) if fmask is not None
+                         else np.arange(len(self.chunks)))
+            for ranked, sims in self._dense_rankings(queries, positions, depth):
+                rankings.append(ranked)
+                for p, s in sims.items():
+                    if p not in vec_best or s > vec_best[p]:
+                        vec_best[p] = s
+        fused = rrf_fuse(rankings, k=self.rrf_k)[:top_k]
+        has_dense = self.embedding_backend is not None and "dense" in self.channels
+        return [
+            RetrievalHit(
+                position=int(p),
+                chunk=self.chunks[int(p)],
+                bm25=bm25_best.get(int(p), 0.0),
+                vector=vec_best.get(int(p)) if has_dense else None,
+                fused=score,
+            )
+            for p, score in fused
+        ]

@@ -1,0 +1,17 @@
+"""Rerankers: listwise LLM judge (exit #1 guarded); local rerankers plug in via Reranker."""
+
+from .listwise_rerank import (
+    ListwiseJudge,
+    ListwiseReranker,
+    ProviderListwiseJudge,
+    Reranker,
+    build_listwise_prompt,
+    guarded_rerank,
+    listwise_rerank,
+    parse_listwise_response,
+)
+
+__all__ = [
+    "ListwiseJudge", "ListwiseReranker", "ProviderListwiseJudge", "Reranker",
+    "build_listwise_prompt", "guarded_rerank", "listwise_rerank", "parse_listwise_response",
+]

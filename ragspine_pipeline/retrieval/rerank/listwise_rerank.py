@@ -1,0 +1,175 @@
+"""Listwise reranking with RESTRICTED exit #1.
+
+Restricted candidates never reach a judge or a reranker: they keep their RRF position
+and only the open candidates are permuted among the open slots. If every candidate in
+the head is restricted the judge is not called. A judge that raises, times out or
+answers something that is not a permutation leaves the order as it was: reranking is an
+improvement layer and must never lose or reorder results on failure.
+"""
+
+from __future__ import annotations
+
+import numbers
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from ...llm.provider import LLMProvider
+from ...sensitivity import is_restricted
+
+DEFAULT_TOP_N = 10
+MAX_PASSAGE_CHARS = 700
+
+
+@runtime_checkable
+class ListwiseJudge(Protocol):
+    """Orders passages for a query; returns a permutation of range(len(passages))."""
+
+    def rank(self, query: str, passages: Sequence[str]) -> Sequence[int]: ...
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Reorders candidate records (dicts with at least text and sensitivity)."""
+
+    def rerank(self, query: str, candidates: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]: ...
+
+
+def _field(r: Any, name: str) -> Any:
+    if isinstance(r, Mapping):
+        return r.get(name)
+    return getattr(r, name, None)
+
+
+def _is_permutation(perm: Any, n: int) -> bool:
+    """Exactly the integers 0..n-1, each once (bools and floats are not ids)."""
+    try:
+        seq = list(perm)
+    except TypeError:
+        return False
+    if not all(isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in seq):
+        return False
+    return sorted(int(i) for i in seq) == list(range(n))
+
+
+def listwise_rerank(query: str, results: Sequence[Any], judge: ListwiseJudge, *,
+                    top_n: int = DEFAULT_TOP_N) -> list[Any]:
+    """Rerank the first ``top_n`` results with ``judge``; never raises."""
+    try:
+        items = list(results)
+    except Exception:  # noqa: BLE001 - never raises, by contract
+        return []
+    try:
+        head, tail = items[: max(top_n, 0)], items[max(top_n, 0):]
+        open_slots = [i for i, r in enumerate(head) if not is_restricted(_field(r, "sensitivity"))]
+        if len(open_slots) < 2:
+            return items  # nothing to order (all restricted -> judge never called)
+        passages = [str(_field(head[i], "text") or "") for i in open_slots]
+        perm = judge.rank(query, passages)
+        if not _is_permutation(perm, len(open_slots)):
+            return items
+        new_head = list(head)
+        for slot, j in zip(open_slots, [int(i) for i in perm], strict=True):
+            new_head[slot] = head[open_slots[j]]
+        return new_head + tail
+    except Exception:  # noqa: BLE001 - judge failures fall back to identity order
+        return items
+
+
+def guarded_rerank(query: str, candidates: Sequence[Mapping[str, Any]], reranker: Reranker) -> list[Mapping[str, Any]]:
+    """Exit #1 for *any* reranker: only open candidates are shown, restricted keep slots.
+
+    The reranker's answer is accepted only if it returns exactly the open candidates
+    (by chunk_id); anything else falls back to the incoming order.
+    """
+    items = list(candidates)
+    open_slots = [i for i, c in enumerate(items) if not is_restricted(_field(c, "sensitivity"))]
+    if len(open_slots) < 2:
+        return items
+    shown = [items[i] for i in open_slots]
+    try:
+        out = list(reranker.rerank(query, shown))
+    except Exception:  # noqa: BLE001
+        return items
+    if sorted(str(_field(c, "chunk_id")) for c in out) != sorted(str(_field(c, "chunk_id")) for c in shown):
+        return items
+    merged = list(items)
+    for slot, c in zip(open_slots, out, strict=True):
+        merged[slot] = c
+    return merged
+
+
+def build_listwise_prompt(query: str, passages: Sequence[str], *,
+                          max_passage_chars: int = MAX_PASSAGE_CHARS) -> str:
+    """RankGPT-style prompt: numbered passages, answer as ``[2] > [1] > [3]``."""
+    lines = [
+        f"I will give you {len(passages)} passages, each marked with a number in brackets.",
+        f"Rank them by how well they answer the question: {query}",
+        "",
+    ]
+    for i, p in enumerate(passages, start=1):
+        text = " ".join(str(p).split())
+        if len(text) > max_passage_chars:
+            text = text[:max_passage_chars] + " …"
+        lines.append(f"[{i}] {text}")
+    lines += [
+        "",
+        f"Question: {query}",
+        "Answer only with the ranking, most relevant first, in the form [2] > [1] > [3], "
+        f"using every number from 1 to {len(passages)} exactly once.",
+    ]
+    return "\n".join(lines)
+
+
+_NUM = re.compile(r"\d+")
+
+
+def parse_listwise_response(text: Any, n: int) -> list[int]:
+    """0-based permutation from a judge's answer; identity when nothing usable is there.
+
+    Numbers are read as 1-based passage ids; out-of-range ids and repeats are dropped and
+    missing ids are appended in their original order.
+    """
+    if n <= 0:
+        return []
+    try:
+        nums = [int(m) for m in _NUM.findall(str(text))]
+    except Exception:  # noqa: BLE001
+        return list(range(n))
+    seen: list[int] = []
+    for x in nums:
+        i = x - 1
+        if 0 <= i < n and i not in seen:
+            seen.append(i)
+    if not seen:
+        return list(range(n))
+    return seen + [i for i in range(n) if i not in seen]
+
+
+@dataclass
+class ProviderListwiseJudge:
+    """A ListwiseJudge backed by an LLMProvider (prompt -> ranking text)."""
+
+    provider: LLMProvider
+    max_passage_chars: int = MAX_PASSAGE_CHARS
+    max_tokens: int = 256
+
+    def rank(self, query: str, passages: Sequence[str]) -> list[int]:
+        prompt = build_listwise_prompt(query, passages, max_passage_chars=self.max_passage_chars)
+        answer = self.provider.complete(
+            prompt, system="You rank search results. Answer with the ranking only.",
+            max_tokens=self.max_tokens, temperature=0.0,
+        )
+        return parse_listwise_response(answer, len(passages))
+
+
+@dataclass
+class ListwiseReranker:
+    """Reranker adapter over a ListwiseJudge (the LLM judge path)."""
+
+    judge: ListwiseJudge
+    top_n: int = DEFAULT_TOP_N
+
+    def rerank(self, query: str, candidates: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        return listwise_rerank(query, candidates, self.judge, top_n=self.top_n)

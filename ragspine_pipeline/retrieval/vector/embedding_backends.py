@@ -1,0 +1,181 @@
+"""EmbeddingBackend protocol, backends and the ``make_embedding_backend`` factory.
+
+The library default is *no* backend (pure BM25 + RRF). ``auto`` — the service default via
+``RAGSPINE_EMBEDDING`` — picks the ONNX backend only when the ``[embed-onnx]`` extra and a
+shipped model are importable, and otherwise returns None, so output stays byte-identical
+to pure BM25.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from ...llm.http import HTTPServiceError, post_json
+from ..lexical.analyzer import tokenize
+
+
+@runtime_checkable
+class EmbeddingBackend(Protocol):
+    """Turns texts into vectors. ``model_id`` identifies the model for caches and lineage."""
+
+    model_id: str
+
+    def embed_texts(self, texts: Sequence[str]) -> list[list[float]]: ...
+
+
+class EmbeddingBackendUnavailable(RuntimeError):
+    """The requested backend cannot be built here; the message names the missing piece."""
+
+
+def _l2(v: list[float]) -> list[float]:
+    n = math.sqrt(sum(x * x for x in v))
+    return [x / n for x in v] if n > 0 else v
+
+
+@dataclass
+class DeterministicHashBackend:
+    """Feature-hashing embedding over the spec tokens: reproducible, dependency-free.
+
+    Not a semantic model — it exists so tests and CI exercise the dense path (fusion,
+    caching, stores) with no model weights.
+    """
+
+    dim: int = 256
+    model_id: str = "deterministic-hash-256"
+
+    def __post_init__(self) -> None:
+        if self.dim <= 0:
+            raise ValueError("dim must be > 0")
+        self.model_id = f"deterministic-hash-{self.dim}"
+        self.calls = 0
+        self.texts_embedded = 0
+
+    def embed_texts(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls += 1
+        self.texts_embedded += len(texts)
+        out = []
+        for t in texts:
+            v = [0.0] * self.dim
+            for tok in tokenize(t):
+                h = int.from_bytes(hashlib.blake2b(tok.encode(), digest_size=8).digest(), "little")
+                v[h % self.dim] += 1.0 if (h >> 63) & 1 else -1.0
+            out.append(_l2(v))
+        return out
+
+
+@dataclass
+class OpenAIEmbeddingBackend:
+    """Any OpenAI-compatible ``/embeddings`` endpoint, batched, L2-normalized."""
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str = "text-embedding"
+    api_key: str | None = None
+    batch_size: int = 64
+    timeout: float = 60.0
+
+    @property
+    def model_id(self) -> str:
+        return f"openai:{self.model}"
+
+    def embed_texts(self, texts: Sequence[str]) -> list[list[float]]:
+        out: list[list[float]] = []
+        url = self.base_url.rstrip("/") + "/embeddings"
+        for i in range(0, len(texts), self.batch_size):
+            batch = list(texts[i : i + self.batch_size])
+            resp = post_json(url, {"model": self.model, "input": batch}, api_key=self.api_key,
+                             timeout=self.timeout)
+            data = resp.get("data")
+            if not isinstance(data, list) or len(data) != len(batch):
+                raise HTTPServiceError(f"{url}: expected {len(batch)} embeddings in 'data'")
+            rows = sorted(data, key=lambda d: d.get("index", 0))
+            for d in rows:
+                emb = d.get("embedding")
+                if not isinstance(emb, list) or not emb:
+                    raise HTTPServiceError(f"{url}: malformed embedding entry")
+                out.append(_l2([float(x) for x in emb]))
+        return out
+
+
+def onnx_extra_available() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "fastembed"))
+
+
+def _make_onnx(model: str | None) -> EmbeddingBackend:
+    if not onnx_extra_available():
+        raise EmbeddingBackendUnavailable(
+            "the ONNX backend needs the [embed-onnx] extra: pip install 'ragspine-pipeline[embed-onnx]'"
+        )
+    try:
+        from .onnx_backend import make_onnx_backend  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise EmbeddingBackendUnavailable(f"ONNX backend not available: {exc}") from None
+    return make_onnx_backend(model)
+
+
+def _make_st(model_path: str | None) -> EmbeddingBackend:
+    if importlib.util.find_spec("sentence_transformers") is None:
+        raise EmbeddingBackendUnavailable(
+            "backend 'st' needs the sentence-transformers package (not installed)"
+        )
+    path = model_path or os.environ.get("RAGSPINE_ST_MODEL_PATH")
+    if not path or not os.path.isdir(path):
+        raise EmbeddingBackendUnavailable(
+            "backend 'st' needs a local model folder: set RAGSPINE_ST_MODEL_PATH or use 'st:/path'"
+        )
+    from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
+
+    st = SentenceTransformer(path, device="cpu", local_files_only=True)
+
+    class _ST:
+        model_id = f"st:{os.path.basename(path.rstrip('/'))}"
+
+        def embed_texts(self, texts: Sequence[str]) -> list[list[float]]:
+            return st.encode(list(texts), normalize_embeddings=True).tolist()
+
+    return _ST()
+
+
+def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
+    """Build a backend from a spec string (``RAGSPINE_EMBEDDING`` when ``spec`` is None).
+
+    Specs: ``none``; ``auto`` (ONNX if available, else None); ``onnx`` / ``fastembed`` /
+    ``minilm`` (``onnx:MODEL``); ``deterministic`` (``deterministic:DIM``); ``openai``
+    (env RAGSPINE_EMBED_BASE_URL / RAGSPINE_EMBED_MODEL / RAGSPINE_EMBED_API_KEY);
+    ``st`` / ``sentence-transformers`` / ``qwen3`` (``st:/local/model/path``).
+    """
+    raw = spec if spec is not None else os.environ.get("RAGSPINE_EMBEDDING", "none")
+    name, _, arg = raw.strip().partition(":")
+    name = name.lower()
+    if name in ("", "none", "off", "bm25"):
+        return None
+    if name == "auto":
+        try:
+            return _make_onnx(arg or None)
+        except EmbeddingBackendUnavailable:
+            return None
+    if name in ("onnx", "fastembed"):
+        return _make_onnx(arg or None)
+    if name == "minilm":
+        return _make_onnx("minilm")
+    if name == "deterministic":
+        return DeterministicHashBackend(dim=int(arg) if arg else 256)
+    if name == "openai":
+        return OpenAIEmbeddingBackend(
+            base_url=os.environ.get("RAGSPINE_EMBED_BASE_URL", OpenAIEmbeddingBackend.base_url),
+            model=arg or os.environ.get("RAGSPINE_EMBED_MODEL", OpenAIEmbeddingBackend.model),
+            api_key=os.environ.get("RAGSPINE_EMBED_API_KEY"),
+        )
+    if name in ("st", "sentence-transformers", "qwen3"):
+        return _make_st(arg or None)
+    raise ValueError(
+        f"unknown embedding backend spec {raw!r}; use none, auto, onnx, fastembed, minilm, "
+        "deterministic, openai, st, sentence-transformers or qwen3"
+    )
+
+

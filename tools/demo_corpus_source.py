@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "data" / "demo"
 
-R, I, P = "RESTRICTED", "INTERNAL", "PUBLIC"
+R, INT, P = "RESTRICTED", "INTERNAL", "PUBLIC"
 
 DOCS: list[dict] = [
 # ----------------------------------------------------------------- acme_reports (zh)
@@ -188,14 +188,14 @@ dict(lib="acme_policies", id="pol_info_classification_zh", title="信息分级�
 
 受限材料不得复制到共享盘，不得发送给外部服务，也不得由未经批准的自动化工具处理。检索与问答系统必须在任何回答以及发送给大语言模型的任何文本中排除受限内容。"""),
 dict(lib="acme_policies", id="pol_travel", title="Travel and Expense Policy",
-     entity="ACME_GROUP", period="2024", geography="GLOBAL", topic="policy", language="en", sensitivity=I,
+     entity="ACME_GROUP", period="2024", geography="GLOBAL", topic="policy", language="en", sensitivity=INT,
      text="""Employees book travel through the approved agency. Economy class is the default for flights under six hours; business class requires vice-president approval.
 
 Expense reports must be filed within 30 days with itemized receipts. Meals with customers are reimbursed up to USD 80 per person in the United States and EUR 70 per person in Europe.
 
 Why was the policy tightened in 2024? Travel spending rose 22% in 2023 while revenue fell, and the group's cost program targets a 10% reduction in discretionary spending."""),
 dict(lib="acme_policies", id="pol_travel_zh", title="差旅与费用报销制度",
-     entity="ACME_CN", period="2024", geography="CN", topic="policy", language="zh", sensitivity=I,
+     entity="ACME_CN", period="2024", geography="CN", topic="policy", language="zh", sensitivity=INT,
      text="""员工出差应通过公司指定的差旅平台预订。六小时以内航班默认经济舱，公务舱须副总裁审批。
 
 费用报销须在30日内提交，并附明细发票。2024年起，为配合降本增效计划，国内出差住宿标准下调10%，非必要出差改为视频会议。"""),
@@ -205,17 +205,17 @@ dict(lib="acme_policies", id="pol_anticorruption", title="Anti-Corruption and Re
 
 Employees who suspect a violation should use the whistleblower hotline. Reports are handled by the audit committee and retaliation against a reporter is grounds for dismissal."""),
 dict(lib="acme_policies", id="pol_pricing_zh", title="产品定价管理办法",
-     entity="ACME_CN", period="2023", geography="CN", topic="policy", language="zh", sensitivity=I,
+     entity="ACME_CN", period="2023", geography="CN", topic="policy", language="zh", sensitivity=INT,
      text="""标准型号产品的指导价由产品线负责人每季度制定，降价幅度超过10%须经区域总经理和财务总监共同审批。
 
 2023年第二季度起，为应对温湿度模组价格战，公司临时授权销售团队在5%范围内自主让价，但须在系统中登记原因。该临时授权于2024年3月到期。"""),
 dict(lib="acme_policies", id="pol_fx_hedging", title="Foreign Exchange Hedging Policy",
-     entity="ACME_GROUP", period="2024", geography="GLOBAL", topic="policy", language="en", sensitivity=I,
+     entity="ACME_GROUP", period="2024", geography="GLOBAL", topic="policy", language="en", sensitivity=INT,
      text="""Subsidiaries hedge at least 50% and at most 80% of forecast foreign-currency purchases for the next twelve months using forwards. Speculative positions are prohibited.
 
 The policy was revised in January 2024 after ACME China recorded RMB 90 million of exchange losses in 2023, when the renminbi weakened against the dollar and most dollar purchases were unhedged."""),
 dict(lib="acme_policies", id="pol_fx_hedging_zh", title="外汇套期保值管理制度",
-     entity="ACME_CN", period="2024", geography="CN", topic="policy", language="zh", sensitivity=I,
+     entity="ACME_CN", period="2024", geography="CN", topic="policy", language="zh", sensitivity=INT,
      text="""各子公司应对未来十二个月预计外币采购额的50%至80%进行远期锁汇，禁止投机性交易。
 
 本制度于2024年1月修订。修订原因是2023年人民币对美元贬值，艾克美中国美元采购大部分未做套保，全年汇兑损失约0.9亿元。"""),
@@ -225,22 +225,22 @@ dict(lib="acme_policies", id="pol_data_protection", title="Employee Data Protect
 
 Every new system that processes employee data requires a data protection impact assessment approved by the EU data protection officer before go-live."""),
 dict(lib="acme_policies", id="pol_layoff_procedure", title="Workforce Restructuring Procedure",
-     entity="ACME_GROUP", period="2023", geography="GLOBAL", topic="policy", language="en", sensitivity=I,
+     entity="ACME_GROUP", period="2023", geography="GLOBAL", topic="policy", language="en", sensitivity=INT,
      text="""Any restructuring affecting more than 50 employees in one site requires approval from the regional board and consultation with employee representatives where local law requires it.
 
 Affected employees are offered internal transfer first. Severance follows local law and group minimums: at least one month of salary per year of service, and no less than three months in total."""),
 dict(lib="acme_policies", id="pol_layoff_zh", title="人员优化工作规程",
-     entity="ACME_CN", period="2023", geography="CN", topic="policy", language="zh", sensitivity=I,
+     entity="ACME_CN", period="2023", geography="CN", topic="policy", language="zh", sensitivity=INT,
      text="""单一厂区涉及50人以上的人员优化，须经区域董事会批准，并依法履行工会或职工代表大会程序。
 
 受影响员工优先安排内部转岗；经济补偿按照劳动合同法执行，且不低于集团最低标准：每工作一年支付一个月工资，合计不少于三个月。"""),
 dict(lib="acme_policies", id="pol_supplier_zh", title="供应商准入与国产替代管理办法",
-     entity="ACME_CN", period="2024", geography="CN", topic="policy", language="zh", sensitivity=I,
+     entity="ACME_CN", period="2024", geography="CN", topic="policy", language="zh", sensitivity=INT,
      text="""关键芯片和陶瓷基板须至少有两家合格供应商。2023年MEMS芯片交期延长至40周后，公司将国产替代列为年度重点工作。
 
 国产芯片导入须完成可靠性验证、小批量试产和客户认可三个阶段，每个阶段由质量部签字确认。"""),
 dict(lib="acme_policies", id="pol_energy_eu", title="Energy Management Standard — European Plants",
-     entity="ACME_EU", period="2023", geography="EU", topic="policy", language="en", sensitivity=I,
+     entity="ACME_EU", period="2023", geography="EU", topic="policy", language="en", sensitivity=INT,
      text="""Each European plant reports energy use per unit produced every month. Plants whose energy cost exceeds 12% of production cost must present a reduction plan within one quarter.
 
 In 2023 the Lyon plant reached 19% and Brno 7%, which informed the decision to consolidate legacy production in Brno."""),

@@ -97,6 +97,8 @@ class GlossaryQueryRewriter:
                 ])
                 break  # one matched term per group drives its substitutions
         out = [query]
+        if self.max_queries <= 1:
+            return out
         seen = {norm_q}
         for round_ in range(max((len(v) for v in per_group), default=0)):
             for variants in per_group:

@@ -40,6 +40,9 @@ FILTER_FIELDS: dict[str, type] = {
     "valid_as_of": str, "chunker": str, "parent_id": str, "version": int,
 }
 
+# Values for fields a plain Chunk lacks (StoredChunk carries them).
+_FIELD_DEFAULTS: dict[str, object] = {"version": 1, "valid_as_of": ""}
+
 DEFAULT_CANDIDATE_K = 100
 
 
@@ -113,7 +116,8 @@ class HybridRetriever:
     def _column(self, name: str) -> np.ndarray:
         col = self._columns.get(name)
         if col is None:
-            col = np.array([getattr(c, name, None) for c in self.chunks], dtype=object)
+            default = _FIELD_DEFAULTS.get(name)
+            col = np.array([getattr(c, name, default) for c in self.chunks], dtype=object)
             self._columns[name] = col
         return col
 

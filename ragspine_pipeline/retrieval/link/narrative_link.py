@@ -24,7 +24,12 @@ from ..chunking.chunking import METADATA_FIELDS, Chunk
 from ..lexical.analyzer import Analyzer
 from ..lexical.glossary import GlossaryQueryRewriter
 from ..lexical.hybrid import HybridRetriever, RetrievalHit
-from ..rerank.listwise_rerank import ListwiseReranker, ProviderListwiseJudge, Reranker, guarded_rerank
+from ..rerank.listwise_rerank import (
+    ListwiseReranker,
+    ProviderListwiseJudge,
+    Reranker,
+    guarded_rerank,
+)
 from ..vector.embedding_backends import EmbeddingBackend
 
 DEFAULT_TOP_K = 50
@@ -127,9 +132,8 @@ class NarrativeIndexRetriever:
         r = self.index.retriever
         mask = r.candidate_mask(filters)
         # Fetch enough that top_k open results survive exit #2.
-        scope_restricted = int((r.restricted & mask).sum()) if mask is not None else int(r.restricted.sum())
-        fetch = top_k + scope_restricted
-        hits = r.search(query, top_k=fetch, mask=mask) if mask is not None else r.search(query, top_k=fetch)
+        in_scope = r.restricted if mask is None else (r.restricted & mask)
+        hits = r.search(query, top_k=top_k + int(in_scope.sum()), mask=mask)
         return [_candidate(h) for h in hits]
 
     def retrieve(self, query: str, *, filters: Mapping[str, Any] | Sequence[Any] | None = None,

@@ -275,7 +275,7 @@ def peers(args) -> None:
     report = {"command": cmd, "machine": machine(), "k1": K1, "b": B, "rows": rows}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "bm25_peers.json").write_text(json.dumps(report, indent=2))
-    lines = [f"# BM25 peer benchmark\n", f"Command: `{cmd}`  ", f"Machine: {report['machine']}  ",
+    lines = ["# BM25 peer benchmark\n", f"Command: `{cmd}`  ", f"Machine: {report['machine']}  ",
              f"k1={K1}, b={B}; ragspine, bm25s and rank_bm25 get the same tokens (ragspine 'english' analyzer); "
              "bm25s_default_analyzer tokenizes with bm25s's own English stemmer + stop words.\n",
              "| corpus | engine | docs | nDCG@10 | R@100 | build s | qps | p50 ms | p95 ms | peak build MiB | "

@@ -108,13 +108,40 @@ def list_libraries(corpus_root: str | os.PathLike[str] = DEMO_ROOT) -> list[str]
 Chunker = Callable[[Document], list[Chunk]]
 
 
-def paragraph_chunker(max_chars: int = DEFAULT_CHUNK_CHARS,
-                      overlap_chars: int = DEFAULT_OVERLAP_CHARS) -> Chunker:
-    def run(doc: Document) -> list[Chunk]:
+@dataclass(frozen=True)
+class ParagraphChunker:
+    """The default chunker as a value: ``key`` names it and its parameters, so a refresh
+    can tell "same document, same chunker" and skip re-chunking."""
+
+    max_chars: int = DEFAULT_CHUNK_CHARS
+    overlap_chars: int = DEFAULT_OVERLAP_CHARS
+
+    @property
+    def key(self) -> str:
+        return f"paragraph:{self.max_chars}:{self.overlap_chars}"
+
+    def __call__(self, doc: Document) -> list[Chunk]:
         return chunk_document(doc.text, doc_id=doc.doc_id, title=doc.title, metadata=doc.metadata,
-                              max_chars=max_chars, overlap_chars=overlap_chars,
+                              max_chars=self.max_chars, overlap_chars=self.overlap_chars,
                               source_path=doc.source_path)
-    return run
+
+
+def paragraph_chunker(max_chars: int = DEFAULT_CHUNK_CHARS,
+                      overlap_chars: int = DEFAULT_OVERLAP_CHARS) -> ParagraphChunker:
+    return ParagraphChunker(max_chars, overlap_chars)
+
+
+def make_chunker(spec: str | None = None) -> ParagraphChunker:
+    """Chunker from a spec (``RAGSPINE_CHUNKER`` when None): ``paragraph[:MAX[:OVERLAP]]``."""
+    raw = (spec if spec is not None else os.environ.get("RAGSPINE_CHUNKER", "paragraph")).strip()
+    name, *params = raw.split(":")
+    if name != "paragraph":
+        raise ValueError(f"unknown chunker {name!r}; available: paragraph[:max_chars[:overlap_chars]]")
+    try:
+        ints = [int(p) for p in params]
+    except ValueError:
+        raise ValueError(f"chunker parameters must be integers: {raw!r}") from None
+    return ParagraphChunker(*ints)
 
 
 @dataclass
@@ -146,21 +173,33 @@ def ingest_documents(store: ChunkStore, docs: Sequence[Document], *, scope_prefi
     present = {d.doc_id for d in docs}
     known = {d for d in store.active_doc_ids() if d.startswith(scope_prefix)}
     ordered = sorted(docs, key=lambda d: d.doc_id)
-    before = {d.doc_id: store.current_version(d.doc_id) for d in ordered} if len(ordered) < 500 else None
-    chunked = [(doc.doc_id, chunker(doc)) for doc in ordered]
+    key = getattr(chunker, "key", None)
+    hashes: dict[str, str] = {}
+    if key:
+        hashes = {d.doc_id: hashlib.sha256(f"{d.content_hash}\x1f{key}".encode()).hexdigest() for d in ordered}
+        previous = store.latest_source_hashes()
+        skipped = [d for d in ordered if d.doc_id in known and previous.get(d.doc_id) == hashes[d.doc_id]]
+    else:
+        skipped = []
+    skip_ids = {d.doc_id for d in skipped}
+    todo = [d for d in ordered if d.doc_id not in skip_ids]
+    before = store.latest_versions()
+    chunked = [(doc.doc_id, chunker(doc)) for doc in todo]
     gone = sorted(known - present - failed_ids)
     # One transaction: the library's new state publishes whole or not at all.
-    report.rows_written = store.replace_many(chunked + [(g, []) for g in gone], valid_as_of=valid_as_of)
-    after = {r["doc_id"]: r["version"] for r in store.doc_versions()} if before is not None else None
-    for doc in ordered:
-        v_before = before[doc.doc_id] if before is not None else (1 if doc.doc_id in known else 0)
-        v_after = after.get(doc.doc_id, 0) if after is not None else v_before + (0 if doc.doc_id in known else 1)
-        if doc.doc_id in known and v_after == v_before:
+    report.rows_written = store.replace_many(chunked + [(g, []) for g in gone], valid_as_of=valid_as_of,
+                                             source_hashes=hashes)
+    after = store.latest_versions()
+    report.unchanged.extend(d.doc_id for d in skipped)
+    for doc in todo:
+        v0, v1 = before.get(doc.doc_id, 0), after.get(doc.doc_id, 0)
+        if doc.doc_id in known and v1 == v0:
             report.unchanged.append(doc.doc_id)
-        elif v_before > 0:
+        elif v0 > 0:
             report.changed.append(doc.doc_id)
         else:
             report.new.append(doc.doc_id)
+    report.unchanged.sort()
     report.withdrawn.extend(gone)
     return report
 

@@ -75,3 +75,27 @@ def test_rrf_hand_values_and_ties():
     assert fused["c"] == pytest.approx(1 / 62)
     assert [i for i, _ in rrf_fuse([["y"], ["x"]])] == ["x", "y"]  # tie -> id order
     assert dict(rrf_fuse([["a", "a"]]))["a"] == pytest.approx(1 / 61)
+
+
+def test_maxscore_pruned_search_equals_exhaustive(monkeypatch):
+    """Queries mixing head and rare terms take the pruned path; results must not change."""
+    rng = np.random.default_rng(1)
+    vocab = [f"w{i}" for i in range(300)]
+    p = 1.0 / np.arange(1, 301) ** 1.1
+    p /= p.sum()
+    docs = [list(rng.choice(vocab, size=rng.integers(1, 40), p=p)) for _ in range(4000)]
+    import ragspine_pipeline.retrieval.lexical.bm25 as bm25_mod
+
+    monkeypatch.setattr(bm25_mod, "MAXSCORE_MIN_DOCS", 0)
+    idx = BM25Index(docs)
+    pruned = 0
+    for _ in range(60):
+        q = list(rng.choice(vocab, size=rng.integers(2, 6), p=p)) + [vocab[rng.integers(50, 300)]]
+        pruned += idx._maxscore(q, 10) is not None
+        scores = idx.get_scores(q)
+        for k in (1, 10, 50):
+            expect = sorted((i for i in range(len(docs)) if scores[i] > 0), key=lambda i: (-scores[i], i))[:k]
+            res = idx.search(q, k=k)
+            assert res.ids.tolist() == expect
+            assert np.allclose(res.scores, scores[expect], atol=1e-9, rtol=0)
+    assert pruned > 30  # the pruned path really ran

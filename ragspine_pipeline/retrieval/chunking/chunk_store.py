@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -63,6 +63,7 @@ DOC_VERSION_COLUMNS: dict[str, str] = {
     "n_chunks": "INTEGER",
     "withdrawn": "BOOLEAN",
     "ingested_at": "TIMESTAMP",
+    "source_hash": "VARCHAR",
 }
 
 
@@ -135,6 +136,15 @@ class ChunkStore:
                     "SELECT column_name FROM information_schema.columns WHERE table_name = 'chunks'"
                 ).fetchall()
             }
+            dv_have = {
+                r[0]
+                for r in self._con.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = 'doc_versions'"
+                ).fetchall()
+            }
+            for name, typ in DOC_VERSION_COLUMNS.items():
+                if name not in dv_have:
+                    self._con.execute(f"ALTER TABLE doc_versions ADD COLUMN {name} {typ.replace(' NOT NULL', '')}")
             for name, (typ, default) in CHUNK_COLUMNS.items():
                 if name not in have:
                     base_type = typ.replace(" NOT NULL", "")
@@ -173,10 +183,13 @@ class ChunkStore:
         """
         return self.replace_many([(doc_id, chunks)], valid_as_of=valid_as_of)
 
-    def replace_many(self, items: Sequence[tuple[str, Sequence[Chunk]]], valid_as_of: str = "") -> int:
+    def replace_many(self, items: Sequence[tuple[str, Sequence[Chunk]]], valid_as_of: str = "",
+                     source_hashes: Mapping[str, str] | None = None) -> int:
         """``replace_doc_chunks`` for many documents in one transaction (bulk ingest).
 
         All documents publish together or not at all; returns total rows written.
+        ``source_hashes`` (doc_id -> hash of source + chunker config) are recorded on the
+        document version so a later refresh can skip re-chunking unchanged documents.
         """
         if self.read_only:
             raise PermissionError("ChunkStore opened read_only")
@@ -200,7 +213,7 @@ class ChunkStore:
         with self._lock:
             self._run("BEGIN TRANSACTION")
             try:
-                written = self._replace_locked(prepared, valid_as_of)
+                written = self._replace_locked(prepared, valid_as_of, source_hashes or {})
                 self._run("COMMIT")
             except BaseException:
                 self._run("ROLLBACK")
@@ -227,7 +240,8 @@ class ChunkStore:
         )
         return {r[0]: (int(r[1]), int(r[2]), r[3], r[4]) for r in rows}
 
-    def _replace_locked(self, prepared: list[tuple[str, Sequence[Chunk], str]], valid_as_of: str) -> int:
+    def _replace_locked(self, prepared: list[tuple[str, Sequence[Chunk], str]], valid_as_of: str,
+                        source_hashes: Mapping[str, str]) -> int:
         import pyarrow as pa
 
         state = self._doc_state([d for d, _, _ in prepared])
@@ -248,14 +262,18 @@ class ChunkStore:
             version = vmax + 1
             if n_active:
                 to_supersede.append(doc_id)
-            versions.append((doc_id, version, fp, len(chunks), not chunks))
+            versions.append((doc_id, version, fp, len(chunks), not chunks, source_hashes.get(doc_id)))
             rows.extend(chunks)
             row_version.extend([version] * len(chunks))
         if same_content:
-            # Same content; only a changed valid_as_of is written in place.
+            # Same content; only a changed valid_as_of / source hash is written in place.
             self._run(
                 "UPDATE chunks SET valid_as_of = ? WHERE active AND valid_as_of <> ? AND doc_id IN "
                 "(SELECT unnest(?))", [valid_as_of, valid_as_of, same_content])
+            for doc_id in same_content:
+                if doc_id in source_hashes:
+                    self._run("UPDATE doc_versions SET source_hash = ? WHERE doc_id = ? AND version = ?",
+                              [source_hashes[doc_id], doc_id, state[doc_id][1]])
         if to_supersede:
             self._run(
                 "UPDATE chunks SET active = FALSE, superseded_at = ? WHERE active AND doc_id IN "
@@ -265,6 +283,7 @@ class ChunkStore:
                 "doc_id": [v[0] for v in versions], "version": pa.array([v[1] for v in versions], pa.int32()),
                 "content_hash": [v[2] for v in versions], "n_chunks": pa.array([v[3] for v in versions], pa.int32()),
                 "withdrawn": [v[4] for v in versions], "ingested_at": pa.array([now] * len(versions), pa.timestamp("us")),
+                "source_hash": pa.array([v[5] for v in versions], pa.string()),
             })
             self._con.register("_new_versions", vt)
             self._run(f"INSERT INTO doc_versions ({', '.join(DOC_VERSION_COLUMNS)}) "
@@ -366,6 +385,45 @@ class ChunkStore:
             names = [d[0] for d in cur.description]
             return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
+    def latest_versions(self) -> dict[str, int]:
+        """doc_id -> highest version recorded (withdrawals included)."""
+        with self._lock:
+            return {d: int(v) for d, v in self._run("SELECT doc_id, max(version) FROM doc_versions GROUP BY doc_id")}
+
+    def latest_source_hashes(self) -> dict[str, str]:
+        """doc_id -> source hash of its latest, non-withdrawn version (where recorded)."""
+        with self._lock:
+            rows = self._run(
+                "SELECT doc_id, arg_max(source_hash, version), arg_max(withdrawn, version) "
+                "FROM doc_versions GROUP BY doc_id")
+        return {d: h for d, h, w in rows if h and not w}
+
+    # ------------------------------------------------------------- arrow I/O
+    def export_arrow(self) -> dict[str, Any]:
+        """Both tables as Arrow (every version, for an immutable warehouse snapshot)."""
+        with self._lock:
+            chunks = self._con.sql(
+                f"SELECT {', '.join(CHUNK_COLUMNS)} FROM chunks ORDER BY doc_id, version, ordinal").to_arrow_table()
+            versions = self._con.sql(
+                f"SELECT {', '.join(DOC_VERSION_COLUMNS)} FROM doc_versions ORDER BY doc_id, version").to_arrow_table()
+        return {"chunks": _as_table(chunks), "doc_versions": _as_table(versions)}
+
+    def import_arrow(self, chunks: Any, doc_versions: Any) -> None:
+        """Load tables written by ``export_arrow`` (into an empty store)."""
+        if self.read_only:
+            raise PermissionError("ChunkStore opened read_only")
+        with self._lock:
+            if self._run("SELECT count(*) FROM chunks")[0][0] or self._run("SELECT count(*) FROM doc_versions")[0][0]:
+                raise ValueError("import_arrow needs an empty store")
+            for name, table, cols in (("chunks", chunks, list(CHUNK_COLUMNS)),
+                                      ("doc_versions", doc_versions, list(DOC_VERSION_COLUMNS))):
+                present = [c for c in cols if c in table.column_names]
+                self._con.register("_import", table)
+                try:
+                    self._run(f"INSERT INTO {name} ({', '.join(present)}) SELECT {', '.join(present)} FROM _import")
+                finally:
+                    self._con.unregister("_import")
+
     def active_doc_ids(self) -> list[str]:
         with self._lock:
             return [r[0] for r in self._con.execute(
@@ -396,6 +454,13 @@ class ChunkStore:
                 return self._con.execute(sql, list(params or [])).fetchall()
             finally:
                 self._run("ROLLBACK")
+
+
+def _as_table(obj: Any) -> Any:
+    """An Arrow Table whether DuckDB handed back a Table or a RecordBatchReader."""
+    import pyarrow as pa
+
+    return obj.read_all() if isinstance(obj, pa.RecordBatchReader) else obj
 
 
 def _row_to_chunk(r: dict[str, Any]) -> StoredChunk:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+MAXSCORE_MIN_DOCS = 50_000
 DEFAULT_K1 = 1.5
 DEFAULT_B = 0.75
 
@@ -152,6 +153,11 @@ class BM25Index:
         np.divide(w, denom, out=w)
         self.w = w
         del counts, denom
+        # Per-term maximum of w: the MaxScore upper bound of a term's contribution.
+        self._w_max = np.zeros(n_terms, dtype=np.float64)
+        nonempty = np.flatnonzero(self.df)
+        if len(nonempty):
+            self._w_max[nonempty] = np.maximum.reduceat(w, self.indptr[nonempty])
 
     @property
     def nbytes(self) -> int:
@@ -250,10 +256,78 @@ class BM25Index:
     ) -> ScoredDocs:
         """Top-``k`` matching docs by (-score, position); only docs with score > 0."""
         mask = self._as_mask(candidates)
+        if mask is None and k > 0:
+            pruned = self._maxscore(query_tokens, k)
+            if pruned is not None:
+                return pruned
         ids, sc = self._accumulate(query_tokens, mask)
         if ids is _DENSE:
             return _top_k_dense(sc, k)
         return _top_k(ids, sc, k)
+
+    def _maxscore(self, query_tokens: Sequence[str], k: int) -> ScoredDocs | None:
+        """Exact top-k with MaxScore pruning (unfiltered queries over long postings).
+
+        Terms are scanned rarest first. Once the summed upper bounds of the terms not yet
+        scanned fall below the current k-th partial score, no untouched document can
+        reach the top k; the remaining terms are then only looked up (binary search in
+        their sorted postings) for the touched candidates. Returns None when pruning
+        would not pay (short postings), so the plain path runs.
+        """
+        if self.n_docs < MAXSCORE_MIN_DOCS:
+            return None  # small corpora: one pass is cheaper than pruning bookkeeping
+        term_ids = self._query_term_ids(query_tokens)
+        if len(term_ids) < 2:
+            return None
+        uniq, mult = np.unique(np.asarray(term_ids), return_counts=True)
+        df = self.df[uniq]
+        if int(df.sum()) * 4 < self.n_docs or len(uniq) < 2:
+            return None
+        order = np.argsort(df, kind="stable")
+        uniq, mult = uniq[order], mult[order]
+        scale = self._idf_full[uniq] * (self.k1 + 1.0) * mult
+        ub = scale * self._w_max[uniq]
+        rest = np.concatenate((np.cumsum(ub[::-1])[::-1][1:], [0.0]))  # bound of terms after j
+        # theta_j <= prefix bound, so stopping after j needs prefix(j) > rest(j). If that
+        # first happens only after most postings, pruning cannot pay: use the plain path.
+        df_sorted = df[order]
+        ok = np.flatnonzero(np.cumsum(ub) > rest)
+        total = int(df_sorted.sum())
+        budget = 0.3 * total
+        if len(ok) == 0 or ok[0] == len(uniq) - 1 or df_sorted[: ok[0] + 1].sum() > budget:
+            return None
+        scanned = 0
+        indptr, indices, w = self.indptr, self.indices, self.w
+        cand = np.zeros(0, np.int64)
+        part = np.zeros(0, np.float64)
+        for j, t in enumerate(uniq):
+            sl = slice(indptr[t], indptr[t + 1])
+            ids = np.concatenate((cand, indices[sl].astype(np.int64)))
+            vals = np.concatenate((part, w[sl] * scale[j]))
+            o = np.argsort(ids, kind="stable")
+            ids, vals = ids[o], vals[o]
+            starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+            cand, part = ids[starts], np.add.reduceat(vals, starts)
+            if j + 1 == len(uniq):
+                return _top_k(cand, part, k)
+            scanned += int(df_sorted[j])
+            if len(cand) >= k:
+                theta = np.partition(part, len(part) - k)[len(part) - k]
+                if rest[j] < theta:
+                    break
+            if scanned + int(df_sorted[j + 1]) > budget:
+                return None  # not pruning early enough to pay for itself
+        else:  # pragma: no cover - loop always returns or breaks
+            return None
+        for jj in range(j + 1, len(uniq)):
+            t = uniq[jj]
+            s0, e0 = indptr[t], indptr[t + 1]
+            post = indices[s0:e0]
+            pos = np.searchsorted(post, cand)
+            pos_c = np.minimum(pos, len(post) - 1)
+            hit = post[pos_c] == cand
+            part[hit] += w[s0 + pos_c[hit]] * scale[jj]
+        return _top_k(cand, part, k)
 
     def _as_mask(self, candidates: np.ndarray | None) -> np.ndarray | None:
         if candidates is None:

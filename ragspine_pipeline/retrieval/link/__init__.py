@@ -1,5 +1,6 @@
 """Cited retrieval: NarrativeIndex, NarrativeIndexRetriever (exit #2), builders."""
 
+from .multi_index import MultiIndexRetriever
 from .narrative_link import (
     NarrativeIndex,
     NarrativeIndexRetriever,
@@ -8,5 +9,5 @@ from .narrative_link import (
     build_snippet,
 )
 
-__all__ = ["NarrativeIndex", "NarrativeIndexRetriever", "Postprocessor",
+__all__ = ["MultiIndexRetriever", "NarrativeIndex", "NarrativeIndexRetriever", "Postprocessor",
            "build_narrative_retriever", "build_snippet"]

@@ -1,0 +1,8 @@
+"""Dagster assets, checks, jobs, sensors and schedules (thin: they call the engine)."""
+
+from .ask import ask
+from .automation import daily_refresh, library_sensor, refresh_job
+from .library_assets import LIBRARY_ASSETS
+from .partitions import library_partitions
+
+__all__ = ["LIBRARY_ASSETS", "ask", "daily_refresh", "library_partitions", "library_sensor", "refresh_job"]

@@ -1,0 +1,57 @@
+"""Refresh job, the library sensor (new folders + changed files) and the daily schedule."""
+
+import hashlib
+import json
+import os
+
+import dagster as dg
+
+from resources import WarehouseResource
+
+from .library_assets import LIBRARY_ASSETS
+from .partitions import library_partitions
+
+refresh_job = dg.define_asset_job(
+    "refresh_library", selection=dg.AssetSelection.assets(*LIBRARY_ASSETS),
+    description="Re-ingest one library: parse, chunk (incremental), index, publish, catalog.",
+)
+
+
+def library_fingerprint(folder) -> str:
+    """Hash of every file's relative path, size and mtime: changes when any file does."""
+    h = hashlib.sha1()
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            h.update(f"{p.relative_to(folder)}\x1f{st.st_size}\x1f{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+@dg.sensor(job=refresh_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Registers a partition per new library folder and refreshes a library when its files change.")
+def library_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    known = set(context.instance.get_dynamic_partitions(library_partitions.name))
+    libs = warehouse.libraries_on_disk()
+    new = [lib for lib in libs if lib not in known]
+    runs, next_cursor = [], {}
+    for lib in libs:
+        fp = library_fingerprint(warehouse.corpus_path() / lib)
+        next_cursor[lib] = fp
+        if cursor.get(lib) != fp:
+            runs.append(dg.RunRequest(partition_key=lib, run_key=f"{lib}:{fp[:16]}",
+                                      tags={"ragspine/trigger": "new library" if lib in new else "files changed"}))
+    return dg.SensorResult(
+        run_requests=runs,
+        dynamic_partitions_requests=[library_partitions.build_add_request(new)] if new else [],
+        cursor=json.dumps(next_cursor, sort_keys=True),
+    )
+
+
+@dg.schedule(job=refresh_job, cron_schedule=os.environ.get("RAGSPINE_REFRESH_CRON", "0 3 * * *"),
+             execution_timezone=os.environ.get("RAGSPINE_REFRESH_TZ", "UTC"),
+             description="Daily refresh of every registered library (cron: RAGSPINE_REFRESH_CRON).")
+def daily_refresh(context: dg.ScheduleEvaluationContext):
+    stamp = context.scheduled_execution_time.strftime("%Y-%m-%dT%H:%M") if context.scheduled_execution_time else "now"
+    return [dg.RunRequest(partition_key=lib, run_key=f"daily:{stamp}:{lib}")
+            for lib in context.instance.get_dynamic_partitions(library_partitions.name)]

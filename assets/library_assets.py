@@ -1,0 +1,183 @@
+"""Library assets: raw_documents -> chunks -> lexical_index -> retrieval_snapshot -> catalog.
+
+Each asset is a thin call into ``ragspine_pipeline.warehouse.pipeline`` plus metadata and
+check results. Every table is an immutable Parquet version under
+``<warehouse>/<asset>/<library>/<version>/``, published by an atomic manifest swap.
+(No ``from __future__ import annotations`` here: Dagster reads the context annotation.)
+"""
+
+from collections import Counter
+from pathlib import Path
+
+import dagster as dg
+
+from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever
+from ragspine_pipeline.sensitivity import is_restricted
+from ragspine_pipeline.warehouse import pipeline as P
+from resources import WarehouseResource
+
+from .partitions import library_partitions
+from .quality import golden_eval, quality_floor
+
+OWNERS = ["team:ragspine"]
+TAGS = {"domain": "retrieval"}
+DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+
+# Bump a code_version when the step's logic changes: the UI marks downstream assets stale
+# and a backfill over every library partition rebuilds them.
+CODE = {"raw_documents": "1", "chunks": "1", "lexical_index": "1", "retrieval_snapshot": "1", "catalog": "1"}
+
+
+class ChunksConfig(dg.Config):
+    chunker: str = ""  # empty: RAGSPINE_CHUNKER, else paragraph:480:80. e.g. "paragraph:320:40"
+
+
+class LexicalConfig(dg.Config):
+    analyzer: str = ""  # empty: the default analyzer ("english")
+
+
+def _prune(wh_res: WarehouseResource, asset: str, library: str, protect: set[str] | None = None) -> list[str]:
+    return wh_res.tables().prune(asset, library, keep=wh_res.keep_versions, protect=protect)
+
+
+@dg.asset(
+    partitions_def=library_partitions, group_name="ingest", owners=OWNERS, tags=TAGS,
+    code_version=CODE["raw_documents"], kinds={"parquet", "python"},
+    description="Documents of one library folder (.md .txt .html .pdf) with metadata sidecars and "
+                "content hashes. Unreadable files become rows with parse_error, never silently dropped.",
+    check_specs=[dg.AssetCheckSpec("parse_failures_zero", asset="raw_documents",
+                                   description="Every file of the library parsed.")],
+)
+def raw_documents(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    lib = context.partition_key
+    res = P.build_raw_documents(warehouse.tables(), warehouse.corpus_path(), lib)
+    _prune(warehouse, P.RAW, lib)
+    md = res.metadata
+    return dg.MaterializeResult(
+        metadata={"documents": md["documents"], "parse_failures": md["parse_failures"],
+                  "restricted_documents": md["restricted_documents"], "version": md["version"],
+                  "previous_version": str(md["previous_version"]), "seconds": md["seconds"],
+                  "failed_files": dg.MetadataValue.json(md["failed_files"])},
+        check_results=[dg.AssetCheckResult(
+            check_name="parse_failures_zero", passed=md["parse_failures"] == 0,
+            metadata={"failures": md["parse_failures"], "files": dg.MetadataValue.json(md["failed_files"])})],
+    )
+
+
+@dg.asset(
+    partitions_def=library_partitions, group_name="index", owners=OWNERS, tags=TAGS,
+    code_version=CODE["chunks"], kinds={"parquet", "duckdb"}, deps=[raw_documents],
+    description="Versioned chunks (seed semantics): unchanged documents keep their version, changed "
+                "ones get version+1, removed ones are withdrawn. Chunker from run config / RAGSPINE_CHUNKER.",
+    check_specs=[
+        dg.AssetCheckSpec("chunk_text_is_source_substring", asset="chunks"),
+        dg.AssetCheckSpec("no_orphan_chunks", asset="chunks"),
+        dg.AssetCheckSpec("no_duplicate_active_chunk_ids", asset="chunks"),
+        dg.AssetCheckSpec("restricted_stays_restricted", asset="chunks"),
+    ],
+)
+def chunks(context: dg.AssetExecutionContext, config: ChunksConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    lib = context.partition_key
+    wh = warehouse.tables()
+    res = P.build_chunks(wh, lib, config.chunker or None)
+    md = res.metadata
+    docs, _errors = P.table_documents(wh.read(P.RAW, lib, "documents"))
+    by_id = {d.doc_id: d for d in docs}
+    active = P.active_chunks(wh, lib, res.published.version)
+    bad_span = [c.chunk_id for c in active if c.doc_id in by_id and by_id[c.doc_id].text[c.start:c.end] != c.text]
+    parse_failed = {r["doc_id"] for r in wh.read(P.RAW, lib, "documents").to_pylist() if r["parse_error"]}
+    orphans = [c.chunk_id for c in active if c.doc_id not in by_id and c.doc_id not in parse_failed]
+    ids = [c.chunk_id for c in active]
+    dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
+    leaked = [c.chunk_id for c in active if c.doc_id in by_id
+              and is_restricted(by_id[c.doc_id].metadata.get("sensitivity")) and not is_restricted(c.sensitivity)]
+    snap = wh.latest(P.SNAPSHOT, lib)
+    protect = {snap.manifest["metadata"]["chunks"]} if snap else set()
+    _prune(warehouse, P.CHUNKS, lib, protect)
+    return dg.MaterializeResult(
+        metadata={k: md[k] for k in ("new", "changed", "unchanged", "withdrawn", "rows_written",
+                                      "active_chunks", "rows_total", "version", "chunker", "reused", "seconds")}
+        | {"preview": dg.MetadataValue.md(md["preview_md"]),
+           "changed_docs": dg.MetadataValue.json({"new": md["new_docs"], "changed": md["changed_docs"],
+                                                  "withdrawn": md["withdrawn_docs"]})},
+        check_results=[
+            dg.AssetCheckResult(check_name="chunk_text_is_source_substring", passed=not bad_span,
+                                metadata={"violations": len(bad_span), "examples": dg.MetadataValue.json(bad_span[:5])}),
+            dg.AssetCheckResult(check_name="no_orphan_chunks", passed=not orphans,
+                                metadata={"orphans": len(orphans), "examples": dg.MetadataValue.json(orphans[:5])}),
+            dg.AssetCheckResult(check_name="no_duplicate_active_chunk_ids", passed=not dupes,
+                                metadata={"duplicates": len(dupes)}),
+            dg.AssetCheckResult(check_name="restricted_stays_restricted", passed=not leaked,
+                                metadata={"downgraded": len(leaked), "examples": dg.MetadataValue.json(leaked[:5])}),
+        ],
+    )
+
+
+@dg.asset(
+    partitions_def=library_partitions, group_name="index", owners=OWNERS, tags=TAGS,
+    code_version=CODE["lexical_index"], kinds={"parquet", "python"}, deps=[chunks],
+    description="Analyzed BM25 tokens of the active chunks (the read path builds postings from them "
+                "without re-tokenizing).",
+)
+def lexical_index(context: dg.AssetExecutionContext, config: LexicalConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    lib = context.partition_key
+    res = P.build_lexical_index(warehouse.tables(), lib, config.analyzer or None)
+    snap = warehouse.tables().latest(P.SNAPSHOT, lib)
+    _prune(warehouse, P.LEXICAL, lib, {snap.manifest["metadata"]["lexical_index"]} if snap else set())
+    return dg.MaterializeResult(metadata=res.metadata)
+
+
+@dg.asset(
+    partitions_def=library_partitions, group_name="serve", owners=OWNERS, tags=TAGS,
+    code_version=CODE["retrieval_snapshot"], kinds={"parquet", "python"}, deps=[lexical_index],
+    description="Publishes one consistent version id across the library's index tables; the read-only "
+                "RetrievalResource serves exactly what the latest snapshot names.",
+    check_specs=[
+        dg.AssetCheckSpec("golden_ndcg_above_floor", asset="retrieval_snapshot",
+                          description="nDCG@10 of the golden questions is not below the recorded floor."),
+        dg.AssetCheckSpec("restricted_never_served", asset="retrieval_snapshot"),
+    ],
+)
+def retrieval_snapshot(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    lib = context.partition_key
+    wh = warehouse.tables()
+    res = P.publish_snapshot(wh, lib)
+    _prune(warehouse, P.SNAPSHOT, lib)
+    retriever = NarrativeIndexRetriever(P.load_snapshot_index(wh, lib, glossary=DEMO / "glossary.json"))
+    quality = golden_eval(retriever, lib, DEMO / "golden_queries.json")
+    floor = quality_floor(DEMO / "quality_floor.json", lib)
+    ndcg = quality.get("ndcg@10")
+    passed = floor is None or ndcg is None or ndcg >= floor
+    # Ask for each restricted chunk by its own words: it must never come back.
+    restricted = [c for c in retriever.index.retriever.chunks if is_restricted(c.sensitivity)][:25]
+    leaks = [s["chunk_id"] for c in restricted for s in retriever.retrieve(c.text[:200], top_k=20)
+             if is_restricted(s["sensitivity"]) or s["chunk_id"] == c.chunk_id]
+    return dg.MaterializeResult(
+        metadata={**{k: str(v) for k, v in res.metadata.items()}, "golden": dg.MetadataValue.json(quality)},
+        check_results=[
+            dg.AssetCheckResult(check_name="golden_ndcg_above_floor", passed=passed,
+                                metadata={"ndcg@10": ndcg if ndcg is not None else -1.0,
+                                          "floor": floor if floor is not None else -1.0,
+                                          "queries": quality.get("queries", 0)}),
+            dg.AssetCheckResult(check_name="restricted_never_served", passed=not leaks,
+                                metadata={"leaks": len(leaks), "restricted_probed": len(restricted)}),
+        ],
+    )
+
+
+@dg.asset(
+    partitions_def=library_partitions, group_name="serve", owners=OWNERS, tags=TAGS,
+    code_version=CODE["catalog"], kinds={"duckdb"}, deps=[retrieval_snapshot],
+    description="DuckDB catalog (data/warehouse/catalog.duckdb): a view per published table of every "
+                "library, swapped in atomically, for notebooks: duckdb.connect(path, read_only=True).",
+)
+def catalog(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    wh = warehouse.tables()
+    root = wh.root / P.SNAPSHOT
+    libs = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    out = P.build_catalog(wh, libs, warehouse.catalog_path())
+    return dg.MaterializeResult(metadata={"path": out["path"], "views": dg.MetadataValue.json(out["views"]),
+                                          "libraries": len(libs)})
+
+
+LIBRARY_ASSETS = [raw_documents, chunks, lexical_index, retrieval_snapshot, catalog]

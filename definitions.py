@@ -1,0 +1,83 @@
+"""The RAGSpine code location: one Definitions object (``dagster dev`` from the repo root).
+
+Also runnable: ``python definitions.py`` materializes every asset for every library of
+the demo corpus in-process and answers the sample questions (``ragspine demo`` calls it).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import dagster as dg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from assets import (  # noqa: E402
+    LIBRARY_ASSETS,
+    ask,
+    daily_refresh,
+    library_partitions,
+    library_sensor,
+    refresh_job,
+)
+from resources import RetrievalResource, WarehouseResource  # noqa: E402
+
+defs = dg.Definitions(
+    assets=LIBRARY_ASSETS,
+    jobs=[refresh_job, ask],
+    sensors=[library_sensor],
+    schedules=[daily_refresh],
+    resources={"warehouse": WarehouseResource(), "retrieval": RetrievalResource()},
+    executor=dg.in_process_executor,
+)
+
+
+def materialize_library(library: str, instance: dg.DagsterInstance, warehouse: WarehouseResource | None = None,
+                        run_config: dict | None = None) -> dg.ExecuteInProcessResult:
+    """Materialize every asset of one library partition in-process (registers the partition)."""
+    if library not in instance.get_dynamic_partitions(library_partitions.name):
+        instance.add_dynamic_partitions(library_partitions.name, [library])
+    return dg.materialize(LIBRARY_ASSETS, partition_key=library, instance=instance,
+                          resources={"warehouse": warehouse or WarehouseResource()}, run_config=run_config,
+                          raise_on_error=True)
+
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def run_demo(questions: int = 4, top_k: int = 3) -> int:
+    from ragspine_pipeline.cli import format_snippet
+    from ragspine_pipeline.corpus import load_golden
+
+    warehouse = WarehouseResource()
+    instance = dg.DagsterInstance.get() if _has_home() else dg.DagsterInstance.ephemeral()
+    for lib in warehouse.libraries_on_disk():
+        result = materialize_library(lib, instance, warehouse, QUIET)
+        mats = {e.asset_key.to_user_string(): e.step_materialization_data.materialization.metadata
+                for e in result.get_asset_materialization_events()}
+        ch = mats["chunks"]
+        checks = result.get_asset_check_evaluations()
+        failed = [c.check_name for c in checks if not c.passed]
+        golden = mats["retrieval_snapshot"]["golden"].value
+        print(f"  {lib}: golden questions nDCG@10={golden.get('ndcg@10', 'n/a')} over {golden.get('queries', 0)}")
+        print(f"  {lib}: {ch['new'].value} new, {ch['changed'].value} changed, {ch['unchanged'].value} unchanged, "
+              f"{ch['withdrawn'].value} withdrawn; chunks {ch['version'].value}; "
+              f"{len(checks) - len(failed)}/{len(checks)} checks passed" + (f" (FAILED: {failed})" if failed else ""))
+    retrieval = RetrievalResource()
+    print(f"catalog: {warehouse.catalog_path()}  (duckdb.connect(path, read_only=True))")
+    for g in load_golden()[:questions]:
+        flt = g.get("filters")
+        print(f"\nQ: {g['query']}" + (f"   filters={json.dumps(flt, ensure_ascii=False)}" if flt else ""))
+        for s in retrieval.ask(g["query"], filters=flt, top_k=top_k):
+            print(format_snippet(s))
+    return 0
+
+
+def _has_home() -> bool:
+    import os
+
+    return bool(os.environ.get("DAGSTER_HOME"))
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_demo())

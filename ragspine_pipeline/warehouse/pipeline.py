@@ -1,0 +1,289 @@
+"""The per-library pipeline steps the Dagster assets call (no Dagster here).
+
+raw_documents -> chunks -> lexical_index -> retrieval_snapshot -> catalog, each step a
+function from published tables to a new immutable version:
+
+* ``build_raw_documents`` parses a library folder; unreadable files become rows with a
+  ``parse_error`` (reported, never dropped, never fatal for the library).
+* ``build_chunks`` loads the previous published chunk tables into an in-memory
+  ChunkStore, re-chunks only documents whose source hash or chunker changed, withdraws
+  removed documents (a document that failed to parse keeps its last good version), and
+  writes every row with its version history.
+* ``build_lexical_index`` stores the analyzed tokens of the active chunks, so the read
+  path builds its BM25 postings without re-tokenizing.
+* ``publish_snapshot`` names one consistent set of versions per library; readers resolve
+  everything through it, so a refresh is seen whole or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from ..corpus import Document, DocumentError, ingest_documents, make_chunker
+from ..retrieval.chunking.chunk_store import ChunkStore
+from ..retrieval.chunking.chunking import Chunk
+from ..retrieval.lexical.analyzer import make_analyzer
+from ..retrieval.lexical.glossary import GlossaryQueryRewriter
+from ..retrieval.link.narrative_link import NarrativeIndex
+from ..sensitivity import is_restricted
+from .parsers import SUFFIXES, ParseError, parse_file
+from .versioned import Published, VersionedTables, WarehouseError, write_json_atomic
+
+RAW, CHUNKS, LEXICAL, SNAPSHOT = "raw_documents", "chunks", "lexical_index", "retrieval_snapshot"
+
+
+def library_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES
+                  and not p.name.startswith("."))
+
+
+def _title_from_text(text: str, fallback: str) -> str:
+    for line in text.splitlines():
+        s = line.strip()
+        if s:
+            return s.lstrip("#").strip()[:200] or fallback
+    return fallback
+
+
+def parse_library(folder: str | os.PathLike[str], library: str | None = None
+                  ) -> tuple[list[Document], list[DocumentError]]:
+    """Every supported file of the folder as a Document, plus the files that failed."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise WarehouseError(f"library folder not found: {root}")
+    lib = library or root.name
+    docs, errors = [], []
+    for path in library_files(root):
+        try:
+            text = parse_file(path)
+            meta: dict[str, Any] = {}
+            sidecar = path.with_name(path.stem + ".meta.json")
+            if sidecar.exists():
+                try:
+                    meta = json.loads(sidecar.read_text(encoding="utf-8"))
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    raise ParseError(f"invalid metadata sidecar {sidecar.name}: {exc}") from None
+                if not isinstance(meta, dict):
+                    raise ParseError(f"metadata sidecar {sidecar.name} is not a JSON object")
+            title = str(meta.pop("title", "") or _title_from_text(text, path.stem))
+            docs.append(Document(f"{lib}/{path.stem}", title, text, meta, str(path)))
+        except ParseError as exc:
+            errors.append(DocumentError(str(path), str(exc)))
+    return docs, errors
+
+
+def documents_table(docs: list[Document], errors: list[DocumentError], library: str) -> pa.Table:
+    rows = {"doc_id": [], "title": [], "text": [], "metadata": [], "sensitivity": [], "source_path": [],
+            "content_hash": [], "parse_error": []}
+    for d in docs:
+        rows["doc_id"].append(d.doc_id)
+        rows["title"].append(d.title)
+        rows["text"].append(d.text)
+        rows["metadata"].append(json.dumps(d.metadata, ensure_ascii=False, sort_keys=True))
+        rows["sensitivity"].append(str(d.metadata.get("sensitivity") or "INTERNAL"))
+        rows["source_path"].append(d.source_path)
+        rows["content_hash"].append(d.content_hash)
+        rows["parse_error"].append(None)
+    for e in errors:
+        rows["doc_id"].append(f"{library}/{Path(e.path).stem}")
+        rows["title"].append("")
+        rows["text"].append(None)
+        rows["metadata"].append("{}")
+        rows["sensitivity"].append(None)
+        rows["source_path"].append(e.path)
+        rows["content_hash"].append(None)
+        rows["parse_error"].append(e.error)
+    return pa.table({k: pa.array(v, pa.string()) for k, v in rows.items()})
+
+
+def table_documents(t: pa.Table) -> tuple[list[Document], list[DocumentError]]:
+    docs, errors = [], []
+    for r in t.to_pylist():
+        if r["parse_error"]:
+            errors.append(DocumentError(r["source_path"], r["parse_error"]))
+        else:
+            docs.append(Document(r["doc_id"], r["title"], r["text"], json.loads(r["metadata"]), r["source_path"]))
+    return docs, errors
+
+
+@dataclass
+class StepResult:
+    published: Published
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str) -> StepResult:
+    t0 = time.perf_counter()
+    docs, errors = parse_library(corpus_root / library, library)
+    table = documents_table(docs, errors, library)
+    fingerprint = hashlib.sha256(json.dumps(
+        [table.column("doc_id").to_pylist(), table.column("content_hash").to_pylist(),
+         table.column("parse_error").to_pylist()]).encode()).hexdigest()
+    prev = wh.latest(RAW, library)
+    if prev is not None and prev.manifest["metadata"].get("fingerprint") == fingerprint:
+        pub = prev  # nothing changed on disk: keep the published version
+    else:
+        pub = wh.write(RAW, library, {"documents": table},
+                       {"documents": len(docs), "parse_failures": len(errors), "fingerprint": fingerprint})
+    md = {"documents": len(docs), "parse_failures": len(errors),
+          "failed_files": [f"{Path(e.path).name}: {e.error}" for e in errors],
+          "restricted_documents": sum(is_restricted(d.metadata.get("sensitivity")) for d in docs),
+          "previous_version": prev.version if prev else None, "version": pub.version,
+          "reused": prev is not None and pub.version == prev.version,
+          "seconds": round(time.perf_counter() - t0, 3)}
+    return StepResult(pub, md)
+
+
+def _store_from(wh: VersionedTables, library: str) -> ChunkStore:
+    store = ChunkStore(":memory:")
+    prev = wh.latest(CHUNKS, library)
+    if prev is not None:
+        store.import_arrow(wh.read(CHUNKS, library, "chunks"), wh.read(CHUNKS, library, "doc_versions"))
+    return store
+
+
+def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = None,
+                 raw_version: str | None = None) -> StepResult:
+    t0 = time.perf_counter()
+    chunker = make_chunker(chunker_spec)
+    docs, errors = table_documents(wh.read(RAW, library, "documents", raw_version))
+    prev = wh.latest(CHUNKS, library)
+    with _store_from(wh, library) as store:
+        report = ingest_documents(store, docs, scope_prefix=f"{library}/", chunker=chunker, errors=errors)
+        active = [c for c in store.iter_chunks()]
+        unchanged = not (report.new or report.changed or report.withdrawn)
+        if prev is not None and unchanged and prev.manifest["metadata"].get("chunker") == chunker.key:
+            pub = prev  # every document kept its version: keep the published table
+            tables = {"chunks": wh.read(CHUNKS, library, "chunks")}
+        else:
+            tables = store.export_arrow()
+            pub = wh.write(CHUNKS, library, tables, {"chunker": chunker.key, **report.summary()})
+    preview = "\n".join(
+        f"| {c.chunk_id} | v{c.version} | {c.sensitivity} | {' '.join(c.text.split())[:60]} |" for c in active[:5])
+    md = {**report.summary(), "chunker": chunker.key, "active_chunks": len(active),
+          "rows_total": tables["chunks"].num_rows, "version": pub.version,
+          "reused": prev is not None and pub.version == prev.version,
+          "new_docs": report.new[:20], "changed_docs": report.changed[:20], "withdrawn_docs": report.withdrawn[:20],
+          "preview_md": "| chunk_id | version | sensitivity | text |\n|---|---|---|---|\n" + preview,
+          "seconds": round(time.perf_counter() - t0, 3)}
+    return StepResult(pub, md)
+
+
+def active_chunks(wh: VersionedTables, library: str, version: str | None = None) -> list[Chunk]:
+    chunks = wh.read(CHUNKS, library, "chunks", version)
+    dv = wh.read(CHUNKS, library, "doc_versions", version)
+    with ChunkStore(":memory:") as store:
+        store.import_arrow(chunks, dv)
+        return list(store.iter_chunks())
+
+
+def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None = None,
+                        chunks_version: str | None = None) -> StepResult:
+    t0 = time.perf_counter()
+    pub_chunks = wh.get(CHUNKS, library, chunks_version) if chunks_version else wh.latest(CHUNKS, library)
+    if pub_chunks is None:
+        raise WarehouseError(f"no chunks published for {library}")
+    an = make_analyzer(analyzer)
+    prev = wh.latest(LEXICAL, library)
+    if prev is not None and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version \
+            and prev.manifest["metadata"].get("analyzer") == an.name:
+        return StepResult(prev, {"analyzer": an.name, "chunks_version": pub_chunks.version, "version": prev.version,
+                                 "reused": True, "seconds": round(time.perf_counter() - t0, 3)})
+    chunks = sorted(active_chunks(wh, library, pub_chunks.version), key=lambda c: c.chunk_id)
+    tokens = [an(c.text) for c in chunks]
+    table = pa.table({"chunk_id": pa.array([c.chunk_id for c in chunks], pa.string()),
+                      "tokens": pa.array(tokens, pa.list_(pa.string()))})
+    pub = wh.write(LEXICAL, library, {"tokens": table},
+                   {"analyzer": an.name, "chunks_version": pub_chunks.version})
+    return StepResult(pub, {"analyzer": an.name, "chunks_indexed": len(chunks), "chunks_version": pub_chunks.version,
+                            "tokens": int(sum(len(t) for t in tokens)), "version": pub.version,
+                            "reused": False, "seconds": round(time.perf_counter() - t0, 3)})
+
+
+def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
+    """One consistent version id across the library's index tables."""
+    lex = wh.latest(LEXICAL, library)
+    if lex is None:
+        raise WarehouseError(f"no lexical index published for {library}")
+    chunks_version = lex.manifest["metadata"]["chunks_version"]
+    raw = wh.latest(RAW, library)
+    payload = {"library": library, "chunks": chunks_version, "lexical_index": lex.version,
+               "raw_documents": raw.version if raw else None, "analyzer": lex.manifest["metadata"]["analyzer"]}
+    snap_id = hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+    prev = wh.latest(SNAPSHOT, library)
+    if prev is not None and prev.manifest["metadata"].get("snapshot_id") == snap_id:
+        return StepResult(prev, {**payload, "snapshot_id": snap_id, "version": prev.version, "reused": True})
+    pub = wh.write(SNAPSHOT, library, {"snapshot": pa.table({k: [str(v)] for k, v in payload.items()})},
+                   {**payload, "snapshot_id": snap_id})
+    return StepResult(pub, {**payload, "snapshot_id": snap_id, "version": pub.version, "reused": False})
+
+
+def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os.PathLike[str] | None = None,
+                        embedding_backend=None) -> NarrativeIndex:
+    """NarrativeIndex over exactly the versions the library's published snapshot names."""
+    snap = wh.latest(SNAPSHOT, library)
+    if snap is None:
+        raise WarehouseError(f"no retrieval snapshot published for {library}")
+    meta = snap.manifest["metadata"]
+    chunks = sorted(active_chunks(wh, library, meta["chunks"]), key=lambda c: c.chunk_id)
+    tok = wh.read(LEXICAL, library, "tokens", meta["lexical_index"])
+    ids = tok.column("chunk_id").to_pylist()
+    if ids != [c.chunk_id for c in chunks]:
+        raise WarehouseError(f"snapshot {snap.version} of {library}: lexical index does not match its chunks")
+    rewriter = GlossaryQueryRewriter.from_file(glossary) if glossary and Path(glossary).exists() else None
+    return NarrativeIndex.from_chunks(chunks, analyzer=meta["analyzer"], rewriter=rewriter,
+                                      embedding_backend=embedding_backend,
+                                      docs_tokens=tok.column("tokens").to_pylist(),
+                                      library_id=library, version=meta["snapshot_id"])
+
+
+def build_catalog(wh: VersionedTables, libraries: list[str], path: Path) -> dict[str, Any]:
+    """A DuckDB file with one view per published table, swapped in atomically.
+
+    Views point at the immutable Parquet files of each library's snapshot, so a notebook
+    holding the catalog read-only keeps a consistent picture while refreshes publish.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    con = duckdb.connect(str(tmp))
+    views = []
+    try:
+        for lib in libraries:
+            snap = wh.latest(SNAPSHOT, lib)
+            if snap is None:
+                continue
+            meta = snap.manifest["metadata"]
+            safe = "".join(ch if ch.isalnum() else "_" for ch in lib)
+            sources = {
+                "documents": wh.get(RAW, lib, meta["raw_documents"]).table_path("documents") if meta.get("raw_documents") and meta["raw_documents"] != "None" else None,
+                "chunks": wh.get(CHUNKS, lib, meta["chunks"]).table_path("chunks"),
+                "doc_versions": wh.get(CHUNKS, lib, meta["chunks"]).table_path("doc_versions"),
+                "lexical_tokens": wh.get(LEXICAL, lib, meta["lexical_index"]).table_path("tokens"),
+            }
+            for name, src in sources.items():
+                if src is None:
+                    continue
+                view = f"{name}_{safe}"
+                con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet('{src.resolve().as_posix()}')")
+                views.append(view)
+        con.execute("CREATE TABLE snapshots AS SELECT * FROM (VALUES " + ", ".join(
+            f"('{lib}', '{wh.latest(SNAPSHOT, lib).manifest['metadata']['snapshot_id']}')"
+            for lib in libraries if wh.latest(SNAPSHOT, lib)) + ") t(library, snapshot_id)"
+            if any(wh.latest(SNAPSHOT, lib) for lib in libraries) else
+            "CREATE TABLE snapshots (library VARCHAR, snapshot_id VARCHAR)")
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    os.replace(tmp, path)
+    write_json_atomic(path.with_suffix(".json"), {"views": views, "libraries": libraries})
+    return {"views": views, "path": str(path)}

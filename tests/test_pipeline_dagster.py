@@ -1,0 +1,199 @@
+"""The Dagster code location over a copy of the demo corpus (dagster.materialize, in-process)."""
+
+import json
+import multiprocessing as mp
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+dg = pytest.importorskip("dagster")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import definitions  # noqa: E402
+from assets import library_sensor  # noqa: E402
+from ragspine_pipeline.warehouse import pipeline as P  # noqa: E402
+from ragspine_pipeline.warehouse.versioned import FAIL_ENV, VersionedTables  # noqa: E402
+from resources import RetrievalResource, WarehouseResource  # noqa: E402
+
+LIB = "acme_reports"
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(ROOT / "data" / "demo" / LIB, corpus / LIB)
+    wh_root = tmp_path / "warehouse"
+    monkeypatch.setenv("RAGSPINE_WAREHOUSE", str(wh_root))
+    monkeypatch.setenv("RAGSPINE_CORPUS_ROOT", str(corpus))
+    warehouse = WarehouseResource(root=str(wh_root), corpus_root=str(corpus))
+    return {"corpus": corpus, "wh": VersionedTables(wh_root), "warehouse": warehouse,
+            "instance": dg.DagsterInstance.ephemeral(), "root": wh_root}
+
+
+def run(env, run_config=None):
+    return definitions.materialize_library(LIB, env["instance"], env["warehouse"], run_config)
+
+
+def mat_md(result, key):
+    (ev,) = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == key]
+    return {k: v.value for k, v in ev.step_materialization_data.materialization.metadata.items()}
+
+
+def test_definitions_load_and_every_asset_is_described():
+    defs = definitions.defs
+    repo = defs.get_repository_def()
+    keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
+    assert keys == {"raw_documents", "chunks", "lexical_index", "retrieval_snapshot", "catalog"}
+    for key in repo.asset_graph.get_all_asset_keys():
+        node = repo.asset_graph.get(key)
+        assert node.description and node.group_name and node.owners and node.code_version
+        assert node.kinds
+    assert {j.name for j in repo.get_all_jobs()} >= {"refresh_library", "ask"}
+
+
+def test_full_then_incremental_refresh(env):
+    first = run(env)
+    assert first.success
+    checks = first.get_asset_check_evaluations()
+    assert checks and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
+    md = mat_md(first, "chunks")
+    assert md["new"] == 26 and md["changed"] == 0 and md["version"] == "v000001"
+    before = {c.doc_id: c.version for c in P.active_chunks(env["wh"], LIB)}
+
+    # A refresh with nothing changed publishes nothing new.
+    snap = env["wh"].latest(P.SNAPSHOT, LIB).version
+    again = run(env)
+    assert mat_md(again, "chunks")["reused"] is True and mat_md(again, "chunks")["version"] == "v000001"
+    assert env["wh"].latest(P.SNAPSHOT, LIB).version == snap
+    assert env["wh"].versions(P.RAW, LIB) == ["v000001"]
+
+    # Edit one, add one, delete one.
+    lib = env["corpus"] / LIB
+    p = lib / "pr_us_datacenter.md"
+    p.write_text(p.read_text(encoding="utf-8") + "\n\nUpdate: orders doubled in Q4.\n", encoding="utf-8")
+    (lib / "pr_new_item.md").write_text("# New item\n\nACME opened a lab in Osaka.\n", encoding="utf-8")
+    (lib / "pr_eu_lyon.md").unlink()
+    (lib / "pr_eu_lyon.meta.json").unlink()
+    second = run(env)
+    md2 = mat_md(second, "chunks")
+    assert (md2["new"], md2["changed"], md2["withdrawn"], md2["unchanged"]) == (1, 1, 1, 24)
+    after = {c.doc_id: c.version for c in P.active_chunks(env["wh"], LIB)}
+    assert after[f"{LIB}/pr_us_datacenter"] == before[f"{LIB}/pr_us_datacenter"] + 1
+    assert after[f"{LIB}/pr_new_item"] == 1 and f"{LIB}/pr_eu_lyon" not in after
+    for doc, v in before.items():
+        if doc not in (f"{LIB}/pr_us_datacenter", f"{LIB}/pr_eu_lyon"):
+            assert after[doc] == v  # untouched documents keep their version
+    # The old version is still readable for point-in-time queries.
+    old = P.active_chunks(env["wh"], LIB, "v000001")
+    assert f"{LIB}/pr_eu_lyon" in {c.doc_id for c in old}
+
+    # The catalog exposes the published tables to a read-only notebook connection.
+    con = duckdb.connect(str(env["root"] / "catalog.duckdb"), read_only=True)
+    n = con.execute(f"SELECT count(*) FROM chunks_{LIB} WHERE active").fetchone()[0]
+    versions = con.execute(f"SELECT max(version) FROM chunks_{LIB} WHERE doc_id = ?",
+                           [f"{LIB}/pr_us_datacenter"]).fetchone()[0]
+    con.close()
+    assert n == len(P.active_chunks(env["wh"], LIB)) and versions == 2
+
+
+def test_crash_before_publish_keeps_previous_snapshot_serving(env, monkeypatch):
+    assert run(env).success
+    retrieval = RetrievalResource(warehouse_root=str(env["root"]))
+    before = retrieval.ask("why close the Lyon plant", top_k=3)
+    snap = env["wh"].latest(P.SNAPSHOT, LIB).version
+    (env["corpus"] / LIB / "pr_eu_lyon.md").write_text("# Lyon\n\nCompletely rewritten text.\n", encoding="utf-8")
+    monkeypatch.setenv(FAIL_ENV, "chunks")
+    with pytest.raises(Exception, match="injected failure"):
+        run(env)
+    monkeypatch.delenv(FAIL_ENV)
+    assert env["wh"].latest(P.SNAPSHOT, LIB).version == snap
+    assert env["wh"].latest(P.CHUNKS, LIB).version == "v000001"  # written v2 exists, unpublished
+    assert "v000002" in env["wh"].versions(P.CHUNKS, LIB)
+    assert retrieval.ask("why close the Lyon plant", top_k=3) == before
+    # The next refresh recovers and publishes the change.
+    assert run(env).success
+    assert retrieval.ask("Completely rewritten", top_k=1)[0]["doc_id"] == f"{LIB}/pr_eu_lyon"
+
+
+def _reader(root: str, lib: str, stop_at: float, out):
+    """Another process: query the catalog read-only and check each snapshot is whole."""
+    seen, errors = set(), []
+    while time.time() < stop_at:
+        try:
+            con = duckdb.connect(str(Path(root) / "catalog.duckdb"), read_only=True)
+            rows = con.execute(f"SELECT count(*), count(DISTINCT doc_id) FROM chunks_{lib} WHERE active").fetchone()
+            sid = con.execute("SELECT snapshot_id FROM snapshots WHERE library = ?", [lib]).fetchone()[0]
+            con.close()
+            seen.add((sid, rows))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(repr(exc))
+        time.sleep(0.02)
+    out.put({"seen": sorted(map(str, seen)), "errors": errors})
+
+
+def test_reader_in_another_process_during_refresh(env):
+    assert run(env).success
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_reader, args=(str(env["root"]), LIB, time.time() + 12, q))
+    proc.start()
+    time.sleep(1.5)
+    for i in range(3):
+        p = env["corpus"] / LIB / f"extra_{i}.md"
+        p.write_text(f"# Extra {i}\n\nAdded during a refresh {i}.\n", encoding="utf-8")
+        assert run(env).success
+    res = q.get(timeout=30)
+    proc.join(timeout=30)
+    assert res["errors"] == []
+    assert len(res["seen"]) >= 2  # saw the old and a new snapshot, each self-consistent
+
+
+def test_sensor_registers_new_library_and_detects_changes(env):
+    instance = env["instance"]
+    ctx = dg.build_sensor_context(instance=instance, resources={"warehouse": env["warehouse"]})
+    res = library_sensor(ctx)
+    assert [r.partition_key for r in res.run_requests] == [LIB]
+    assert res.dynamic_partitions_requests[0].partition_keys == [LIB]
+    instance.add_dynamic_partitions("library", [LIB])
+    ctx2 = dg.build_sensor_context(instance=instance, cursor=res.cursor, resources={"warehouse": env["warehouse"]})
+    assert library_sensor(ctx2).run_requests == []
+    time.sleep(0.01)
+    (env["corpus"] / LIB / "new.md").write_text("# new\n\ntext\n", encoding="utf-8")
+    ctx3 = dg.build_sensor_context(instance=instance, cursor=res.cursor, resources={"warehouse": env["warehouse"]})
+    assert [r.partition_key for r in library_sensor(ctx3).run_requests] == [LIB]
+
+
+def test_ask_job_returns_snippets_as_metadata(env):
+    assert run(env).success
+    result = definitions.defs.get_job_def("ask").execute_in_process(
+        run_config={"ops": {"ask_question": {"config": {"query": "为什么营收下滑", "filters": json.dumps({"entity": "ACME_CN"}),
+                                                         "top_k": 3}}}},
+        resources={"retrieval": RetrievalResource(warehouse_root=str(env["root"]))},
+    )
+    assert result.success
+    snippets = result.output_for_node("ask_question")
+    assert len(snippets) == 3 and all(s["entity"] == "ACME_CN" for s in snippets)
+
+
+def test_unreadable_file_is_reported_and_keeps_last_good_version(env):
+    assert run(env).success
+    (env["corpus"] / LIB / "ir_cn_qa.md").write_bytes(b"\xff\xfe broken \xc3\x28")
+    res = run(env)
+    md = mat_md(res, "raw_documents")
+    assert md["parse_failures"] == 1
+    (failed,) = [c for c in res.get_asset_check_evaluations() if c.check_name == "parse_failures_zero"]
+    assert not failed.passed
+    assert f"{LIB}/ir_cn_qa" in {c.doc_id for c in P.active_chunks(env["wh"], LIB)}
+
+
+def test_rechunk_with_new_chunker_rechunks_everything(env):
+    assert run(env).success
+    res = run(env, {"ops": {"chunks": {"config": {"chunker": "paragraph:200:40"}}}})
+    md = mat_md(res, "chunks")
+    assert md["unchanged"] + md["changed"] == 26 and md["changed"] > 0 and md["chunker"] == "paragraph:200:40"

@@ -74,10 +74,23 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
     from .retrieval.lexical.glossary import GlossaryQueryRewriter
 
     backend, channels = resolve_retrieval(mode, embedding)
+    gl = glossary if glossary is not None else DEMO_ROOT / "glossary.json"
+    snapshots = warehouse / "retrieval_snapshot"
+    if snapshots.is_dir() and analyzer is None:
+        # Serve what the pipeline published (read-only, one consistent snapshot per library).
+        from .retrieval.link.multi_index import MultiIndexRetriever
+        from .warehouse.pipeline import SNAPSHOT, load_snapshot_index
+        from .warehouse.versioned import VersionedTables
+
+        wh = VersionedTables(warehouse)
+        libs = [p.name for p in sorted(snapshots.iterdir()) if p.is_dir() and wh.latest(SNAPSHOT, p.name)]
+        if libs:
+            rets = {lib: NarrativeIndexRetriever(load_snapshot_index(wh, lib, glossary=gl, embedding_backend=backend))
+                    for lib in libs}
+            return rets[libs[0]] if len(libs) == 1 else MultiIndexRetriever(rets)  # type: ignore[return-value]
     path = _store_path(warehouse)
     with ChunkStore(path, read_only=True) as store:
         chunks = list(store.iter_chunks())
-    gl = glossary if glossary is not None else DEMO_ROOT / "glossary.json"
     rewriter = GlossaryQueryRewriter.from_file(gl) if gl and Path(gl).exists() else None
     index = NarrativeIndex.from_chunks(chunks, analyzer=analyzer, embedding_backend=backend,
                                        rewriter=rewriter, channels=channels)
@@ -99,7 +112,31 @@ def format_snippet(s: dict[str, Any], width: int = 220) -> str:
             f"    {text}")
 
 
+def _dagster_demo() -> int | None:
+    """Run the Dagster materialization of the demo (definitions.py at the repo root).
+
+    Loaded by file path on purpose: the engine package never imports Dagster itself; the
+    code location does. Returns None when Dagster or the code location is not there.
+    """
+    import importlib.util
+
+    defs_path = DEMO_ROOT.parents[1] / "definitions.py"
+    if importlib.util.find_spec("dagster") is None or not defs_path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("ragspine_definitions", defs_path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return int(module.run_demo())
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
+    if not args.engine_only and args.mode is None and args.embedding is None:
+        print("RAGSpine demo: materializing every asset of every demo library in-process (Dagster)")
+        rc = _dagster_demo()
+        if rc is not None:
+            return rc
+        print("(Dagster is not installed: install the [pipeline] extra for the asset pipeline; "
+              "running the engine-only demo)")
     warehouse = Path(args.warehouse)
     print(f"RAGSpine demo: ingesting {DEMO_ROOT} into {_store_path(warehouse)}")
     build_demo_store(warehouse)
@@ -118,7 +155,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_query(args: argparse.Namespace) -> int:
     warehouse = Path(args.warehouse)
-    if not _store_path(warehouse).exists():
+    if not _store_path(warehouse).exists() and not (warehouse / "retrieval_snapshot").is_dir():
         print(f"(no warehouse at {warehouse}; ingesting the demo corpus first)", file=sys.stderr)
         build_demo_store(warehouse, quiet=True)
     filters = parse_filter_args(args.filter)
@@ -169,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="ingest the demo corpus and answer sample questions")
     common(d)
     d.add_argument("--questions", type=int, default=4)
+    d.add_argument("--engine-only", action="store_true",
+                   help="ingest into the DuckDB chunk store without Dagster (no warehouse assets)")
     d.add_argument("--top-k", type=int, default=3)
     d.set_defaults(func=cmd_demo)
 
@@ -200,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (FilterError, RetrievalModeError, ValueError, FileNotFoundError) as exc:
+    except (FilterError, RetrievalModeError, ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"ragspine: error: {exc}", file=sys.stderr)
         return 2
 

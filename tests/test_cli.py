@@ -33,10 +33,10 @@ def test_query_text_output_and_bad_filter(tmp_path, capsys):
 
 
 def test_demo_is_incremental(tmp_path, capsys):
-    assert main(["demo", "--warehouse", str(tmp_path), "--questions", "1"]) == 0
+    assert main(["demo", "--engine-only", "--warehouse", str(tmp_path), "--questions", "1"]) == 0
     first = capsys.readouterr().out
     assert "26 new" in first and "Q: 为什么营收下滑" in first
-    assert main(["demo", "--warehouse", str(tmp_path), "--questions", "1"]) == 0
+    assert main(["demo", "--engine-only", "--warehouse", str(tmp_path), "--questions", "1"]) == 0
     assert "26 unchanged" in capsys.readouterr().out
 
 
@@ -53,3 +53,13 @@ def test_eval_json_on_shared_set():
     res = json.loads(p.stdout)
     assert {"ndcg@10", "recall@100", "mrr@10", "mode", "dataset", "counts", "timings_s"} <= res.keys()
     assert res["ndcg@10"] > 0.95 and res["counts"]["queries"] == 200
+
+
+def test_engine_never_imports_dagster():
+    """The engine package is usable with no Dagster: no module of it imports dagster."""
+    import re
+
+    pkg = Path(__file__).resolve().parents[1] / "ragspine_pipeline"
+    offenders = [str(p) for p in pkg.rglob("*.py")
+                 if re.search(r"^\s*(import dagster|from dagster)", p.read_text(encoding="utf-8"), re.M)]
+    assert offenders == []

@@ -85,3 +85,18 @@ def test_openai_embeddings_backend(server, monkeypatch):
     # Re-ordered by index and L2-normalized.
     assert vecs[0][0] < vecs[1][0]
     assert all(abs(sum(x * x for x in v) - 1) < 1e-9 for v in vecs)
+
+
+def test_make_reranker_llm_against_local_server(server, monkeypatch):
+    from ragspine_pipeline.retrieval.rerank import RerankerUnavailable, make_reranker
+
+    assert make_reranker(None) is None and make_reranker("none") is None
+    monkeypatch.setenv("RAGSPINE_LLM_BASE_URL", server)
+    rr = make_reranker("llm")
+    cands = [{"chunk_id": "a", "text": "A", "sensitivity": "PUBLIC"},
+             {"chunk_id": "b", "text": "B", "sensitivity": "PUBLIC"}]
+    assert [c["chunk_id"] for c in rr.rerank("q", cands)] == ["b", "a"]
+    with pytest.raises(RerankerUnavailable, match="model weights"):
+        make_reranker("colbert")
+    with pytest.raises(ValueError):
+        make_reranker("magic")

@@ -199,14 +199,21 @@ def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None 
         return StepResult(prev, {"analyzer": an.name, "chunks_version": pub_chunks.version, "version": prev.version,
                                  "reused": True, "seconds": round(time.perf_counter() - t0, 3)})
     chunks = sorted(active_chunks(wh, library, pub_chunks.version), key=lambda c: c.chunk_id)
-    tokens = [an(c.text) for c in chunks]
+    # Chunk ids are content-addressed (doc, offsets, text): a chunk id seen by the previous
+    # index with the same analyzer has the same tokens, so only new chunks are analyzed.
+    cached: dict[str, list[str]] = {}
+    if prev is not None and prev.manifest["metadata"].get("analyzer") == an.name:
+        old = wh.read(LEXICAL, library, "tokens", prev.version)
+        cached = dict(zip(old.column("chunk_id").to_pylist(), old.column("tokens").to_pylist(), strict=True))
+    tokens = [cached[c.chunk_id] if c.chunk_id in cached else an(c.text) for c in chunks]
+    reanalyzed = sum(c.chunk_id not in cached for c in chunks)
     table = pa.table({"chunk_id": pa.array([c.chunk_id for c in chunks], pa.string()),
                       "tokens": pa.array(tokens, pa.list_(pa.string()))})
     pub = wh.write(LEXICAL, library, {"tokens": table},
                    {"analyzer": an.name, "chunks_version": pub_chunks.version})
     return StepResult(pub, {"analyzer": an.name, "chunks_indexed": len(chunks), "chunks_version": pub_chunks.version,
                             "tokens": int(sum(len(t) for t in tokens)), "version": pub.version,
-                            "reused": False, "seconds": round(time.perf_counter() - t0, 3)})
+                            "chunks_analyzed": reanalyzed, "reused": False, "seconds": round(time.perf_counter() - t0, 3)})
 
 
 def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:

@@ -1,5 +1,6 @@
 """Rerankers: listwise LLM judge (exit #1 guarded); local rerankers plug in via Reranker."""
 
+from .factory import RerankerUnavailable, make_reranker
 from .listwise_rerank import (
     ListwiseJudge,
     ListwiseReranker,
@@ -13,5 +14,6 @@ from .listwise_rerank import (
 
 __all__ = [
     "ListwiseJudge", "ListwiseReranker", "ProviderListwiseJudge", "Reranker",
-    "build_listwise_prompt", "guarded_rerank", "listwise_rerank", "parse_listwise_response",
+    "RerankerUnavailable", "build_listwise_prompt", "guarded_rerank", "listwise_rerank", "make_reranker",
+    "parse_listwise_response",
 ]

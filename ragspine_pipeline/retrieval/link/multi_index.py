@@ -3,6 +3,11 @@
 A router may narrow the libraries for a query; if it fails or names none that exist,
 every library is searched (routing never silently drops scope). Each snippet keeps its
 ``library_id``; ranks are renumbered after fusion.
+
+RRF gives every library's best hit the same credit, so a library with nothing relevant
+would still place its best weak match near the top. ``min_relative_strength`` gates that:
+a library whose best BM25 score is below that fraction of the strongest library's best
+is left out of the fusion (0 disables the gate).
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ Router = Callable[[str], Sequence[str]]
 
 class MultiIndexRetriever:
     def __init__(self, retrievers: Mapping[str, NarrativeIndexRetriever], *, router: Router | None = None,
-                 rrf_k: int = DEFAULT_RRF_K) -> None:
+                 rrf_k: int = DEFAULT_RRF_K, min_relative_strength: float = 0.5) -> None:
+        if not 0.0 <= min_relative_strength <= 1.0:
+            raise ValueError("min_relative_strength must be in [0, 1]")
+        self.min_relative_strength = min_relative_strength
         if not retrievers:
             raise ValueError("MultiIndexRetriever needs at least one library")
         self.retrievers = dict(retrievers)
@@ -41,6 +49,10 @@ class MultiIndexRetriever:
             for s in snippets:
                 s["library_id"] = lib
             per_lib[lib] = snippets
+        best = {lib: max((s["scores"]["bm25"] for s in ss), default=0.0) for lib, ss in per_lib.items()}
+        top = max(best.values(), default=0.0)
+        if top > 0 and self.min_relative_strength > 0:
+            per_lib = {lib: ss for lib, ss in per_lib.items() if best[lib] >= self.min_relative_strength * top}
         if len(per_lib) == 1:
             return next(iter(per_lib.values()))
         by_key = {(lib, s["chunk_id"]): s for lib, ss in per_lib.items() for s in ss}

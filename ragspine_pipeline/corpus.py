@@ -23,8 +23,8 @@ from .retrieval.chunking.chunking import (
     Chunk,
     chunk_document,
 )
+from .warehouse.parsers import SUFFIXES, ParseError, parse_file
 
-TEXT_SUFFIXES = (".md", ".txt")
 DEMO_ROOT = Path(__file__).resolve().parents[1] / "data" / "demo"
 
 
@@ -61,11 +61,11 @@ def _title_from_text(text: str, fallback: str) -> str:
 
 
 def read_document(path: Path, library: str) -> Document:
-    """One text document + its sidecar; raises CorpusError on undecodable input."""
+    """One document (.md .txt .html .pdf) + its sidecar; CorpusError if it cannot be read."""
     try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise CorpusError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        text = parse_file(path)
+    except ParseError as exc:
+        raise CorpusError(f"{path}: {exc}") from None
     meta: dict[str, Any] = {}
     sidecar = path.with_name(path.stem + ".meta.json")
     if sidecar.exists():
@@ -80,7 +80,8 @@ def read_document(path: Path, library: str) -> Document:
 
 
 def iter_library_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES
+                  and not p.name.startswith("."))
 
 
 def load_library(folder: str | os.PathLike[str], library: str | None = None

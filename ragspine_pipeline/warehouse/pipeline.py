@@ -28,57 +28,24 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from ..corpus import Document, DocumentError, ingest_documents, make_chunker
+from ..corpus import Document, DocumentError, ingest_documents, load_library, make_chunker
 from ..retrieval.chunking.chunk_store import ChunkStore
 from ..retrieval.chunking.chunking import Chunk
 from ..retrieval.lexical.analyzer import make_analyzer
 from ..retrieval.lexical.glossary import GlossaryQueryRewriter
 from ..retrieval.link.narrative_link import NarrativeIndex
 from ..sensitivity import is_restricted
-from .parsers import SUFFIXES, ParseError, parse_file
 from .versioned import Published, VersionedTables, WarehouseError, write_json_atomic
 
 RAW, CHUNKS, LEXICAL, SNAPSHOT = "raw_documents", "chunks", "lexical_index", "retrieval_snapshot"
 
 
-def library_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES
-                  and not p.name.startswith("."))
-
-
-def _title_from_text(text: str, fallback: str) -> str:
-    for line in text.splitlines():
-        s = line.strip()
-        if s:
-            return s.lstrip("#").strip()[:200] or fallback
-    return fallback
-
-
 def parse_library(folder: str | os.PathLike[str], library: str | None = None
                   ) -> tuple[list[Document], list[DocumentError]]:
     """Every supported file of the folder as a Document, plus the files that failed."""
-    root = Path(folder)
-    if not root.is_dir():
-        raise WarehouseError(f"library folder not found: {root}")
-    lib = library or root.name
-    docs, errors = [], []
-    for path in library_files(root):
-        try:
-            text = parse_file(path)
-            meta: dict[str, Any] = {}
-            sidecar = path.with_name(path.stem + ".meta.json")
-            if sidecar.exists():
-                try:
-                    meta = json.loads(sidecar.read_text(encoding="utf-8"))
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    raise ParseError(f"invalid metadata sidecar {sidecar.name}: {exc}") from None
-                if not isinstance(meta, dict):
-                    raise ParseError(f"metadata sidecar {sidecar.name} is not a JSON object")
-            title = str(meta.pop("title", "") or _title_from_text(text, path.stem))
-            docs.append(Document(f"{lib}/{path.stem}", title, text, meta, str(path)))
-        except ParseError as exc:
-            errors.append(DocumentError(str(path), str(exc)))
-    return docs, errors
+    if not Path(folder).is_dir():
+        raise WarehouseError(f"library folder not found: {folder}")
+    return load_library(folder, library)
 
 
 def documents_table(docs: list[Document], errors: list[DocumentError], library: str) -> pa.Table:

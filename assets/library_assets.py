@@ -6,6 +6,7 @@ check results. Every table is an immutable Parquet version under
 (No ``from __future__ import annotations`` here: Dagster reads the context annotation.)
 """
 
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -145,7 +146,7 @@ def retrieval_snapshot(context: dg.AssetExecutionContext, warehouse: WarehouseRe
     _prune(warehouse, P.SNAPSHOT, lib)
     retriever = NarrativeIndexRetriever(P.load_snapshot_index(wh, lib, glossary=DEMO / "glossary.json"))
     quality = golden_eval(retriever, lib, DEMO / "golden_queries.json")
-    floor = quality_floor(DEMO / "quality_floor.json", lib)
+    floor = quality_floor(Path(os.environ.get("RAGSPINE_QUALITY_FLOOR_FILE", DEMO / "quality_floor.json")), lib)
     ndcg = quality.get("ndcg@10")
     passed = floor is None or ndcg is None or ndcg >= floor
     # Ask for each restricted chunk by its own words: it must never come back.

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pytest
 
 dg = pytest.importorskip("dagster")
@@ -197,3 +198,34 @@ def test_rechunk_with_new_chunker_rechunks_everything(env):
     res = run(env, {"ops": {"chunks": {"config": {"chunker": "paragraph:200:40"}}}})
     md = mat_md(res, "chunks")
     assert md["unchanged"] + md["changed"] == 26 and md["changed"] > 0 and md["chunker"] == "paragraph:200:40"
+
+
+def test_quality_floor_check_goes_red_when_quality_drops(env, tmp_path, monkeypatch):
+    floor = tmp_path / "floor.json"
+    floor.write_text(json.dumps({LIB: 0.99}))
+    monkeypatch.setenv("RAGSPINE_QUALITY_FLOOR_FILE", str(floor))
+    res = run(env)
+    (check,) = [c for c in res.get_asset_check_evaluations() if c.check_name == "golden_ndcg_above_floor"]
+    assert not check.passed and check.metadata["floor"].value == 0.99
+    floor.write_text(json.dumps({LIB: 0.5}))
+    res = run(env, {"ops": {"chunks": {"config": {"chunker": "paragraph:120:20"}}}})
+    (check,) = [c for c in res.get_asset_check_evaluations() if c.check_name == "golden_ndcg_above_floor"]
+    assert check.metadata["ndcg@10"].value > 0 and check.passed == (check.metadata["ndcg@10"].value >= 0.5)
+
+
+def test_retention_prunes_old_versions_but_keeps_published(env):
+    wh = env["wh"]
+    for i in range(4):
+        pub = wh.write("scratch", LIB, {"t": pa.table({"x": [i]})})
+    (env["root"] / "scratch" / LIB / ".tmp-v000099-dead").mkdir()  # an abandoned half-write
+    removed = wh.prune("scratch", LIB, keep=2)
+    assert removed == ["v000001", "v000002"]
+    assert wh.versions("scratch", LIB) == ["v000003", "v000004"] and wh.latest("scratch", LIB).version == pub.version
+    assert not list((env["root"] / "scratch" / LIB).glob(".tmp-*"))
+    # The published version is never pruned, even when it is older than `keep` allows.
+    wh.publish(wh.get("scratch", LIB, "v000003"))
+    wh.write("scratch", LIB, {"t": pa.table({"x": [9]})}, publish=False)
+    wh.write("scratch", LIB, {"t": pa.table({"x": [10]})}, publish=False)
+    wh.prune("scratch", LIB, keep=1)
+    assert "v000003" in wh.versions("scratch", LIB)
+    assert wh.read("scratch", LIB, "t").column("x").to_pylist() == [2]  # v000003 holds i=2

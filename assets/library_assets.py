@@ -26,11 +26,16 @@ DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 
 # Bump a code_version when the step's logic changes: the UI marks downstream assets stale
 # and a backfill over every library partition rebuilds them.
-CODE = {"raw_documents": "1", "chunks": "1", "lexical_index": "1", "retrieval_snapshot": "1", "catalog": "1"}
+CODE = {"raw_documents": "1", "chunks": "1", "lexical_index": "1", "embeddings": "1", "retrieval_snapshot": "1",
+        "catalog": "1"}
 
 
 class ChunksConfig(dg.Config):
     chunker: str = ""  # empty: RAGSPINE_CHUNKER, else paragraph:480:80. e.g. "paragraph:320:40"
+
+
+class EmbeddingsConfig(dg.Config):
+    embedding: str = ""  # empty: RAGSPINE_EMBEDDING (default auto: ONNX if available, else none)
 
 
 class LexicalConfig(dg.Config):
@@ -129,8 +134,29 @@ def lexical_index(context: dg.AssetExecutionContext, config: LexicalConfig, ware
 
 
 @dg.asset(
+    partitions_def=library_partitions, group_name="index", owners=OWNERS, tags=TAGS,
+    code_version=CODE["embeddings"], kinds={"parquet", "python"}, deps=[chunks],
+    description="Dense vectors of the active chunks (incremental: only chunk texts not yet embedded with the "
+                "same model id + hash are embedded). With no embedding backend configured this writes "
+                "nothing and the library serves pure BM25.",
+)
+def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend
+
+    lib = context.partition_key
+    spec = config.embedding or os.environ.get("RAGSPINE_EMBEDDING", "auto")
+    res = P.build_embeddings(warehouse.tables(), lib, make_embedding_backend(spec), spec)
+    if res is None:
+        return dg.MaterializeResult(metadata={"backend": "none", "spec": spec, "embedded": 0})
+    snap = warehouse.tables().latest(P.SNAPSHOT, lib)
+    keep = snap.manifest["metadata"].get("embeddings") if snap else None
+    _prune(warehouse, P.EMBEDDINGS, lib, {keep} if keep else set())
+    return dg.MaterializeResult(metadata={k: v for k, v in res.metadata.items() if v is not None})
+
+
+@dg.asset(
     partitions_def=library_partitions, group_name="serve", owners=OWNERS, tags=TAGS,
-    code_version=CODE["retrieval_snapshot"], kinds={"parquet", "python"}, deps=[lexical_index],
+    code_version=CODE["retrieval_snapshot"], kinds={"parquet", "python"}, deps=[lexical_index, embeddings],
     description="Publishes one consistent version id across the library's index tables; the read-only "
                 "RetrievalResource serves exactly what the latest snapshot names.",
     check_specs=[
@@ -181,4 +207,4 @@ def catalog(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> 
                                           "libraries": len(libs)})
 
 
-LIBRARY_ASSETS = [raw_documents, chunks, lexical_index, retrieval_snapshot, catalog]
+LIBRARY_ASSETS = [raw_documents, chunks, lexical_index, embeddings, retrieval_snapshot, catalog]

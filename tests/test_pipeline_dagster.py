@@ -50,7 +50,7 @@ def test_definitions_load_and_every_asset_is_described():
     defs = definitions.defs
     repo = defs.get_repository_def()
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
-    assert keys == {"raw_documents", "chunks", "lexical_index", "retrieval_snapshot", "catalog"}
+    assert keys == {"raw_documents", "chunks", "lexical_index", "embeddings", "retrieval_snapshot", "catalog"}
     for key in repo.asset_graph.get_all_asset_keys():
         node = repo.asset_graph.get(key)
         assert node.description and node.group_name and node.owners and node.code_version
@@ -229,3 +229,37 @@ def test_retention_prunes_old_versions_but_keeps_published(env):
     wh.prune("scratch", LIB, keep=1)
     assert "v000003" in wh.versions("scratch", LIB)
     assert wh.read("scratch", LIB, "t").column("x").to_pylist() == [2]  # v000003 holds i=2
+
+
+def test_embeddings_asset_is_incremental_and_model_switch_is_published_by_snapshot(env, monkeypatch):
+    monkeypatch.setenv("RAGSPINE_EMBEDDING", "deterministic")
+    first = run(env)
+    md = mat_md(first, "embeddings")
+    assert md["embedded"] == md["count"] > 0 and md["model_id"] == "deterministic-hash-256" and md["dim"] == 256
+    retrieval = RetrievalResource(warehouse_root=str(env["root"]))
+    snippets = retrieval.ask("why close the Lyon plant", top_k=3)
+    assert snippets[0]["scores"]["vector"] is not None  # hybrid from the published vectors
+    p = env["corpus"] / LIB / "pr_us_monterrey.md"
+    p.write_text(p.read_text(encoding="utf-8") + "\n\nA new paragraph about Monterrey.\n", encoding="utf-8")
+    md2 = mat_md(run(env), "embeddings")
+    assert 0 < md2["embedded"] < md["count"] / 5  # only the changed document's chunks
+    old_emb = env["wh"].latest(P.SNAPSHOT, LIB).manifest["metadata"]["embeddings"]
+    # Switch models: everything is re-embedded; the old vectors serve until the snapshot publishes.
+    monkeypatch.setenv(FAIL_ENV, "retrieval_snapshot")
+    with pytest.raises(Exception, match="injected failure"):
+        run(env, {"ops": {"embeddings": {"config": {"embedding": "deterministic:64"}}}})
+    monkeypatch.delenv(FAIL_ENV)
+    snap = env["wh"].latest(P.SNAPSHOT, LIB).manifest["metadata"]
+    assert snap["embeddings"] == old_emb and snap["embedding_model"] == "deterministic-hash-256"
+    assert env["wh"].latest(P.EMBEDDINGS, LIB).manifest["metadata"]["model_id"] == "deterministic-hash-64"
+    assert retrieval.ask("why close the Lyon plant", top_k=1)[0]["scores"]["vector"] is not None
+    run(env, {"ops": {"embeddings": {"config": {"embedding": "deterministic:64"}}}})
+    assert env["wh"].latest(P.SNAPSHOT, LIB).manifest["metadata"]["embedding_model"] == "deterministic-hash-64"
+
+
+def test_without_embedding_backend_snapshot_is_pure_bm25(env):
+    res = run(env)
+    assert mat_md(res, "embeddings")["backend"] == "none"
+    assert env["wh"].latest(P.SNAPSHOT, LIB).manifest["metadata"]["embeddings"] is None
+    s = RetrievalResource(warehouse_root=str(env["root"])).ask("why close the Lyon plant", top_k=1)[0]
+    assert s["scores"]["vector"] is None

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("dagster")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ROOT = Path(__file__).resolve().parents[1]
-ASSETS = ["raw_documents", "chunks", "lexical_index", "retrieval_snapshot", "catalog"]
+ASSETS = ["raw_documents", "chunks", "lexical_index", "embeddings", "retrieval_snapshot", "catalog"]
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--virtual-time-budget=20000", "--window-size=1400,900"]

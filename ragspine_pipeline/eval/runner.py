@@ -66,6 +66,38 @@ def _progress(it, total: int, enabled: bool, desc: str):
     return tqdm(it, total=total, desc=desc, file=sys.stderr, leave=False, mininterval=0.5)
 
 
+def evaluate_modes(folder: str, modes: list[str], embedding: str | None = None,
+                   cfg: EvalConfig | None = None) -> list[dict[str, Any]]:
+    """Several modes over one build: the corpus is chunked, stored and embedded once.
+
+    ``modes`` are channel presets (bm25, vector, hybrid); results match running
+    ``evaluate_dataset`` per mode, without re-embedding the corpus each time.
+    """
+    base = cfg or EvalConfig()
+    backend, _ = resolve_retrieval("hybrid", embedding) if any(m != "bm25" for m in modes) else (None, ())
+    ds = load_beir(folder)
+    store = ChunkStore(":memory:")
+    ingest_documents(store, beir_documents(ds), scope_prefix="", chunker=_chunker(base))
+    chunks = list(store.iter_chunks())
+    store.close()
+    index = NarrativeIndex.from_chunks(chunks, analyzer=base.analyzer, embedding_backend=backend,
+                                       channels=("bm25", "dense") if backend else ("bm25",), library_id=ds.name)
+    qids = ds.judged_queries[: base.limit] if base.limit else ds.judged_queries
+    out = []
+    for mode in modes:
+        channels = {"bm25": ("bm25",), "vector": ("dense",), "hybrid": ("bm25", "dense")}[mode]
+        retriever = NarrativeIndexRetriever(NarrativeIndex(index.retriever.with_channels(channels), ds.name))
+        t0 = time.perf_counter()
+        runs = {q: dedupe_keep_best([s["doc_id"] for s in retriever.retrieve(ds.queries[q], top_k=base.depth * 3)])
+                [: base.depth] for q in _progress(qids, len(qids), base.progress, f"{ds.name} {mode}")}
+        elapsed = time.perf_counter() - t0
+        out.append({"dataset": ds.name, "mode": mode, "embedding": getattr(backend, "model_id", None) if mode != "bm25" else None,
+                    **mean_metrics(runs, {q: ds.qrels[q] for q in qids}),
+                    "counts": {"documents": len(ds.corpus), "chunks": len(chunks), "queries": len(qids)},
+                    "timings_s": {"queries": round(elapsed, 3)}})
+    return out
+
+
 def evaluate_dataset(folder: str, cfg: EvalConfig | None = None) -> dict[str, Any]:
     cfg = cfg or EvalConfig()
     t0 = time.perf_counter()

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from ..corpus import Document, DocumentError, ingest_documents, load_library, make_chunker
@@ -38,6 +39,7 @@ from ..sensitivity import is_restricted
 from .versioned import Published, VersionedTables, WarehouseError, write_json_atomic
 
 RAW, CHUNKS, LEXICAL, SNAPSHOT = "raw_documents", "chunks", "lexical_index", "retrieval_snapshot"
+EMBEDDINGS = "embeddings"
 
 
 def parse_library(folder: str | os.PathLike[str], library: str | None = None
@@ -183,6 +185,52 @@ def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None 
                             "chunks_analyzed": reanalyzed, "reused": False, "seconds": round(time.perf_counter() - t0, 3)})
 
 
+def _text_hash(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
+                     chunks_version: str | None = None) -> StepResult | None:
+    """Vectors of the active chunks; only (text, model) pairs not embedded before are computed.
+
+    Returns None (nothing written) when no backend is configured: the default product is
+    pure BM25. A different model id re-embeds everything into a new version; the previous
+    version stays readable and keeps serving until a snapshot publishes the new one.
+    """
+    if backend is None:
+        return None
+    t0 = time.perf_counter()
+    pub_chunks = wh.get(CHUNKS, library, chunks_version) if chunks_version else wh.latest(CHUNKS, library)
+    if pub_chunks is None:
+        raise WarehouseError(f"no chunks published for {library}")
+    chunks = sorted(active_chunks(wh, library, pub_chunks.version), key=lambda c: c.chunk_id)
+    model_id = backend.model_id
+    prev = wh.latest(EMBEDDINGS, library)
+    cached: dict[str, list[float]] = {}
+    if prev is not None and prev.manifest["metadata"].get("model_id") == model_id:
+        if prev.manifest["metadata"].get("chunks_version") == pub_chunks.version:
+            return StepResult(prev, {"model_id": model_id, "version": prev.version, "reused": True, "embedded": 0,
+                                     "count": len(chunks), "seconds": round(time.perf_counter() - t0, 3)})
+        old = wh.read(EMBEDDINGS, library, "vectors", prev.version)
+        cached = dict(zip(old.column("text_hash").to_pylist(), old.column("vector").to_pylist(), strict=True))
+    hashes = [_text_hash(c.text) for c in chunks]
+    todo = sorted({h: c.text for h, c in zip(hashes, chunks, strict=True) if h not in cached}.items())
+    t1 = time.perf_counter()
+    fresh = backend.embed_texts([t for _, t in todo]) if todo else []
+    embed_s = time.perf_counter() - t1
+    cached.update({h: v for (h, _), v in zip(todo, fresh, strict=True)})
+    vectors = [cached[h] for h in hashes]
+    dim = len(vectors[0]) if vectors else 0
+    table = pa.table({"chunk_id": pa.array([c.chunk_id for c in chunks], pa.string()),
+                      "text_hash": pa.array(hashes, pa.string()),
+                      "vector": pa.array(vectors, pa.list_(pa.float32()))})
+    meta = {"model_id": model_id, "spec": spec, "dim": dim, "chunks_version": pub_chunks.version}
+    pub = wh.write(EMBEDDINGS, library, {"vectors": table}, meta)
+    return StepResult(pub, {**meta, "version": pub.version, "reused": False, "count": len(chunks),
+                            "embedded": len(todo), "sentences_per_s": round(len(todo) / embed_s, 1) if todo and embed_s else None,
+                            "seconds": round(time.perf_counter() - t0, 3)})
+
+
 def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
     """One consistent version id across the library's index tables."""
     lex = wh.latest(LEXICAL, library)
@@ -190,8 +238,13 @@ def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
         raise WarehouseError(f"no lexical index published for {library}")
     chunks_version = lex.manifest["metadata"]["chunks_version"]
     raw = wh.latest(RAW, library)
+    emb = wh.latest(EMBEDDINGS, library)
+    use_emb = emb is not None and emb.manifest["metadata"].get("chunks_version") == chunks_version
     payload = {"library": library, "chunks": chunks_version, "lexical_index": lex.version,
-               "raw_documents": raw.version if raw else None, "analyzer": lex.manifest["metadata"]["analyzer"]}
+               "raw_documents": raw.version if raw else None, "analyzer": lex.manifest["metadata"]["analyzer"],
+               "embeddings": emb.version if use_emb else None,
+               "embedding_spec": emb.manifest["metadata"]["spec"] if use_emb else None,
+               "embedding_model": emb.manifest["metadata"]["model_id"] if use_emb else None}
     snap_id = hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
     prev = wh.latest(SNAPSHOT, library)
     if prev is not None and prev.manifest["metadata"].get("snapshot_id") == snap_id:
@@ -214,10 +267,26 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
     if ids != [c.chunk_id for c in chunks]:
         raise WarehouseError(f"snapshot {snap.version} of {library}: lexical index does not match its chunks")
     rewriter = GlossaryQueryRewriter.from_file(glossary) if glossary and Path(glossary).exists() else None
-    return NarrativeIndex.from_chunks(chunks, analyzer=meta["analyzer"], rewriter=rewriter,
-                                      embedding_backend=embedding_backend,
-                                      docs_tokens=tok.column("tokens").to_pylist(),
-                                      library_id=library, version=meta["snapshot_id"])
+    emb_version = meta.get("embeddings")
+    if emb_version and emb_version != "None" and embedding_backend is None:
+        from ..retrieval.vector.embedding_backends import make_embedding_backend
+
+        # The snapshot names its model; queries are embedded with the same one.
+        embedding_backend = make_embedding_backend(meta["embedding_spec"])
+        if embedding_backend is not None and embedding_backend.model_id != meta["embedding_model"]:
+            raise WarehouseError(f"snapshot {snap.version} of {library} was embedded with "
+                                 f"{meta['embedding_model']}, but {meta['embedding_spec']!r} now gives "
+                                 f"{embedding_backend.model_id}")
+    index = NarrativeIndex.from_chunks(chunks, analyzer=meta["analyzer"], rewriter=rewriter,
+                                       embedding_backend=embedding_backend,
+                                       docs_tokens=tok.column("tokens").to_pylist(),
+                                       library_id=library, version=meta["snapshot_id"])
+    if emb_version and emb_version != "None" and embedding_backend is not None:
+        vt = wh.read(EMBEDDINGS, library, "vectors", emb_version)
+        if vt.column("chunk_id").to_pylist() != ids:
+            raise WarehouseError(f"snapshot {snap.version} of {library}: embeddings do not match its chunks")
+        index.retriever.preload_vectors(np.asarray(vt.column("vector").to_pylist(), dtype=np.float32))
+    return index
 
 
 def build_catalog(wh: VersionedTables, libraries: list[str], path: Path) -> dict[str, Any]:
@@ -243,6 +312,8 @@ def build_catalog(wh: VersionedTables, libraries: list[str], path: Path) -> dict
                 "chunks": wh.get(CHUNKS, lib, meta["chunks"]).table_path("chunks"),
                 "doc_versions": wh.get(CHUNKS, lib, meta["chunks"]).table_path("doc_versions"),
                 "lexical_tokens": wh.get(LEXICAL, lib, meta["lexical_index"]).table_path("tokens"),
+                "embeddings": (wh.get(EMBEDDINGS, lib, meta["embeddings"]).table_path("vectors")
+                               if meta.get("embeddings") not in (None, "None") else None),
             }
             for name, src in sources.items():
                 if src is None:

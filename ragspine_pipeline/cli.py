@@ -85,7 +85,8 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
         wh = VersionedTables(warehouse)
         libs = [p.name for p in sorted(snapshots.iterdir()) if p.is_dir() and wh.latest(SNAPSHOT, p.name)]
         if libs:
-            rets = {lib: NarrativeIndexRetriever(load_snapshot_index(wh, lib, glossary=gl, embedding_backend=backend))
+            rets = {lib: NarrativeIndexRetriever(load_snapshot_index(wh, lib, glossary=gl, embedding_backend=backend,
+                                                                     channels=channels))
                     for lib in libs}
             return rets[libs[0]] if len(libs) == 1 else MultiIndexRetriever(rets)  # type: ignore[return-value]
     path = _store_path(warehouse)

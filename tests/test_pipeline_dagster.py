@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 import definitions  # noqa: E402
 from assets import library_sensor  # noqa: E402
+from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
 from ragspine_pipeline.warehouse import pipeline as P  # noqa: E402
 from ragspine_pipeline.warehouse.versioned import FAIL_ENV, VersionedTables  # noqa: E402
 from resources import RetrievalResource, WarehouseResource  # noqa: E402
@@ -273,4 +274,18 @@ def test_without_embedding_backend_snapshot_is_pure_bm25(env, monkeypatch):
     assert mat_md(res, "embeddings")["backend"] == "none"
     assert env["wh"].latest(P.SNAPSHOT, LIB).manifest["metadata"]["embeddings"] is None
     s = RetrievalResource(warehouse_root=str(env["root"])).ask("why close the Lyon plant", top_k=1)[0]
+    assert s["scores"]["vector"] is None
+
+
+def test_served_snapshot_uses_its_own_model_and_lexical_mode_loads_no_vectors(env, monkeypatch):
+    monkeypatch.setenv("RAGSPINE_EMBEDDING", "deterministic")
+    assert run(env).success
+    from ragspine_pipeline.retrieval.vector.embedding_backends import DeterministicHashBackend
+
+    other = DeterministicHashBackend(dim=32)  # a differently configured backend is not mixed in
+    idx = P.load_snapshot_index(env["wh"], LIB, embedding_backend=other)
+    assert idx.retriever.embedding_backend.model_id == "deterministic-hash-256"
+    lexical = P.load_snapshot_index(env["wh"], LIB, channels=("bm25",))
+    assert lexical.retriever.embedding_backend is None and lexical.retriever.embedded_count == 0
+    s = NarrativeIndexRetriever(lexical).retrieve("why close the Lyon plant", top_k=1)[0]
     assert s["scores"]["vector"] is None

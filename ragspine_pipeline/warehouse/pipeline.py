@@ -255,8 +255,14 @@ def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
 
 
 def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os.PathLike[str] | None = None,
-                        embedding_backend=None) -> NarrativeIndex:
-    """NarrativeIndex over exactly the versions the library's published snapshot names."""
+                        embedding_backend=None, channels: tuple[str, ...] | None = None) -> NarrativeIndex:
+    """NarrativeIndex over exactly the versions the library's published snapshot names.
+
+    Dense retrieval: when the snapshot has embeddings, its own model embeds the queries
+    (the snapshot names it; a differently-configured backend cannot mix vector spaces);
+    without embeddings, a given ``embedding_backend`` embeds the chunks lazily. A lexical
+    ``channels`` choice (no "dense") loads no vectors and builds no backend at all.
+    """
     snap = wh.latest(SNAPSHOT, library)
     if snap is None:
         raise WarehouseError(f"no retrieval snapshot published for {library}")
@@ -267,21 +273,26 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
     if ids != [c.chunk_id for c in chunks]:
         raise WarehouseError(f"snapshot {snap.version} of {library}: lexical index does not match its chunks")
     rewriter = GlossaryQueryRewriter.from_file(glossary) if glossary and Path(glossary).exists() else None
-    emb_version = meta.get("embeddings")
-    if emb_version and emb_version != "None" and embedding_backend is None:
+    dense = channels is None or "dense" in channels
+    emb_version = meta.get("embeddings") if meta.get("embeddings") not in (None, "None") else None
+    backend = None
+    if dense and emb_version:
         from ..retrieval.vector.embedding_backends import make_embedding_backend
 
-        # The snapshot names its model; queries are embedded with the same one.
-        embedding_backend = make_embedding_backend(meta["embedding_spec"])
-        if embedding_backend is not None and embedding_backend.model_id != meta["embedding_model"]:
-            raise WarehouseError(f"snapshot {snap.version} of {library} was embedded with "
-                                 f"{meta['embedding_model']}, but {meta['embedding_spec']!r} now gives "
-                                 f"{embedding_backend.model_id}")
+        backend = make_embedding_backend(meta["embedding_spec"])
+        if backend is None or backend.model_id != meta["embedding_model"]:
+            raise WarehouseError(f"snapshot {snap.version} of {library} was embedded with {meta['embedding_model']}, "
+                                 f"which {meta['embedding_spec']!r} no longer builds here")
+    elif dense:
+        backend = embedding_backend
+    use_channels = channels or (("bm25", "dense") if backend is not None else ("bm25",))
+    if backend is None:
+        use_channels = tuple(c for c in use_channels if c != "dense") or ("bm25",)
     index = NarrativeIndex.from_chunks(chunks, analyzer=meta["analyzer"], rewriter=rewriter,
-                                       embedding_backend=embedding_backend,
+                                       embedding_backend=backend, channels=use_channels,
                                        docs_tokens=tok.column("tokens").to_pylist(),
                                        library_id=library, version=meta["snapshot_id"])
-    if emb_version and emb_version != "None" and embedding_backend is not None:
+    if backend is not None and emb_version:
         vt = wh.read(EMBEDDINGS, library, "vectors", emb_version)
         if vt.column("chunk_id").to_pylist() != ids:
             raise WarehouseError(f"snapshot {snap.version} of {library}: embeddings do not match its chunks")

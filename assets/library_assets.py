@@ -87,11 +87,11 @@ def chunks(context: dg.AssetExecutionContext, config: ChunksConfig, warehouse: W
     wh = warehouse.tables()
     res = P.build_chunks(wh, lib, config.chunker or None)
     md = res.metadata
-    docs, _errors = P.table_documents(wh.read(P.RAW, lib, "documents"))
+    docs, errors = P.table_documents(wh.read(P.RAW, lib, "documents"))
     by_id = {d.doc_id: d for d in docs}
-    active = P.active_chunks(wh, lib, res.published.version)
+    active = res.active or []
     bad_span = [c.chunk_id for c in active if c.doc_id in by_id and by_id[c.doc_id].text[c.start:c.end] != c.text]
-    parse_failed = {r["doc_id"] for r in wh.read(P.RAW, lib, "documents").to_pylist() if r["parse_error"]}
+    parse_failed = {f"{lib}/{Path(e.path).stem}" for e in errors}
     orphans = [c.chunk_id for c in active if c.doc_id not in by_id and c.doc_id not in parse_failed]
     ids = [c.chunk_id for c in active]
     dupes = sorted(i for i, n in Counter(ids).items() if n > 1)

@@ -88,6 +88,7 @@ def table_documents(t: pa.Table) -> tuple[list[Document], list[DocumentError]]:
 class StepResult:
     published: Published
     metadata: dict[str, Any] = field(default_factory=dict)
+    active: list[Chunk] | None = None  # build_chunks: the published active chunks (for checks)
 
 
 def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str) -> StepResult:
@@ -144,7 +145,7 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
           "new_docs": report.new[:20], "changed_docs": report.changed[:20], "withdrawn_docs": report.withdrawn[:20],
           "preview_md": "| chunk_id | version | sensitivity | text |\n|---|---|---|---|\n" + preview,
           "seconds": round(time.perf_counter() - t0, 3)}
-    return StepResult(pub, md)
+    return StepResult(pub, md, active)
 
 
 def active_chunks(wh: VersionedTables, library: str, version: str | None = None) -> list[Chunk]:

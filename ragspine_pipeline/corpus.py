@@ -21,6 +21,7 @@ from .retrieval.chunking.chunking import (
     DEFAULT_CHUNK_CHARS,
     DEFAULT_OVERLAP_CHARS,
     Chunk,
+    check_chunk_params,
     chunk_document,
 )
 from .warehouse.parsers import SUFFIXES, ParseError, parse_file
@@ -117,6 +118,9 @@ class ParagraphChunker:
     max_chars: int = DEFAULT_CHUNK_CHARS
     overlap_chars: int = DEFAULT_OVERLAP_CHARS
 
+    def __post_init__(self) -> None:
+        check_chunk_params(self.max_chars, self.overlap_chars)  # bad run config fails up front
+
     @property
     def key(self) -> str:
         return f"paragraph:{self.max_chars}:{self.overlap_chars}"
@@ -142,6 +146,8 @@ def make_chunker(spec: str | None = None) -> ParagraphChunker:
         ints = [int(p) for p in params]
     except ValueError:
         raise ValueError(f"chunker parameters must be integers: {raw!r}") from None
+    if len(ints) > 2:
+        raise ValueError(f"paragraph takes at most max_chars and overlap_chars: {raw!r}")
     return ParagraphChunker(*ints)
 
 

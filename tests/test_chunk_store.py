@@ -110,3 +110,28 @@ def test_read_only_store_refuses_writes(tmp_path):
         assert len(list(ro.iter_chunks())) == 1
         with pytest.raises(PermissionError):
             ro.replace_doc_chunks("a", [])
+
+
+def test_ingest_classifies_rows_of_a_migrated_store_as_known(tmp_path):
+    """A store from an older schema has chunk rows but no version records: re-ingesting
+    its documents is a change (v2), not a new document."""
+    from ragspine_pipeline.corpus import Document, ingest_documents
+
+    path = tmp_path / "old.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE chunks (chunk_id VARCHAR, doc_id VARCHAR, text VARCHAR)")
+    con.execute("INSERT INTO chunks VALUES ('lib/a#0', 'lib/a', 'old text')")
+    con.close()
+    with ChunkStore(path) as s:
+        rep = ingest_documents(s, [Document("lib/a", "A", "new text", {})], scope_prefix="lib/")
+        assert (rep.new, rep.changed) == ([], ["lib/a"])
+        assert [c.version for c in s.iter_chunks()] == [2]
+
+
+def test_make_chunker_validates_up_front():
+    from ragspine_pipeline.corpus import make_chunker
+
+    assert make_chunker("paragraph:320:40").key == "paragraph:320:40"
+    for bad in ("paragraph:10:10", "paragraph:0", "paragraph:1:2:3", "paragraph:x", "sentence"):
+        with pytest.raises(ValueError):
+            make_chunker(bad)

@@ -165,16 +165,6 @@ class ChunkStore:
             now = latest + timedelta(microseconds=1)
         return now
 
-    def current_version(self, doc_id: str) -> int:
-        with self._lock:
-            rows = self._run(
-                "SELECT coalesce(max(version), 0) FROM ("
-                " SELECT version FROM chunks WHERE doc_id = ?"
-                " UNION ALL SELECT version FROM doc_versions WHERE doc_id = ?)",
-                [doc_id, doc_id],
-            )
-        return int(rows[0][0]) if rows else 0
-
     def replace_doc_chunks(self, doc_id: str, chunks: Sequence[Chunk], valid_as_of: str = "") -> int:
         """Publish ``chunks`` as the new version of ``doc_id``; returns rows written.
 
@@ -386,9 +376,12 @@ class ChunkStore:
             return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
     def latest_versions(self) -> dict[str, int]:
-        """doc_id -> highest version recorded (withdrawals included)."""
+        """doc_id -> highest version recorded (withdrawals included; rows of a migrated
+        older store, which has chunks but no version records, count too)."""
         with self._lock:
-            return {d: int(v) for d, v in self._run("SELECT doc_id, max(version) FROM doc_versions GROUP BY doc_id")}
+            return {d: int(v) for d, v in self._run(
+                "SELECT doc_id, max(version) FROM (SELECT doc_id, version FROM chunks "
+                "UNION ALL SELECT doc_id, version FROM doc_versions) GROUP BY doc_id")}
 
     def latest_source_hashes(self) -> dict[str, str]:
         """doc_id -> source hash of its latest, non-withdrawn version (where recorded)."""

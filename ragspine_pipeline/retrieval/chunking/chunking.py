@@ -81,7 +81,8 @@ def make_chunk_id(doc_id: str, ordinal: int, start: int, end: int, text: str) ->
     return f"{doc_id}#{ordinal:04d}-{h}"
 
 
-def _check_params(max_chars: int, overlap_chars: int) -> None:
+def check_chunk_params(max_chars: int, overlap_chars: int) -> None:
+    """ValueError unless 0 < max_chars and 0 <= overlap_chars < max_chars."""
     if max_chars <= 0:
         raise ValueError(f"max_chars must be > 0 (got {max_chars})")
     if overlap_chars < 0:
@@ -192,7 +193,7 @@ def _overlap_start(text: str, prev_start: int, prev_end: int, next_start: int, n
 def chunk_spans(text: str, max_chars: int = DEFAULT_CHUNK_CHARS,
                 overlap_chars: int = DEFAULT_OVERLAP_CHARS) -> list[tuple[int, int]]:
     """Character spans of the paragraph chunker (see module docstring)."""
-    _check_params(max_chars, overlap_chars)
+    check_chunk_params(max_chars, overlap_chars)
     spans: list[tuple[int, int]] = []
     cur: tuple[int, int] | None = None  # (start, end) of the chunk being packed
 
@@ -236,7 +237,7 @@ def chunk_document(
     ``metadata`` may hold topic / entity / geography / period / language and
     sensitivity; unknown keys are ignored here (they stay on the document record).
     """
-    _check_params(max_chars, overlap_chars)
+    check_chunk_params(max_chars, overlap_chars)
     md = dict(metadata or {})
     fields = {f: str(md.get(f) or "") for f in METADATA_FIELDS}
     sensitivity = str(md.get("sensitivity") or DEFAULT_SENSITIVITY)

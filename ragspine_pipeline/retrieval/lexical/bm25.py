@@ -163,7 +163,7 @@ class BM25Index:
     def nbytes(self) -> int:
         return int(
             self.indices.nbytes + self.tf.nbytes + self.w.nbytes + self.indptr.nbytes + self.doc_len.nbytes
-            + self._norm_full.nbytes + self._idf_full.nbytes + self.df.nbytes
+            + self._norm_full.nbytes + self._idf_full.nbytes + self.df.nbytes + self._w_max.nbytes
         )
 
     # ----------------------------------------------------------------- scoring
@@ -317,8 +317,6 @@ class BM25Index:
                     break
             if scanned + int(df_sorted[j + 1]) > budget:
                 return None  # not pruning early enough to pay for itself
-        else:  # pragma: no cover - loop always returns or breaks
-            return None
         for jj in range(j + 1, len(uniq)):
             t = uniq[jj]
             s0, e0 = indptr[t], indptr[t + 1]

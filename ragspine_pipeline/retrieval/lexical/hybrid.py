@@ -52,6 +52,11 @@ def default_index_text(chunk: Chunk) -> str:
     return chunk.text
 
 
+def _check_channels(channels: Sequence[str]) -> None:
+    if not channels or set(channels) - {"bm25", "dense"}:
+        raise ValueError(f"channels must be a non-empty subset of ('bm25', 'dense'), got {channels!r}")
+
+
 @dataclass
 class _VectorCache:
     """Position-aligned unit vectors, filled lazily; shared by ``with_channels`` views."""
@@ -89,9 +94,7 @@ class HybridRetriever:
         docs_tokens: Sequence[Sequence[str]] | None = None,
         channels: Sequence[str] = ("bm25", "dense"),
     ) -> None:
-        unknown = set(channels) - {"bm25", "dense"}
-        if unknown or not channels:
-            raise ValueError(f"channels must be a non-empty subset of ('bm25', 'dense'), got {channels!r}")
+        _check_channels(channels)
         if "bm25" not in channels and embedding_backend is None:
             raise ValueError("a dense-only retriever needs an embedding backend")
         self.channels = tuple(channels)
@@ -123,8 +126,7 @@ class HybridRetriever:
 
     def with_channels(self, channels: Sequence[str]) -> HybridRetriever:
         """A view running other channels over the same index and embedded vectors."""
-        if set(channels) - {"bm25", "dense"} or not channels:
-            raise ValueError(f"channels must be a non-empty subset of ('bm25', 'dense'), got {channels!r}")
+        _check_channels(channels)
         if "dense" in channels and self.embedding_backend is None:
             raise ValueError("the dense channel needs an embedding backend")
         view = copy.copy(self)

@@ -156,19 +156,29 @@ def active_chunks(wh: VersionedTables, library: str, version: str | None = None)
         return list(store.iter_chunks())
 
 
+def _chunks_version(wh: VersionedTables, library: str, version: str | None) -> Published:
+    pub = wh.get(CHUNKS, library, version) if version else wh.latest(CHUNKS, library)
+    if pub is None:
+        raise WarehouseError(f"no chunks published for {library}")
+    return pub
+
+
+def sorted_active_chunks(wh: VersionedTables, library: str, version: str) -> list[Chunk]:
+    """Active chunks of a version in chunk_id order: the row order of every index table."""
+    return sorted(active_chunks(wh, library, version), key=lambda c: c.chunk_id)
+
+
 def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None = None,
                         chunks_version: str | None = None) -> StepResult:
     t0 = time.perf_counter()
-    pub_chunks = wh.get(CHUNKS, library, chunks_version) if chunks_version else wh.latest(CHUNKS, library)
-    if pub_chunks is None:
-        raise WarehouseError(f"no chunks published for {library}")
+    pub_chunks = _chunks_version(wh, library, chunks_version)
     an = make_analyzer(analyzer)
     prev = wh.latest(LEXICAL, library)
     if prev is not None and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version \
             and prev.manifest["metadata"].get("analyzer") == an.name:
         return StepResult(prev, {"analyzer": an.name, "chunks_version": pub_chunks.version, "version": prev.version,
                                  "reused": True, "seconds": round(time.perf_counter() - t0, 3)})
-    chunks = sorted(active_chunks(wh, library, pub_chunks.version), key=lambda c: c.chunk_id)
+    chunks = sorted_active_chunks(wh, library, pub_chunks.version)
     # Chunk ids are content-addressed (doc, offsets, text): a chunk id seen by the previous
     # index with the same analyzer has the same tokens, so only new chunks are analyzed.
     cached: dict[str, list[str]] = {}
@@ -201,19 +211,19 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
     if backend is None:
         return None
     t0 = time.perf_counter()
-    pub_chunks = wh.get(CHUNKS, library, chunks_version) if chunks_version else wh.latest(CHUNKS, library)
-    if pub_chunks is None:
-        raise WarehouseError(f"no chunks published for {library}")
-    chunks = sorted(active_chunks(wh, library, pub_chunks.version), key=lambda c: c.chunk_id)
+    pub_chunks = _chunks_version(wh, library, chunks_version)
     model_id = backend.model_id
     prev = wh.latest(EMBEDDINGS, library)
     cached: dict[str, list[float]] = {}
     if prev is not None and prev.manifest["metadata"].get("model_id") == model_id:
         if prev.manifest["metadata"].get("chunks_version") == pub_chunks.version:
+            # Same chunks, same model: keep the published vectors without loading anything.
             return StepResult(prev, {"model_id": model_id, "version": prev.version, "reused": True, "embedded": 0,
-                                     "count": len(chunks), "seconds": round(time.perf_counter() - t0, 3)})
+                                     "count": prev.manifest["tables"]["vectors"]["rows"],
+                                     "seconds": round(time.perf_counter() - t0, 3)})
         old = wh.read(EMBEDDINGS, library, "vectors", prev.version)
         cached = dict(zip(old.column("text_hash").to_pylist(), old.column("vector").to_pylist(), strict=True))
+    chunks = sorted_active_chunks(wh, library, pub_chunks.version)
     hashes = [_text_hash(c.text) for c in chunks]
     todo = sorted({h: c.text for h, c in zip(hashes, chunks, strict=True) if h not in cached}.items())
     t1 = time.perf_counter()
@@ -268,7 +278,7 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
     if snap is None:
         raise WarehouseError(f"no retrieval snapshot published for {library}")
     meta = snap.manifest["metadata"]
-    chunks = sorted(active_chunks(wh, library, meta["chunks"]), key=lambda c: c.chunk_id)
+    chunks = sorted_active_chunks(wh, library, meta["chunks"])
     tok = wh.read(LEXICAL, library, "tokens", meta["lexical_index"])
     ids = tok.column("chunk_id").to_pylist()
     if ids != [c.chunk_id for c in chunks]:

@@ -200,8 +200,7 @@ def retrieval_snapshot(context: dg.AssetExecutionContext, warehouse: WarehouseRe
 )
 def catalog(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     wh = warehouse.tables()
-    root = wh.root / P.SNAPSHOT
-    libs = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    libs = P.published_libraries(wh)
     out = P.build_catalog(wh, libs, warehouse.catalog_path())
     return dg.MaterializeResult(metadata={"path": out["path"], "views": dg.MetadataValue.json(out["views"]),
                                           "libraries": len(libs)})

@@ -75,20 +75,16 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
 
     backend, channels = resolve_retrieval(mode, embedding)
     gl = glossary if glossary is not None else DEMO_ROOT / "glossary.json"
-    snapshots = warehouse / "retrieval_snapshot"
-    if snapshots.is_dir() and analyzer is None:
+    if (warehouse / "retrieval_snapshot").is_dir() and analyzer is None:
         # Serve what the pipeline published (read-only, one consistent snapshot per library).
-        from .retrieval.link.multi_index import MultiIndexRetriever
-        from .warehouse.pipeline import SNAPSHOT, load_snapshot_index
+        from .warehouse.pipeline import load_snapshot_index, published_libraries, serving_retriever
         from .warehouse.versioned import VersionedTables
 
         wh = VersionedTables(warehouse)
-        libs = [p.name for p in sorted(snapshots.iterdir()) if p.is_dir() and wh.latest(SNAPSHOT, p.name)]
+        libs = published_libraries(wh)
         if libs:
-            rets = {lib: NarrativeIndexRetriever(load_snapshot_index(wh, lib, glossary=gl, embedding_backend=backend,
-                                                                     channels=channels))
-                    for lib in libs}
-            return rets[libs[0]] if len(libs) == 1 else MultiIndexRetriever(rets)  # type: ignore[return-value]
+            return serving_retriever({lib: NarrativeIndexRetriever(load_snapshot_index(  # type: ignore[return-value]
+                wh, lib, glossary=gl, embedding_backend=backend, channels=channels)) for lib in libs})
     path = _store_path(warehouse)
     with ChunkStore(path, read_only=True) as store:
         chunks = list(store.iter_chunks())

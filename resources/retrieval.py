@@ -16,7 +16,12 @@ from pydantic import PrivateAttr
 
 from ragspine_pipeline.retrieval.link.multi_index import MultiIndexRetriever
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever
-from ragspine_pipeline.warehouse.pipeline import SNAPSHOT, load_snapshot_index
+from ragspine_pipeline.warehouse.pipeline import (
+    SNAPSHOT,
+    load_snapshot_index,
+    published_libraries,
+    serving_retriever,
+)
 from ragspine_pipeline.warehouse.versioned import VersionedTables
 
 from .warehouse import REPO_ROOT, default_warehouse_root
@@ -34,11 +39,7 @@ class RetrievalResource(dg.ConfigurableResource):
         return VersionedTables(self.warehouse_root or default_warehouse_root())
 
     def published_libraries(self) -> list[str]:
-        wh = self._tables()
-        root = wh.root / SNAPSHOT
-        found = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-        wanted = self.libraries or found
-        return [lib for lib in wanted if wh.latest(SNAPSHOT, lib) is not None]
+        return published_libraries(self._tables(), self.libraries or None)
 
     def retriever_for(self, library: str) -> NarrativeIndexRetriever:
         wh = self._tables()
@@ -58,9 +59,7 @@ class RetrievalResource(dg.ConfigurableResource):
         libs = self.published_libraries()
         if not libs:
             raise dg.Failure(f"no published snapshots under {Path(self.warehouse_root or default_warehouse_root())}")
-        if len(libs) == 1:
-            return self.retriever_for(libs[0])
-        return MultiIndexRetriever({lib: self.retriever_for(lib) for lib in libs})
+        return serving_retriever({lib: self.retriever_for(lib) for lib in libs})
 
     def ask(self, query: str, *, filters: Any = None, top_k: int = 5) -> list[dict[str, Any]]:
         return self.retriever().retrieve(query, filters=filters, top_k=top_k)

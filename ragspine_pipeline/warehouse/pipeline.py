@@ -311,6 +311,22 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
     return index
 
 
+def published_libraries(wh: VersionedTables, wanted: list[str] | None = None) -> list[str]:
+    """Libraries (all, or ``wanted``) that have a published retrieval snapshot, sorted."""
+    root = wh.root / SNAPSHOT
+    found = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    return [lib for lib in (wanted or found) if wh.latest(SNAPSHOT, lib) is not None]
+
+
+def serving_retriever(retrievers: dict[str, Any]):
+    """One library's retriever as it is; several fused by a MultiIndexRetriever."""
+    from ..retrieval.link.multi_index import MultiIndexRetriever
+
+    if not retrievers:
+        raise WarehouseError("no published snapshots to serve")
+    return next(iter(retrievers.values())) if len(retrievers) == 1 else MultiIndexRetriever(retrievers)
+
+
 def build_catalog(wh: VersionedTables, libraries: list[str], path: Path) -> dict[str, Any]:
     """A DuckDB file with one view per published table, swapped in atomically.
 
@@ -321,13 +337,14 @@ def build_catalog(wh: VersionedTables, libraries: list[str], path: Path) -> dict
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     con = duckdb.connect(str(tmp))
-    views = []
+    views, rows = [], []
     try:
         for lib in libraries:
             snap = wh.latest(SNAPSHOT, lib)
             if snap is None:
                 continue
             meta = snap.manifest["metadata"]
+            rows.append((lib, meta["snapshot_id"]))
             safe = "".join(ch if ch.isalnum() else "_" for ch in lib)
             sources = {
                 "documents": wh.get(RAW, lib, meta["raw_documents"]).table_path("documents") if meta.get("raw_documents") and meta["raw_documents"] != "None" else None,
@@ -341,13 +358,13 @@ def build_catalog(wh: VersionedTables, libraries: list[str], path: Path) -> dict
                 if src is None:
                     continue
                 view = f"{name}_{safe}"
-                con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet('{src.resolve().as_posix()}')")
+                # A view body cannot take parameters: the path is quoted as an SQL literal.
+                literal = src.resolve().as_posix().replace("'", "''")
+                con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet('{literal}')")
                 views.append(view)
-        con.execute("CREATE TABLE snapshots AS SELECT * FROM (VALUES " + ", ".join(
-            f"('{lib}', '{wh.latest(SNAPSHOT, lib).manifest['metadata']['snapshot_id']}')"
-            for lib in libraries if wh.latest(SNAPSHOT, lib)) + ") t(library, snapshot_id)"
-            if any(wh.latest(SNAPSHOT, lib) for lib in libraries) else
-            "CREATE TABLE snapshots (library VARCHAR, snapshot_id VARCHAR)")
+        con.execute("CREATE TABLE snapshots (library VARCHAR, snapshot_id VARCHAR)")
+        if rows:
+            con.executemany("INSERT INTO snapshots VALUES (?, ?)", rows)
         con.execute("CHECKPOINT")
     finally:
         con.close()

@@ -27,6 +27,14 @@ def golden_eval(retriever: NarrativeIndexRetriever, library: str, golden_path: P
     return {"queries": len(qrels), **mean_metrics(runs, qrels)}
 
 
+def golden_applies(golden_path: Path, library: str, doc_ids: set[str]) -> bool:
+    """Whether any golden question judges a document of ``library`` (else there is nothing to score)."""
+    if not golden_path.exists():
+        return False
+    golden = json.loads(golden_path.read_text(encoding="utf-8"))
+    return any(f"{library}/{d}" in doc_ids for g in golden for d in g["relevant"])
+
+
 def quality_floor(path: Path, library: str) -> float | None:
     if not path.exists():
         return None

@@ -1,16 +1,19 @@
 """The per-library pipeline steps the Dagster assets call (no Dagster here).
 
-raw_documents -> chunks -> lexical_index -> retrieval_snapshot -> catalog, each step a
-function from published tables to a new immutable version:
+raw_documents -> chunks -> lexical_index, embeddings -> retrieval_snapshot -> catalog,
+each step a function from published tables to a new immutable version, and each
+incremental: it reads the small state tables of the previous version, does work only
+for what changed, and appends only the new rows as a segment (``versioned.Append``).
 
-* ``build_raw_documents`` parses a library folder; unreadable files become rows with a
-  ``parse_error`` (reported, never dropped, never fatal for the library).
-* ``build_chunks`` loads the previous published chunk tables into an in-memory
-  ChunkStore, re-chunks only documents whose source hash or chunker changed, withdraws
-  removed documents (a document that failed to parse keeps its last good version), and
-  writes every row with its version history.
-* ``build_lexical_index`` stores the analyzed tokens of the active chunks, so the read
-  path builds its BM25 postings without re-tokenizing.
+* ``build_raw_documents`` (raw.py) stats the library folder and parses changed files;
+  unreadable files become rows with a ``parse_error`` (reported, never dropped, never
+  fatal for the library).
+* ``build_chunks`` (chunk_tables.py) re-chunks only documents whose source hash or
+  chunker changed, withdraws removed documents (a document that failed to parse keeps
+  its last good version), and appends the new document versions.
+* ``build_lexical_index`` analyzes only chunks it has no tokens for; the read path
+  builds BM25 postings from the stored tokens without re-tokenizing.
+* ``build_embeddings`` embeds only chunks it has no vector for under the same model.
 * ``publish_snapshot`` names one consistent set of versions per library; readers resolve
   everything through it, so a refresh is seen whole or not at all.
 """
@@ -21,25 +24,51 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from ..corpus import Document, DocumentError, ingest_documents, load_library, make_chunker
-from ..retrieval.chunking.chunk_store import ChunkStore
-from ..retrieval.chunking.chunking import Chunk
+from ..corpus import Document, DocumentError, load_library
 from ..retrieval.lexical.analyzer import make_analyzer
 from ..retrieval.lexical.glossary import GlossaryQueryRewriter
 from ..retrieval.link.narrative_link import NarrativeIndex
-from ..sensitivity import is_restricted
-from .versioned import Published, VersionedTables, WarehouseError, write_json_atomic
+from .chunk_tables import (
+    active_chunk_table,
+    active_chunks,
+    build_chunks,
+    chunks_version,
+    doc_state,
+    sorted_active_chunks,
+)
+from .common import (
+    CHUNKS,
+    EMBEDDINGS,
+    LEXICAL,
+    RAW,
+    SNAPSHOT,
+    CheckOutcome,
+    StepResult,
+    last_row_per_key,
+)
+from .raw import build_raw_documents, raw_state, table_documents
+from .versioned import (
+    Append,
+    Published,
+    VersionedTables,
+    WarehouseError,
+    read_segments,
+    write_json_atomic,
+)
 
-RAW, CHUNKS, LEXICAL, SNAPSHOT = "raw_documents", "chunks", "lexical_index", "retrieval_snapshot"
-EMBEDDINGS = "embeddings"
+__all__ = ["CHUNKS", "EMBEDDINGS", "LEXICAL", "RAW", "SNAPSHOT", "CheckOutcome", "StepResult", "active_chunks",
+           "build_chunks", "build_embeddings", "build_lexical_index", "build_raw_documents", "build_catalog",
+           "load_snapshot_index", "parse_library", "publish_snapshot", "published_libraries", "raw_state",
+           "serving_retriever", "snapshot_summary", "sorted_active_chunks", "table_documents"]
 
 
 def parse_library(folder: str | os.PathLike[str], library: str | None = None
@@ -50,150 +79,74 @@ def parse_library(folder: str | os.PathLike[str], library: str | None = None
     return load_library(folder, library)
 
 
-def documents_table(docs: list[Document], errors: list[DocumentError], library: str) -> pa.Table:
-    rows = {"doc_id": [], "title": [], "text": [], "metadata": [], "sensitivity": [], "source_path": [],
-            "content_hash": [], "parse_error": []}
-    for d in docs:
-        rows["doc_id"].append(d.doc_id)
-        rows["title"].append(d.title)
-        rows["text"].append(d.text)
-        rows["metadata"].append(json.dumps(d.metadata, ensure_ascii=False, sort_keys=True))
-        rows["sensitivity"].append(str(d.metadata.get("sensitivity") or "INTERNAL"))
-        rows["source_path"].append(d.source_path)
-        rows["content_hash"].append(d.content_hash)
-        rows["parse_error"].append(None)
-    for e in errors:
-        rows["doc_id"].append(f"{library}/{Path(e.path).stem}")
-        rows["title"].append("")
-        rows["text"].append(None)
-        rows["metadata"].append("{}")
-        rows["sensitivity"].append(None)
-        rows["source_path"].append(e.path)
-        rows["content_hash"].append(None)
-        rows["parse_error"].append(e.error)
-    return pa.table({k: pa.array(v, pa.string()) for k, v in rows.items()})
+def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, same_config: bool
+                    ) -> tuple[dict[str, str], bool]:
+    """(chunk_id -> text of the active chunks without a row in ``prev``'s ``table``, whether
+    to append to ``prev``).
 
+    Chunk ids are content-addressed (doc, offsets, text), so a row stored under a chunk id
+    with the same configuration never needs recomputing. When the chunks version only
+    appended segments to the one ``prev`` was built from, only those segments' rows can be
+    new: they are the only rows read (the refresh costs what changed, not the library).
+    """
+    def as_dict(t: pa.Table) -> dict[str, str]:
+        return dict(zip(t.column("chunk_id").to_pylist(), t.column("text").to_pylist(), strict=True))
 
-def table_documents(t: pa.Table) -> tuple[list[Document], list[DocumentError]]:
-    docs, errors = [], []
-    for r in t.to_pylist():
-        if r["parse_error"]:
-            errors.append(DocumentError(r["source_path"], r["parse_error"]))
-        else:
-            docs.append(Document(r["doc_id"], r["title"], r["text"], json.loads(r["metadata"]), r["source_path"]))
-    return docs, errors
-
-
-@dataclass
-class StepResult:
-    published: Published
-    metadata: dict[str, Any] = field(default_factory=dict)
-    active: list[Chunk] | None = None  # build_chunks: the published active chunks (for checks)
-
-
-def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str) -> StepResult:
-    t0 = time.perf_counter()
-    docs, errors = parse_library(corpus_root / library, library)
-    table = documents_table(docs, errors, library)
-    fingerprint = hashlib.sha256(json.dumps(
-        [table.column("doc_id").to_pylist(), table.column("content_hash").to_pylist(),
-         table.column("parse_error").to_pylist()]).encode()).hexdigest()
-    prev = wh.latest(RAW, library)
-    if prev is not None and prev.manifest["metadata"].get("fingerprint") == fingerprint:
-        pub = prev  # nothing changed on disk: keep the published version
+    if prev is None or not same_config:
+        return as_dict(active_chunk_table(pub_chunks, columns=["text"])), False
+    seen = prev.manifest["metadata"].get("chunks_segments")
+    cur = pub_chunks.segments("chunks")
+    if seen is not None and cur[: len(seen)] == seen and "doc_state" in pub_chunks.manifest["tables"]:
+        paths = pub_chunks.table_paths("chunks")[len(seen):]
+        if not paths:
+            return {}, True
+        cand = pa.concat_tables([pq.read_table(p, columns=["chunk_id", "doc_id", "version", "text"]) for p in paths])
+        state = doc_state(pub_chunks, set(cand.column("doc_id").to_pylist()), columns=["version", "withdrawn"])
+        live = {d: s["version"] for d, s in state.items() if not s["withdrawn"]}
+        cand = cand.filter(pa.array([live.get(d) == v for d, v in zip(cand.column("doc_id").to_pylist(),
+                                                                      cand.column("version").to_pylist(), strict=True)]))
     else:
-        pub = wh.write(RAW, library, {"documents": table},
-                       {"documents": len(docs), "parse_failures": len(errors), "fingerprint": fingerprint})
-    md = {"documents": len(docs), "parse_failures": len(errors),
-          "failed_files": [f"{Path(e.path).name}: {e.error}" for e in errors],
-          "restricted_documents": sum(is_restricted(d.metadata.get("sensitivity")) for d in docs),
-          "previous_version": prev.version if prev else None, "version": pub.version,
-          "reused": prev is not None and pub.version == prev.version,
-          "seconds": round(time.perf_counter() - t0, 3)}
-    return StepResult(pub, md)
+        cand = active_chunk_table(pub_chunks, columns=["text"])
+    have = read_segments(prev, table, columns=["chunk_id"]).column("chunk_id").combine_chunks()
+    cand = cand.filter(pc.invert(pc.is_in(cand.column("chunk_id"), value_set=have)))
+    return as_dict(cand), True
 
 
-def _store_from(wh: VersionedTables, library: str) -> ChunkStore:
-    store = ChunkStore(":memory:")
-    prev = wh.latest(CHUNKS, library)
-    if prev is not None:
-        store.import_arrow(wh.read(CHUNKS, library, "chunks"), wh.read(CHUNKS, library, "doc_versions"))
-    return store
-
-
-def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = None,
-                 raw_version: str | None = None) -> StepResult:
-    t0 = time.perf_counter()
-    chunker = make_chunker(chunker_spec)
-    docs, errors = table_documents(wh.read(RAW, library, "documents", raw_version))
-    prev = wh.latest(CHUNKS, library)
-    with _store_from(wh, library) as store:
-        report = ingest_documents(store, docs, scope_prefix=f"{library}/", chunker=chunker, errors=errors)
-        active = [c for c in store.iter_chunks()]
-        unchanged = not (report.new or report.changed or report.withdrawn)
-        if prev is not None and unchanged and prev.manifest["metadata"].get("chunker") == chunker.key:
-            pub = prev  # every document kept its version: keep the published table
-            tables = {"chunks": wh.read(CHUNKS, library, "chunks")}
-        else:
-            tables = store.export_arrow()
-            pub = wh.write(CHUNKS, library, tables, {"chunker": chunker.key, **report.summary()})
-    preview = "\n".join(
-        f"| {c.chunk_id} | v{c.version} | {c.sensitivity} | {' '.join(c.text.split())[:60]} |" for c in active[:5])
-    md = {**report.summary(), "chunker": chunker.key, "active_chunks": len(active),
-          "rows_total": tables["chunks"].num_rows, "version": pub.version,
-          "reused": prev is not None and pub.version == prev.version,
-          "new_docs": report.new[:20], "changed_docs": report.changed[:20], "withdrawn_docs": report.withdrawn[:20],
-          "preview_md": "| chunk_id | version | sensitivity | text |\n|---|---|---|---|\n" + preview,
-          "seconds": round(time.perf_counter() - t0, 3)}
-    return StepResult(pub, md, active)
-
-
-def active_chunks(wh: VersionedTables, library: str, version: str | None = None) -> list[Chunk]:
-    chunks = wh.read(CHUNKS, library, "chunks", version)
-    dv = wh.read(CHUNKS, library, "doc_versions", version)
-    with ChunkStore(":memory:") as store:
-        store.import_arrow(chunks, dv)
-        return list(store.iter_chunks())
-
-
-def _chunks_version(wh: VersionedTables, library: str, version: str | None) -> Published:
-    pub = wh.get(CHUNKS, library, version) if version else wh.latest(CHUNKS, library)
-    if pub is None:
-        raise WarehouseError(f"no chunks published for {library}")
-    return pub
-
-
-def sorted_active_chunks(wh: VersionedTables, library: str, version: str) -> list[Chunk]:
-    """Active chunks of a version in chunk_id order: the row order of every index table."""
-    return sorted(active_chunks(wh, library, version), key=lambda c: c.chunk_id)
+def _compact_to_active(pub_chunks: Published):
+    """A compaction filter: drop rows of chunks no longer active (and any repeats)."""
+    def compact(t: pa.Table) -> pa.Table:
+        ids = active_chunk_table(pub_chunks, columns=["chunk_id"]).column("chunk_id")
+        t = t.filter(pc.is_in(t.column("chunk_id"), value_set=ids.combine_chunks()))
+        return last_row_per_key(t, "chunk_id")
+    return compact
 
 
 def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None = None,
                         chunks_version: str | None = None) -> StepResult:
     t0 = time.perf_counter()
-    pub_chunks = _chunks_version(wh, library, chunks_version)
+    pub_chunks = _chunks_pub(wh, library, chunks_version)
     an = make_analyzer(analyzer)
     prev = wh.latest(LEXICAL, library)
     if prev is not None and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version \
             and prev.manifest["metadata"].get("analyzer") == an.name:
         return StepResult(prev, {"analyzer": an.name, "chunks_version": pub_chunks.version, "version": prev.version,
-                                 "reused": True, "seconds": round(time.perf_counter() - t0, 3)})
-    chunks = sorted_active_chunks(wh, library, pub_chunks.version)
-    # Chunk ids are content-addressed (doc, offsets, text): a chunk id seen by the previous
-    # index with the same analyzer has the same tokens, so only new chunks are analyzed.
-    cached: dict[str, list[str]] = {}
-    if prev is not None and prev.manifest["metadata"].get("analyzer") == an.name:
-        old = wh.read(LEXICAL, library, "tokens", prev.version)
-        cached = dict(zip(old.column("chunk_id").to_pylist(), old.column("tokens").to_pylist(), strict=True))
-    tokens = [cached[c.chunk_id] if c.chunk_id in cached else an(c.text) for c in chunks]
-    reanalyzed = sum(c.chunk_id not in cached for c in chunks)
-    table = pa.table({"chunk_id": pa.array([c.chunk_id for c in chunks], pa.string()),
-                      "tokens": pa.array(tokens, pa.list_(pa.string()))})
-    pub = wh.write(LEXICAL, library, {"tokens": table},
-                   {"analyzer": an.name, "chunks_version": pub_chunks.version})
-    return StepResult(pub, {"analyzer": an.name, "chunks_indexed": len(chunks), "chunks_version": pub_chunks.version,
-                            "tokens": int(sum(len(t) for t in tokens)), "version": pub.version,
-                            "chunks_analyzed": reanalyzed, "reused": False, "seconds": round(time.perf_counter() - t0, 3)})
+                                 "reused": True, "chunks_analyzed": 0, "bytes_written": 0,
+                                 "seconds": round(time.perf_counter() - t0, 3)})
+    same = prev is not None and prev.manifest["metadata"].get("analyzer") == an.name
+    texts, append = _missing_chunks(pub_chunks, prev, "tokens", same)
+    todo = sorted(texts)
+    table = pa.table({"chunk_id": pa.array(todo, pa.string()),
+                      "tokens": pa.array([an(texts[c]) for c in todo], pa.list_(pa.string()))})
+    meta = {"analyzer": an.name, "chunks_version": pub_chunks.version, "chunks_segments": pub_chunks.segments("chunks")}
+    spec = Append(table, compact=_compact_to_active(pub_chunks)) if append else table
+    pub = wh.write(LEXICAL, library, {"tokens": spec}, meta, parent=prev if append else None)
+    meta.pop("chunks_segments")
+    return StepResult(pub, {**meta, "chunks_indexed": pub_chunks.manifest["metadata"].get("active_chunks"),
+                            "chunks_analyzed": len(todo),
+                            "tokens_written": int(sum(len(t) for t in table.column("tokens").to_pylist())),
+                            "segments": len(pub.segments("tokens")), "version": pub.version, "reused": False,
+                            "bytes_written": pub.manifest.get("bytes_written", 0),
+                            "seconds": round(time.perf_counter() - t0, 3)})
 
 
 def _text_hash(text: str) -> str:
@@ -202,7 +155,7 @@ def _text_hash(text: str) -> str:
 
 def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
                      chunks_version: str | None = None) -> StepResult | None:
-    """Vectors of the active chunks; only (text, model) pairs not embedded before are computed.
+    """Vectors of the active chunks; only chunks without a vector from the same model are embedded.
 
     Returns None (nothing written) when no backend is configured: the default product is
     pure BM25. A different model id re-embeds everything into a new version; the previous
@@ -211,35 +164,44 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
     if backend is None:
         return None
     t0 = time.perf_counter()
-    pub_chunks = _chunks_version(wh, library, chunks_version)
+    pub_chunks = _chunks_pub(wh, library, chunks_version)
     model_id = backend.model_id
     prev = wh.latest(EMBEDDINGS, library)
-    cached: dict[str, list[float]] = {}
-    if prev is not None and prev.manifest["metadata"].get("model_id") == model_id:
-        if prev.manifest["metadata"].get("chunks_version") == pub_chunks.version:
-            # Same chunks, same model: keep the published vectors without loading anything.
-            return StepResult(prev, {"model_id": model_id, "version": prev.version, "reused": True, "embedded": 0,
-                                     "count": prev.manifest["tables"]["vectors"]["rows"],
-                                     "seconds": round(time.perf_counter() - t0, 3)})
-        old = wh.read(EMBEDDINGS, library, "vectors", prev.version)
-        cached = dict(zip(old.column("text_hash").to_pylist(), old.column("vector").to_pylist(), strict=True))
-    chunks = sorted_active_chunks(wh, library, pub_chunks.version)
-    hashes = [_text_hash(c.text) for c in chunks]
-    todo = sorted({h: c.text for h, c in zip(hashes, chunks, strict=True) if h not in cached}.items())
+    same = prev is not None and prev.manifest["metadata"].get("model_id") == model_id
+    if same and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version:
+        # Same chunks, same model: keep the published vectors without loading anything.
+        return StepResult(prev, {"model_id": model_id, "version": prev.version, "reused": True, "embedded": 0,
+                                 "count": prev.manifest["metadata"].get("count", prev.rows("vectors")),
+                                 "bytes_written": 0, "seconds": round(time.perf_counter() - t0, 3)})
+    texts, append = _missing_chunks(pub_chunks, prev, "vectors", same)
+    todo = sorted(texts)
     t1 = time.perf_counter()
-    fresh = backend.embed_texts([t for _, t in todo]) if todo else []
+    fresh = backend.embed_texts([texts[c] for c in todo]) if todo else []
     embed_s = time.perf_counter() - t1
-    cached.update({h: v for (h, _), v in zip(todo, fresh, strict=True)})
-    vectors = [cached[h] for h in hashes]
-    dim = len(vectors[0]) if vectors else 0
-    table = pa.table({"chunk_id": pa.array([c.chunk_id for c in chunks], pa.string()),
-                      "text_hash": pa.array(hashes, pa.string()),
-                      "vector": pa.array(vectors, pa.list_(pa.float32()))})
-    meta = {"model_id": model_id, "spec": spec, "dim": dim, "chunks_version": pub_chunks.version}
-    pub = wh.write(EMBEDDINGS, library, {"vectors": table}, meta)
-    return StepResult(pub, {**meta, "version": pub.version, "reused": False, "count": len(chunks),
-                            "embedded": len(todo), "sentences_per_s": round(len(todo) / embed_s, 1) if todo and embed_s else None,
+    dim = len(fresh[0]) if fresh else int(prev.manifest["metadata"].get("dim", 0)) if append else 0
+    table = pa.table({"chunk_id": pa.array(todo, pa.string()),
+                      "text_hash": pa.array([_text_hash(texts[c]) for c in todo], pa.string()),
+                      "vector": _vector_column(fresh, dim)})
+    meta = {"model_id": model_id, "spec": spec, "dim": dim, "chunks_version": pub_chunks.version,
+            "count": pub_chunks.manifest["metadata"].get("active_chunks"), "chunks_segments": pub_chunks.segments("chunks")}
+    tspec = Append(table, compact=_compact_to_active(pub_chunks)) if append else table
+    pub = wh.write(EMBEDDINGS, library, {"vectors": tspec}, meta, parent=prev if append else None)
+    meta.pop("chunks_segments")
+    return StepResult(pub, {**meta, "version": pub.version, "reused": False, "embedded": len(todo),
+                            "sentences_per_s": round(len(todo) / embed_s, 1) if todo and embed_s else None,
+                            "segments": len(pub.segments("vectors")),
+                            "bytes_written": pub.manifest.get("bytes_written", 0),
                             "seconds": round(time.perf_counter() - t0, 3)})
+
+
+def _vector_column(vectors, dim: int) -> pa.Array:
+    arr = np.asarray(vectors, dtype=np.float32).reshape(-1, dim) if len(vectors) else np.zeros((0, dim), np.float32)
+    offsets = pa.array(np.arange(0, arr.size + 1, max(dim, 1), dtype=np.int32)[: len(arr) + 1], pa.int32())
+    return pa.ListArray.from_arrays(offsets, pa.array(arr.ravel(), pa.float32()))
+
+
+def _chunks_pub(wh: VersionedTables, library: str, version: str | None) -> Published:
+    return chunks_version(wh, library, version)
 
 
 def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
@@ -265,6 +227,24 @@ def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
     return StepResult(pub, {**payload, "snapshot_id": snap_id, "version": pub.version, "reused": False})
 
 
+def snapshot_summary(wh: VersionedTables, library: str) -> dict[str, Any]:
+    """What the published snapshot serves, from the chunks version's state (no text, no index)."""
+    snap = wh.latest(SNAPSHOT, library)
+    if snap is None:
+        raise WarehouseError(f"no retrieval snapshot published for {library}")
+    pub = chunks_version(wh, library, snap.manifest["metadata"]["chunks"])
+    meta = pub.manifest["metadata"]
+    if "restricted_chunks" not in meta:  # a version written before these counts were kept
+        from ..sensitivity import is_restricted
+
+        t = active_chunk_table(pub, columns=["sensitivity"])
+        return {"doc_ids": set(t.column("doc_id").to_pylist()), "chunks": t.num_rows,
+                "restricted_chunks": sum(is_restricted(s) for s in t.column("sensitivity").to_pylist())}
+    state = doc_state(pub, columns=["withdrawn"])
+    return {"doc_ids": {d for d, s in state.items() if not s["withdrawn"]}, "chunks": int(meta["active_chunks"]),
+            "restricted_chunks": int(meta["restricted_chunks"])}
+
+
 def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os.PathLike[str] | None = None,
                         embedding_backend=None, channels: tuple[str, ...] | None = None) -> NarrativeIndex:
     """NarrativeIndex over exactly the versions the library's published snapshot names.
@@ -279,10 +259,9 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
         raise WarehouseError(f"no retrieval snapshot published for {library}")
     meta = snap.manifest["metadata"]
     chunks = sorted_active_chunks(wh, library, meta["chunks"])
-    tok = wh.read(LEXICAL, library, "tokens", meta["lexical_index"])
-    ids = tok.column("chunk_id").to_pylist()
-    if ids != [c.chunk_id for c in chunks]:
-        raise WarehouseError(f"snapshot {snap.version} of {library}: lexical index does not match its chunks")
+    ids = pa.array([c.chunk_id for c in chunks], pa.string())
+    tok = _aligned(wh.read(LEXICAL, library, "tokens", meta["lexical_index"]), ids,
+                   f"snapshot {snap.version} of {library}: lexical index does not match its chunks")
     rewriter = GlossaryQueryRewriter.from_file(glossary) if glossary and Path(glossary).exists() else None
     dense = channels is None or "dense" in channels
     emb_version = meta.get("embeddings") if meta.get("embeddings") not in (None, "None") else None
@@ -304,11 +283,21 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
                                        docs_tokens=tok.column("tokens").to_pylist(),
                                        library_id=library, version=meta["snapshot_id"])
     if backend is not None and emb_version:
-        vt = wh.read(EMBEDDINGS, library, "vectors", emb_version)
-        if vt.column("chunk_id").to_pylist() != ids:
-            raise WarehouseError(f"snapshot {snap.version} of {library}: embeddings do not match its chunks")
-        index.retriever.preload_vectors(np.asarray(vt.column("vector").to_pylist(), dtype=np.float32))
+        vt = _aligned(wh.read(EMBEDDINGS, library, "vectors", emb_version), ids,
+                      f"snapshot {snap.version} of {library}: embeddings do not match its chunks")
+        vec = vt.column("vector").combine_chunks()
+        dim = len(vec[0]) if len(vec) else 0
+        flat = vec.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+        index.retriever.preload_vectors(flat.reshape(len(vec), dim) if len(vec) else np.zeros((0, dim), np.float32))
     return index
+
+
+def _aligned(table: pa.Table, ids: pa.Array, error: str) -> pa.Table:
+    """Rows of a chunk_id-keyed index table in the order of ``ids``; every id must be there."""
+    pos = pc.index_in(ids, value_set=table.column("chunk_id").combine_chunks())
+    if pos.null_count:
+        raise WarehouseError(f"{error} ({pos.null_count} chunks have no row)")
+    return table.take(pos)
 
 
 def published_libraries(wh: VersionedTables, wanted: list[str] | None = None) -> list[str]:
@@ -327,13 +316,74 @@ def serving_retriever(retrievers: dict[str, Any]):
     return next(iter(retrievers.values())) if len(retrievers) == 1 else MultiIndexRetriever(retrievers)
 
 
+def _sql_list(paths: list[Path]) -> str:
+    # A view body cannot take parameters: paths are quoted as SQL literals.
+    return "[" + ", ".join("'" + p.resolve().as_posix().replace("'", "''") + "'" for p in paths) + "]"
+
+
+def _newest_rows_sql(paths: list[Path], key: str, drop: str = "") -> str:
+    """SELECT of the newest row per ``key`` across append-only segments (later files win)."""
+    order = ", ".join(f"({_sql_list([p])[1:-1]}, {i})" for i, p in enumerate(paths))
+    return (f"SELECT * EXCLUDE (_seg, _row{', ' + drop if drop else ''}) FROM (SELECT d.* EXCLUDE (filename, "
+            f"file_row_number), s.seg AS _seg, d.file_row_number AS _row FROM read_parquet({_sql_list(paths)}, "
+            f"filename = true, file_row_number = true, union_by_name = true) d JOIN (VALUES {order}) s(fname, seg) "
+            f"ON d.filename = s.fname QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY _seg DESC, _row DESC) = 1)")
+
+
+def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], safe: str) -> dict[str, str]:
+    """view name -> SELECT over the Parquet segments the library's snapshot names."""
+    views: dict[str, str] = {}
+    chunks = wh.get(CHUNKS, lib, meta["chunks"])
+    if meta.get("raw_documents") not in (None, "None"):
+        raw = wh.get(RAW, lib, meta["raw_documents"])
+        paths = raw.table_paths("documents")
+        if len(paths) == 1 and "deleted" not in pq.read_schema(paths[0]).names:
+            views["documents"] = f"SELECT * FROM read_parquet({_sql_list(paths)})"
+        else:  # the newest row per file, tombstones removed
+            views["documents"] = (f"SELECT * EXCLUDE (deleted) FROM ({_newest_rows_sql(paths, 'source_path')}) "
+                                  f"WHERE NOT coalesce(deleted, false)")
+    if "doc_state" in chunks.manifest["tables"]:
+        from ..retrieval.chunking.chunk_store import CHUNK_COLUMNS
+
+        cols = ", ".join("dv.superseded_at" if c == "superseded_at" else
+                         "coalesce(c.version = st.version AND NOT st.withdrawn, false) AS active" if c == "active"
+                         else f"c.{c}" for c in CHUNK_COLUMNS)
+        views["chunks"] = (
+            f"SELECT {cols} FROM read_parquet({_sql_list(chunks.table_paths('chunks'))}, union_by_name = true) c "
+            f"LEFT JOIN (SELECT doc_id, version, lead(ingested_at) OVER (PARTITION BY doc_id ORDER BY version) "
+            f"AS superseded_at FROM read_parquet({_sql_list(chunks.table_paths('doc_versions'))})) dv "
+            f"ON dv.doc_id = c.doc_id AND dv.version = c.version "
+            f"LEFT JOIN ({_newest_rows_sql(chunks.table_paths('doc_state'), 'doc_id')}) st ON st.doc_id = c.doc_id")
+        views["doc_state"] = _newest_rows_sql(chunks.table_paths("doc_state"), "doc_id")
+    else:
+        views["chunks"] = f"SELECT * FROM read_parquet({_sql_list(chunks.table_paths('chunks'))})"
+    views["doc_versions"] = f"SELECT * FROM read_parquet({_sql_list(chunks.table_paths('doc_versions'))})"
+    active = f"(SELECT chunk_id FROM chunks_{safe} WHERE active)"
+    lex = wh.get(LEXICAL, lib, meta["lexical_index"])
+    views["lexical_tokens"] = (f"SELECT * FROM read_parquet({_sql_list(lex.table_paths('tokens'))}) "
+                               f"WHERE chunk_id IN {active}")
+    if meta.get("embeddings") not in (None, "None"):
+        emb = wh.get(EMBEDDINGS, lib, meta["embeddings"])
+        views["embeddings"] = (f"SELECT * FROM read_parquet({_sql_list(emb.table_paths('vectors'))}) "
+                               f"WHERE chunk_id IN {active}")
+    return views
+
+
 def build_catalog(wh: VersionedTables, libraries: list[str], path: Path) -> dict[str, Any]:
     """A DuckDB file with one view per published table, swapped in atomically.
 
-    Views point at the immutable Parquet files of each library's snapshot, so a notebook
+    Views point at the immutable Parquet segments of each library's snapshot (``active``
+    and ``superseded_at`` of chunks derived from the document versions), so a notebook
     holding the catalog read-only keeps a consistent picture while refreshes publish.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
+    snaps = {lib: snap.manifest["metadata"]["snapshot_id"] for lib in libraries
+             if (snap := wh.latest(SNAPSHOT, lib)) is not None}
+    index = path.with_suffix(".json")
+    if path.exists() and index.exists():
+        old = json.loads(index.read_text(encoding="utf-8"))
+        if old.get("snapshots") == snaps:  # every view would point at the same files
+            return {"views": old["views"], "path": str(path), "rebuilt": False}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     con = duckdb.connect(str(tmp))
@@ -346,21 +396,9 @@ def build_catalog(wh: VersionedTables, libraries: list[str], path: Path) -> dict
             meta = snap.manifest["metadata"]
             rows.append((lib, meta["snapshot_id"]))
             safe = "".join(ch if ch.isalnum() else "_" for ch in lib)
-            sources = {
-                "documents": wh.get(RAW, lib, meta["raw_documents"]).table_path("documents") if meta.get("raw_documents") and meta["raw_documents"] != "None" else None,
-                "chunks": wh.get(CHUNKS, lib, meta["chunks"]).table_path("chunks"),
-                "doc_versions": wh.get(CHUNKS, lib, meta["chunks"]).table_path("doc_versions"),
-                "lexical_tokens": wh.get(LEXICAL, lib, meta["lexical_index"]).table_path("tokens"),
-                "embeddings": (wh.get(EMBEDDINGS, lib, meta["embeddings"]).table_path("vectors")
-                               if meta.get("embeddings") not in (None, "None") else None),
-            }
-            for name, src in sources.items():
-                if src is None:
-                    continue
+            for name, body in _catalog_views(wh, lib, meta, safe).items():
                 view = f"{name}_{safe}"
-                # A view body cannot take parameters: the path is quoted as an SQL literal.
-                literal = src.resolve().as_posix().replace("'", "''")
-                con.execute(f"CREATE VIEW {view} AS SELECT * FROM read_parquet('{literal}')")
+                con.execute(f"CREATE VIEW {view} AS {body}")
                 views.append(view)
         con.execute("CREATE TABLE snapshots (library VARCHAR, snapshot_id VARCHAR)")
         if rows:
@@ -369,5 +407,5 @@ def build_catalog(wh: VersionedTables, libraries: list[str], path: Path) -> dict
     finally:
         con.close()
     os.replace(tmp, path)
-    write_json_atomic(path.with_suffix(".json"), {"views": views, "libraries": libraries})
-    return {"views": views, "path": str(path)}
+    write_json_atomic(index, {"views": views, "libraries": libraries, "snapshots": snaps})
+    return {"views": views, "path": str(path), "rebuilt": True}

@@ -8,6 +8,16 @@ manifest swap leaves the previous version published and readable; a half-written
 is never referenced and is removed by ``prune``.
 
 Versions are zero-padded integers (``v000001``), monotonic per (asset, library).
+
+A table of a version is a list of Parquet *segments* (Iceberg/Delta-style): a version
+may write a table whole (one new file), carry it from its parent unchanged
+(``Inherit``), or add rows on top of the parent's segments (``Append``: only the new
+rows are written; the parent's files are referenced, never copied or changed). So an
+incremental refresh writes bytes in proportion to what changed, every version stays
+immutable and readable on its own, and ``prune`` deletes a file only when no kept
+version references it. Past ``max_segments`` an append compacts the table into one
+file (optionally dropping rows that can no longer be read, e.g. tokens of withdrawn
+chunks), which bounds read amplification at an amortized 1/max_segments rewrite.
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +36,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 MANIFEST = "_manifest.json"
+VERSION_META = "_version.json"
+DEFAULT_MAX_SEGMENTS = 16
 FAIL_ENV = "RAGSPINE_FAIL_BEFORE_PUBLISH"  # test hook: "<asset>" or "*"
 
 
@@ -66,8 +78,46 @@ class Published:
     path: Path
     manifest: dict[str, Any]
 
+    def segments(self, name: str) -> list[str]:
+        """The table's files, relative to the asset/library folder, oldest first."""
+        entry = self.manifest["tables"].get(name)
+        if entry is None:
+            raise WarehouseError(f"{self.asset}/{self.library}@{self.version} has no table {name!r}")
+        if "files" in entry:
+            return list(entry["files"])
+        return [f"{self.version}/{entry.get('file', name + '.parquet')}"]  # single-file manifests
+
+    def table_paths(self, name: str) -> list[Path]:
+        base = self.path.parent
+        return [base / f for f in self.segments(name)]
+
     def table_path(self, name: str) -> Path:
-        return self.path / f"{name}.parquet"
+        """The one file of a single-segment table (compacted or written whole)."""
+        paths = self.table_paths(name)
+        if len(paths) != 1:
+            raise WarehouseError(f"{self.asset}/{self.library}@{self.version}: table {name!r} has "
+                                 f"{len(paths)} segments; use table_paths()")
+        return paths[0]
+
+    def rows(self, name: str) -> int:
+        return int(self.manifest["tables"][name]["rows"])
+
+
+@dataclass(frozen=True)
+class Append:
+    """Rows added on top of the parent version's segments of the same table.
+
+    ``compact`` (optional) filters the whole table when the segment count forces a
+    compaction: it drops rows no reader of the new version can reach.
+    """
+
+    table: pa.Table
+    compact: Callable[[pa.Table], pa.Table] | None = None
+
+
+@dataclass(frozen=True)
+class Inherit:
+    """The parent version's table, carried unchanged (its files are referenced)."""
 
 
 class VersionedTables:
@@ -84,7 +134,12 @@ class VersionedTables:
         if not d.is_dir():
             return []
         return sorted(p.name for p in d.iterdir() if p.is_dir() and p.name.startswith("v")
-                      and p.name[1:].isdigit())
+                      and p.name[1:].isdigit() and (p / VERSION_META).exists())
+
+    def _next_version(self, d: Path) -> str:
+        # Every version folder counts, pruned ones that still hold referenced segments too.
+        nums = [int(p.name[1:]) for p in d.iterdir() if p.is_dir() and p.name.startswith("v") and p.name[1:].isdigit()]
+        return f"v{(max(nums) + 1 if nums else 1):06d}"
 
     def latest(self, asset: str, library: str) -> Published | None:
         d = self._dir(asset, library)
@@ -97,41 +152,58 @@ class VersionedTables:
     def get(self, asset: str, library: str, version: str) -> Published:
         d = self._dir(asset, library)
         vdir = d / version
-        meta = vdir / "_version.json"
+        meta = vdir / VERSION_META
         if not meta.exists():
             raise WarehouseError(f"{asset}/{library} has no version {version!r}")
         return Published(asset, library, version, vdir, json.loads(meta.read_text(encoding="utf-8")))
 
-    def read(self, asset: str, library: str, table: str, version: str | None = None) -> pa.Table:
+    def read(self, asset: str, library: str, table: str, version: str | None = None, *,
+             columns: list[str] | None = None) -> pa.Table:
+        """The whole table of a version (its segments concatenated, oldest first)."""
         pub = self.get(asset, library, version) if version else self.latest(asset, library)
         if pub is None:
             raise WarehouseError(f"nothing published yet for {asset}/{library}")
-        path = pub.table_path(table)
-        if not path.exists():
-            raise WarehouseError(f"{asset}/{library}@{pub.version} has no table {table!r}")
-        return pq.read_table(path)
+        return read_segments(pub, table, columns=columns)
 
-    def write(self, asset: str, library: str, tables: Mapping[str, pa.Table],
-              metadata: Mapping[str, Any] | None = None, *, publish: bool = True) -> Published:
-        """Write a new immutable version; publish it (manifest swap) unless told not to."""
+    def write(self, asset: str, library: str, tables: Mapping[str, pa.Table | Append | Inherit],
+              metadata: Mapping[str, Any] | None = None, *, publish: bool = True,
+              parent: Published | None = None, max_segments: int = DEFAULT_MAX_SEGMENTS) -> Published:
+        """Write a new immutable version; publish it (manifest swap) unless told not to.
+
+        A plain Arrow table is written whole; ``Append``/``Inherit`` build on ``parent``
+        (the version the caller read its state from).
+        """
         d = self._dir(asset, library)
         d.mkdir(parents=True, exist_ok=True)
-        existing = self.versions(asset, library)
-        n = int(existing[-1][1:]) + 1 if existing else 1
-        version = f"v{n:06d}"
+        version = self._next_version(d)
         tmp = d / f".tmp-{version}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
         manifest = {"asset": asset, "library": library, "version": version,
                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "parent": parent.version if parent else None,
                     "tables": {}, "metadata": dict(metadata or {})}
+        written = 0
         try:
-            for name, table in tables.items():
-                path = tmp / f"{name}.parquet"
-                pq.write_table(table, path)
-                with open(path, "rb") as fh:
-                    os.fsync(fh.fileno())
-                manifest["tables"][name] = {"rows": table.num_rows, "file": f"{name}.parquet"}
-            write_json_atomic(tmp / "_version.json", manifest)
+            for name, spec in tables.items():
+                files: list[str] = []
+                rows = 0
+                if isinstance(spec, Inherit | Append):
+                    if parent is None:
+                        raise WarehouseError(f"{asset}/{library}: {type(spec).__name__} of {name!r} needs a parent")
+                    files, rows = parent.segments(name), parent.rows(name)
+                if isinstance(spec, Append) and spec.table.num_rows and len(files) + 1 > max_segments:
+                    whole = pa.concat_tables([read_segments(parent, name), spec.table], promote_options="default")
+                    spec = spec.compact(whole) if spec.compact else whole  # compaction: one file again
+                    files, rows = [], 0
+                if not (isinstance(spec, Inherit) or isinstance(spec, Append) and spec.table.num_rows == 0):
+                    table = spec.table if isinstance(spec, Append) else spec
+                    fname = f"{name}.parquet"
+                    written += _write_parquet(table, tmp / fname)
+                    files = files + [f"{version}/{fname}"]
+                    rows += table.num_rows
+                manifest["tables"][name] = {"rows": rows, "files": files}
+            manifest["bytes_written"] = written
+            write_json_atomic(tmp / VERSION_META, manifest)
             os.rename(tmp, d / version)
             _fsync_dir(d)
         except BaseException:
@@ -149,7 +221,11 @@ class VersionedTables:
         write_json_atomic(self._dir(pub.asset, pub.library) / MANIFEST, pub.manifest)
 
     def prune(self, asset: str, library: str, keep: int, protect: set[str] | None = None) -> list[str]:
-        """Delete all but the newest ``keep`` versions (never the published one nor ``protect``)."""
+        """Delete all but the newest ``keep`` versions (never the published one nor ``protect``).
+
+        A pruned version disappears (its ``_version.json`` goes first); its data files are
+        deleted only when no kept version references them as segments.
+        """
         if keep < 1:
             raise WarehouseError("keep must be >= 1")
         d = self._dir(asset, library)
@@ -157,8 +233,44 @@ class VersionedTables:
         protected = set(protect or ()) | ({cur.version} if cur else set())
         versions = self.versions(asset, library)
         doomed = [v for v in versions[:-keep] if v not in protected]
+        kept = [v for v in versions if v not in doomed]
+        referenced: set[str] = set()
+        for v in kept:
+            pub = self.get(asset, library, v)
+            for name in pub.manifest["tables"]:
+                referenced.update(pub.segments(name))
+        if cur is not None:
+            for name in cur.manifest["tables"]:
+                referenced.update(cur.segments(name))
         for v in doomed:
-            shutil.rmtree(d / v, ignore_errors=True)
+            (d / v / VERSION_META).unlink(missing_ok=True)
+        for vdir in [p for p in d.iterdir() if p.is_dir() and p.name.startswith("v") and p.name[1:].isdigit()]:
+            if (vdir / VERSION_META).exists():
+                continue
+            for f in vdir.iterdir():
+                if f"{vdir.name}/{f.name}" not in referenced:
+                    f.unlink(missing_ok=True)
+            if not any(vdir.iterdir()):
+                vdir.rmdir()
         for p in d.glob(".tmp-*"):  # abandoned half-written versions
             shutil.rmtree(p, ignore_errors=True)
         return doomed
+
+
+def _write_parquet(table: pa.Table, path: Path) -> int:
+    pq.write_table(table, path)
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+    return path.stat().st_size
+
+
+def read_segments(pub: Published, table: str, *, columns: list[str] | None = None) -> pa.Table:
+    """Concatenate a table's segments (oldest first); ``columns`` reads only those."""
+    paths = pub.table_paths(table)
+    for p in paths:
+        if not p.exists():
+            raise WarehouseError(f"{pub.asset}/{pub.library}@{pub.version}: segment {p} of {table!r} is missing")
+    parts = [pq.read_table(p, columns=columns) for p in paths]
+    if not parts:
+        raise WarehouseError(f"{pub.asset}/{pub.library}@{pub.version}: table {table!r} has no segments")
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="default")

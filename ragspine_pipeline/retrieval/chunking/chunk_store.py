@@ -81,6 +81,49 @@ class StoredChunk(Chunk):
     active: bool = True
 
 
+def chunk_rows_table(rows: Sequence[Chunk], row_version: Sequence[int], valid_as_of: str,
+                     now: datetime, *, lineage_columns: bool = True) -> Any:
+    """Chunks as Arrow rows of the ``chunks`` table (CHUNK_COLUMNS order).
+
+    ``lineage_columns=False`` leaves out ``superseded_at`` and ``active``: the warehouse
+    derives them from the document versions instead of rewriting old rows.
+    """
+    import pyarrow as pa
+
+    n = len(rows)
+    i32, s = pa.int32(), pa.string()
+    cols = {
+        "chunk_id": pa.array([c.chunk_id for c in rows], s),
+        "doc_id": pa.array([c.doc_id for c in rows], s),
+        "title": pa.array([c.title for c in rows], s),
+        "text": pa.array([c.text for c in rows], s),
+        "source_path": pa.array([c.source_locator.source_path for c in rows], s),
+        "start_char": pa.array([c.start for c in rows], i32),
+        "end_char": pa.array([c.end for c in rows], i32),
+        "ordinal": pa.array([c.ordinal for c in rows], i32),
+        **{f: pa.array([getattr(c, f) for c in rows], s) for f in METADATA_FIELDS},
+        "sensitivity": pa.array([c.sensitivity for c in rows], s),
+        "parent_id": pa.array([c.parent_id for c in rows], s),
+        "heading": pa.array([c.heading for c in rows], s),
+        "window_text": pa.array([c.window_text for c in rows], s),
+        "parent_start": pa.array([c.parent_locator.start if c.parent_locator else None for c in rows], i32),
+        "parent_end": pa.array([c.parent_locator.end if c.parent_locator else None for c in rows], i32),
+        "chunker": pa.array([c.chunker for c in rows], s),
+        "valid_as_of": pa.array([valid_as_of] * n, s),
+        "ingested_at": pa.array([now] * n, pa.timestamp("us")),
+        "superseded_at": pa.array([None] * n, pa.timestamp("us")),
+        "version": pa.array(list(row_version), i32),
+        "active": pa.array([True] * n, pa.bool_()),
+    }
+    names = [c for c in CHUNK_COLUMNS if lineage_columns or c not in ("superseded_at", "active")]
+    return pa.table({name: cols[name] for name in names})
+
+
+def chunk_fingerprint(chunks: Sequence[Chunk]) -> str:
+    """Hash of a document's chunk list: equal lists mean "same content, same version"."""
+    return _chunk_fingerprint(chunks)
+
+
 def _chunk_fingerprint(chunks: Sequence[Chunk]) -> str:
     h = hashlib.sha256()
     for c in chunks:
@@ -285,34 +328,7 @@ class ChunkStore:
 
     def _insert_chunks(self, rows: list[Chunk], row_version: list[int], valid_as_of: str,
                        now: datetime) -> None:
-        import pyarrow as pa
-
-        n = len(rows)
-        i32, s = pa.int32(), pa.string()
-        cols = {
-            "chunk_id": pa.array([c.chunk_id for c in rows], s),
-            "doc_id": pa.array([c.doc_id for c in rows], s),
-            "title": pa.array([c.title for c in rows], s),
-            "text": pa.array([c.text for c in rows], s),
-            "source_path": pa.array([c.source_locator.source_path for c in rows], s),
-            "start_char": pa.array([c.start for c in rows], i32),
-            "end_char": pa.array([c.end for c in rows], i32),
-            "ordinal": pa.array([c.ordinal for c in rows], i32),
-            **{f: pa.array([getattr(c, f) for c in rows], s) for f in METADATA_FIELDS},
-            "sensitivity": pa.array([c.sensitivity for c in rows], s),
-            "parent_id": pa.array([c.parent_id for c in rows], s),
-            "heading": pa.array([c.heading for c in rows], s),
-            "window_text": pa.array([c.window_text for c in rows], s),
-            "parent_start": pa.array([c.parent_locator.start if c.parent_locator else None for c in rows], i32),
-            "parent_end": pa.array([c.parent_locator.end if c.parent_locator else None for c in rows], i32),
-            "chunker": pa.array([c.chunker for c in rows], s),
-            "valid_as_of": pa.array([valid_as_of] * n, s),
-            "ingested_at": pa.array([now] * n, pa.timestamp("us")),
-            "superseded_at": pa.array([None] * n, pa.timestamp("us")),
-            "version": pa.array(row_version, i32),
-            "active": pa.array([True] * n, pa.bool_()),
-        }
-        table = pa.table({name: cols[name] for name in CHUNK_COLUMNS})
+        table = chunk_rows_table(rows, row_version, valid_as_of, now)
         self._con.register("_new_chunks", table)
         try:
             self._run(f"INSERT INTO chunks ({', '.join(CHUNK_COLUMNS)}) "
@@ -456,6 +472,11 @@ def _as_table(obj: Any) -> Any:
     return obj.read_all() if isinstance(obj, pa.RecordBatchReader) else obj
 
 
+def row_to_chunk(r: dict[str, Any]) -> StoredChunk:
+    """A stored row (a ``chunks`` table row as a dict) as a StoredChunk."""
+    return _row_to_chunk(r)
+
+
 def _row_to_chunk(r: dict[str, Any]) -> StoredChunk:
     parent = None
     if r.get("parent_start") is not None and r.get("parent_end") is not None:
@@ -483,5 +504,5 @@ def _row_to_chunk(r: dict[str, Any]) -> StoredChunk:
         valid_as_of=r["valid_as_of"] or "",
         ingested_at=r["ingested_at"],
         version=r["version"] if r["version"] is not None else 1,
-        active=bool(r["active"]) if r["active"] is not None else True,
+        active=bool(r["active"]) if r.get("active") is not None else True,
     )

@@ -129,9 +129,13 @@ class InProcessVectorStore:
         if len(cand) == 0:
             return []
         s = sims[cand].astype(np.float64)
+        # BLAS may sum identical rows in a different order depending on where they sit in
+        # the matrix (SIMD blocking), so equal vectors can differ in the last float32 bits.
+        # Order on scores rounded below float32 precision so such ties go by id.
+        s_order = np.round(s, 6)
         sel = np.arange(len(cand))
         if len(cand) > 4 * k:
-            kth = s[np.argpartition(-s, k - 1)[k - 1]]
-            sel = np.flatnonzero(s >= kth)  # tie-safe cut before the exact (score, id) sort
-        order = sorted(sel.tolist(), key=lambda i: (-s[i], self._ids[cand[i]]))[:k]
+            kth = s_order[np.argpartition(-s_order, k - 1)[k - 1]]
+            sel = np.flatnonzero(s_order >= kth)  # tie-safe cut before the exact (score, id) sort
+        order = sorted(sel.tolist(), key=lambda i: (-s_order[i], self._ids[cand[i]]))[:k]
         return [VectorHit(self._ids[cand[i]], float(s[i]), self._meta[cand[i]]) for i in order]

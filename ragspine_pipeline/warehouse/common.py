@@ -1,0 +1,39 @@
+"""Names and records shared by the warehouse steps (no Dagster here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from .versioned import Published
+
+RAW, CHUNKS, LEXICAL, SNAPSHOT = "raw_documents", "chunks", "lexical_index", "retrieval_snapshot"
+EMBEDDINGS = "embeddings"
+
+
+@dataclass
+class CheckOutcome:
+    """One asset-check result computed by the engine; the asset turns it into Dagster's."""
+
+    passed: bool
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepResult:
+    published: Published
+    metadata: dict[str, Any] = field(default_factory=dict)
+    checks: dict[str, CheckOutcome] = field(default_factory=dict)
+
+
+def last_row_per_key(table: pa.Table, key: str) -> pa.Table:
+    """The last row of each ``key`` value (segments are concatenated oldest first, so the
+    last row is the newest state of that key), in first-appearance order of the key."""
+    if table.num_rows == 0:
+        return table
+    last: dict[Any, int] = {}
+    for i, k in enumerate(table.column(key).to_pylist()):
+        last[k] = i
+    return table.take(pa.array(sorted(last.values()), pa.int64()))

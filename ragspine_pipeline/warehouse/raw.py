@@ -1,0 +1,220 @@
+"""The ``raw_documents`` step: a library folder as an append-only table of document rows.
+
+A refresh stats every file (and its metadata sidecar) and parses only the files whose
+signature (size, mtime_ns of file and sidecar) differs from the row that described them
+last; files that vanished get a tombstone row. Those rows are appended as one new
+segment on top of the previous version, so a refresh that touched 1% of the files
+parses and writes 1% of the rows. Readers take the newest row per ``source_path``.
+
+Unreadable files become rows with ``parse_error``: reported, checked, never silently
+dropped and never fatal for the library. ``rescan=True`` parses everything again (after
+a parser upgrade) and writes the table whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..corpus import CorpusError, Document, DocumentError, read_document
+from ..sensitivity import is_restricted
+from .common import RAW, StepResult, last_row_per_key
+from .parsers import SUFFIXES
+from .versioned import Append, Published, VersionedTables, WarehouseError, read_segments
+
+RAW_COLUMNS = ("doc_id", "title", "text", "metadata", "sensitivity", "source_path", "content_hash",
+               "parse_error", "file_sig", "deleted", "raw_version")
+# Everything but the text: what change detection and the checks need.
+STATE_COLUMNS = ["doc_id", "source_path", "content_hash", "parse_error", "file_sig", "sensitivity", "deleted"]
+
+
+def _sig(st: os.stat_result) -> str:
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def scan_library(folder: Path) -> dict[str, str]:
+    """source_path -> signature of every supported file under ``folder`` (recursive).
+
+    The signature is size and mtime_ns of the file and of its ``.meta.json`` sidecar: one
+    ``scandir`` pass and one stat per file, no reads.
+    """
+    if not folder.is_dir():
+        raise WarehouseError(f"library folder not found: {folder}")
+    found: dict[str, str] = {}
+    stack = [str(folder)]
+    while stack:
+        d = stack.pop()
+        docs, sidecars = [], {}
+        with os.scandir(d) as it:
+            for e in it:
+                if e.name.startswith("."):
+                    continue
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                elif e.name.endswith(".meta.json"):
+                    sidecars[e.name[: -len(".meta.json")]] = e
+                elif os.path.splitext(e.name)[1].lower() in SUFFIXES and e.is_file():
+                    docs.append(e)
+        for e in docs:
+            side = sidecars.get(os.path.splitext(e.name)[0])
+            found[e.path] = f"{_sig(e.stat())}|{_sig(side.stat()) if side is not None else '-'}"
+    return dict(sorted(found.items()))
+
+
+def raw_state(pub: Published | None, *, columns: list[str] | None = None) -> pa.Table | None:
+    """The current rows (newest per source_path, tombstones removed) of a raw version."""
+    if pub is None:
+        return None
+    cols = list(columns) if columns is not None else None
+    if cols is not None:
+        for c in ("source_path", "deleted"):
+            if c not in cols:
+                cols.append(c)
+    if cols is not None:  # older tables lack some columns: read what is there
+        have = set(pq.read_schema(pub.table_paths("documents")[-1]).names)
+        cols = [c for c in cols if c in have]
+    table = read_segments(pub, "documents", columns=cols)
+    if "deleted" not in table.column_names:  # a table written before tombstones existed
+        return table
+    cur = last_row_per_key(table, "source_path")
+    return cur.filter(pc.invert(pc.fill_null(cur.column("deleted"), False)))
+
+
+def _row(doc: Document | None, error: DocumentError | None, *, doc_id: str, source_path: str, sig: str,
+         version: str, deleted: bool = False) -> dict:
+    return {"doc_id": doc_id, "title": doc.title if doc else "", "text": doc.text if doc else None,
+            "metadata": json.dumps(doc.metadata, ensure_ascii=False, sort_keys=True) if doc else "{}",
+            "sensitivity": str(doc.metadata.get("sensitivity") or "INTERNAL") if doc else None,
+            "source_path": source_path, "content_hash": doc.content_hash if doc else None,
+            "parse_error": error.error if error else None, "file_sig": sig, "deleted": deleted,
+            "raw_version": version}
+
+
+def _rows_table(rows: list[dict]) -> pa.Table:
+    types = {"deleted": pa.bool_()}
+    return pa.table({c: pa.array([r[c] for r in rows], types.get(c, pa.string())) for c in RAW_COLUMNS})
+
+
+def _current_map(pub: Published | None) -> dict[str, tuple[str, str, str | None, str | None]] | None:
+    """source_path -> (doc_id, file_sig, parse_error, sensitivity) of a raw version's current rows."""
+    state = raw_state(pub, columns=STATE_COLUMNS)
+    if state is None or "file_sig" not in state.column_names:
+        return None  # nothing yet, or a table written before signatures: parse everything once
+    cols = [state.column(c).to_pylist() for c in ("source_path", "doc_id", "file_sig", "parse_error", "sensitivity")]
+    return {p: (d, sig, err, sen) for p, d, sig, err, sen in zip(*cols, strict=True)}
+
+
+def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *, rescan: bool = False) -> StepResult:
+    t0 = time.perf_counter()
+    folder = Path(corpus_root) / library
+    files = scan_library(folder)
+    prev = wh.latest(RAW, library)
+    known = None if rescan else _current_map(prev)
+    whole = known is None
+    known = known or {}
+    version_hint = f"v{(int(prev.version[1:]) + 1) if prev else 1:06d}"
+    todo = [p for p, sig in files.items() if p not in known or known[p][1] != sig]
+    gone = [p for p in known if p not in files]
+    owner = {v[0]: p for p, v in known.items() if not v[2] and p not in gone}
+    rows: list[dict] = []
+    n_new = n_changed = 0
+    for p in todo:
+        path = Path(p)
+        doc_id = f"{library}/{path.stem}"
+        n_changed += p in known
+        n_new += p not in known
+        try:
+            doc = read_document(path, library)
+        except CorpusError as exc:
+            rows.append(_row(None, DocumentError(p, str(exc)), doc_id=doc_id, source_path=p, sig=files[p],
+                             version=version_hint))
+            continue
+        other = owner.get(doc.doc_id)
+        if other is not None and other != p and other in files:
+            err = DocumentError(p, f"duplicate document id {doc.doc_id!r}: {other} already has it")
+            rows.append(_row(None, err, doc_id=doc_id, source_path=p, sig=files[p], version=version_hint))
+            continue
+        owner[doc.doc_id] = p
+        rows.append(_row(doc, None, doc_id=doc.doc_id, source_path=p, sig=files[p], version=version_hint))
+    for p in gone:
+        rows.append(_row(None, None, doc_id=known[p][0], source_path=p, sig="", version=version_hint, deleted=True))
+    # The library's current state after this refresh, for the metadata (no re-read).
+    current = {p: v for p, v in known.items() if p in files}
+    for r in rows:
+        if not r["deleted"]:
+            current[r["source_path"]] = (r["doc_id"], r["file_sig"], r["parse_error"], r["sensitivity"])
+    errors = sorted((p, v[2]) for p, v in current.items() if v[2])
+    counts = {"documents": len(current) - len(errors), "parse_failures": len(errors),
+              "restricted_documents": sum(1 for v in current.values() if not v[2] and is_restricted(v[3]))}
+    meta = {"parsed": len(todo), "new_files": n_new, "changed_files": n_changed, "deleted_files": len(gone), **counts,
+            "failed_files": [f"{Path(p).name}: {e}" for p, e in errors[:100]]}
+    if prev is not None and not rows and not rescan:
+        pub = prev  # nothing changed on disk: keep the published version
+    elif prev is None or whole:
+        pub = wh.write(RAW, library, {"documents": _rows_table([r for r in rows if not r["deleted"]])}, meta)
+    else:
+        pub = wh.write(RAW, library, {"documents": Append(_rows_table(rows))}, meta, parent=prev)
+    md = {**meta, "failed_files": [f"{Path(p).name}: {e}" for p, e in errors],
+          "previous_version": prev.version if prev else None, "version": pub.version,
+          "reused": prev is not None and pub.version == prev.version,
+          "bytes_written": 0 if pub is prev else pub.manifest.get("bytes_written", 0),
+          "seconds": round(time.perf_counter() - t0, 3)}
+    return StepResult(pub, md)
+
+
+def raw_delta(pub: Published, since: list[str] | None) -> tuple[pa.Table, bool]:
+    """The current-state rows a consumer has not seen yet, and whether that is a delta.
+
+    ``since`` is the segment list of the raw version the consumer last read. When the
+    current version only appended segments to it, the unseen rows are exactly those
+    segments' rows (newest per file; tombstones kept, so withdrawals are seen); otherwise
+    (a rescan, a compaction, no previous read) every current row is returned.
+    """
+    segs = pub.segments("documents")
+    if since is not None and len(since) <= len(segs) and segs[: len(since)] == since:
+        paths = pub.table_paths("documents")[len(since):]
+        if not paths:
+            return pa.table({c: pa.array([], pa.bool_() if c == "deleted" else pa.string()) for c in STATE_COLUMNS}), True
+        parts = [pq.read_table(p, columns=STATE_COLUMNS) for p in paths]
+        return last_row_per_key(pa.concat_tables(parts, promote_options="default"), "source_path"), True
+    return raw_state(pub, columns=STATE_COLUMNS), False
+
+
+def table_documents(t: pa.Table) -> tuple[list[Document], list[DocumentError]]:
+    """Rows of the documents table (current rows) as Documents and parse failures."""
+    docs, errors = [], []
+    for r in t.to_pylist():
+        if r.get("deleted"):
+            continue
+        if r["parse_error"]:
+            errors.append(DocumentError(r["source_path"], r["parse_error"]))
+        else:
+            docs.append(Document(r["doc_id"], r["title"], r["text"], json.loads(r["metadata"]), r["source_path"]))
+    return docs, errors
+
+
+def fetch_documents(pub: Published, source_paths: set[str]) -> list[Document]:
+    """The current Documents for ``source_paths``, reading segments newest first and only
+    the segments that hold one of them (after a 1% refresh: just the newest segment)."""
+    wanted = set(source_paths)
+    found: dict[str, dict] = {}
+    for path in reversed(pub.table_paths("documents")):
+        if not wanted:
+            break
+        keys = pq.read_table(path, columns=["source_path"]).column("source_path").to_pylist()
+        hit = [i for i, k in enumerate(keys) if k in wanted]
+        if not hit:
+            continue
+        rows = pq.read_table(path).take(pa.array(hit, pa.int64())).to_pylist()
+        for r in reversed(rows):  # a segment holds one row per path; newest wins anyway
+            if r["source_path"] in wanted:
+                found[r["source_path"]] = r
+                wanted.discard(r["source_path"])
+    docs, _ = table_documents(pa.Table.from_pylist(list(found.values()))) if found else ([], [])
+    return docs

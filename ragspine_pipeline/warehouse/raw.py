@@ -159,13 +159,19 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
     elif prev is None or whole:
         pub = wh.write(RAW, library, {"documents": _rows_table([r for r in rows if not r["deleted"]])}, meta)
     else:
-        pub = wh.write(RAW, library, {"documents": Append(_rows_table(rows))}, meta, parent=prev)
+        pub = wh.write(RAW, library, {"documents": Append(_rows_table(rows), compact=_current_rows)}, meta, parent=prev)
     md = {**meta, "failed_files": [f"{Path(p).name}: {e}" for p, e in errors],
           "previous_version": prev.version if prev else None, "version": pub.version,
           "reused": prev is not None and pub.version == prev.version,
           "bytes_written": 0 if pub is prev else pub.manifest.get("bytes_written", 0),
           "seconds": round(time.perf_counter() - t0, 3)}
     return StepResult(pub, md)
+
+
+def _current_rows(t: pa.Table) -> pa.Table:
+    """Compaction of the documents table: the newest row per file, tombstones dropped."""
+    cur = last_row_per_key(t, "source_path")
+    return cur.filter(pc.invert(pc.fill_null(cur.column("deleted"), False)))
 
 
 def raw_delta(pub: Published, since: list[str] | None) -> tuple[pa.Table, bool]:

@@ -255,3 +255,24 @@ def test_many_refreshes_compact_and_still_equal_a_full_rebuild(tmp_path):
     assert _state(wh) == _state(fresh)
     versions = {c.doc_id: c.version for c in P.active_chunks(wh, LIB)}
     assert versions[f"{LIB}/a"] == 1 + 7 and versions[f"{LIB}/c"] > 2  # one version per edit; c came back
+
+
+def test_full_checks_audit_every_chunk_against_the_raw_text(tmp_path, corpus):
+    """The default checks cover what a run wrote; the audit re-reads everything and catches
+    a warehouse whose stored source text drifted without a new content hash."""
+    wh = VersionedTables(tmp_path / "wh")
+    _build(wh, corpus)
+    raw = wh.latest(P.RAW, LIB)
+    t = P.raw_state(raw)
+    i = t.column("doc_id").to_pylist().index(f"{LIB}/ir_cn_qa")
+    texts = t.column("text").to_pylist()
+    texts[i] = "tampered " + texts[i]
+    wh.write(P.RAW, LIB, {"documents": t.set_column(t.schema.get_field_index("text"), "text", pa.array(texts))},
+             raw.manifest["metadata"])
+    quick = P.build_chunks(wh, LIB)
+    assert quick.checks["chunk_text_is_source_substring"].passed  # nothing new to check
+    audit = P.build_chunks(wh, LIB, full_checks=True)
+    check = audit.checks["chunk_text_is_source_substring"]
+    assert not check.passed and check.metadata["scope"] == "every active chunk"
+    assert all(e.startswith(f"{LIB}/ir_cn_qa#") for e in check.metadata["examples"])
+    assert audit.checks["no_orphan_chunks"].passed and audit.checks["restricted_stays_restricted"].passed

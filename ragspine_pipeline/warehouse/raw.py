@@ -47,22 +47,26 @@ def scan_library(folder: Path) -> dict[str, str]:
     if not folder.is_dir():
         raise WarehouseError(f"library folder not found: {folder}")
     found: dict[str, str] = {}
+    suffixes = frozenset(SUFFIXES)
     stack = [str(folder)]
     while stack:
         d = stack.pop()
         docs, sidecars = [], {}
         with os.scandir(d) as it:
             for e in it:
-                if e.name.startswith("."):
+                name = e.name
+                if name[0] == ".":
                     continue
-                if e.is_dir(follow_symlinks=False):
+                dot = name.rfind(".")
+                ext = name[dot:].lower() if dot > 0 else ""
+                if ext in suffixes and e.is_file():
+                    docs.append((e, name[:dot]))
+                elif ext == ".json" and name.endswith(".meta.json"):
+                    sidecars[name[: -len(".meta.json")]] = e
+                elif e.is_dir(follow_symlinks=False):
                     stack.append(e.path)
-                elif e.name.endswith(".meta.json"):
-                    sidecars[e.name[: -len(".meta.json")]] = e
-                elif os.path.splitext(e.name)[1].lower() in SUFFIXES and e.is_file():
-                    docs.append(e)
-        for e in docs:
-            side = sidecars.get(os.path.splitext(e.name)[0])
+        for e, stem in docs:
+            side = sidecars.get(stem)
             found[e.path] = f"{_sig(e.stat())}|{_sig(side.stat()) if side is not None else '-'}"
     return dict(sorted(found.items()))
 

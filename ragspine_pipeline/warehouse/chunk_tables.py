@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -35,6 +35,7 @@ from ..retrieval.chunking.chunk_store import (
     chunk_fingerprint,
     chunk_rows_table,
     row_to_chunk,
+    timestamp_after,
 )
 from ..retrieval.chunking.chunking import Chunk
 from ..sensitivity import is_restricted
@@ -52,7 +53,7 @@ DOC_VERSION_SCHEMA = pa.schema([("doc_id", pa.string()), ("version", pa.int32())
 assert list(DOC_VERSION_SCHEMA.names) == list(DOC_VERSION_COLUMNS)
 
 
-def chunks_version(wh: VersionedTables, library: str, version: str | None = None) -> Published:
+def published_chunks(wh: VersionedTables, library: str, version: str | None = None) -> Published:
     pub = wh.get(CHUNKS, library, version) if version else wh.latest(CHUNKS, library)
     if pub is None:
         raise WarehouseError(f"no chunks published for {library}")
@@ -91,7 +92,8 @@ def _legacy(pub: Published) -> tuple[pa.Table, pa.Table, dict[str, dict[str, Any
     return chunks, dv, state
 
 
-def _active_mask(table: pa.Table, state: dict[str, dict[str, Any]]) -> pa.Array:
+def active_mask(table: pa.Table, state: dict[str, dict[str, Any]]) -> pa.Array:
+    """Which rows (doc_id, version) are their document's current, non-withdrawn version."""
     current = {d: s["version"] for d, s in state.items() if not s["withdrawn"]}
     return pa.array([current.get(d) == v for d, v in zip(table.column("doc_id").to_pylist(),
                                                           table.column("version").to_pylist(), strict=True)],
@@ -107,7 +109,7 @@ def active_chunk_table(pub: Published, *, columns: list[str] | None = None) -> p
         table = table.select(cols) if cols else table
     else:
         table = read_segments(pub, "chunks", columns=cols)
-    active = table.filter(_active_mask(table, state))
+    active = table.filter(active_mask(table, state))
     return active.take(pc.sort_indices(active, [("chunk_id", "ascending")]))
 
 
@@ -117,20 +119,13 @@ def _as_chunks(table: pa.Table) -> list[StoredChunk]:
 
 def active_chunks(wh: VersionedTables, library: str, version: str | None = None) -> list[StoredChunk]:
     """Active chunks of a chunks version in (doc_id, ordinal) order."""
-    chunks = _as_chunks(active_chunk_table(chunks_version(wh, library, version)))
+    chunks = _as_chunks(active_chunk_table(published_chunks(wh, library, version)))
     return sorted(chunks, key=lambda c: (c.doc_id, c.ordinal, c.chunk_id))
 
 
 def sorted_active_chunks(wh: VersionedTables, library: str, version: str) -> list[StoredChunk]:
     """Active chunks of a version in chunk_id order: the row order of every index table."""
-    return _as_chunks(active_chunk_table(chunks_version(wh, library, version)))
-
-
-def _now_after(latest: datetime | None) -> datetime:
-    now = datetime.now(UTC).replace(tzinfo=None)
-    if latest is not None and now <= latest:
-        now = latest + timedelta(microseconds=1)
-    return now
+    return _as_chunks(active_chunk_table(published_chunks(wh, library, version)))
 
 
 def _state_table(rows: list[dict[str, Any]]) -> pa.Table:
@@ -153,31 +148,30 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
     if raw_pub is None:
         raise WarehouseError(f"no raw documents published for {library}")
     prev = wh.latest(CHUNKS, library)
-    legacy = prev is not None and "doc_state" not in prev.manifest["tables"]
+    legacy = _legacy(prev) if prev is not None and "doc_state" not in prev.manifest["tables"] else None
     pmeta = prev.manifest["metadata"] if prev is not None else {}
     same_chunker = pmeta.get("chunker") == key
-    seen = pmeta.get("raw_segments") if prev is not None and not legacy and same_chunker else None
+    seen = pmeta.get("raw_segments") if prev is not None and legacy is None and same_chunker else None
     if seen is not None and seen == raw_pub.segments("documents") and not full_checks:
         # Nothing new upstream and the same chunker: keep the published tables.
-        return StepResult(prev, _metadata(prev, {**{k: pmeta.get(k, 0) for k in ("active_chunks",)},
-                                                 "new": 0, "changed": 0, "withdrawn": 0, "rows_written": 0,
-                                                 "unchanged": pmeta.get("documents", 0), "errors": pmeta.get("errors", 0)},
-                                          key, prev, [], [], [], [], [], t0, reused=True),
+        report = {"new": 0, "changed": 0, "withdrawn": 0, "rows_written": 0, "unchanged": pmeta.get("documents", 0),
+                  "errors": pmeta.get("errors", 0), "active_chunks": pmeta.get("active_chunks", 0)}
+        return StepResult(prev, _metadata(prev, report, key, [], [], [], [], [], t0, reused=True),
                           _checks(prev, raw_pub, [], {}, {}, {}, full=False))
     delta, is_delta = raw_delta(raw_pub, seen)
     rows_now = delta.to_pylist()
     present = {r["doc_id"]: r for r in rows_now if not r["deleted"] and not r["parse_error"]}
     failed_ids = {r["doc_id"] for r in rows_now if not r["deleted"] and r["parse_error"]}
     tombstoned = {r["doc_id"] for r in rows_now if r["deleted"]} - set(present) - failed_ids
-    if legacy:
-        state = doc_state(prev)
+    if legacy is not None:
+        state = legacy[2]
     elif prev is None:
         state = {}
     else:
         state = doc_state(prev, None if not is_delta else set(present) | tombstoned | failed_ids)
-    last_at = pmeta.get("last_ingested_at") if not legacy else max(
+    last_at = pmeta.get("last_ingested_at") if legacy is None else max(
         (s["ingested_at"] for s in state.values() if s["ingested_at"] is not None), default=None)
-    now = _now_after(datetime.fromisoformat(last_at) if isinstance(last_at, str) else last_at)
+    now = timestamp_after(datetime.fromisoformat(last_at) if isinstance(last_at, str) else last_at)
 
     src_hash = {d: hashlib.sha256(f"{r['content_hash']}\x1f{key}".encode()).hexdigest() for d, r in present.items()}
     # A withdrawal clears the source hash, so a document that comes back is re-chunked.
@@ -232,13 +226,13 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
 
     # Library-wide counts, carried forward by the difference each changed document makes.
     totals = {k: int(pmeta.get(k, 0)) for k in ("active_chunks", "restricted_chunks", "active_docs")}
-    if legacy or prev is None or not is_delta:
+    if legacy is not None or prev is None or not is_delta:
         full_state = {**state, **updates}
         totals = {"active_chunks": sum(s["n_chunks"] for s in full_state.values() if not s["withdrawn"]),
                   "restricted_chunks": 0, "active_docs": sum(1 for s in full_state.values() if not s["withdrawn"])}
         need = [d for d, s in full_state.items() if not s["withdrawn"] and s.get("n_restricted") is None]
         if need:  # a migrated legacy state does not know its restricted counts yet
-            full_state.update(_restricted_counts(prev, full_state, need))
+            full_state.update(_restricted_counts(legacy[0] if legacy is not None else None, full_state, need))
             updates.update({d: full_state[d] for d in need})
         totals["restricted_chunks"] = sum(s["n_restricted"] or 0 for s in full_state.values() if not s["withdrawn"])
     else:
@@ -256,12 +250,12 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
     meta = {"chunker": key, **report, **totals, "documents": raw_pub.manifest["metadata"].get("documents"),
             "raw_version": raw_pub.version, "raw_segments": raw_pub.segments("documents"),
             "last_ingested_at": now.isoformat()}
-    if prev is not None and not legacy and not updates and same_chunker:
+    if prev is not None and legacy is None and not updates and same_chunker:
         # Every document kept its version (e.g. files touched, not changed): keep the
         # published tables; the next refresh looks at these few raw rows again.
         pub = prev
-    elif prev is None or legacy:
-        base_chunks, base_dv = (_legacy(prev)[:2] if legacy else (delta_rows.slice(0, 0), dv_delta.slice(0, 0)))
+    elif prev is None or legacy is not None:
+        base_chunks, base_dv = legacy[:2] if legacy is not None else (delta_rows.slice(0, 0), dv_delta.slice(0, 0))
         full_state = {**state, **updates}
         pub = wh.write(CHUNKS, library, {
             "chunks": pa.concat_tables([base_chunks, delta_rows], promote_options="default"),
@@ -274,16 +268,16 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
             "doc_state": Append(_state_table(list(updates.values())),
                                 compact=lambda t: last_row_per_key(t, "doc_id"))}, meta, parent=prev)
     checks = _checks(pub, raw_pub, rows, docs, {**state, **updates}, present, full=full_checks)
-    md = _metadata(pub, {**report, "active_chunks": totals["active_chunks"]}, key, prev, rows, row_version,
+    md = _metadata(pub, {**report, "active_chunks": totals["active_chunks"]}, key, rows, row_version,
                    new, changed, gone, t0, reused=prev is not None and pub.version == prev.version)
     md["state_only"] = len(state_only)
     md["looked_at"] = len(rows_now)
     return StepResult(pub, md, checks)
 
 
-def _restricted_counts(prev: Published | None, state: dict[str, dict[str, Any]], doc_ids: list[str]
+def _restricted_counts(t: pa.Table | None, state: dict[str, dict[str, Any]], doc_ids: list[str]
                        ) -> dict[str, dict[str, Any]]:
-    t = _legacy(prev)[0] if prev is not None and "doc_state" not in prev.manifest["tables"] else None
+    """Restricted chunk counts of ``doc_ids``' current versions, from a legacy chunks table."""
     counts: Counter = Counter()
     if t is not None:
         want = {d: state[d]["version"] for d in doc_ids}
@@ -294,7 +288,7 @@ def _restricted_counts(prev: Published | None, state: dict[str, dict[str, Any]],
     return {d: {**state[d], "n_restricted": counts[d]} for d in doc_ids}
 
 
-def _metadata(pub: Published, report: dict[str, Any], key: str, prev: Published | None, rows: list[Chunk],
+def _metadata(pub: Published, report: dict[str, Any], key: str, rows: list[Chunk],
               row_version: list[int], new: list[str], changed: list[str], gone: list[str], t0: float, *,
               reused: bool) -> dict[str, Any]:
     preview = "\n".join(f"| {c.chunk_id} | v{v} | {c.sensitivity} | {' '.join(c.text.split())[:60]} |"

@@ -33,16 +33,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..corpus import Document, DocumentError, load_library
 from ..retrieval.lexical.analyzer import make_analyzer
 from ..retrieval.lexical.glossary import GlossaryQueryRewriter
 from ..retrieval.link.narrative_link import NarrativeIndex
 from .chunk_tables import (
     active_chunk_table,
     active_chunks,
+    active_mask,
     build_chunks,
-    chunks_version,
     doc_state,
+    published_chunks,
     sorted_active_chunks,
 )
 from .common import (
@@ -67,16 +67,8 @@ from .versioned import (
 
 __all__ = ["CHUNKS", "EMBEDDINGS", "LEXICAL", "RAW", "SNAPSHOT", "CheckOutcome", "StepResult", "active_chunks",
            "build_chunks", "build_embeddings", "build_lexical_index", "build_raw_documents", "build_catalog",
-           "load_snapshot_index", "parse_library", "publish_snapshot", "published_libraries", "raw_state",
+           "load_snapshot_index", "publish_snapshot", "published_libraries", "raw_state",
            "serving_retriever", "snapshot_summary", "sorted_active_chunks", "table_documents"]
-
-
-def parse_library(folder: str | os.PathLike[str], library: str | None = None
-                  ) -> tuple[list[Document], list[DocumentError]]:
-    """Every supported file of the folder as a Document, plus the files that failed."""
-    if not Path(folder).is_dir():
-        raise WarehouseError(f"library folder not found: {folder}")
-    return load_library(folder, library)
 
 
 def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, same_config: bool
@@ -102,9 +94,7 @@ def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, s
             return {}, True
         cand = pa.concat_tables([pq.read_table(p, columns=["chunk_id", "doc_id", "version", "text"]) for p in paths])
         state = doc_state(pub_chunks, set(cand.column("doc_id").to_pylist()), columns=["version", "withdrawn"])
-        live = {d: s["version"] for d, s in state.items() if not s["withdrawn"]}
-        cand = cand.filter(pa.array([live.get(d) == v for d, v in zip(cand.column("doc_id").to_pylist(),
-                                                                      cand.column("version").to_pylist(), strict=True)]))
+        cand = cand.filter(active_mask(cand, state))
     else:
         cand = active_chunk_table(pub_chunks, columns=["text"])
     have = read_segments(prev, table, columns=["chunk_id"]).column("chunk_id").combine_chunks()
@@ -124,7 +114,7 @@ def _compact_to_active(pub_chunks: Published):
 def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None = None,
                         chunks_version: str | None = None) -> StepResult:
     t0 = time.perf_counter()
-    pub_chunks = _chunks_pub(wh, library, chunks_version)
+    pub_chunks = published_chunks(wh, library, chunks_version)
     an = make_analyzer(analyzer)
     prev = wh.latest(LEXICAL, library)
     if prev is not None and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version \
@@ -164,7 +154,7 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
     if backend is None:
         return None
     t0 = time.perf_counter()
-    pub_chunks = _chunks_pub(wh, library, chunks_version)
+    pub_chunks = published_chunks(wh, library, chunks_version)
     model_id = backend.model_id
     prev = wh.latest(EMBEDDINGS, library)
     same = prev is not None and prev.manifest["metadata"].get("model_id") == model_id
@@ -200,10 +190,6 @@ def _vector_column(vectors, dim: int) -> pa.Array:
     return pa.ListArray.from_arrays(offsets, pa.array(arr.ravel(), pa.float32()))
 
 
-def _chunks_pub(wh: VersionedTables, library: str, version: str | None) -> Published:
-    return chunks_version(wh, library, version)
-
-
 def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
     """One consistent version id across the library's index tables."""
     lex = wh.latest(LEXICAL, library)
@@ -232,7 +218,7 @@ def snapshot_summary(wh: VersionedTables, library: str) -> dict[str, Any]:
     snap = wh.latest(SNAPSHOT, library)
     if snap is None:
         raise WarehouseError(f"no retrieval snapshot published for {library}")
-    pub = chunks_version(wh, library, snap.manifest["metadata"]["chunks"])
+    pub = published_chunks(wh, library, snap.manifest["metadata"]["chunks"])
     meta = pub.manifest["metadata"]
     if "restricted_chunks" not in meta:  # a version written before these counts were kept
         from ..sensitivity import is_restricted
@@ -321,10 +307,10 @@ def _sql_list(paths: list[Path]) -> str:
     return "[" + ", ".join("'" + p.resolve().as_posix().replace("'", "''") + "'" for p in paths) + "]"
 
 
-def _newest_rows_sql(paths: list[Path], key: str, drop: str = "") -> str:
+def _newest_rows_sql(paths: list[Path], key: str) -> str:
     """SELECT of the newest row per ``key`` across append-only segments (later files win)."""
     order = ", ".join(f"({_sql_list([p])[1:-1]}, {i})" for i, p in enumerate(paths))
-    return (f"SELECT * EXCLUDE (_seg, _row{', ' + drop if drop else ''}) FROM (SELECT d.* EXCLUDE (filename, "
+    return (f"SELECT * EXCLUDE (_seg, _row) FROM (SELECT d.* EXCLUDE (filename, "
             f"file_row_number), s.seg AS _seg, d.file_row_number AS _row FROM read_parquet({_sql_list(paths)}, "
             f"filename = true, file_row_number = true, union_by_name = true) d JOIN (VALUES {order}) s(fname, seg) "
             f"ON d.filename = s.fname QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY _seg DESC, _row DESC) = 1)")

@@ -86,8 +86,7 @@ def raw_state(pub: Published | None, *, columns: list[str] | None = None) -> pa.
     table = read_segments(pub, "documents", columns=cols)
     if "deleted" not in table.column_names:  # a table written before tombstones existed
         return table
-    cur = last_row_per_key(table, "source_path")
-    return cur.filter(pc.invert(pc.fill_null(cur.column("deleted"), False)))
+    return _current_rows(table)
 
 
 def _row(doc: Document | None, error: DocumentError | None, *, doc_id: str, source_path: str, sig: str,

@@ -133,12 +133,11 @@ class VersionedTables:
         d = self._dir(asset, library)
         if not d.is_dir():
             return []
-        return sorted(p.name for p in d.iterdir() if p.is_dir() and p.name.startswith("v")
-                      and p.name[1:].isdigit() and (p / VERSION_META).exists())
+        return sorted(p.name for p in _version_dirs(d) if (p / VERSION_META).exists())
 
     def _next_version(self, d: Path) -> str:
         # Every version folder counts, pruned ones that still hold referenced segments too.
-        nums = [int(p.name[1:]) for p in d.iterdir() if p.is_dir() and p.name.startswith("v") and p.name[1:].isdigit()]
+        nums = [int(p.name[1:]) for p in _version_dirs(d)]
         return f"v{(max(nums) + 1 if nums else 1):06d}"
 
     def latest(self, asset: str, library: str) -> Published | None:
@@ -233,18 +232,15 @@ class VersionedTables:
         protected = set(protect or ()) | ({cur.version} if cur else set())
         versions = self.versions(asset, library)
         doomed = [v for v in versions[:-keep] if v not in protected]
-        kept = [v for v in versions if v not in doomed]
         referenced: set[str] = set()
-        for v in kept:
-            pub = self.get(asset, library, v)
-            for name in pub.manifest["tables"]:
-                referenced.update(pub.segments(name))
-        if cur is not None:
-            for name in cur.manifest["tables"]:
-                referenced.update(cur.segments(name))
+        for v in versions:  # the kept versions (the published one among them)
+            if v not in doomed:
+                pub = self.get(asset, library, v)
+                for name in pub.manifest["tables"]:
+                    referenced.update(pub.segments(name))
         for v in doomed:
             (d / v / VERSION_META).unlink(missing_ok=True)
-        for vdir in [p for p in d.iterdir() if p.is_dir() and p.name.startswith("v") and p.name[1:].isdigit()]:
+        for vdir in _version_dirs(d):
             if (vdir / VERSION_META).exists():
                 continue
             for f in vdir.iterdir():
@@ -255,6 +251,11 @@ class VersionedTables:
         for p in d.glob(".tmp-*"):  # abandoned half-written versions
             shutil.rmtree(p, ignore_errors=True)
         return doomed
+
+
+def _version_dirs(d: Path) -> list[Path]:
+    """Every ``v<digits>`` folder, complete versions and pruned ones still holding segments."""
+    return [p for p in d.iterdir() if p.is_dir() and p.name.startswith("v") and p.name[1:].isdigit()]
 
 
 def _write_parquet(table: pa.Table, path: Path) -> int:

@@ -81,6 +81,15 @@ class StoredChunk(Chunk):
     active: bool = True
 
 
+def timestamp_after(latest: datetime | None) -> datetime:
+    """Now (naive UTC), or 1 µs after ``latest`` if the clock has not passed it: ingest
+    timestamps stay strictly increasing, so as_of reads are unambiguous."""
+    now = datetime.now(UTC).replace(tzinfo=None)
+    if latest is not None and now <= latest:
+        now = latest + timedelta(microseconds=1)
+    return now
+
+
 def chunk_rows_table(rows: Sequence[Chunk], row_version: Sequence[int], valid_as_of: str,
                      now: datetime, *, lineage_columns: bool = True) -> Any:
     """Chunks as Arrow rows of the ``chunks`` table (CHUNK_COLUMNS order).
@@ -121,10 +130,6 @@ def chunk_rows_table(rows: Sequence[Chunk], row_version: Sequence[int], valid_as
 
 def chunk_fingerprint(chunks: Sequence[Chunk]) -> str:
     """Hash of a document's chunk list: equal lists mean "same content, same version"."""
-    return _chunk_fingerprint(chunks)
-
-
-def _chunk_fingerprint(chunks: Sequence[Chunk]) -> str:
     h = hashlib.sha256()
     for c in chunks:
         row = [c.chunk_id, c.doc_id, c.title, c.text, c.start, c.end, c.source_locator.source_path,
@@ -199,14 +204,10 @@ class ChunkStore:
     # ------------------------------------------------------------------ writes
     def _now_after_latest(self) -> datetime:
         """A timestamp strictly after every stored one, so as_of reads are unambiguous."""
-        now = datetime.now(UTC).replace(tzinfo=None)
         rows = self._run(
             "SELECT max(greatest(ingested_at, coalesce(superseded_at, ingested_at))) FROM chunks"
         )
-        latest = rows[0][0] if rows else None
-        if latest is not None and now <= latest:
-            now = latest + timedelta(microseconds=1)
-        return now
+        return timestamp_after(rows[0][0] if rows else None)
 
     def replace_doc_chunks(self, doc_id: str, chunks: Sequence[Chunk], valid_as_of: str = "") -> int:
         """Publish ``chunks`` as the new version of ``doc_id``; returns rows written.
@@ -240,7 +241,7 @@ class ChunkStore:
             for c in chunks:
                 if c.doc_id != doc_id:
                     raise ValueError(f"chunk {c.chunk_id!r} belongs to {c.doc_id!r}, not {doc_id!r}")
-            prepared.append((doc_id, chunks, _chunk_fingerprint(chunks)))
+            prepared.append((doc_id, chunks, chunk_fingerprint(chunks)))
         if not prepared:
             return 0
         with self._lock:
@@ -377,7 +378,7 @@ class ChunkStore:
             rows = self._con.execute(sql, params).fetchall()
         names = list(CHUNK_COLUMNS)
         for r in rows:
-            yield _row_to_chunk(dict(zip(names, r, strict=True)))
+            yield row_to_chunk(dict(zip(names, r, strict=True)))
 
     def doc_versions(self, doc_id: str | None = None) -> list[dict[str, Any]]:
         sql = f"SELECT {', '.join(DOC_VERSION_COLUMNS)} FROM doc_versions"
@@ -474,10 +475,6 @@ def _as_table(obj: Any) -> Any:
 
 def row_to_chunk(r: dict[str, Any]) -> StoredChunk:
     """A stored row (a ``chunks`` table row as a dict) as a StoredChunk."""
-    return _row_to_chunk(r)
-
-
-def _row_to_chunk(r: dict[str, Any]) -> StoredChunk:
     parent = None
     if r.get("parent_start") is not None and r.get("parent_end") is not None:
         parent = SourceLocator(r["parent_id"] or r["doc_id"], r["parent_start"], r["parent_end"],

@@ -51,8 +51,14 @@ def run_demo(questions: int = 4, top_k: int = 3) -> int:
 
     warehouse = WarehouseResource()
     instance = dg.DagsterInstance.get() if _has_home() else dg.DagsterInstance.ephemeral()
+    failed_libraries = []
     for lib in warehouse.libraries_on_disk():
-        result = materialize_library(lib, instance, warehouse, QUIET)
+        try:  # one bad library never stops the others
+            result = materialize_library(lib, instance, warehouse, QUIET)
+        except Exception as exc:  # noqa: BLE001 - reported, then the next library runs
+            failed_libraries.append(lib)
+            print(f"  {lib}: FAILED ({type(exc).__name__}: {str(exc)[:300]})")
+            continue
         mats = {e.asset_key.to_user_string(): e.step_materialization_data.materialization.metadata
                 for e in result.get_asset_materialization_events()}
         ch = mats["chunks"]
@@ -63,6 +69,8 @@ def run_demo(questions: int = 4, top_k: int = 3) -> int:
         print(f"  {lib}: {ch['new'].value} new, {ch['changed'].value} changed, {ch['unchanged'].value} unchanged, "
               f"{ch['withdrawn'].value} withdrawn; chunks {ch['version'].value}; "
               f"{len(checks) - len(failed)}/{len(checks)} checks passed" + (f" (FAILED: {failed})" if failed else ""))
+    if failed_libraries:
+        print(f"libraries that failed: {failed_libraries}")
     retrieval = RetrievalResource()
     print(f"catalog: {warehouse.catalog_path()}  (duckdb.connect(path, read_only=True))")
     for g in load_golden()[:questions]:

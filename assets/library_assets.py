@@ -12,7 +12,6 @@ from pathlib import Path
 import dagster as dg
 
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever
-from ragspine_pipeline.sensitivity import is_restricted
 from ragspine_pipeline.warehouse import pipeline as P
 from resources import WarehouseResource
 
@@ -25,8 +24,8 @@ DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 
 # Bump a code_version when the step's logic changes: the UI marks downstream assets stale
 # and a backfill over every library partition rebuilds them.
-CODE = {"raw_documents": "2", "chunks": "2", "lexical_index": "2", "embeddings": "2", "retrieval_snapshot": "2",
-        "catalog": "2"}
+CODE = {"raw_documents": "3", "chunks": "3", "lexical_index": "2", "embeddings": "2", "retrieval_snapshot": "3",
+        "catalog": "3"}
 
 
 class RawConfig(dg.Config):
@@ -36,6 +35,9 @@ class RawConfig(dg.Config):
 class ChunksConfig(dg.Config):
     chunker: str = ""  # empty: RAGSPINE_CHUNKER, else paragraph:480:80. e.g. "paragraph:320:40"
     full_checks: bool = False  # re-verify every active chunk, not only the rows this run wrote (an audit)
+    # What a document whose file stopped parsing serves meanwhile: "withhold" (nothing; the
+    # default, fail closed) or "serve_last_good" (availability first). Empty: RAGSPINE_ON_PARSE_ERROR.
+    on_parse_error: str = ""
 
 
 class EmbeddingsConfig(dg.Config):
@@ -47,7 +49,14 @@ class LexicalConfig(dg.Config):
 
 
 def _prune(wh_res: WarehouseResource, asset: str, library: str, protect: set[str] | None = None) -> list[str]:
-    return wh_res.tables().prune(asset, library, keep=wh_res.keep_versions, protect=protect)
+    return wh_res.tables().prune(asset, library, keep=wh_res.keep_versions, protect=protect,
+                                 retain_for=wh_res.retain_for())
+
+
+# Run concurrency: one writer per library. The engine holds a lock file per library for
+# each step (a second writer waits, then fails with WarehouseBusy); the run queue allows
+# one run per partition (``.dagster_home/dagster.yaml``: tag_concurrency_limits on
+# dagster/partition), so two refreshes of one library queue instead of waiting on the lock.
 
 
 @dg.asset(
@@ -55,24 +64,33 @@ def _prune(wh_res: WarehouseResource, asset: str, library: str, protect: set[str
     code_version=CODE["raw_documents"], kinds={"parquet", "python"},
     description="Documents of one library folder (.md .txt .html .pdf) with metadata sidecars and "
                 "content hashes. Unreadable files become rows with parse_error, never silently dropped.",
-    check_specs=[dg.AssetCheckSpec("parse_failures_zero", asset="raw_documents",
-                                   description="Every file of the library parsed.")],
+    check_specs=[
+        dg.AssetCheckSpec("parse_failures_zero", asset="raw_documents",
+                          description="Every file of the library parsed. A file that does not is withheld from "
+                                      "serving (its last good version stays stored) until it parses again; the "
+                                      "check lists each such file by its path in the library."),
+        dg.AssetCheckSpec("sensitivity_labels_valid", asset="raw_documents",
+                          description="Every document's sensitivity label (sidecar, front matter, HTML meta) is one "
+                                      "of the known labels. An unknown, malformed or missing-where-required label "
+                                      "is treated as RESTRICTED; the check lists the files."),
+    ],
 )
 def raw_documents(context: dg.AssetExecutionContext, config: RawConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
     lib = context.partition_key
-    res = P.build_raw_documents(warehouse.tables(), warehouse.corpus_path(), lib, rescan=config.rescan)
-    snap = warehouse.tables().latest(P.SNAPSHOT, lib)
-    _prune(warehouse, P.RAW, lib, {snap.manifest["metadata"]["raw_documents"]} if snap else set())
+    wh = warehouse.tables()
+    with wh.lock(lib):
+        res = P.build_raw_documents(wh, warehouse.corpus_path(), lib, rescan=config.rescan)
+        snap = wh.latest(P.SNAPSHOT, lib)
+        _prune(warehouse, P.RAW, lib, {snap.manifest["metadata"]["raw_documents"]} if snap else set())
     md = res.metadata
     return dg.MaterializeResult(
-        metadata={**{k: md[k] for k in ("documents", "parse_failures", "restricted_documents", "version", "parsed",
-                                        "new_files", "changed_files", "deleted_files", "reused", "bytes_written",
-                                        "seconds")},
+        metadata={**{k: md[k] for k in ("documents", "parse_failures", "restricted_documents", "label_problems",
+                                        "version", "parsed", "new_files", "changed_files", "deleted_files", "reused",
+                                        "bytes_written", "seconds")},
                   "previous_version": str(md["previous_version"]),
-                  "failed_files": dg.MetadataValue.json(md["failed_files"])},
-        check_results=[dg.AssetCheckResult(
-            check_name="parse_failures_zero", passed=md["parse_failures"] == 0,
-            metadata={"failures": md["parse_failures"], "files": dg.MetadataValue.json(md["failed_files"])})],
+                  "failed_files": dg.MetadataValue.json(md["failed_files"]),
+                  "invalid_labels": dg.MetadataValue.json(md["invalid_labels"])},
+        check_results=_check_results(res.checks),
     )
 
 
@@ -82,20 +100,28 @@ def raw_documents(context: dg.AssetExecutionContext, config: RawConfig, warehous
     description="Versioned chunks (seed semantics): unchanged documents keep their version, changed "
                 "ones get version+1, removed ones are withdrawn. Chunker from run config / RAGSPINE_CHUNKER.",
     check_specs=[
-        dg.AssetCheckSpec("chunk_text_is_source_substring", asset="chunks"),
-        dg.AssetCheckSpec("no_orphan_chunks", asset="chunks"),
-        dg.AssetCheckSpec("no_duplicate_active_chunk_ids", asset="chunks"),
-        dg.AssetCheckSpec("restricted_stays_restricted", asset="chunks"),
+        dg.AssetCheckSpec("chunk_text_is_source_substring", asset="chunks",
+                          description="Each chunk's text is exactly source[start:end] of its stored document, so "
+                                      "every citation points at real characters."),
+        dg.AssetCheckSpec("no_orphan_chunks", asset="chunks",
+                          description="No active chunk belongs to a document that no longer exists (a document "
+                                      "whose file fails to parse keeps its last good version on purpose)."),
+        dg.AssetCheckSpec("no_duplicate_active_chunk_ids", asset="chunks",
+                          description="Chunk ids are unique and namespaced by their document."),
+        dg.AssetCheckSpec("restricted_stays_restricted", asset="chunks",
+                          description="No chunk of a RESTRICTED document carries a less restrictive label."),
     ],
 )
 def chunks(context: dg.AssetExecutionContext, config: ChunksConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
     lib = context.partition_key
     wh = warehouse.tables()
-    res = P.build_chunks(wh, lib, config.chunker or None, full_checks=config.full_checks)
+    with wh.lock(lib):
+        res = P.build_chunks(wh, lib, config.chunker or None, full_checks=config.full_checks,
+                             on_parse_error=config.on_parse_error or None)
+        snap = wh.latest(P.SNAPSHOT, lib)
+        protect = {snap.manifest["metadata"]["chunks"]} if snap else set()
+        _prune(warehouse, P.CHUNKS, lib, protect)
     md = res.metadata
-    snap = wh.latest(P.SNAPSHOT, lib)
-    protect = {snap.manifest["metadata"]["chunks"]} if snap else set()
-    _prune(warehouse, P.CHUNKS, lib, protect)
     return dg.MaterializeResult(
         metadata={k: md[k] for k in ("new", "changed", "unchanged", "withdrawn", "rows_written", "segments",
                                       "bytes_written", "active_chunks", "rows_total", "version", "chunker", "reused",
@@ -122,9 +148,11 @@ def _check_results(checks: dict) -> list[dg.AssetCheckResult]:
 )
 def lexical_index(context: dg.AssetExecutionContext, config: LexicalConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
     lib = context.partition_key
-    res = P.build_lexical_index(warehouse.tables(), lib, config.analyzer or None)
-    snap = warehouse.tables().latest(P.SNAPSHOT, lib)
-    _prune(warehouse, P.LEXICAL, lib, {snap.manifest["metadata"]["lexical_index"]} if snap else set())
+    wh = warehouse.tables()
+    with wh.lock(lib):
+        res = P.build_lexical_index(wh, lib, config.analyzer or None)
+        snap = wh.latest(P.SNAPSHOT, lib)
+        _prune(warehouse, P.LEXICAL, lib, {snap.manifest["metadata"]["lexical_index"]} if snap else set())
     return dg.MaterializeResult(metadata=res.metadata)
 
 
@@ -140,12 +168,14 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, ware
 
     lib = context.partition_key
     spec = config.embedding or os.environ.get("RAGSPINE_EMBEDDING", "auto")
-    res = P.build_embeddings(warehouse.tables(), lib, make_embedding_backend(spec), spec)
-    if res is None:
-        return dg.MaterializeResult(metadata={"backend": "none", "spec": spec, "embedded": 0})
-    snap = warehouse.tables().latest(P.SNAPSHOT, lib)
-    keep = snap.manifest["metadata"].get("embeddings") if snap else None
-    _prune(warehouse, P.EMBEDDINGS, lib, {keep} if keep else set())
+    wh = warehouse.tables()
+    with wh.lock(lib):
+        res = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec)
+        if res is None:
+            return dg.MaterializeResult(metadata={"backend": "none", "spec": spec, "embedded": 0})
+        snap = wh.latest(P.SNAPSHOT, lib)
+        keep = snap.manifest["metadata"].get("embeddings") if snap else None
+        _prune(warehouse, P.EMBEDDINGS, lib, {keep} if keep else set())
     return dg.MaterializeResult(metadata={k: v for k, v in res.metadata.items() if v is not None})
 
 
@@ -157,14 +187,17 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, ware
     check_specs=[
         dg.AssetCheckSpec("golden_ndcg_above_floor", asset="retrieval_snapshot",
                           description="nDCG@10 of the golden questions is not below the recorded floor."),
-        dg.AssetCheckSpec("restricted_never_served", asset="retrieval_snapshot"),
+        dg.AssetCheckSpec("restricted_never_served", asset="retrieval_snapshot",
+                          description="Each RESTRICTED chunk (up to 25) is asked for by its own words; neither it nor "
+                                      "any restricted snippet may come back (the served index holds none)."),
     ],
 )
 def retrieval_snapshot(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     lib = context.partition_key
     wh = warehouse.tables()
-    res = P.publish_snapshot(wh, lib)
-    _prune(warehouse, P.SNAPSHOT, lib)
+    with wh.lock(lib):
+        res = P.publish_snapshot(wh, lib)
+        _prune(warehouse, P.SNAPSHOT, lib)
     # The checks query the served index; it is built only when there is something to ask
     # (golden questions about this library, or RESTRICTED chunks to probe for leaks).
     golden_path = DEMO / "golden_queries.json"
@@ -177,10 +210,7 @@ def retrieval_snapshot(context: dg.AssetExecutionContext, warehouse: WarehouseRe
     floor = quality_floor(Path(os.environ.get("RAGSPINE_QUALITY_FLOOR_FILE", DEMO / "quality_floor.json")), lib)
     ndcg = quality.get("ndcg@10")
     passed = floor is None or ndcg is None or ndcg >= floor
-    # Ask for each restricted chunk by its own words: it must never come back.
-    restricted = [c for c in retriever.index.retriever.chunks if is_restricted(c.sensitivity)][:25] if retriever else []
-    leaks = [s["chunk_id"] for c in restricted for s in retriever.retrieve(c.text[:200], top_k=20)
-             if is_restricted(s["sensitivity"]) or s["chunk_id"] == c.chunk_id]
+    leak = P.restricted_leak_check(wh, lib, retriever) if retriever is not None else None
     return dg.MaterializeResult(
         metadata={**{k: str(v) for k, v in res.metadata.items()}, "golden": dg.MetadataValue.json(quality)},
         check_results=[
@@ -188,8 +218,9 @@ def retrieval_snapshot(context: dg.AssetExecutionContext, warehouse: WarehouseRe
                                 metadata={"ndcg@10": ndcg if ndcg is not None else -1.0,
                                           "floor": floor if floor is not None else -1.0,
                                           "queries": quality.get("queries", 0)}),
-            dg.AssetCheckResult(check_name="restricted_never_served", passed=not leaks,
-                                metadata={"leaks": len(leaks), "restricted_probed": len(restricted),
+            dg.AssetCheckResult(check_name="restricted_never_served", passed=leak is None or leak.passed,
+                                metadata={"leaks": leak.metadata["leaks"] if leak else 0,
+                                          "restricted_probed": leak.metadata["restricted_probed"] if leak else 0,
                                           "restricted_chunks": served["restricted_chunks"]}),
         ],
     )
@@ -199,14 +230,22 @@ def retrieval_snapshot(context: dg.AssetExecutionContext, warehouse: WarehouseRe
     partitions_def=library_partitions, group_name="serve", owners=OWNERS, tags=TAGS,
     code_version=CODE["catalog"], kinds={"duckdb"}, deps=[retrieval_snapshot],
     description="DuckDB catalog (data/warehouse/catalog.duckdb): a view per published table of every "
-                "library, swapped in atomically, for notebooks: duckdb.connect(path, read_only=True).",
+                "library, swapped in atomically, for notebooks: duckdb.connect(path, read_only=True). "
+                "RESTRICTED text, tokens and vectors are redacted; catalog_restricted.duckdb (unredacted) is "
+                "built only when the warehouse resource's restricted_catalog is set.",
 )
 def catalog(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
     wh = warehouse.tables()
     libs = P.published_libraries(wh)
     out = P.build_catalog(wh, libs, warehouse.catalog_path())
-    return dg.MaterializeResult(metadata={"path": out["path"], "views": dg.MetadataValue.json(out["views"]),
-                                          "libraries": len(libs), "rebuilt": out["rebuilt"]})
+    md = {"path": out["path"], "views": dg.MetadataValue.json(out["views"]), "libraries": len(libs),
+          "rebuilt": out["rebuilt"], "redacted": out["redacted"], "errors": dg.MetadataValue.json(out["errors"])}
+    if warehouse.restricted_catalog:
+        md["restricted_catalog"] = P.build_catalog(wh, libs, warehouse.restricted_catalog_path(),
+                                                   include_restricted=True)["path"]
+    for lib, err in out["errors"].items():
+        context.log.warning(f"catalog: library {lib!r} left out: {err}")
+    return dg.MaterializeResult(metadata=md)
 
 
 LIBRARY_ASSETS = [raw_documents, chunks, lexical_index, embeddings, retrieval_snapshot, catalog]

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .ingest.documents import CorpusError, Document, DocumentError, read_document
+from .ingest.parsers import SUFFIXES
 from .retrieval.chunking.chunk_store import ChunkStore
 from .retrieval.chunking.chunking import (
     DEFAULT_CHUNK_CHARS,
@@ -24,60 +26,8 @@ from .retrieval.chunking.chunking import (
     check_chunk_params,
     chunk_document,
 )
-from .warehouse.parsers import SUFFIXES, ParseError, parse_file
 
 DEMO_ROOT = Path(__file__).resolve().parents[1] / "data" / "demo"
-
-
-class CorpusError(ValueError):
-    """A corpus folder or document cannot be read as asked."""
-
-
-@dataclass(frozen=True)
-class Document:
-    doc_id: str
-    title: str
-    text: str
-    metadata: dict[str, Any]
-    source_path: str = ""
-
-    @property
-    def content_hash(self) -> str:
-        payload = json.dumps([self.title, self.text, self.metadata], ensure_ascii=False, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()
-
-
-@dataclass
-class DocumentError:
-    path: str
-    error: str
-
-
-def _title_from_text(text: str, fallback: str) -> str:
-    for line in text.splitlines():
-        s = line.strip()
-        if s:
-            return s.lstrip("#").strip() or fallback
-    return fallback
-
-
-def read_document(path: Path, library: str) -> Document:
-    """One document (.md .txt .html .pdf) + its sidecar; CorpusError if it cannot be read."""
-    try:
-        text = parse_file(path)
-    except ParseError as exc:
-        raise CorpusError(f"{path}: {exc}") from None
-    meta: dict[str, Any] = {}
-    sidecar = path.with_name(path.stem + ".meta.json")
-    if sidecar.exists():
-        try:
-            meta = json.loads(sidecar.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CorpusError(f"{sidecar}: invalid metadata sidecar ({exc})") from None
-        if not isinstance(meta, dict):
-            raise CorpusError(f"{sidecar}: metadata sidecar must be a JSON object")
-    title = str(meta.pop("title", "") or _title_from_text(text, path.stem))
-    return Document(f"{library}/{path.stem}", title, text, meta, str(path))
 
 
 def iter_library_files(folder: Path) -> list[Path]:
@@ -96,7 +46,7 @@ def load_library(folder: str | os.PathLike[str], library: str | None = None
     errors: list[DocumentError] = []
     for p in iter_library_files(root):
         try:
-            docs.append(read_document(p, lib))
+            docs.append(read_document(p, lib, root=root.parent))
         except CorpusError as exc:
             errors.append(DocumentError(str(p), str(exc)))
     return docs, errors

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from ragspine_pipeline.warehouse.versioned import VersionedTables
+from ragspine_pipeline.warehouse.versioned import DEFAULT_RETAIN_FOR_S, VersionedTables
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,14 +18,29 @@ def default_corpus_root() -> str:
     return os.environ.get("RAGSPINE_CORPUS_ROOT", str(REPO_ROOT / "data" / "demo"))
 
 
+def default_retain_for() -> float:
+    return float(os.environ.get("RAGSPINE_RETAIN_FOR_S", "") or DEFAULT_RETAIN_FOR_S)
+
+
 class WarehouseResource(dg.ConfigurableResource):
     """Paths and retention. ``keep_versions`` old versions per asset and library are kept
     for point-in-time queries; older ones are pruned after each publish (never the
-    published version nor one the current snapshot references)."""
+    published version nor one the current snapshot references, nor one that stopped
+    being current less than ``retain_for_seconds`` ago: a reader holding the catalog open
+    can finish). ``restricted_catalog`` also builds ``catalog_restricted.duckdb`` with the
+    RESTRICTED text unredacted — only for readers cleared for it."""
 
     root: str = ""  # empty: RAGSPINE_WAREHOUSE or data/warehouse
     corpus_root: str = ""  # empty: RAGSPINE_CORPUS_ROOT or data/demo
     keep_versions: int = 5
+    retain_for_seconds: float = -1.0  # negative: RAGSPINE_RETAIN_FOR_S or 3600
+    restricted_catalog: bool = False
+
+    def retain_for(self) -> float:
+        return self.retain_for_seconds if self.retain_for_seconds >= 0 else default_retain_for()
+
+    def restricted_catalog_path(self) -> Path:
+        return self.root_path() / "catalog_restricted.duckdb"
 
     def root_path(self) -> Path:
         return Path(self.root or default_warehouse_root())

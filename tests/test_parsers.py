@@ -1,7 +1,7 @@
 import pytest
 
 from ragspine_pipeline.corpus import load_library
-from ragspine_pipeline.warehouse.parsers import ParseError, parse_file
+from ragspine_pipeline.ingest.parsers import ParseError, parse_file
 
 pytest.importorskip("bs4")
 pytest.importorskip("pypdf")

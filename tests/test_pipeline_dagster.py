@@ -2,6 +2,7 @@
 
 import json
 import multiprocessing as mp
+import os
 import shutil
 import sys
 import time
@@ -183,15 +184,30 @@ def test_ask_job_returns_snippets_as_metadata(env):
     assert len(snippets) == 3 and all(s["entity"] == "ACME_CN" for s in snippets)
 
 
-def test_unreadable_file_is_reported_and_keeps_last_good_version(env):
+def test_unreadable_file_is_withheld_until_it_parses_and_keeps_last_good_version(env):
     assert run(env).success
-    (env["corpus"] / LIB / "ir_cn_qa.md").write_bytes(b"\xff\xfe broken \xc3\x28")
+    doc = f"{LIB}/ir_cn_qa"
+    good = (env["corpus"] / LIB / "ir_cn_qa.md").read_bytes()
+    (env["corpus"] / LIB / "ir_cn_qa.md").write_bytes(b"\xc3\x28 broken")
     res = run(env)
     md = mat_md(res, "raw_documents")
-    assert md["parse_failures"] == 1
-    (failed,) = [c for c in res.get_asset_check_evaluations() if c.check_name == "parse_failures_zero"]
-    assert not failed.passed
-    assert f"{LIB}/ir_cn_qa" in {c.doc_id for c in P.active_chunks(env["wh"], LIB)}
+    assert md["parse_failures"] == 1 and "ir_cn_qa.md" in md["failed_files"][0]
+    checks = {c.check_name: c for c in res.get_asset_check_evaluations()}
+    assert not checks["parse_failures_zero"].passed and checks["no_orphan_chunks"].passed
+    # The last good version stays stored (and indexed) but is not served.
+    assert doc in {c.doc_id for c in P.active_chunks(env["wh"], LIB)}
+    served = P.load_snapshot_index(env["wh"], LIB)
+    assert doc not in {c.doc_id for c in served.retriever.chunks}
+    # The opt-out serves the last good version (availability first) ...
+    run(env, {"ops": {"chunks": {"config": {"on_parse_error": "serve_last_good"}}}})
+    assert doc in {c.doc_id for c in P.load_snapshot_index(env["wh"], LIB).retriever.chunks}
+    # ... and once the file parses again it is served by default, with no new version.
+    run(env)
+    assert doc not in {c.doc_id for c in P.load_snapshot_index(env["wh"], LIB).retriever.chunks}
+    (env["corpus"] / LIB / "ir_cn_qa.md").write_bytes(good)
+    res = run(env)
+    assert mat_md(res, "chunks")["changed"] == 0
+    assert doc in {c.doc_id for c in P.load_snapshot_index(env["wh"], LIB).retriever.chunks}
 
 
 def test_rechunk_with_new_chunker_rechunks_everything(env):
@@ -218,16 +234,21 @@ def test_retention_prunes_old_versions_but_keeps_published(env):
     wh = env["wh"]
     for i in range(4):
         pub = wh.write("scratch", LIB, {"t": pa.table({"x": [i]})})
-    (env["root"] / "scratch" / LIB / ".tmp-v000099-dead").mkdir()  # an abandoned half-write
-    removed = wh.prune("scratch", LIB, keep=2)
+    dead = env["root"] / "scratch" / LIB / ".tmp-v000099-dead"
+    dead.mkdir()  # an abandoned half-write, older than the grace period
+    os.utime(dead, (time.time() - 7200, time.time() - 7200))
+    live = env["root"] / "scratch" / LIB / ".tmp-v000100-live"
+    live.mkdir()  # a temp folder a live writer may still be filling: left alone
+    assert wh.prune("scratch", LIB, keep=2) == []  # every version is inside the default 1 h retention
+    removed = wh.prune("scratch", LIB, keep=2, retain_for=0)
     assert removed == ["v000001", "v000002"]
     assert wh.versions("scratch", LIB) == ["v000003", "v000004"] and wh.latest("scratch", LIB).version == pub.version
-    assert not list((env["root"] / "scratch" / LIB).glob(".tmp-*"))
+    assert [p.name for p in (env["root"] / "scratch" / LIB).glob(".tmp-*")] == [live.name]
     # The published version is never pruned, even when it is older than `keep` allows.
     wh.publish(wh.get("scratch", LIB, "v000003"))
     wh.write("scratch", LIB, {"t": pa.table({"x": [9]})}, publish=False)
     wh.write("scratch", LIB, {"t": pa.table({"x": [10]})}, publish=False)
-    wh.prune("scratch", LIB, keep=1)
+    wh.prune("scratch", LIB, keep=1, retain_for=0)
     assert "v000003" in wh.versions("scratch", LIB)
     assert wh.read("scratch", LIB, "t").column("x").to_pylist() == [2]  # v000003 holds i=2
 

@@ -21,7 +21,10 @@ from ragspine_pipeline.retrieval.vector.embedding_backends import DeterministicH
 from ragspine_pipeline.sensitivity import RESTRICTED_SENSITIVITY, is_restricted
 
 WORDS = ["revenue", "margin", "why", "fell", "营收", "下滑", "tariff", "plant"]
-LABELS = ["RESTRICTED", "restricted ", " Restricted", "PUBLIC", "INTERNAL", "", "CONFIDENTIAL"]
+LABELS = ["RESTRICTED", "restricted ", " Restricted", "PUBLIC", "INTERNAL", "", "CONFIDENTIAL",
+          # odd spellings and types fail closed (counted as RESTRICTED by is_restricted)
+          "RESTRI\u200bCTED", "\ufeffRESTRICTED", "RESTRICTED\x00", "ＲＥＳＴＲＩＣＴＥＤ", "\u0420UBLIC",
+          "PUBLIC?", ["PUBLIC"], {"label": "PUBLIC"}, 1, True]
 
 
 @st.composite

@@ -14,11 +14,18 @@ Tables of a chunks version:
 its (doc_id, version) is its document's current, non-withdrawn version, and it was
 superseded when the document's next version was ingested. So publishing a new version
 never rewrites an old row, and an old version's tables still read exactly as they did.
+
+A document whose file or sidecar stopped parsing is *withheld*: its last good version
+stays stored and indexed (so it serves again, free, once it parses), but ``doc_state``
+marks it and the served index leaves it out — a relabel that failed to parse must not
+keep serving the old, less restricted version. ``on_parse_error="serve_last_good"``
+is the explicit opt-out for libraries that prefer availability.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections import Counter
 from datetime import datetime
@@ -26,6 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ..corpus import make_chunker
 from ..retrieval.chunking.chunk_store import (
@@ -38,15 +46,26 @@ from ..retrieval.chunking.chunk_store import (
     timestamp_after,
 )
 from ..retrieval.chunking.chunking import Chunk
-from ..sensitivity import is_restricted
+from ..sensitivity import is_restricted, redact
 from .common import CHUNKS, RAW, CheckOutcome, StepResult, last_row_per_key
 from .raw import fetch_documents, raw_delta, raw_state
-from .versioned import Append, Inherit, Published, VersionedTables, WarehouseError, read_segments
+from .versioned import (
+    Append,
+    Inherit,
+    Published,
+    VersionedTables,
+    WarehouseError,
+    library_step,
+    read_segments,
+)
 
 STORED_CHUNK_COLUMNS = [c for c in CHUNK_COLUMNS if c not in ("superseded_at", "active")]
 STATE_SCHEMA = pa.schema([("doc_id", pa.string()), ("version", pa.int32()), ("fingerprint", pa.string()),
                           ("source_hash", pa.string()), ("withdrawn", pa.bool_()), ("n_chunks", pa.int32()),
-                          ("n_restricted", pa.int32()), ("ingested_at", pa.timestamp("us"))])
+                          ("n_restricted", pa.int32()), ("ingested_at", pa.timestamp("us")),
+                          ("withheld", pa.bool_())])
+ON_PARSE_ERROR_ENV = "RAGSPINE_ON_PARSE_ERROR"
+ON_PARSE_ERROR = ("withhold", "serve_last_good")
 DOC_VERSION_SCHEMA = pa.schema([("doc_id", pa.string()), ("version", pa.int32()), ("content_hash", pa.string()),
                                 ("n_chunks", pa.int32()), ("withdrawn", pa.bool_()),
                                 ("ingested_at", pa.timestamp("us")), ("source_hash", pa.string())])
@@ -71,12 +90,41 @@ def doc_state(pub: Published, doc_ids: set[str] | None = None, *,
         state = _legacy(pub)[2]
         return state if doc_ids is None else {d: state[d] for d in doc_ids if d in state}
     cols = None if columns is None else list(dict.fromkeys(["doc_id", *columns]))
-    t = read_segments(pub, "doc_state", columns=cols)
+    t = _read_state(pub, cols)
     if doc_ids is not None:
         t = t.filter(pc.is_in(t.column("doc_id"), value_set=pa.array(sorted(doc_ids), pa.string())))
     t = last_row_per_key(t, "doc_id")
     names = t.column_names
     return {r[0]: dict(zip(names, r, strict=True)) for r in zip(*(t.column(n).to_pylist() for n in names), strict=True)}
+
+
+def _read_state(pub: Published, cols: list[str] | None) -> pa.Table:
+    """doc_state segments; a column an older segment lacks (``withheld``) reads as null."""
+    if cols is None:
+        return read_segments(pub, "doc_state")
+    parts = []
+    for path in pub.table_paths("doc_state"):
+        have = set(pq.read_schema(path).names)
+        t = pq.read_table(path, columns=[c for c in cols if c in have])
+        for c in cols:
+            if c not in have:
+                t = t.append_column(c, pa.nulls(t.num_rows, STATE_SCHEMA.field(c).type))
+        parts.append(t.select(cols))
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
+
+
+def withheld_docs(pub: Published) -> set[str]:
+    """Documents of a chunks version kept out of serving because their file fails to parse."""
+    if "doc_state" not in pub.manifest["tables"]:
+        return set()
+    return {d for d, s in doc_state(pub, columns=["withheld"]).items() if s.get("withheld")}
+
+
+def on_parse_error_policy(value: str | None = None) -> str:
+    raw = (value if value else os.environ.get(ON_PARSE_ERROR_ENV, "")) or "withhold"
+    if raw not in ON_PARSE_ERROR:
+        raise WarehouseError(f"on_parse_error must be one of {', '.join(ON_PARSE_ERROR)}, not {raw!r}")
+    return raw
 
 
 def _legacy(pub: Published) -> tuple[pa.Table, pa.Table, dict[str, dict[str, Any]]]:
@@ -128,20 +176,49 @@ def sorted_active_chunks(wh: VersionedTables, library: str, version: str) -> lis
     return _as_chunks(active_chunk_table(published_chunks(wh, library, version)))
 
 
+def served_chunks(wh: VersionedTables, library: str, version: str) -> list[StoredChunk]:
+    """The chunks a served index may hold: active, not withheld, not RESTRICTED (chunk_id order).
+
+    Non-interference: the served index is built from these alone, so BM25's N, df and
+    avgdl, the dense candidates and every RRF rank are the same whether restricted or
+    withheld documents exist or not — no served score can reveal a word of them. The
+    two RESTRICTED exits stay in place behind this as defence in depth.
+    """
+    pub = published_chunks(wh, library, version)
+    withheld = withheld_docs(pub)
+    return [c for c in _as_chunks(active_chunk_table(pub))
+            if c.doc_id not in withheld and not is_restricted(c.sensitivity)]
+
+
+def restricted_probes(wh: VersionedTables, library: str, version: str, limit: int = 25) -> list[tuple[str, str]]:
+    """(chunk_id, text) of up to ``limit`` active RESTRICTED chunks: the leak check asks for
+    each by its own words. Used only by that check; never shown."""
+    table = active_chunk_table(published_chunks(wh, library, version), columns=["sensitivity", "text"])
+    hits = [(cid, text) for cid, text, sens in zip(table.column("chunk_id").to_pylist(), table.column("text").to_pylist(),
+                                                   table.column("sensitivity").to_pylist(), strict=True)
+            if is_restricted(sens)]
+    return hits[:limit]
+
+
 def _state_table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(sorted(rows, key=lambda r: r["doc_id"]), schema=STATE_SCHEMA)
 
 
+@library_step
 def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = None,
-                 raw_version: str | None = None, *, full_checks: bool = False) -> StepResult:
+                 raw_version: str | None = None, *, full_checks: bool = False,
+                 on_parse_error: str | None = None) -> StepResult:
     """Publish the chunks of the raw version (default: the latest) incrementally.
 
     The documents looked at are the raw rows this step has not seen (the raw segments
     appended since its last run) when the chunker is unchanged, else every current row.
     ``full_checks`` re-verifies the checks over every active chunk instead of the rows
-    this version wrote.
+    this version wrote. ``on_parse_error`` (default ``RAGSPINE_ON_PARSE_ERROR`` or
+    "withhold"): what a document whose file fails to parse serves meanwhile — nothing
+    ("withhold"), or its last good version ("serve_last_good", availability first).
     """
     t0 = time.perf_counter()
+    withhold = on_parse_error_policy(on_parse_error) == "withhold"
     chunker = make_chunker(chunker_spec)
     key = chunker.key
     raw_pub = wh.get(RAW, library, raw_version) if raw_version else wh.latest(RAW, library)
@@ -151,7 +228,10 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
     legacy = _legacy(prev) if prev is not None and "doc_state" not in prev.manifest["tables"] else None
     pmeta = prev.manifest["metadata"] if prev is not None else {}
     same_chunker = pmeta.get("chunker") == key
-    seen = pmeta.get("raw_segments") if prev is not None and legacy is None and same_chunker else None
+    policy = "withhold" if withhold else "serve_last_good"
+    same_policy = pmeta.get("on_parse_error", "withhold") == policy
+    # A changed chunker or parse-error policy looks at every current document again.
+    seen = pmeta.get("raw_segments") if prev is not None and legacy is None and same_chunker and same_policy else None
     if seen is not None and seen == raw_pub.segments("documents") and not full_checks:
         # Nothing new upstream and the same chunker: keep the published tables.
         report = {"new": 0, "changed": 0, "withdrawn": 0, "rows_written": 0, "unchanged": pmeta.get("documents", 0),
@@ -198,7 +278,7 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
         old = state.get(doc_id)
         if old is not None and not old["withdrawn"] and old["fingerprint"] == fp and old["n_chunks"] == len(chunks):
             state_only.append(doc_id)  # e.g. a new chunker that cuts this document the same way
-            updates[doc_id] = {**old, "source_hash": src_hash[doc_id]}
+            updates[doc_id] = {**old, "source_hash": src_hash[doc_id], "withheld": False}
             continue
         if not chunks and (old is None or old["withdrawn"]):
             # Nothing to publish or withdraw (an empty document); remember its hash so it is
@@ -206,7 +286,7 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
             state_only.append(doc_id)
             updates[doc_id] = {"doc_id": doc_id, "version": old["version"] if old else 0, "fingerprint": fp,
                                "source_hash": src_hash[doc_id], "withdrawn": True, "n_chunks": 0, "n_restricted": 0,
-                               "ingested_at": old["ingested_at"] if old else now}
+                               "ingested_at": old["ingested_at"] if old else now, "withheld": False}
             continue
         version = (old["version"] if old else 0) + 1
         (changed if old else new).append(doc_id)
@@ -216,15 +296,27 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
                          "withdrawn": not chunks, "ingested_at": now, "source_hash": src_hash[doc_id]})
         updates[doc_id] = {"doc_id": doc_id, "version": version, "fingerprint": fp, "source_hash": src_hash[doc_id],
                            "withdrawn": not chunks, "n_chunks": len(chunks),
-                           "n_restricted": sum(is_restricted(c.sensitivity) for c in chunks), "ingested_at": now}
+                           "n_restricted": sum(is_restricted(c.sensitivity) for c in chunks), "ingested_at": now,
+                           "withheld": False}
     for doc_id in gone:
         old = state[doc_id]
         versions.append({"doc_id": doc_id, "version": old["version"] + 1, "content_hash": None, "n_chunks": 0,
                          "withdrawn": True, "ingested_at": now, "source_hash": None})
         updates[doc_id] = {**old, "version": old["version"] + 1, "withdrawn": True, "n_chunks": 0, "n_restricted": 0,
+                           "withheld": False,
                            "ingested_at": now, "fingerprint": None, "source_hash": None}
 
     # Library-wide counts, carried forward by the difference each changed document makes.
+    # Withhold documents that stopped parsing (their stored version stays indexed, unserved),
+    # and serve again those that parse again with unchanged content.
+    for doc_id in sorted(failed_ids):
+        old = state.get(doc_id)
+        if old is not None and not old["withdrawn"] and bool(old.get("withheld")) != withhold:
+            updates[doc_id] = {**old, "withheld": withhold}
+    for doc_id in sorted(present):
+        old = state.get(doc_id)
+        if doc_id not in updates and old is not None and old.get("withheld"):
+            updates[doc_id] = {**old, "withheld": False}
     totals = {k: int(pmeta.get(k, 0)) for k in ("active_chunks", "restricted_chunks", "active_docs")}
     if legacy is not None or prev is None or not is_delta:
         full_state = {**state, **updates}
@@ -248,9 +340,9 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
               "errors": int(raw_pub.manifest["metadata"].get("parse_failures", len(failed_ids)))}
     report["unchanged"] = int(raw_pub.manifest["metadata"].get("documents", len(present))) - len(new) - len(changed)
     meta = {"chunker": key, **report, **totals, "documents": raw_pub.manifest["metadata"].get("documents"),
-            "raw_version": raw_pub.version, "raw_segments": raw_pub.segments("documents"),
+            "raw_version": raw_pub.version, "raw_segments": raw_pub.segments("documents"), "on_parse_error": policy,
             "last_ingested_at": now.isoformat()}
-    if prev is not None and legacy is None and not updates and same_chunker:
+    if prev is not None and legacy is None and not updates and same_chunker and same_policy:
         # Every document kept its version (e.g. files touched, not changed): keep the
         # published tables; the next refresh looks at these few raw rows again.
         pub = prev
@@ -258,8 +350,8 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
         base_chunks, base_dv = legacy[:2] if legacy is not None else (delta_rows.slice(0, 0), dv_delta.slice(0, 0))
         full_state = {**state, **updates}
         pub = wh.write(CHUNKS, library, {
-            "chunks": pa.concat_tables([base_chunks, delta_rows], promote_options="default"),
-            "doc_versions": pa.concat_tables([base_dv, dv_delta], promote_options="default"),
+            "chunks": pa.concat_tables([base_chunks, delta_rows], promote_options="permissive"),
+            "doc_versions": pa.concat_tables([base_dv, dv_delta], promote_options="permissive"),
             "doc_state": _state_table(list(full_state.values()))}, meta)
     else:
         pub = wh.write(CHUNKS, library, {
@@ -267,10 +359,12 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
             "doc_versions": Append(dv_delta) if dv_delta.num_rows else Inherit(),
             "doc_state": Append(_state_table(list(updates.values())),
                                 compact=lambda t: last_row_per_key(t, "doc_id"))}, meta, parent=prev)
-    checks = _checks(pub, raw_pub, rows, docs, {**state, **updates}, present, full=full_checks)
+    checks = _checks(pub, raw_pub, rows, docs, {**state, **updates}, present, full=full_checks, failed=failed_ids)
     md = _metadata(pub, {**report, "active_chunks": totals["active_chunks"]}, key, rows, row_version,
                    new, changed, gone, t0, reused=prev is not None and pub.version == prev.version)
     md["state_only"] = len(state_only)
+    md["withheld_docs"] = sorted(d for d, u in updates.items() if u.get("withheld"))[:20]
+    md["on_parse_error"] = policy
     md["looked_at"] = len(rows_now)
     return StepResult(pub, md, checks)
 
@@ -291,7 +385,7 @@ def _restricted_counts(t: pa.Table | None, state: dict[str, dict[str, Any]], doc
 def _metadata(pub: Published, report: dict[str, Any], key: str, rows: list[Chunk],
               row_version: list[int], new: list[str], changed: list[str], gone: list[str], t0: float, *,
               reused: bool) -> dict[str, Any]:
-    preview = "\n".join(f"| {c.chunk_id} | v{v} | {c.sensitivity} | {' '.join(c.text.split())[:60]} |"
+    preview = "\n".join(f"| {c.chunk_id} | v{v} | {c.sensitivity} | {redact(' '.join(c.text[:400].split())[:60], c.sensitivity)} |"
                         for c, v in list(zip(rows, row_version, strict=True))[:5])
     return {**report, "chunker": key, "rows_total": pub.rows("chunks"), "version": pub.version, "reused": reused,
             "segments": len(pub.segments("chunks")),
@@ -302,7 +396,8 @@ def _metadata(pub: Published, report: dict[str, Any], key: str, rows: list[Chunk
 
 
 def _checks(pub: Published, raw_pub: Published, new_rows: list[Chunk], docs: dict[str, Any],
-            touched: dict[str, dict[str, Any]], present: dict[str, dict], *, full: bool) -> dict[str, CheckOutcome]:
+            touched: dict[str, dict[str, Any]], present: dict[str, dict], *, full: bool,
+            failed: set[str] = frozenset()) -> dict[str, CheckOutcome]:
     """The chunks asset's checks.
 
     By default they verify the rows this version wrote and the documents whose state it
@@ -324,7 +419,10 @@ def _checks(pub: Published, raw_pub: Published, new_rows: list[Chunk], docs: dic
     else:
         rows = new_rows
         scope = {"scope": "rows written by this version", "checked": len(rows)}
-        orphans = sorted(d for d, s in touched.items() if not s["withdrawn"] and s["n_chunks"] and d not in present)
+        # A document whose file fails to parse keeps its last good version on purpose
+        # (withheld, or served by the opt-out): not an orphan.
+        orphans = sorted(d for d, s in touched.items()
+                         if not s["withdrawn"] and s["n_chunks"] and d not in present and d not in failed)
     bad_span = [c.chunk_id for c in rows if c.doc_id in docs and docs[c.doc_id].text[c.start:c.end] != c.text]
     ids = [c.chunk_id for c in rows]
     dupes = sorted(i for i, n in Counter(ids).items() if n > 1)

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ import pyarrow.parquet as pq
 from ..retrieval.lexical.analyzer import make_analyzer
 from ..retrieval.lexical.glossary import GlossaryQueryRewriter
 from ..retrieval.link.narrative_link import NarrativeIndex
+from ..sensitivity import is_restricted
 from .chunk_tables import (
     active_chunk_table,
     active_chunks,
@@ -43,7 +45,10 @@ from .chunk_tables import (
     build_chunks,
     doc_state,
     published_chunks,
+    restricted_probes,
+    served_chunks,
     sorted_active_chunks,
+    withheld_docs,
 )
 from .common import (
     CHUNKS,
@@ -61,6 +66,8 @@ from .versioned import (
     Published,
     VersionedTables,
     WarehouseError,
+    fail_before_publish,
+    library_step,
     read_segments,
     write_json_atomic,
 )
@@ -111,6 +118,7 @@ def _compact_to_active(pub_chunks: Published):
     return compact
 
 
+@library_step
 def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None = None,
                         chunks_version: str | None = None) -> StepResult:
     t0 = time.perf_counter()
@@ -143,6 +151,7 @@ def _text_hash(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
+@library_step
 def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
                      chunks_version: str | None = None) -> StepResult | None:
     """Vectors of the active chunks; only chunks without a vector from the same model are embedded.
@@ -190,6 +199,7 @@ def _vector_column(vectors, dim: int) -> pa.Array:
     return pa.ListArray.from_arrays(offsets, pa.array(arr.ravel(), pa.float32()))
 
 
+@library_step
 def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
     """One consistent version id across the library's index tables."""
     lex = wh.latest(LEXICAL, library)
@@ -221,8 +231,6 @@ def snapshot_summary(wh: VersionedTables, library: str) -> dict[str, Any]:
     pub = published_chunks(wh, library, snap.manifest["metadata"]["chunks"])
     meta = pub.manifest["metadata"]
     if "restricted_chunks" not in meta:  # a version written before these counts were kept
-        from ..sensitivity import is_restricted
-
         t = active_chunk_table(pub, columns=["sensitivity"])
         return {"doc_ids": set(t.column("doc_id").to_pylist()), "chunks": t.num_rows,
                 "restricted_chunks": sum(is_restricted(s) for s in t.column("sensitivity").to_pylist())}
@@ -244,7 +252,7 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
     if snap is None:
         raise WarehouseError(f"no retrieval snapshot published for {library}")
     meta = snap.manifest["metadata"]
-    chunks = sorted_active_chunks(wh, library, meta["chunks"])
+    chunks = served_chunks(wh, library, meta["chunks"])  # no RESTRICTED, no withheld: non-interference
     ids = pa.array([c.chunk_id for c in chunks], pa.string())
     tok = _aligned(wh.read(LEXICAL, library, "tokens", meta["lexical_index"]), ids,
                    f"snapshot {snap.version} of {library}: lexical index does not match its chunks")
@@ -316,25 +324,88 @@ def _newest_rows_sql(paths: list[Path], key: str) -> str:
             f"ON d.filename = s.fname QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY _seg DESC, _row DESC) = 1)")
 
 
-def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], safe: str) -> dict[str, str]:
-    """view name -> SELECT over the Parquet segments the library's snapshot names."""
+# Columns that carry a document's words: what the redacted catalog blanks.
+_CHUNK_TEXT_COLUMNS = ("title", "text", "heading", "window_text")
+_DOC_TEXT_COLUMNS = ("title", "text", "metadata")
+REDACTED_DOCS = "redacted_documents"
+
+
+def view_name(table: str, library: str) -> str:
+    """``<table>_<library>`` with the library id escaped injectively and case-safely.
+
+    Letters a-z, digits, ``_`` and ``-`` stay; anything else (space, ``%``, upper case,
+    non-ASCII) becomes ``%XX`` of its UTF-8 bytes, so ``a b``, ``a%b`` and ``a_b`` get
+    three names, and DuckDB's case-insensitive identifiers cannot merge ``A`` and ``a``.
+    Always quote the result in SQL: ``quote_ident(view_name(...))``.
+    """
+    keep = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+    safe = "".join(ch if ch in keep else "".join(f"%{b:02X}" for b in ch.encode()) for ch in library)
+    return f"{table}_{safe}"
+
+
+def quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def redacted_doc_ids(wh: VersionedTables, lib: str, meta: dict[str, Any]) -> set[str]:
+    """Documents whose text the default catalog hides, in every version (fail closed).
+
+    A document is hidden when its current raw row is RESTRICTED, unparseable (its label
+    is unknown) or has a label problem, when any stored chunk row of it is RESTRICTED
+    (an as-of read must not show an older version of a now-restricted document, nor a
+    restricted version of a now-public one), or when it is withheld.
+    """
+    hidden: set[str] = set()
+    if meta.get("raw_documents") not in (None, "None"):
+        raw = wh.get(RAW, lib, meta["raw_documents"])
+        cur = raw_state(raw, columns=["doc_id", "sensitivity", "parse_error"])
+        cols = [cur.column(c).to_pylist() if c in cur.column_names else [None] * cur.num_rows
+                for c in ("doc_id", "sensitivity", "parse_error")]
+        hidden.update(d for d, sens, err in zip(*cols, strict=True) if err or is_restricted(sens))
+    chunks = wh.get(CHUNKS, lib, meta["chunks"])
+    t = read_segments(chunks, "chunks", columns=["doc_id", "sensitivity"])
+    hidden.update(d for d, sens in zip(t.column("doc_id").to_pylist(), t.column("sensitivity").to_pylist(),
+                                       strict=True) if is_restricted(sens))
+    hidden.update(withheld_docs(chunks))
+    return hidden
+
+
+def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], *, redact: bool) -> dict[str, str]:
+    """view name -> SELECT over the Parquet segments the library's snapshot names.
+
+    With ``redact`` (the default catalog), the text columns of every row of a document in
+    ``redacted_documents`` read as NULL, and its tokens and vectors are left out.
+    """
     views: dict[str, str] = {}
+    hidden = f"(SELECT doc_id FROM {REDACTED_DOCS} WHERE library = {_sql_str(lib)})"
+
+    def blank(cols: tuple[str, ...], alias: str = "") -> str:
+        if not redact:
+            return ""
+        pre = f"{alias}." if alias else ""
+        return ", ".join(f"CASE WHEN {pre}doc_id IN {hidden} THEN NULL ELSE {pre}{c} END AS {c}" for c in cols)
+
     chunks = wh.get(CHUNKS, lib, meta["chunks"])
     if meta.get("raw_documents") not in (None, "None"):
         raw = wh.get(RAW, lib, meta["raw_documents"])
         paths = raw.table_paths("documents")
         if len(paths) == 1 and "deleted" not in pq.read_schema(paths[0]).names:
-            views["documents"] = f"SELECT * FROM read_parquet({_sql_list(paths)})"
+            body = f"SELECT * FROM read_parquet({_sql_list(paths)})"
         else:  # the newest row per file, tombstones removed
-            views["documents"] = (f"SELECT * EXCLUDE (deleted) FROM ({_newest_rows_sql(paths, 'source_path')}) "
-                                  f"WHERE NOT coalesce(deleted, false)")
+            body = (f"SELECT * EXCLUDE (deleted) FROM ({_newest_rows_sql(paths, 'source_path')}) "
+                    f"WHERE NOT coalesce(deleted, false)")
+        views["documents"] = (f"SELECT * REPLACE ({blank(_DOC_TEXT_COLUMNS)}) FROM ({body})" if redact else body)
     if "doc_state" in chunks.manifest["tables"]:
         from ..retrieval.chunking.chunk_store import CHUNK_COLUMNS
 
         cols = ", ".join("dv.superseded_at" if c == "superseded_at" else
                          "coalesce(c.version = st.version AND NOT st.withdrawn, false) AS active" if c == "active"
                          else f"c.{c}" for c in CHUNK_COLUMNS)
-        views["chunks"] = (
+        body = (
             f"SELECT {cols} FROM read_parquet({_sql_list(chunks.table_paths('chunks'))}, union_by_name = true) c "
             f"LEFT JOIN (SELECT doc_id, version, lead(ingested_at) OVER (PARTITION BY doc_id ORDER BY version) "
             f"AS superseded_at FROM read_parquet({_sql_list(chunks.table_paths('doc_versions'))})) dv "
@@ -342,9 +413,12 @@ def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], safe: st
             f"LEFT JOIN ({_newest_rows_sql(chunks.table_paths('doc_state'), 'doc_id')}) st ON st.doc_id = c.doc_id")
         views["doc_state"] = _newest_rows_sql(chunks.table_paths("doc_state"), "doc_id")
     else:
-        views["chunks"] = f"SELECT * FROM read_parquet({_sql_list(chunks.table_paths('chunks'))})"
+        body = f"SELECT * FROM read_parquet({_sql_list(chunks.table_paths('chunks'))})"
+    flag = f"doc_id IN {hidden}" if redact else "false"
+    views["chunks"] = (f"SELECT * REPLACE ({blank(_CHUNK_TEXT_COLUMNS)}), {flag} AS redacted FROM ({body})"
+                       if redact else f"SELECT *, false AS redacted FROM ({body})")
     views["doc_versions"] = f"SELECT * FROM read_parquet({_sql_list(chunks.table_paths('doc_versions'))})"
-    active = f"(SELECT chunk_id FROM chunks_{safe} WHERE active)"
+    active = f"(SELECT chunk_id FROM {quote_ident(view_name('chunks', lib))} WHERE active AND NOT redacted)"
     lex = wh.get(LEXICAL, lib, meta["lexical_index"])
     views["lexical_tokens"] = (f"SELECT * FROM read_parquet({_sql_list(lex.table_paths('tokens'))}) "
                                f"WHERE chunk_id IN {active}")
@@ -355,43 +429,93 @@ def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], safe: st
     return views
 
 
-def build_catalog(wh: VersionedTables, libraries: list[str], path: Path) -> dict[str, Any]:
+CATALOG_LOCK = ".catalog"  # library ids never start with a dot: no clash
+
+
+def build_catalog(wh: VersionedTables, libraries: list[str], path: Path, *,
+                  include_restricted: bool = False) -> dict[str, Any]:
     """A DuckDB file with one view per published table, swapped in atomically.
 
     Views point at the immutable Parquet segments of each library's snapshot (``active``
     and ``superseded_at`` of chunks derived from the document versions), so a notebook
-    holding the catalog read-only keeps a consistent picture while refreshes publish.
+    holding the catalog read-only keeps a consistent picture while refreshes publish
+    (the retention window keeps those files for at least ``retain_for``).
+
+    The catalog is a trust boundary: by default it redacts the text, tokens and vectors
+    of every restricted document (``redacted_doc_ids``). ``include_restricted=True``
+    builds the unredacted catalog — write it to a separate, explicitly named path that
+    only readers cleared for RESTRICTED can open. One library that fails to build its
+    views is reported in ``errors`` and left out; the others are still published.
     """
+    with wh.lock(CATALOG_LOCK):
+        return _build_catalog(wh, libraries, path, include_restricted)
+
+
+def _build_catalog(wh: VersionedTables, libraries: list[str], path: Path, include_restricted: bool) -> dict[str, Any]:
     path.parent.mkdir(parents=True, exist_ok=True)
     snaps = {lib: snap.manifest["metadata"]["snapshot_id"] for lib in libraries
              if (snap := wh.latest(SNAPSHOT, lib)) is not None}
     index = path.with_suffix(".json")
+    redact = not include_restricted
     if path.exists() and index.exists():
         old = json.loads(index.read_text(encoding="utf-8"))
-        if old.get("snapshots") == snaps:  # every view would point at the same files
-            return {"views": old["views"], "path": str(path), "rebuilt": False}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
+        if old.get("snapshots") == snaps and old.get("redacted", True) == redact and not old.get("errors"):
+            return {"views": old["views"], "path": str(path), "rebuilt": False, "errors": {}, "redacted": redact}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     con = duckdb.connect(str(tmp))
-    views, rows = [], []
+    views, rows, errors = [], [], {}
     try:
+        con.execute(f"CREATE TABLE {REDACTED_DOCS} (library VARCHAR, doc_id VARCHAR)")
+        con.execute("CREATE TABLE catalog_views (library VARCHAR, table_name VARCHAR, view_name VARCHAR)")
         for lib in libraries:
             snap = wh.latest(SNAPSHOT, lib)
             if snap is None:
                 continue
             meta = snap.manifest["metadata"]
+            con.begin()
+            try:
+                if redact:
+                    hidden = sorted(redacted_doc_ids(wh, lib, meta))
+                    if hidden:
+                        con.executemany(f"INSERT INTO {REDACTED_DOCS} VALUES (?, ?)", [(lib, d) for d in hidden])
+                made = []
+                for name, body in _catalog_views(wh, lib, meta, redact=redact).items():
+                    view = view_name(name, lib)
+                    con.execute(f"CREATE VIEW {quote_ident(view)} AS {body}")
+                    con.execute("INSERT INTO catalog_views VALUES (?, ?, ?)", [lib, name, view])
+                    made.append(view)
+                con.commit()
+            except (WarehouseError, OSError, duckdb.Error, KeyError, pa.ArrowException) as exc:
+                con.rollback()
+                errors[lib] = f"{type(exc).__name__}: {exc}"[:500]
+                continue
+            views.extend(made)
             rows.append((lib, meta["snapshot_id"]))
-            safe = "".join(ch if ch.isalnum() else "_" for ch in lib)
-            for name, body in _catalog_views(wh, lib, meta, safe).items():
-                view = f"{name}_{safe}"
-                con.execute(f"CREATE VIEW {view} AS {body}")
-                views.append(view)
         con.execute("CREATE TABLE snapshots (library VARCHAR, snapshot_id VARCHAR)")
         if rows:
             con.executemany("INSERT INTO snapshots VALUES (?, ?)", rows)
         con.execute("CHECKPOINT")
-    finally:
+    except BaseException:
         con.close()
-    os.replace(tmp, path)
-    write_json_atomic(index, {"views": views, "libraries": libraries, "snapshots": snaps})
-    return {"views": views, "path": str(path), "rebuilt": True}
+        tmp.unlink(missing_ok=True)
+        raise
+    con.close()
+    try:
+        fail_before_publish("catalog", str(path))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    write_json_atomic(index, {"views": views, "libraries": libraries, "snapshots": snaps, "redacted": redact,
+                              "errors": errors})
+    return {"views": views, "path": str(path), "rebuilt": True, "errors": errors, "redacted": redact}
+
+
+def restricted_leak_check(wh: VersionedTables, library: str, retriever) -> CheckOutcome:
+    """Ask the served retriever for each RESTRICTED chunk by its own words: none may come back."""
+    snap = wh.latest(SNAPSHOT, library)
+    if snap is None:
+        raise WarehouseError(f"no retrieval snapshot published for {library}")
+    probes = restricted_probes(wh, library, snap.manifest["metadata"]["chunks"])
+    leaks = sorted({s["chunk_id"] for cid, text in probes for s in retriever.retrieve(text[:200], top_k=20)
+                    if is_restricted(s["sensitivity"]) or s["chunk_id"] == cid})
+    return CheckOutcome(not leaks, {"leaks": len(leaks), "restricted_probed": len(probes), "examples": leaks[:5]})

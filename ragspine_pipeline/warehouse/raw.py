@@ -13,6 +13,7 @@ a parser upgrade) and writes the table whole.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -22,27 +23,49 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..corpus import CorpusError, Document, DocumentError, read_document
+from ..ingest.documents import SIDECAR_SUFFIX, CorpusError, Document, DocumentError, read_document
+from ..ingest.parsers import SUFFIXES
 from ..sensitivity import is_restricted
-from .common import RAW, StepResult, last_row_per_key
-from .parsers import SUFFIXES
-from .versioned import Append, Published, VersionedTables, WarehouseError, read_segments
+from .common import RAW, CheckOutcome, StepResult, last_row_per_key
+from .versioned import (
+    Append,
+    Published,
+    VersionedTables,
+    WarehouseError,
+    library_step,
+    read_segments,
+)
 
 RAW_COLUMNS = ("doc_id", "title", "text", "metadata", "sensitivity", "source_path", "content_hash",
-               "parse_error", "file_sig", "deleted", "raw_version")
+               "parse_error", "file_sig", "deleted", "raw_version", "label_problem")
 # Everything but the text: what change detection and the checks need.
-STATE_COLUMNS = ["doc_id", "source_path", "content_hash", "parse_error", "file_sig", "sensitivity", "deleted"]
+STATE_COLUMNS = ["doc_id", "source_path", "content_hash", "parse_error", "file_sig", "sensitivity", "deleted",
+                 "label_problem"]
+# Text can be large (one 50 MB document, a library of them): 64-bit offsets.
+_LARGE = frozenset({"text"})
 
 
 def _sig(st: os.stat_result) -> str:
-    return f"{st.st_size}:{st.st_mtime_ns}"
+    # ctime and inode too: an edit that keeps size and mtime (``cp -p``, ``touch -r``)
+    # still changes ctime, which no user tool can set back.
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+
+
+def _sidecar_sig(entry: os.DirEntry) -> str:
+    """Stat signature plus a hash of the content: sidecars are small and carry the labels."""
+    try:
+        digest = hashlib.sha1(Path(entry.path).read_bytes()).hexdigest()[:16]
+    except OSError:
+        digest = "unreadable"
+    return f"{_sig(entry.stat())}:{digest}"
 
 
 def scan_library(folder: Path) -> dict[str, str]:
     """source_path -> signature of every supported file under ``folder`` (recursive).
 
-    The signature is size and mtime_ns of the file and of its ``.meta.json`` sidecar: one
-    ``scandir`` pass and one stat per file, no reads.
+    The signature is size, mtime, ctime and inode of the file, and of its ``.meta.json``
+    sidecar plus a hash of the sidecar's bytes: one ``scandir`` pass, one stat per file,
+    and only the (small) sidecars are read.
     """
     if not folder.is_dir():
         raise WarehouseError(f"library folder not found: {folder}")
@@ -61,13 +84,13 @@ def scan_library(folder: Path) -> dict[str, str]:
                 ext = name[dot:].lower() if dot > 0 else ""
                 if ext in suffixes and e.is_file():
                     docs.append((e, name[:dot]))
-                elif ext == ".json" and name.endswith(".meta.json"):
-                    sidecars[name[: -len(".meta.json")]] = e
+                elif ext == ".json" and name.endswith(SIDECAR_SUFFIX):
+                    sidecars[name[: -len(SIDECAR_SUFFIX)]] = e
                 elif e.is_dir(follow_symlinks=False):
                     stack.append(e.path)
         for e, stem in docs:
             side = sidecars.get(stem)
-            found[e.path] = f"{_sig(e.stat())}|{_sig(side.stat()) if side is not None else '-'}"
+            found[e.path] = f"{_sig(e.stat())}|{_sidecar_sig(side) if side is not None else '-'}"
     return dict(sorted(found.items()))
 
 
@@ -93,26 +116,38 @@ def _row(doc: Document | None, error: DocumentError | None, *, doc_id: str, sour
          version: str, deleted: bool = False) -> dict:
     return {"doc_id": doc_id, "title": doc.title if doc else "", "text": doc.text if doc else None,
             "metadata": json.dumps(doc.metadata, ensure_ascii=False, sort_keys=True) if doc else "{}",
-            "sensitivity": str(doc.metadata.get("sensitivity") or "INTERNAL") if doc else None,
+            "sensitivity": doc.metadata["sensitivity"] if doc else None,
             "source_path": source_path, "content_hash": doc.content_hash if doc else None,
             "parse_error": error.error if error else None, "file_sig": sig, "deleted": deleted,
-            "raw_version": version}
+            "raw_version": version, "label_problem": (doc.label_problem or None) if doc else None}
 
 
 def _rows_table(rows: list[dict]) -> pa.Table:
-    types = {"deleted": pa.bool_()}
-    return pa.table({c: pa.array([r[c] for r in rows], types.get(c, pa.string())) for c in RAW_COLUMNS})
+    def typ(c: str) -> pa.DataType:
+        return pa.bool_() if c == "deleted" else pa.large_string() if c in _LARGE else pa.string()
+    return pa.table({c: pa.array([r[c] for r in rows], typ(c)) for c in RAW_COLUMNS})
 
 
-def _current_map(pub: Published | None) -> dict[str, tuple[str, str, str | None, str | None]] | None:
-    """source_path -> (doc_id, file_sig, parse_error, sensitivity) of a raw version's current rows."""
+def relative_name(path: str, folder: Path) -> str:
+    """A file's path relative to its library folder: how messages name it."""
+    try:
+        return Path(path).relative_to(folder).as_posix()
+    except ValueError:
+        return Path(path).name
+
+
+def _current_map(pub: Published | None) -> dict[str, tuple[str, str, str | None, str | None, str | None]] | None:
+    """source_path -> (doc_id, file_sig, parse_error, sensitivity, label_problem) of a raw
+    version's current rows."""
     state = raw_state(pub, columns=STATE_COLUMNS)
-    if state is None or "file_sig" not in state.column_names:
-        return None  # nothing yet, or a table written before signatures: parse everything once
-    cols = [state.column(c).to_pylist() for c in ("source_path", "doc_id", "file_sig", "parse_error", "sensitivity")]
-    return {p: (d, sig, err, sen) for p, d, sig, err, sen in zip(*cols, strict=True)}
+    if state is None or "file_sig" not in state.column_names or "label_problem" not in state.column_names:
+        return None  # nothing yet, or a table written before signatures/labels: parse everything once
+    cols = [state.column(c).to_pylist()
+            for c in ("source_path", "doc_id", "file_sig", "parse_error", "sensitivity", "label_problem")]
+    return {p: (d, sig, err, sen, lp) for p, d, sig, err, sen, lp in zip(*cols, strict=True)}
 
 
+@library_step
 def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *, rescan: bool = False) -> StepResult:
     t0 = time.perf_counter()
     folder = Path(corpus_root) / library
@@ -133,14 +168,15 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
         n_changed += p in known
         n_new += p not in known
         try:
-            doc = read_document(path, library)
+            doc = read_document(path, library, root=Path(corpus_root))
         except CorpusError as exc:
             rows.append(_row(None, DocumentError(p, str(exc)), doc_id=doc_id, source_path=p, sig=files[p],
                              version=version_hint))
             continue
         other = owner.get(doc.doc_id)
         if other is not None and other != p and other in files:
-            err = DocumentError(p, f"duplicate document id {doc.doc_id!r}: {other} already has it")
+            err = DocumentError(p, f"duplicate document id {doc.doc_id!r}: {relative_name(other, folder)} "
+                                   f"already has it")
             rows.append(_row(None, err, doc_id=doc_id, source_path=p, sig=files[p], version=version_hint))
             continue
         owner[doc.doc_id] = p
@@ -151,24 +187,36 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
     current = {p: v for p, v in known.items() if p in files}
     for r in rows:
         if not r["deleted"]:
-            current[r["source_path"]] = (r["doc_id"], r["file_sig"], r["parse_error"], r["sensitivity"])
+            current[r["source_path"]] = (r["doc_id"], r["file_sig"], r["parse_error"], r["sensitivity"],
+                                         r["label_problem"])
     errors = sorted((p, v[2]) for p, v in current.items() if v[2])
+    label_problems = sorted((relative_name(p, folder), v[4]) for p, v in current.items() if not v[2] and v[4])
     counts = {"documents": len(current) - len(errors), "parse_failures": len(errors),
-              "restricted_documents": sum(1 for v in current.values() if not v[2] and is_restricted(v[3]))}
+              "restricted_documents": sum(1 for v in current.values() if not v[2] and is_restricted(v[3])),
+              "label_problems": len(label_problems)}
     meta = {"parsed": len(todo), "new_files": n_new, "changed_files": n_changed, "deleted_files": len(gone), **counts,
-            "failed_files": [f"{Path(p).name}: {e}" for p, e in errors[:100]]}
+            "failed_files": [f"{relative_name(p, folder)}: {e}" for p, e in errors[:100]],
+            "invalid_labels": [f"{p}: {e}" for p, e in label_problems[:100]]}
     if prev is not None and not rows and not rescan:
         pub = prev  # nothing changed on disk: keep the published version
     elif prev is None or whole:
         pub = wh.write(RAW, library, {"documents": _rows_table([r for r in rows if not r["deleted"]])}, meta)
     else:
         pub = wh.write(RAW, library, {"documents": Append(_rows_table(rows), compact=_current_rows)}, meta, parent=prev)
-    md = {**meta, "failed_files": [f"{Path(p).name}: {e}" for p, e in errors],
+    md = {**meta, "failed_files": [f"{relative_name(p, folder)}: {e}" for p, e in errors],
+          "invalid_labels": [f"{p}: {e}" for p, e in label_problems],
           "previous_version": prev.version if prev else None, "version": pub.version,
           "reused": prev is not None and pub.version == prev.version,
           "bytes_written": 0 if pub is prev else pub.manifest.get("bytes_written", 0),
           "seconds": round(time.perf_counter() - t0, 3)}
-    return StepResult(pub, md)
+    checks = {
+        # A file that fails to parse is withheld from serving until it parses again (see
+        # chunk_tables): the check names every such file.
+        "parse_failures_zero": CheckOutcome(not errors, {"failures": len(errors), "files": md["failed_files"]}),
+        "sensitivity_labels_valid": CheckOutcome(not label_problems, {"invalid": len(label_problems),
+                                                                      "files": md["invalid_labels"]}),
+    }
+    return StepResult(pub, md, checks)
 
 
 def _current_rows(t: pa.Table) -> pa.Table:
@@ -191,7 +239,7 @@ def raw_delta(pub: Published, since: list[str] | None) -> tuple[pa.Table, bool]:
         if not paths:
             return pa.table({c: pa.array([], pa.bool_() if c == "deleted" else pa.string()) for c in STATE_COLUMNS}), True
         parts = [pq.read_table(p, columns=STATE_COLUMNS) for p in paths]
-        return last_row_per_key(pa.concat_tables(parts, promote_options="default"), "source_path"), True
+        return last_row_per_key(pa.concat_tables(parts, promote_options="permissive"), "source_path"), True
     return raw_state(pub, columns=STATE_COLUMNS), False
 
 
@@ -204,7 +252,8 @@ def table_documents(t: pa.Table) -> tuple[list[Document], list[DocumentError]]:
         if r["parse_error"]:
             errors.append(DocumentError(r["source_path"], r["parse_error"]))
         else:
-            docs.append(Document(r["doc_id"], r["title"], r["text"], json.loads(r["metadata"]), r["source_path"]))
+            docs.append(Document(r["doc_id"], r["title"], r["text"], json.loads(r["metadata"]), r["source_path"],
+                                 r.get("label_problem") or ""))
     return docs, errors
 
 

@@ -9,6 +9,17 @@ is never referenced and is removed by ``prune``.
 
 Versions are zero-padded integers (``v000001``), monotonic per (asset, library).
 
+One writer per library: every step that writes a library's tables holds
+``VersionedTables.lock(library)`` (an ``flock`` on ``<root>/.locks/<library>.lock``), so
+two refreshes of one library queue instead of racing; a second writer waits up to
+``RAGSPINE_LOCK_TIMEOUT`` seconds, then fails with ``WarehouseBusy``. Readers take no
+lock: they read immutable files named by a manifest.
+
+Retention: ``prune`` keeps the newest ``keep`` versions and, whatever ``keep`` says,
+every version that stopped being current less than ``retain_for`` seconds ago (default
+one hour, as Delta Lake's VACUUM keeps files for a retention period), so a reader that
+resolved a version — a notebook holding the catalog open — can finish reading it.
+
 A table of a version is a list of Parquet *segments* (Iceberg/Delta-style): a version
 may write a table whole (one new file), carry it from its parent unchanged
 (``Inherit``), or add rows on top of the parent's segments (``Append``: only the new
@@ -22,15 +33,22 @@ chunks), which bounds read amplification at an amortized 1/max_segments rewrite.
 
 from __future__ import annotations
 
+import calendar
+import fcntl
+import functools
+import inspect
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -38,7 +56,12 @@ import pyarrow.parquet as pq
 MANIFEST = "_manifest.json"
 VERSION_META = "_version.json"
 DEFAULT_MAX_SEGMENTS = 16
-FAIL_ENV = "RAGSPINE_FAIL_BEFORE_PUBLISH"  # test hook: "<asset>" or "*"
+FAIL_ENV = "RAGSPINE_FAIL_BEFORE_PUBLISH"  # test hook: "<asset>" (or "catalog") or "*"
+LOCK_TIMEOUT_ENV = "RAGSPINE_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT_S = 600.0
+DEFAULT_RETAIN_FOR_S = 3600.0
+TMP_GRACE_S = 3600.0  # a temp folder younger than this may belong to a live writer
+LOCKS_DIR = ".locks"
 
 
 class WarehouseError(RuntimeError):
@@ -47,6 +70,85 @@ class WarehouseError(RuntimeError):
 
 class PublishInterrupted(WarehouseError):
     """Raised by the failure-injection hook after data files were written, before publish."""
+
+
+class WarehouseBusy(WarehouseError):
+    """Another writer holds the library's lock and did not release it in time."""
+
+
+def fail_before_publish(asset: str, what: str) -> None:
+    """The failure-injection hook (``RAGSPINE_FAIL_BEFORE_PUBLISH``), called just before a publish."""
+    fail = os.environ.get(FAIL_ENV, "")
+    if fail and fail in (asset, "*"):
+        raise PublishInterrupted(f"injected failure before publishing {what}")
+
+
+_held = threading.local()
+
+
+@contextmanager
+def writer_lock(path: Path, timeout: float | None = None) -> Iterator[None]:
+    """An exclusive lock on ``path`` for this thread (re-entrant), waited for up to ``timeout`` s."""
+    held: dict[str, int] = getattr(_held, "locks", None) or {}
+    _held.locks = held
+    key = str(path)
+    if held.get(key):
+        held[key] += 1
+        try:
+            yield
+        finally:
+            held[key] -= 1
+        return
+    if timeout is None:
+        raw = os.environ.get(LOCK_TIMEOUT_ENV, "")
+        timeout = float(raw) if raw.strip() else DEFAULT_LOCK_TIMEOUT_S
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        delay = 0.005
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise WarehouseBusy(f"another writer holds {path.name} (waited {timeout:g} s; "
+                                        f"{LOCK_TIMEOUT_ENV} sets the wait)") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+        held[key] = 1
+        try:
+            yield
+        finally:
+            held[key] = 0
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def library_step(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a pipeline step (a function of ``wh`` and ``library``) under the library's writer
+    lock, so the state it reads is still the parent of what it writes."""
+    sig = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bound = sig.bind(*args, **kwargs)
+        with bound.arguments["wh"].lock(bound.arguments["library"]):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def lock_name(library: str) -> str:
+    """The lock file name of a library (or of a cross-library step, e.g. ``.catalog``)."""
+    return quote(library, safe="") + ".lock"
+
+
+def created_epoch(manifest: Mapping[str, Any]) -> float:
+    if "created_epoch" in manifest:
+        return float(manifest["created_epoch"])
+    return float(calendar.timegm(time.strptime(manifest["created_at"], "%Y-%m-%dT%H:%M:%SZ")))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -124,6 +226,10 @@ class VersionedTables:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
 
+    def lock(self, library: str, timeout: float | None = None):
+        """The one-writer lock of ``library`` (a context manager; re-entrant in one thread)."""
+        return writer_lock(self.root / LOCKS_DIR / lock_name(library), timeout)
+
     def _dir(self, asset: str, library: str) -> Path:
         if not asset or not library or "/" in asset or "/" in library or library.startswith("."):
             raise WarehouseError(f"invalid asset/library name: {asset!r}/{library!r}")
@@ -170,15 +276,24 @@ class VersionedTables:
         """Write a new immutable version; publish it (manifest swap) unless told not to.
 
         A plain Arrow table is written whole; ``Append``/``Inherit`` build on ``parent``
-        (the version the caller read its state from).
+        (the version the caller read its state from). Holds the library's writer lock; a
+        step that reads state and then writes holds it around both.
         """
+        with self.lock(library):
+            return self._write(asset, library, tables, metadata, publish=publish, parent=parent,
+                               max_segments=max_segments)
+
+    def _write(self, asset: str, library: str, tables: Mapping[str, pa.Table | Append | Inherit],
+               metadata: Mapping[str, Any] | None, *, publish: bool, parent: Published | None,
+               max_segments: int) -> Published:
         d = self._dir(asset, library)
         d.mkdir(parents=True, exist_ok=True)
         version = self._next_version(d)
         tmp = d / f".tmp-{version}-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
+        now = time.time()
         manifest = {"asset": asset, "library": library, "version": version,
-                    "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "created_epoch": now,
                     "parent": parent.version if parent else None,
                     "tables": {}, "metadata": dict(metadata or {})}
         written = 0
@@ -191,7 +306,7 @@ class VersionedTables:
                         raise WarehouseError(f"{asset}/{library}: {type(spec).__name__} of {name!r} needs a parent")
                     files, rows = parent.segments(name), parent.rows(name)
                 if isinstance(spec, Append) and spec.table.num_rows and len(files) + 1 > max_segments:
-                    whole = pa.concat_tables([read_segments(parent, name), spec.table], promote_options="default")
+                    whole = pa.concat_tables([read_segments(parent, name), spec.table], promote_options="permissive")
                     spec = spec.compact(whole) if spec.compact else whole  # compaction: one file again
                     files, rows = [], 0
                 if not (isinstance(spec, Inherit) or isinstance(spec, Append) and spec.table.num_rows == 0):
@@ -214,24 +329,35 @@ class VersionedTables:
         return pub
 
     def publish(self, pub: Published) -> None:
-        fail = os.environ.get(FAIL_ENV, "")
-        if fail and fail in (pub.asset, "*"):
-            raise PublishInterrupted(f"injected failure before publishing {pub.asset}/{pub.library}@{pub.version}")
+        fail_before_publish(pub.asset, f"{pub.asset}/{pub.library}@{pub.version}")
         write_json_atomic(self._dir(pub.asset, pub.library) / MANIFEST, pub.manifest)
 
-    def prune(self, asset: str, library: str, keep: int, protect: set[str] | None = None) -> list[str]:
-        """Delete all but the newest ``keep`` versions (never the published one nor ``protect``).
+    def prune(self, asset: str, library: str, keep: int, protect: set[str] | None = None,
+              retain_for: float = DEFAULT_RETAIN_FOR_S) -> list[str]:
+        """Delete all but the newest ``keep`` versions (never the published one nor ``protect``,
+        nor one that stopped being current less than ``retain_for`` seconds ago).
 
         A pruned version disappears (its ``_version.json`` goes first); its data files are
-        deleted only when no kept version references them as segments.
+        deleted only when no kept version references them as segments. Runs under the
+        library's writer lock.
         """
         if keep < 1:
             raise WarehouseError("keep must be >= 1")
+        with self.lock(library):
+            return self._prune(asset, library, keep, protect, retain_for)
+
+    def _prune(self, asset: str, library: str, keep: int, protect: set[str] | None, retain_for: float) -> list[str]:
         d = self._dir(asset, library)
+        if not d.is_dir():
+            return []
         cur = self.latest(asset, library)
         protected = set(protect or ()) | ({cur.version} if cur else set())
         versions = self.versions(asset, library)
-        doomed = [v for v in versions[:-keep] if v not in protected]
+        # A version stopped being current when the next one was written.
+        cutoff = time.time() - retain_for
+        superseded = {v: created_epoch(self.get(asset, library, nxt).manifest)
+                      for v, nxt in zip(versions, versions[1:], strict=False)}
+        doomed = [v for v in versions[:-keep] if v not in protected and superseded.get(v, cutoff + 1) <= cutoff]
         referenced: set[str] = set()
         for v in versions:  # the kept versions (the published one among them)
             if v not in doomed:
@@ -248,8 +374,13 @@ class VersionedTables:
                     f.unlink(missing_ok=True)
             if not any(vdir.iterdir()):
                 vdir.rmdir()
-        for p in d.glob(".tmp-*"):  # abandoned half-written versions
-            shutil.rmtree(p, ignore_errors=True)
+        stale = time.time() - TMP_GRACE_S
+        for p in d.glob(".tmp-*"):  # half-written versions abandoned by a crashed writer
+            try:
+                if p.stat().st_mtime < stale:
+                    shutil.rmtree(p, ignore_errors=True)
+            except FileNotFoundError:
+                pass
         return doomed
 
 
@@ -274,4 +405,4 @@ def read_segments(pub: Published, table: str, *, columns: list[str] | None = Non
     parts = [pq.read_table(p, columns=columns) for p in paths]
     if not parts:
         raise WarehouseError(f"{pub.asset}/{pub.library}@{pub.version}: table {table!r} has no segments")
-    return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="default")
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from ...sensitivity import effective_label
+
 DEFAULT_CHUNK_CHARS = 480
 DEFAULT_OVERLAP_CHARS = 80
 
@@ -240,7 +242,8 @@ def chunk_document(
     check_chunk_params(max_chars, overlap_chars)
     md = dict(metadata or {})
     fields = {f: str(md.get(f) or "") for f in METADATA_FIELDS}
-    sensitivity = str(md.get("sensitivity") or DEFAULT_SENSITIVITY)
+    # Fail closed: a label given but not a known label (even "") is RESTRICTED.
+    sensitivity = effective_label(md.get("sensitivity"), DEFAULT_SENSITIVITY)
     chunks: list[Chunk] = []
     for ordinal, (s, e) in enumerate(chunk_spans(text, max_chars, overlap_chars)):
         piece = text[s:e]

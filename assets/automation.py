@@ -6,6 +6,7 @@ import os
 
 import dagster as dg
 
+from ragspine_pipeline.warehouse.raw import scan_library
 from resources import WarehouseResource
 
 from .library_assets import LIBRARY_ASSETS
@@ -18,13 +19,9 @@ refresh_job = dg.define_asset_job(
 
 
 def library_fingerprint(folder) -> str:
-    """Hash of every file's relative path, size and mtime: changes when any file does."""
-    h = hashlib.sha1()
-    for p in sorted(folder.rglob("*")):
-        if p.is_file():
-            st = p.stat()
-            h.update(f"{p.relative_to(folder)}\x1f{st.st_size}\x1f{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()
+    """Hash of the raw_documents step's own change signatures (size, mtime, ctime, inode of
+    every file; sidecars by content): changes exactly when a refresh would parse something."""
+    return hashlib.sha1(json.dumps(scan_library(folder), sort_keys=True).encode()).hexdigest()
 
 
 @dg.sensor(job=refresh_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,

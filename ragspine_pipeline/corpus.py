@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .ingest.documents import CorpusError, Document, DocumentError, read_document
+from .ingest.documents import (
+    CorpusError,
+    Document,
+    DocumentError,
+    on_parse_error_policy,
+    read_document,
+)
 from .ingest.parsers import SUFFIXES
 from .retrieval.chunking.chunk_store import ChunkStore
 from .retrieval.chunking.chunking import (
@@ -118,12 +124,16 @@ class IngestReport:
 
 def ingest_documents(store: ChunkStore, docs: Sequence[Document], *, scope_prefix: str,
                      chunker: Chunker | None = None, valid_as_of: str = "",
-                     errors: Iterable[DocumentError] = ()) -> IngestReport:
+                     errors: Iterable[DocumentError] = (), on_parse_error: str | None = None) -> IngestReport:
     """Chunk and publish ``docs``; withdraw active docs under ``scope_prefix`` not in ``docs``.
 
-    Documents that failed to read (``errors``) are *not* withdrawn: a read failure must
-    never delete the last good version.
+    Documents that failed to read (``errors``) are withheld: their active rows are
+    withdrawn from serving (the rows stay stored as history, and the document comes back
+    as a new version once it reads again), so a relabel that fails to parse cannot keep
+    serving the old text. ``on_parse_error="serve_last_good"`` (or
+    ``RAGSPINE_ON_PARSE_ERROR``) keeps serving the last good version instead.
     """
+    withhold = on_parse_error_policy(on_parse_error) == "withhold"
     chunker = chunker or paragraph_chunker()
     report = IngestReport(errors=list(errors))
     failed_ids = {f"{scope_prefix}{Path(e.path).stem}" for e in report.errors}
@@ -142,7 +152,7 @@ def ingest_documents(store: ChunkStore, docs: Sequence[Document], *, scope_prefi
     todo = [d for d in ordered if d.doc_id not in skip_ids]
     before = store.latest_versions()
     chunked = [(doc.doc_id, chunker(doc)) for doc in todo]
-    gone = sorted(known - present - failed_ids)
+    gone = sorted(known - present - (set() if withhold else failed_ids))
     # One transaction: the library's new state publishes whole or not at all.
     report.rows_written = store.replace_many(chunked + [(g, []) for g in gone], valid_as_of=valid_as_of,
                                              source_hashes=hashes)

@@ -503,3 +503,39 @@ def test_hostile_corpus_copy_of_the_demo_still_builds(tmp_path):
     raw = refresh(wh, corpus)
     assert raw.metadata["parse_failures"] == 2
     assert served(wh).retrieve("营收", top_k=3)
+
+
+def test_engine_only_store_withholds_a_document_that_stops_parsing(tmp_path):
+    from ragspine_pipeline.corpus import ingest_folder
+    from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore
+
+    corpus = tmp_path / "corpus"
+    folder = write_lib(corpus, {"memo.md": "zebra memo", "memo.meta.json": meta(sensitivity="PUBLIC"),
+                                "other.md": "zebra other"})
+    store = ChunkStore(str(tmp_path / "chunks.duckdb"))
+    store.init_schema()
+    try:
+        ingest_folder(store, folder)
+        (folder / "memo.meta.json").write_text('{"sensitivity": "RESTRICTED"', encoding="utf-8")
+        ingest_folder(store, folder)
+        assert {c.doc_id for c in store.iter_chunks()} == {f"{LIB}/other"}
+        assert any(c.doc_id == f"{LIB}/memo" for c in store.iter_chunks(include_inactive=True))  # still stored
+        (folder / "memo.meta.json").write_text(meta(sensitivity="RESTRICTED"), encoding="utf-8")
+        ingest_folder(store, folder)  # it parses again: served again, with its new label
+        assert {c.doc_id: c.sensitivity for c in store.iter_chunks()}[f"{LIB}/memo"] == "RESTRICTED"
+    finally:
+        store.close()
+    # The opt-out keeps serving the last good version.
+    from ragspine_pipeline.corpus import ingest_documents, load_library
+
+    (folder / "memo.meta.json").write_text(meta(sensitivity="PUBLIC"), encoding="utf-8")
+    store = ChunkStore(str(tmp_path / "optout.duckdb"))
+    store.init_schema()
+    try:
+        ingest_folder(store, folder)
+        (folder / "memo.meta.json").write_text("{broken", encoding="utf-8")
+        docs, errors = load_library(folder)
+        ingest_documents(store, docs, scope_prefix=f"{LIB}/", errors=errors, on_parse_error="serve_last_good")
+        assert {c.doc_id for c in store.iter_chunks()} == {f"{LIB}/memo", f"{LIB}/other"}
+    finally:
+        store.close()

@@ -34,6 +34,20 @@ DEFAULT_LABEL_ENV = "RAGSPINE_DEFAULT_SENSITIVITY"  # "required": a missing labe
 DEFAULT_LABEL = "INTERNAL"
 
 
+ON_PARSE_ERROR_ENV = "RAGSPINE_ON_PARSE_ERROR"
+ON_PARSE_ERROR = ("withhold", "serve_last_good")
+
+
+def on_parse_error_policy(value: str | None = None) -> str:
+    """What a document whose file stopped parsing serves meanwhile: "withhold" (nothing,
+    the default: a relabel with a typo must not keep the old text online) or
+    "serve_last_good" (availability first, an explicit opt-out)."""
+    raw = (value if value else os.environ.get(ON_PARSE_ERROR_ENV, "")) or "withhold"
+    if raw not in ON_PARSE_ERROR:
+        raise ValueError(f"on_parse_error must be one of {', '.join(ON_PARSE_ERROR)}, not {raw!r}")
+    return raw
+
+
 class CorpusError(ValueError):
     """A corpus folder or document cannot be read as asked."""
 

@@ -25,7 +25,6 @@ is the explicit opt-out for libraries that prefer availability.
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from collections import Counter
 from datetime import datetime
@@ -36,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..corpus import make_chunker
+from ..ingest.documents import on_parse_error_policy
 from ..retrieval.chunking.chunk_store import (
     CHUNK_COLUMNS,
     DOC_VERSION_COLUMNS,
@@ -64,8 +64,7 @@ STATE_SCHEMA = pa.schema([("doc_id", pa.string()), ("version", pa.int32()), ("fi
                           ("source_hash", pa.string()), ("withdrawn", pa.bool_()), ("n_chunks", pa.int32()),
                           ("n_restricted", pa.int32()), ("ingested_at", pa.timestamp("us")),
                           ("withheld", pa.bool_())])
-ON_PARSE_ERROR_ENV = "RAGSPINE_ON_PARSE_ERROR"
-ON_PARSE_ERROR = ("withhold", "serve_last_good")
+
 DOC_VERSION_SCHEMA = pa.schema([("doc_id", pa.string()), ("version", pa.int32()), ("content_hash", pa.string()),
                                 ("n_chunks", pa.int32()), ("withdrawn", pa.bool_()),
                                 ("ingested_at", pa.timestamp("us")), ("source_hash", pa.string())])
@@ -118,13 +117,6 @@ def withheld_docs(pub: Published) -> set[str]:
     if "doc_state" not in pub.manifest["tables"]:
         return set()
     return {d for d, s in doc_state(pub, columns=["withheld"]).items() if s.get("withheld")}
-
-
-def on_parse_error_policy(value: str | None = None) -> str:
-    raw = (value if value else os.environ.get(ON_PARSE_ERROR_ENV, "")) or "withhold"
-    if raw not in ON_PARSE_ERROR:
-        raise WarehouseError(f"on_parse_error must be one of {', '.join(ON_PARSE_ERROR)}, not {raw!r}")
-    return raw
 
 
 def _legacy(pub: Published) -> tuple[pa.Table, pa.Table, dict[str, dict[str, Any]]]:

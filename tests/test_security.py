@@ -539,3 +539,47 @@ def test_engine_only_store_withholds_a_document_that_stops_parsing(tmp_path):
         assert {c.doc_id for c in store.iter_chunks()} == {f"{LIB}/memo", f"{LIB}/other"}
     finally:
         store.close()
+
+
+def _refresh_forever(root: str, corpus: str, started) -> None:
+    wh = VersionedTables(root)
+    i = 0
+    while True:
+        (Path(corpus) / LIB / f"k{i % 4}.md").write_text(f"zebra kill round {i}", encoding="utf-8")
+        started.set()
+        refresh(wh, Path(corpus))
+        wh.prune(P.CHUNKS, LIB, keep=1, retain_for=0)
+        i += 1
+
+
+def test_kill_minus_nine_at_random_points_loses_nothing(tmp_path):
+    """A writer killed mid-step leaves the last published versions readable, its lock
+    released, and the next refresh equal to a fresh build."""
+    import multiprocessing as mp
+    import random
+    import signal
+
+    corpus = tmp_path / "corpus"
+    write_lib(corpus, {f"d{i}.md": f"zebra base {i}" for i in range(4)})
+    root = tmp_path / "wh"
+    ctx = mp.get_context("spawn")
+    rng = random.Random(9)
+    for _ in range(8):
+        started = ctx.Event()
+        proc = ctx.Process(target=_refresh_forever, args=(str(root), str(corpus), started))
+        proc.start()
+        assert started.wait(120)
+        time.sleep(rng.uniform(0.0, 0.4))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(60)
+        wh = VersionedTables(root)
+        if wh.latest(P.SNAPSHOT, LIB) is not None:  # whatever was published still serves
+            served(wh).retrieve("zebra", top_k=3)
+    wh = VersionedTables(root)
+    with wh.lock(LIB, timeout=5):  # the killed writer's lock is gone with it
+        pass
+    refresh(wh, corpus)
+    fresh = VersionedTables(tmp_path / "fresh")
+    refresh(fresh, corpus)
+    got = [(c.chunk_id, c.text) for c in P.served_chunks(wh, LIB, wh.latest(P.CHUNKS, LIB).version)]
+    assert got == [(c.chunk_id, c.text) for c in P.served_chunks(fresh, LIB, fresh.latest(P.CHUNKS, LIB).version)]

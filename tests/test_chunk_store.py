@@ -35,7 +35,7 @@ def test_versions_idempotence_and_withdrawal(store):
 
 def test_point_in_time_reads(store):
     store.replace_doc_chunks("d1", chunks("first version."))
-    t1 = next(store.iter_chunks()).ingested_at
+    t1 = store.iter_chunks()[0].ingested_at
     store.replace_doc_chunks("d2", chunks("other doc.", doc="d2"))
     store.replace_doc_chunks("d1", chunks("second version."))
     t3 = max(c.ingested_at for c in store.iter_chunks())

@@ -37,7 +37,8 @@ def test_demo_corpus_shape(demo_store):
 
 
 def test_demo_question_returns_cited_snippets(demo_store):
-    r = build_narrative_retriever(demo_store, glossary=GLOSSARY)
+    r, store = build_narrative_retriever(demo_store, glossary=GLOSSARY)
+    assert store is demo_store  # an open store is used as it is (the caller closes it)
     snippets = r.retrieve("为什么营收下滑", filters={"entity": "ACME_CN"}, top_k=5)
     assert len(snippets) == 5
     assert {s["entity"] for s in snippets} == {"ACME_CN"}

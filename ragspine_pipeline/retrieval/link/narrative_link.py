@@ -7,6 +7,14 @@
 
 Exit #2 filters candidate records *before* any snippet dict is built, so no code path
 downstream (post-processors, prompt builders, the CLI) can ever hold restricted text.
+
+Non-interference: ``NarrativeIndex.from_chunks`` builds the served index without the
+RESTRICTED chunks, so no served output (snippets, scores, ranks) depends on restricted
+text at all; both exits stay as defence in depth.
+
+Entry points: ``build_narrative_retriever(chunk_db, ...)`` over a chunk store (the spec's
+wiring entry), ``retriever_for_index(index, ...)`` over an index already built, and
+``published.open_published_retriever(warehouse, ...)`` over the published snapshots.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ...llm.provider import LLMProvider
-from ...sensitivity import is_restricted
+from ...sensitivity import RESTRICTED_SENSITIVITY, is_restricted
 from ..chunking.chunk_store import ChunkStore
 from ..chunking.chunking import METADATA_FIELDS, Chunk
 from ..lexical.analyzer import Analyzer
@@ -35,6 +43,10 @@ from ..rerank.listwise_rerank import (
 from ..vector.embedding_backends import EmbeddingBackend
 
 DEFAULT_TOP_K = 50
+# Both exits use the one constant (and ``is_restricted``) from ``ragspine_pipeline.sensitivity``.
+__all__ = ["DEFAULT_TOP_K", "RESTRICTED_SENSITIVITY", "NarrativeIndex", "NarrativeIndexRetriever",
+           "Postprocessor", "build_narrative_retriever", "build_snippet", "default_glossary_path",
+           "resolve_glossary", "retriever_for_index"]
 
 
 @runtime_checkable

@@ -15,9 +15,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ...llm.provider import LLMProvider
-from ...sensitivity import is_restricted
+from ...sensitivity import RESTRICTED_SENSITIVITY, is_restricted
 
 DEFAULT_TOP_N = 10
+__all__ = ["DEFAULT_TOP_N", "RESTRICTED_SENSITIVITY", "ListwiseJudge", "ListwiseReranker",
+           "ProviderListwiseJudge", "Reranker", "build_listwise_prompt", "guarded_rerank",
+           "listwise_rerank", "parse_listwise_response", "require_judge", "require_reranker"]
 MAX_PASSAGE_CHARS = 700
 
 
@@ -65,8 +68,12 @@ def require_reranker(reranker: Any) -> Reranker:
 
 
 def _field(r: Any, name: str) -> Any:
+    """A candidate's field: a dict key, a RetrievalHit's ``chunk.<name>``, or an attribute."""
     if isinstance(r, Mapping):
         return r.get(name)
+    chunk = getattr(r, "chunk", None)
+    if chunk is not None and hasattr(chunk, name):
+        return getattr(chunk, name)
     return getattr(r, name, None)
 
 

@@ -169,27 +169,44 @@ def _make_onnx(model: str | None) -> EmbeddingBackend:
     return make_onnx_backend(model)
 
 
+class SentenceTransformerEmbeddingBackend:
+    """A local sentence-transformers model folder (qwen3 embeddings and the like), CPU,
+    normalized; never downloads (``local_files_only``)."""
+
+    def __init__(self, model_path: str | None = None) -> None:
+        if importlib.util.find_spec("sentence_transformers") is None:
+            raise EmbeddingBackendUnavailable(
+                "backend 'st' needs the sentence-transformers package (not installed)"
+            )
+        path = model_path or os.environ.get("RAGSPINE_ST_MODEL_PATH")
+        if not path or not os.path.isdir(path):
+            raise EmbeddingBackendUnavailable(
+                "backend 'st' needs a local model folder: set RAGSPINE_ST_MODEL_PATH or use 'st:/path'"
+            )
+        from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
+
+        self._st = SentenceTransformer(path, device="cpu", local_files_only=True)
+        self.model_id = f"st:{os.path.basename(path.rstrip('/'))}"
+
+    def embed_texts(self, texts: Sequence[str]) -> list[list[float]]:
+        return self._st.encode(list(texts), normalize_embeddings=True).tolist()
+
+
 def _make_st(model_path: str | None) -> EmbeddingBackend:
-    if importlib.util.find_spec("sentence_transformers") is None:
-        raise EmbeddingBackendUnavailable(
-            "backend 'st' needs the sentence-transformers package (not installed)"
-        )
-    path = model_path or os.environ.get("RAGSPINE_ST_MODEL_PATH")
-    if not path or not os.path.isdir(path):
-        raise EmbeddingBackendUnavailable(
-            "backend 'st' needs a local model folder: set RAGSPINE_ST_MODEL_PATH or use 'st:/path'"
-        )
-    from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
+    return SentenceTransformerEmbeddingBackend(model_path)
 
-    st = SentenceTransformer(path, device="cpu", local_files_only=True)
 
-    class _ST:
-        model_id = f"st:{os.path.basename(path.rstrip('/'))}"
+# The spec's name for the dependency-free backend: the same class.
+DeterministicEmbeddingBackend = DeterministicHashBackend
 
-        def embed_texts(self, texts: Sequence[str]) -> list[list[float]]:
-            return st.encode(list(texts), normalize_embeddings=True).tolist()
 
-    return _ST()
+def __getattr__(name: str) -> Any:
+    # The ONNX class lives beside its model preparation, which imports this module.
+    if name == "OnnxEmbeddingBackend":
+        from .onnx_backend import OnnxEmbeddingBackend
+
+        return OnnxEmbeddingBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:

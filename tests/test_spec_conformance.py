@@ -581,3 +581,39 @@ def test_model_id_is_optional_everywhere(tmp_path):
     again = W.build_embeddings(wh, "acme_reports", Bare(16), "custom")
     assert first.metadata["model_id"] == backend_model_id(Bare(16))
     assert first.metadata["embedded"] > 0 and again.metadata["reused"] is True
+
+
+def _readme_python_blocks():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("From Python"):text.index("## How a query runs")]
+    blocks = section.split("```python\n")[1:]
+    return [b[: b.index("```")] for b in blocks]
+
+
+def test_readme_python_snippets_run_as_written(tmp_path, monkeypatch, published_demo, capsys):
+    """The README's "From Python" blocks, verbatim: the first over what ``ragspine demo``
+    publishes (data/warehouse), the second over the engine-only chunk store."""
+    from ragspine_pipeline.corpus import DEMO_ROOT, ingest_folder, list_libraries
+    from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore
+
+    published_block, store_block = _readme_python_blocks()
+    run1 = tmp_path / "after_demo"
+    (run1 / "data").mkdir(parents=True)
+    (run1 / "data" / "warehouse").symlink_to(published_demo, target_is_directory=True)
+    monkeypatch.chdir(run1)
+    exec(compile(published_block, "README.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 5 and all(line.startswith("acme_reports acme_reports/") for line in lines)
+
+    run2 = tmp_path / "engine_only"
+    with ChunkStore(run2 / "data" / "warehouse" / "chunks.duckdb") as s:
+        for lib in list_libraries():
+            ingest_folder(s, DEMO_ROOT / lib)
+    monkeypatch.chdir(run2)
+    ns: dict = {}
+    exec(compile(store_block, "README.md", "exec"), ns)
+    assert ns["snippets"] and {s["entity"] for s in ns["snippets"]} == {"ACME_CN"}
+    with pytest.raises(Exception, match="(?i)closed"):  # the snippet closed its store
+        ns["store"].iter_chunks()

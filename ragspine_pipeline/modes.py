@@ -1,6 +1,6 @@
 """RAGSPINE_RETRIEVAL_MODE presets: which channels run and whether a backend is built.
 
-auto / hybrid / vector keep the vector path (a backend from ``RAGSPINE_EMBEDDING`` or the
+auto / hybrid / vector keep the vector path (a backend from ``RAGSPINE_EMBEDDING_BACKEND`` or the
 given spec; ``auto`` falls back to BM25 when none can be built). economy / bm25 / lexical
 construct no embedding backend and no vector store at all.
 """
@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import os
 
-from .retrieval.vector.embedding_backends import EmbeddingBackend, make_embedding_backend
+from .retrieval.vector.embedding_backends import (
+    EmbeddingBackend,
+    embedding_spec_from_env,
+    make_embedding_backend,
+)
 
 LEXICAL_MODES = ("economy", "bm25", "lexical")
 VECTOR_MODES = ("auto", "hybrid", "vector")
@@ -29,7 +33,7 @@ def resolve_retrieval(mode: str | None = None, embedding: str | None = None
         raise RetrievalModeError(
             f"unknown retrieval mode {m!r}; use one of {VECTOR_MODES + LEXICAL_MODES}"
         )
-    spec = embedding if embedding is not None else os.environ.get("RAGSPINE_EMBEDDING", "auto")
+    spec = embedding if embedding is not None else embedding_spec_from_env("auto")
     backend = make_embedding_backend(spec)
     if backend is None:
         if m == "auto":

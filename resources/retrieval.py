@@ -4,6 +4,12 @@ Opens nothing for writing: it reads snapshot manifests and immutable Parquet ver
 Each call checks the libraries' published snapshot ids and rebuilds an index only when
 one changed, so a refresh is picked up without a restart, and a query sees one whole
 snapshot (the one it resolved), never a mix of versions.
+
+The service variables mean here what they mean in the CLI: ``RAGSPINE_RETRIEVAL_MODE``
+(``economy`` / ``bm25`` / ``lexical`` build no embedding backend and load no vectors;
+``auto`` serves what the snapshot has), ``RAGSPINE_EMBEDDING_BACKEND`` (for ``hybrid`` /
+``vector`` over a snapshot without vectors) and ``RAGSPINE_RERANKER``. The resource's own
+fields, when set, take precedence over the variables.
 """
 
 import os
@@ -12,25 +18,38 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
+from ragspine_pipeline.modes import RetrievalModeError
 from ragspine_pipeline.retrieval.link.multi_index import MultiIndexRetriever
-from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever
+from ragspine_pipeline.retrieval.link.narrative_link import (
+    NarrativeIndexRetriever,
+    default_glossary_path,
+)
+from ragspine_pipeline.retrieval.link.published import load_published_index, retrieval_mode
+from ragspine_pipeline.retrieval.rerank.cross_encoder import (
+    RERANKER_ENV,
+    make_reranker,
+    reranker_from_env,
+)
 from ragspine_pipeline.warehouse.pipeline import (
     SNAPSHOT,
-    load_snapshot_index,
     published_libraries,
     serving_retriever,
 )
 from ragspine_pipeline.warehouse.versioned import VersionedTables
 
-from .warehouse import REPO_ROOT, default_warehouse_root
+from .warehouse import default_warehouse_root
 
 
 class RetrievalResource(dg.ConfigurableResource):
-    warehouse_root: str = ""  # empty: RAGSPINE_WAREHOUSE or data/warehouse
-    libraries: list[str] = []  # empty: every library with a published snapshot
-    glossary_path: str = str(REPO_ROOT / "data" / "demo" / "glossary.json")
+    warehouse_root: str = Field(default="", description="Warehouse folder; empty: RAGSPINE_WAREHOUSE or data/warehouse.")
+    libraries: list[str] = Field(default=[], description="Libraries to serve; empty: every library with a published snapshot.")
+    glossary_path: str = Field(default="", description="Glossary JSON for multi-query rewriting; empty: "
+                                                       "RAGSPINE_GLOSSARY, else the demo corpus glossary.")
+    mode: str = Field(default="", description="Retrieval mode; empty: RAGSPINE_RETRIEVAL_MODE (default auto). "
+                                              "economy/bm25/lexical build no embedding backend and load no vectors.")
+    reranker: str = Field(default="", description="Reranker spec; empty: RAGSPINE_RERANKER (default none).")
 
     _cache: dict = PrivateAttr(default_factory=dict)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
@@ -41,18 +60,37 @@ class RetrievalResource(dg.ConfigurableResource):
     def published_libraries(self) -> list[str]:
         return published_libraries(self._tables(), self.libraries or None)
 
+    def _mode(self) -> str:
+        try:
+            return retrieval_mode(self.mode or None)
+        except RetrievalModeError as exc:
+            raise dg.Failure(str(exc)) from None
+
+    def _reranker(self):
+        """One reranker per resource and spec (building one may load a model)."""
+        spec = self.reranker or os.environ.get(RERANKER_ENV, "none")
+        hit = self._cache.get(("reranker",))
+        if hit is None or hit[0] != spec:
+            self._cache[("reranker",)] = (spec, make_reranker(self.reranker) if self.reranker else reranker_from_env())
+        return self._cache[("reranker",)][1]
+
     def retriever_for(self, library: str) -> NarrativeIndexRetriever:
         wh = self._tables()
         snap = wh.latest(SNAPSHOT, library)
         if snap is None:
             raise dg.Failure(f"library {library!r} has no published retrieval snapshot yet")
-        key = (library, snap.manifest["metadata"]["snapshot_id"])
+        mode = self._mode()
         with self._lock:
+            reranker = self._reranker()
+            key = (snap.manifest["metadata"]["snapshot_id"], mode, id(reranker))
             hit = self._cache.get(library)
             if hit is None or hit[0] != key:
-                glossary = self.glossary_path if os.path.exists(self.glossary_path) else None
-                index = load_snapshot_index(wh, library, glossary=glossary)
-                self._cache[library] = (key, NarrativeIndexRetriever(index))
+                glossary = Path(self.glossary_path) if self.glossary_path else default_glossary_path()
+                try:
+                    index = load_published_index(wh, library, mode=mode, glossary=glossary)
+                except RetrievalModeError as exc:
+                    raise dg.Failure(str(exc)) from None
+                self._cache[library] = (key, NarrativeIndexRetriever(index, reranker=reranker))
             return self._cache[library][1]
 
     def retriever(self) -> NarrativeIndexRetriever | MultiIndexRetriever:

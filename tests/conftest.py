@@ -13,5 +13,26 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture(autouse=True)
 def _no_ambient_config(monkeypatch):
     """Tests start from library defaults, whatever the developer's shell exports."""
-    for var in ("RAGSPINE_EMBEDDING", "RAGSPINE_RETRIEVAL_MODE", "RAGSPINE_WAREHOUSE"):
+    for var in ("RAGSPINE_EMBEDDING", "RAGSPINE_EMBEDDING_BACKEND", "RAGSPINE_RETRIEVAL_MODE", "RAGSPINE_WAREHOUSE",
+                "RAGSPINE_RERANKER", "RAGSPINE_GLOSSARY", "RAGSPINE_POSTPROCESSOR"):
         monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture(scope="session")
+def published_demo(tmp_path_factory):
+    """The demo corpus published to a warehouse (every library, deterministic vectors),
+    built with the engine's steps, no Dagster: the same tables ``ragspine demo`` serves."""
+    from ragspine_pipeline.corpus import DEMO_ROOT, list_libraries
+    from ragspine_pipeline.retrieval.vector.embedding_backends import DeterministicHashBackend
+    from ragspine_pipeline.warehouse import pipeline as P
+    from ragspine_pipeline.warehouse.versioned import VersionedTables
+
+    root = tmp_path_factory.mktemp("published")
+    wh = VersionedTables(root)
+    for lib in list_libraries():
+        P.build_raw_documents(wh, DEMO_ROOT, lib)
+        P.build_chunks(wh, lib)
+        P.build_lexical_index(wh, lib)
+        P.build_embeddings(wh, lib, DeterministicHashBackend(), "deterministic")
+        P.publish_snapshot(wh, lib)
+    return root

@@ -69,12 +69,18 @@ def test_bad_parameters_rejected():
 
 
 def test_rrf_hand_values_and_ties():
-    fused = dict(rrf_fuse([["a", "b"], ["b", "c"]], k=60))
+    fused = rrf_fuse([["a", "b"], ["b", "c"]], k=60)
+    assert type(fused) is dict
     assert fused["a"] == pytest.approx(1 / 61)
     assert fused["b"] == pytest.approx(1 / 62 + 1 / 61)
     assert fused["c"] == pytest.approx(1 / 62)
-    assert [i for i, _ in rrf_fuse([["y"], ["x"]])] == ["x", "y"]  # tie -> id order
-    assert dict(rrf_fuse([["a", "a"]]))["a"] == pytest.approx(1 / 61)
+    assert list(fused) == ["b", "a", "c"]  # iteration order = fused rank
+    assert list(rrf_fuse([["y"], ["x"]])) == ["x", "y"]  # tie -> id order
+    assert rrf_fuse([["a", "a"]])["a"] == pytest.approx(1 / 61)
+    assert rrf_fuse([]) == {} and rrf_fuse([["a"]], k=0) == {"a": 1.0}
+    for bad in (-1, "60", None, True):
+        with pytest.raises(ValueError):
+            rrf_fuse([["a"]], k=bad)
 
 
 def test_maxscore_pruned_search_equals_exhaustive(monkeypatch):

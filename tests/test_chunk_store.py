@@ -2,7 +2,7 @@ import duckdb
 import pytest
 
 from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore, ReadOnlyQueryError
-from ragspine_pipeline.retrieval.chunking.chunking import chunk_document
+from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator, chunk_document
 
 
 def chunks(text, doc="d1", **md):
@@ -35,7 +35,7 @@ def test_versions_idempotence_and_withdrawal(store):
 
 def test_point_in_time_reads(store):
     store.replace_doc_chunks("d1", chunks("first version."))
-    t1 = next(store.iter_chunks()).ingested_at
+    t1 = store.iter_chunks()[0].ingested_at
     store.replace_doc_chunks("d2", chunks("other doc.", doc="d2"))
     store.replace_doc_chunks("d1", chunks("second version."))
     t3 = max(c.ingested_at for c in store.iter_chunks())
@@ -135,3 +135,24 @@ def test_make_chunker_validates_up_front():
     for bad in ("paragraph:10:10", "paragraph:0", "paragraph:1:2:3", "paragraph:x", "sentence"):
         with pytest.raises(ValueError):
             make_chunker(bad)
+
+
+def test_parent_locator_round_trips_with_the_document_id(store):
+    """Defect 5: the row mapping put the parent chunk's id into ``parent_locator.doc_id``."""
+    text = "Heading\n\nThe child sentence sits inside the parent section."
+    loc = SourceLocator("lib/doc", 9, len(text), "/corpus/lib/doc.md")
+    child = Chunk(chunk_id="lib/doc#1", doc_id="lib/doc", title="Doc", text=text[9:30],
+                  source_locator=SourceLocator("lib/doc", 9, 30, "/corpus/lib/doc.md"),
+                  parent_id="lib/doc#p0", heading="Heading", window_text=text[9:],
+                  parent_locator=loc, chunker="parent_child")
+    store.replace_doc_chunks("lib/doc", [child])
+    (back,) = store.iter_chunks()
+    assert back.parent_locator == loc and back.parent_locator.doc_id == "lib/doc"
+    assert (back.parent_id, back.heading, back.window_text, back.chunker) == (
+        "lib/doc#p0", "Heading", text[9:], "parent_child")
+
+
+def test_iter_chunks_returns_a_list(store):
+    store.replace_doc_chunks("a", chunks("one.", doc="a"))
+    out = store.iter_chunks()
+    assert type(out) is list and len(out) == 1 and out == store.iter_chunks()

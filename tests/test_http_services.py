@@ -57,9 +57,11 @@ def server():
 
 def test_chat_provider_and_judge(server):
     p = OpenAICompatibleProvider(base_url=server, model="m", api_key="k")
-    assert p.complete("hello") == "[2] > [1]"
+    assert p.chat([{"role": "user", "content": "hello"}], max_tokens=7, stop=["\n"]) == "[2] > [1]"
     path, body, auth = Handler.requests[-1]
     assert path == "/v1/chat/completions" and body["model"] == "m" and auth == "Bearer k"
+    assert body["messages"] == [{"role": "user", "content": "hello"}]
+    assert body["max_tokens"] == 7 and body["stop"] == ["\n"]  # options pass through
     results = [{"chunk_id": "a", "text": "A", "sensitivity": "PUBLIC"},
                {"chunk_id": "b", "text": "B", "sensitivity": "PUBLIC"}]
     out = listwise_rerank("q", results, ProviderListwiseJudge(p))
@@ -69,7 +71,7 @@ def test_chat_provider_and_judge(server):
 def test_http_error_is_typed_and_rerank_falls_back(server):
     p = OpenAICompatibleProvider(base_url=server)
     with pytest.raises(HTTPServiceError, match="HTTP 500"):
-        p.complete("FAIL please")
+        p.chat([{"role": "user", "content": "FAIL please"}])
     dead = OpenAICompatibleProvider(base_url="http://127.0.0.1:9/v1", timeout=2)
     results = [{"chunk_id": "a", "text": "A", "sensitivity": "PUBLIC"},
                {"chunk_id": "b", "text": "B", "sensitivity": "PUBLIC"}]
@@ -98,5 +100,5 @@ def test_make_reranker_llm_against_local_server(server, monkeypatch):
     assert [c["chunk_id"] for c in rr.rerank("q", cands)] == ["b", "a"]
     with pytest.raises(RerankerUnavailable, match="model weights"):
         make_reranker("colbert")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cross_encoder"):  # the message lists what is accepted
         make_reranker("magic")

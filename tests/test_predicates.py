@@ -1,8 +1,8 @@
 import pytest
 
 from ragspine_pipeline.retrieval.chunking.chunking import chunk_document
+from ragspine_pipeline.retrieval.filters import FilterError
 from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
-from ragspine_pipeline.retrieval.lexical.predicates import FilterError
 
 
 @pytest.fixture(scope="module")

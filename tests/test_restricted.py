@@ -10,7 +10,7 @@ from ragspine_pipeline.retrieval.chunking.chunking import chunk_document
 from ragspine_pipeline.retrieval.link.narrative_link import (
     NarrativeIndex,
     NarrativeIndexRetriever,
-    build_narrative_retriever,
+    retriever_for_index,
 )
 from ragspine_pipeline.retrieval.rerank.listwise_rerank import (
     ListwiseReranker,
@@ -59,7 +59,7 @@ def build(docs, provider, dense):
     for doc_id, text, label, ent in docs:
         chunks += chunk_document(text, doc_id=doc_id, metadata={"sensitivity": label, "entity": ent})
     index = NarrativeIndex.from_chunks(chunks, embedding_backend=DeterministicHashBackend() if dense else None)
-    return build_narrative_retriever(index, provider)
+    return retriever_for_index(index, provider)
 
 
 @given(corpora(), judges(), st.sampled_from([None, {"entity": "A"}, {"entity": {"ne": "A"}}]),
@@ -96,7 +96,7 @@ def test_listwise_rerank_keeps_restricted_positions_and_hides_them():
     seen = []
 
     class Judge:
-        def rank(self, query, passages):
+        def judge(self, query, passages):
             seen.append(list(passages))
             return [2, 1, 0]
 
@@ -112,7 +112,7 @@ def test_listwise_rerank_identity_on_failure_and_never_raises():
         def __init__(self, answer):
             self.answer = answer
 
-        def rank(self, query, passages):
+        def judge(self, query, passages):
             if isinstance(self.answer, Exception):
                 raise self.answer
             return self.answer

@@ -1,4 +1,5 @@
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from ragspine_pipeline.retrieval.link.narrative_link import (
     NarrativeIndexRetriever,
     build_narrative_retriever,
 )
+from ragspine_pipeline.retrieval.link.published import open_published_retriever
+from ragspine_pipeline.retrieval.vector import embedding_backends as eb
 from ragspine_pipeline.retrieval.vector.embedding_backends import DeterministicHashBackend
 
 GLOSSARY = DEMO_ROOT / "glossary.json"
@@ -37,7 +40,8 @@ def test_demo_corpus_shape(demo_store):
 
 
 def test_demo_question_returns_cited_snippets(demo_store):
-    r = build_narrative_retriever(demo_store, glossary=GLOSSARY)
+    r, store = build_narrative_retriever(demo_store, glossary=GLOSSARY)
+    assert store is demo_store  # an open store is used as it is (the caller closes it)
     snippets = r.retrieve("为什么营收下滑", filters={"entity": "ACME_CN"}, top_k=5)
     assert len(snippets) == 5
     assert {s["entity"] for s in snippets} == {"ACME_CN"}
@@ -80,19 +84,146 @@ def test_ties_break_by_chunk_id():
     assert len({h.bm25 for h in hits}) == 1  # equal BM25: the channel orders them by chunk_id
 
 
-def test_without_backend_output_is_pure_bm25_and_byte_identical(demo_store):
-    chunks = list(demo_store.iter_chunks())
+def _hide_onnx_extra(monkeypatch):
+    """Make the [embed-onnx] modules unimportable, as on a machine without the extra."""
+    for m in ("onnxruntime", "fastembed"):
+        monkeypatch.setitem(sys.modules, m, None)
+    assert eb.onnx_extra_available() is False
+    with pytest.raises(eb.EmbeddingBackendUnavailable):
+        eb.make_embedding_backend("onnx")
+
+
+QUERIES = ["为什么营收下滑", "why close the Lyon plant", "tariffs gross margin"]
+
+
+def _dump(retriever, q, **kw):
+    return json.dumps(retriever.retrieve(q, top_k=10, **kw), ensure_ascii=False, default=str, sort_keys=True)
+
+
+def test_without_backend_output_is_pure_bm25_and_byte_identical(demo_store, published_demo, monkeypatch):
+    """Defect 8: lexical output == a retriever whose backend was *requested* (auto) but
+    cannot be built (the extra hidden) == the published snapshot's lexical output."""
     rw = GlossaryQueryRewriter.from_file(GLOSSARY)
-    a = NarrativeIndexRetriever(NarrativeIndex.from_chunks(chunks, rewriter=rw))
+    by_lib = {lib: [c for c in demo_store.iter_chunks() if c.doc_id.startswith(lib + "/")]
+              for lib in list_libraries()}
+
+    def local(lib, backend, channels):
+        return NarrativeIndexRetriever(NarrativeIndex.from_chunks(
+            by_lib[lib], rewriter=rw, embedding_backend=backend, channels=channels, library_id=lib))
+
     backend, channels = resolve_retrieval("bm25")
-    b = NarrativeIndexRetriever(NarrativeIndex.from_chunks(chunks, rewriter=rw, embedding_backend=backend,
-                                                           channels=channels))
-    backend_auto, ch_auto = resolve_retrieval("auto", "none")
-    c = NarrativeIndexRetriever(NarrativeIndex.from_chunks(chunks, rewriter=rw, embedding_backend=backend_auto,
-                                                           channels=ch_auto))
-    for q in ["为什么营收下滑", "why close the Lyon plant", "tariffs gross margin"]:
-        out = [json.dumps(x.retrieve(q, top_k=10), ensure_ascii=False, default=str) for x in (a, b, c)]
-        assert out[0] == out[1] == out[2]
+    lexical = {lib: local(lib, backend, channels) for lib in by_lib}
+    # The sensitivity check of the comparison itself: a real backend changes the output.
+    hybrid = local("acme_reports", *resolve_retrieval("hybrid", "deterministic"))
+    assert _dump(hybrid, QUERIES[1]) != _dump(lexical["acme_reports"], QUERIES[1])
+
+    _hide_onnx_extra(monkeypatch)
+    monkeypatch.setenv("RAGSPINE_EMBEDDING_BACKEND", "auto")
+    backend, channels = resolve_retrieval()  # the service default: auto mode, auto backend
+    assert backend is None and channels == ("bm25",)
+    requested = {lib: local(lib, backend, channels) for lib in by_lib}
+    published = {lib: open_published_retriever(published_demo, lib, mode="bm25", glossary=GLOSSARY)
+                 for lib in by_lib}
+    for lib in by_lib:
+        for q in QUERIES:
+            for flt in (None, {"entity": "ACME_CN"}):
+                out = {_dump(r[lib], q, filters=flt) for r in (lexical, requested, published)}
+                assert len(out) == 1, (lib, q, flt)
+
+
+def test_served_index_does_not_depend_on_restricted_documents():
+    """Non-interference: adding a RESTRICTED document changes nothing served — not the
+    snippets, not a score, not a rank — for queries using its words."""
+    from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer
+
+    open_chunks = []
+    for i, text in enumerate(["revenue fell because tariffs rose", "gross margin and revenue in Lyon",
+                              "tariff policy note", "the Lyon plant closed; revenue moved"]):
+        open_chunks += chunk_document(text, doc_id=f"open{i}", metadata={"entity": "A" if i % 2 else "B"})
+    secret = []
+    for j, label in enumerate(["RESTRICTED", " restricted "]):
+        secret += chunk_document("revenue revenue tariffs secret layoffs Lyon margin", doc_id=f"s{j}",
+                                 metadata={"sensitivity": label, "entity": "A"})
+    queries = ["revenue", "secret layoffs revenue", "tariffs margin Lyon"]
+    for make_backend in (lambda: None, DeterministicHashBackend):
+        clean = NarrativeIndexRetriever(NarrativeIndex.from_chunks(open_chunks, embedding_backend=make_backend()))
+        mixed_index = NarrativeIndex.from_chunks(secret + open_chunks, embedding_backend=make_backend())
+        mixed = NarrativeIndexRetriever(mixed_index)
+        assert len(mixed_index) == len(open_chunks) and mixed_index.info["restricted_excluded"] == 2
+        for q in queries:
+            for flt in (None, {"entity": "A"}):
+                assert _dump(clean, q, filters=flt) == _dump(mixed, q, filters=flt)
+    # Aligned docs_tokens are dropped with their chunks.
+    an = make_analyzer(None)
+    everything = secret + open_chunks
+    tok = NarrativeIndexRetriever(NarrativeIndex.from_chunks(everything, docs_tokens=[an(c.text) for c in everything]))
+    clean = NarrativeIndexRetriever(NarrativeIndex.from_chunks(open_chunks))
+    assert all(_dump(tok, q) == _dump(clean, q) for q in queries)
+    # The comparison can fail: statistics that include the restricted text differ.
+    kept = NarrativeIndexRetriever(NarrativeIndex.from_chunks(everything, exclude_restricted=False))
+    assert _dump(kept, "revenue") != _dump(clean, "revenue")
+
+
+def test_exits_still_hold_when_the_index_keeps_restricted_chunks():
+    """Defence in depth: with exclude_restricted=False both exits still hide everything."""
+    from ragspine_pipeline.llm.provider import ScriptedProvider
+    from ragspine_pipeline.retrieval.link.narrative_link import retriever_for_index
+
+    chunks = []
+    for i, label in enumerate(["RESTRICTED", "PUBLIC", "restricted", "INTERNAL", "PUBLIC"]):
+        words = "revenue " * (5 - i) + (f"SECRET{i}" if label.lower() == "restricted" else f"open{i}")
+        chunks += chunk_document(words, doc_id=f"d{i}", metadata={"sensitivity": label})
+    provider = ScriptedProvider(lambda prompt: "[3] > [2] > [1]")
+    r = retriever_for_index(NarrativeIndex.from_chunks(chunks, exclude_restricted=False), provider)
+    assert int(r.index.retriever.restricted.sum()) == 2
+    out = r.retrieve("revenue", top_k=10)
+    assert [s["doc_id"] for s in out] == ["d4", "d3", "d1"]  # the judge's order over the open ones
+    assert len(provider.prompts) == 1 and "SECRET" not in provider.prompts[0]
+    assert "SECRET" not in json.dumps(out)
+
+
+# ----------------------------------------------------------------- service wiring
+def test_retrieval_resource_lexical_modes_build_no_backend(published_demo, monkeypatch):
+    from ragspine_pipeline.retrieval.link import published
+    from resources.retrieval import RetrievalResource
+
+    def boom(*a, **k):
+        raise AssertionError("the embedding factory must not be called in a lexical mode")
+
+    monkeypatch.setattr(eb, "make_embedding_backend", boom)
+    monkeypatch.setattr(published, "make_embedding_backend", boom)
+    monkeypatch.setenv("RAGSPINE_EMBEDDING_BACKEND", "deterministic")
+    for mode in ("economy", "bm25", "lexical"):
+        monkeypatch.setenv("RAGSPINE_RETRIEVAL_MODE", mode)
+        res = RetrievalResource(warehouse_root=str(published_demo))
+        out = res.ask("why close the Lyon plant", top_k=3)
+        assert out and all(s["scores"]["vector"] is None for s in out)
+        idx = res.retriever_for("acme_reports").index.retriever
+        assert idx.embedding_backend is None and idx.channels == ("bm25",) and idx.embedded_count == 0
+    # The resource's own field wins over the variable.
+    monkeypatch.setenv("RAGSPINE_RETRIEVAL_MODE", "auto")
+    res = RetrievalResource(warehouse_root=str(published_demo), mode="bm25")
+    assert res.retriever_for("acme_reports").index.retriever.embedding_backend is None
+
+
+def test_retrieval_resource_auto_serves_snapshot_vectors_and_reads_reranker(published_demo, monkeypatch):
+    import dagster as dg
+
+    from ragspine_pipeline.retrieval.rerank.listwise_rerank import ListwiseReranker
+    from resources.retrieval import RetrievalResource
+
+    res = RetrievalResource(warehouse_root=str(published_demo))
+    plain = res.ask("why close the Lyon plant", top_k=3)
+    assert plain[0]["scores"]["vector"] is not None  # auto: the snapshot's own vectors
+    assert res.retriever_for("acme_reports").reranker is None
+    monkeypatch.setenv("RAGSPINE_RERANKER", "llm")
+    monkeypatch.setenv("RAGSPINE_LLM_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens: judge fails
+    res = RetrievalResource(warehouse_root=str(published_demo))
+    assert isinstance(res.retriever_for("acme_reports").reranker, ListwiseReranker)
+    assert res.ask("why close the Lyon plant", top_k=3) == plain  # identity order on judge failure
+    monkeypatch.setenv("RAGSPINE_RETRIEVAL_MODE", "turbo")
+    with pytest.raises(dg.Failure, match="turbo"):
+        RetrievalResource(warehouse_root=str(published_demo)).ask("x")
 
 
 def test_lexical_modes_build_no_backend(monkeypatch):

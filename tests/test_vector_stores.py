@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical.predicates import FilterError
+from ragspine_pipeline.retrieval.filters import FilterError
 from ragspine_pipeline.retrieval.vector.parquet_store import ParquetVectorStore
 from ragspine_pipeline.retrieval.vector.store import InProcessVectorStore, VectorStore
 

@@ -1,5 +1,9 @@
 """LLMProvider protocol and its two implementations.
 
+The protocol is the spec's: ``chat(messages, **options) -> str``, where ``messages`` is
+the OpenAI-style list of ``{"role": ..., "content": ...}`` dicts and ``options`` are
+generation settings (``max_tokens``, ``temperature``, ...) passed through to the model.
+
 * ``OpenAICompatibleProvider`` — any ``/v1/chat/completions`` endpoint (vLLM, llama.cpp
   server, Ollama, OpenAI). Stdlib HTTP only.
 * ``ScriptedProvider`` — replays fixed answers or a callable; for tests and demos.
@@ -8,28 +12,60 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .http import HTTPServiceError, post_json
+
+ROLES = ("system", "user", "assistant", "tool")
 
 
 @runtime_checkable
 class LLMProvider(Protocol):
-    def complete(self, prompt: str, *, system: str | None = None, max_tokens: int = 512,
-                 temperature: float = 0.0) -> str: ...
+    """A chat model: the messages in, the assistant's text out."""
+
+    def chat(self, messages: Sequence[Mapping[str, str]], **options: Any) -> str: ...
+
+
+def check_messages(messages: Any) -> list[dict[str, str]]:
+    """Validated copy of a chat message list; a malformed list is a TypeError/ValueError
+    here rather than an opaque HTTP 400 from the server."""
+    if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
+        raise TypeError("messages must be a list of {'role': ..., 'content': ...} dicts")
+    if not messages:
+        raise ValueError("messages must not be empty")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or not isinstance(m.get("content"), str):
+            raise TypeError(f"message {i} needs a string 'content'")
+        if m.get("role") not in ROLES:
+            raise ValueError(f"message {i}: role must be one of {ROLES} (got {m.get('role')!r})")
+        out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+def last_user_text(messages: Sequence[Mapping[str, str]]) -> str:
+    """The content of the last user message ('' when there is none)."""
+    return next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
 
 
 @dataclass
 class ScriptedProvider:
-    """Answers from a list (cycled) or a callable(prompt) -> str; records every prompt."""
+    """Answers from a list (cycled) or a callable(prompt) -> str.
+
+    Records every call: ``prompts`` holds the last user message of each call (what a
+    test asserts on), ``calls`` the whole message list and options.
+    """
 
     responses: Sequence[str] | Callable[[str], str] = ("",)
     prompts: list[str] = field(default_factory=list)
+    calls: list[tuple[list[dict[str, str]], dict[str, Any]]] = field(default_factory=list)
 
-    def complete(self, prompt: str, *, system: str | None = None, max_tokens: int = 512,
-                 temperature: float = 0.0) -> str:
+    def chat(self, messages: Sequence[Mapping[str, str]], **options: Any) -> str:
+        msgs = check_messages(messages)
+        prompt = last_user_text(msgs)
+        self.calls.append((msgs, dict(options)))
         self.prompts.append(prompt)
         if callable(self.responses):
             return self.responses(prompt)
@@ -51,17 +87,12 @@ class OpenAICompatibleProvider:
             api_key=os.environ.get("RAGSPINE_LLM_API_KEY"),
         )
 
-    def complete(self, prompt: str, *, system: str | None = None, max_tokens: int = 512,
-                 temperature: float = 0.0) -> str:
-        messages = ([{"role": "system", "content": system}] if system else []) + [
-            {"role": "user", "content": prompt}
-        ]
-        out = post_json(
-            self.base_url.rstrip("/") + "/chat/completions",
-            {"model": self.model, "messages": messages, "max_tokens": max_tokens,
-             "temperature": temperature},
-            api_key=self.api_key, timeout=self.timeout,
-        )
+    def chat(self, messages: Sequence[Mapping[str, str]], **options: Any) -> str:
+        """POST the messages to ``/chat/completions``; ``options`` go into the payload
+        (``max_tokens``, ``temperature``, ``stop`` ...); the model field stays ours."""
+        payload: dict[str, Any] = {**options, "model": self.model, "messages": check_messages(messages)}
+        out = post_json(self.base_url.rstrip("/") + "/chat/completions", payload,
+                        api_key=self.api_key, timeout=self.timeout)
         try:
             content = out["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):

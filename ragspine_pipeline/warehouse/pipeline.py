@@ -164,7 +164,9 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
         return None
     t0 = time.perf_counter()
     pub_chunks = published_chunks(wh, library, chunks_version)
-    model_id = backend.model_id
+    from ..retrieval.vector.embedding_backends import backend_model_id
+
+    model_id = backend_model_id(backend)  # model_id is optional on a backend
     prev = wh.latest(EMBEDDINGS, library)
     same = prev is not None and prev.manifest["metadata"].get("model_id") == model_id
     if same and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version:
@@ -261,10 +263,10 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
     emb_version = meta.get("embeddings") if meta.get("embeddings") not in (None, "None") else None
     backend = None
     if dense and emb_version:
-        from ..retrieval.vector.embedding_backends import make_embedding_backend
+        from ..retrieval.vector.embedding_backends import backend_model_id, make_embedding_backend
 
         backend = make_embedding_backend(meta["embedding_spec"])
-        if backend is None or backend.model_id != meta["embedding_model"]:
+        if backend is None or backend_model_id(backend) != meta["embedding_model"]:
             raise WarehouseError(f"snapshot {snap.version} of {library} was embedded with {meta['embedding_model']}, "
                                  f"which {meta['embedding_spec']!r} no longer builds here")
     elif dense:
@@ -282,7 +284,8 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
         vec = vt.column("vector").combine_chunks()
         dim = len(vec[0]) if len(vec) else 0
         flat = vec.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-        index.retriever.preload_vectors(flat.reshape(len(vec), dim) if len(vec) else np.zeros((0, dim), np.float32))
+        index.retriever.preload_vectors(flat.reshape(len(vec), dim) if len(vec) else np.zeros((0, dim), np.float32),
+                                        chunk_ids=ids.to_pylist())  # the index holds no RESTRICTED rows
     return index
 
 

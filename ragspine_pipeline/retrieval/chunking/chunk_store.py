@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -197,6 +197,8 @@ class ChunkStore:
                 if name not in have:
                     base_type = typ.replace(" NOT NULL", "")
                     self._con.execute(f"ALTER TABLE chunks ADD COLUMN {name} {base_type} DEFAULT {default}")
+            # The spec's name for the chunk table; a view, so there is one table to write.
+            self._con.execute("CREATE OR REPLACE VIEW narrative_chunk AS SELECT * FROM chunks")
             self._con.execute(
                 "INSERT OR REPLACE INTO store_meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
             )
@@ -349,8 +351,11 @@ class ChunkStore:
         language: str | None = None,
         include_inactive: bool = False,
         as_of: datetime | str | None = None,
-    ) -> Iterator[StoredChunk]:
+    ) -> list[StoredChunk]:
         """Chunks matching every given field (AND), in (doc_id, ordinal, version) order.
+
+        A list (the spec's return type): the rows are fetched in one query anyway, and a
+        list can be measured, indexed and iterated twice.
 
         ``as_of`` (an ``ingested_at`` timestamp) returns the rows active at that moment;
         it overrides ``include_inactive``.
@@ -377,8 +382,7 @@ class ChunkStore:
         with self._lock:
             rows = self._con.execute(sql, params).fetchall()
         names = list(CHUNK_COLUMNS)
-        for r in rows:
-            yield row_to_chunk(dict(zip(names, r, strict=True)))
+        return [row_to_chunk(dict(zip(names, r, strict=True))) for r in rows]
 
     def doc_versions(self, doc_id: str | None = None) -> list[dict[str, Any]]:
         sql = f"SELECT {', '.join(DOC_VERSION_COLUMNS)} FROM doc_versions"
@@ -477,8 +481,9 @@ def row_to_chunk(r: dict[str, Any]) -> StoredChunk:
     """A stored row (a ``chunks`` table row as a dict) as a StoredChunk."""
     parent = None
     if r.get("parent_start") is not None and r.get("parent_end") is not None:
-        parent = SourceLocator(r["parent_id"] or r["doc_id"], r["parent_start"], r["parent_end"],
-                               r["source_path"] or "")
+        # A locator points into the *document's* source (like source_locator): its doc_id
+        # is the document, never the parent chunk's id.
+        parent = SourceLocator(r["doc_id"], r["parent_start"], r["parent_end"], r["source_path"] or "")
     return StoredChunk(
         chunk_id=r["chunk_id"],
         doc_id=r["doc_id"],

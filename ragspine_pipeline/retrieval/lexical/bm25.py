@@ -24,8 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 MAXSCORE_MIN_DOCS = 50_000
-DEFAULT_K1 = 1.5
-DEFAULT_B = 0.75
+DEFAULT_BM25_K1 = 1.5
+DEFAULT_BM25_B = 0.75
+# Short names used inside the package: the same objects.
+DEFAULT_K1 = DEFAULT_BM25_K1
+DEFAULT_B = DEFAULT_BM25_B
 
 
 def bm25_idf(n_docs: int, df: int | np.ndarray) -> float | np.ndarray:

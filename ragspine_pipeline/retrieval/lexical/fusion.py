@@ -7,16 +7,17 @@ from collections.abc import Hashable, Iterable, Sequence
 DEFAULT_RRF_K = 60
 
 
-def rrf_fuse(
-    rankings: Iterable[Sequence[Hashable]], k: int = DEFAULT_RRF_K
-) -> list[tuple[Hashable, float]]:
+def rrf_fuse(rankings: Iterable[Sequence[Hashable]], k: int = DEFAULT_RRF_K) -> dict[str, float]:
     """Fuse ranked id lists: score(id) += 1 / (k + rank), rank counted from 1.
 
-    An id repeated within one ranking counts at its best rank only. The result is
-    sorted by (-score, id) so equal fused scores come out in id order, deterministically.
+    Returns ``{id: fused_score}`` whose iteration order is the fused ranking: by
+    descending score, equal scores in id order, so ``list(result)`` is the fused list and
+    ``next(iter(result))`` the best id. An id repeated within one ranking counts at its
+    best rank only. Ids are chunk ids (``str``) in the spec; any mutually sortable
+    hashable ids work (the multi-index fuses ``(library_id, chunk_id)`` pairs).
     """
-    if k < 0:
-        raise ValueError(f"rrf k must be >= 0 (got {k})")
+    if isinstance(k, bool) or not isinstance(k, int | float) or k < 0:
+        raise ValueError(f"rrf k must be a number >= 0 (got {k!r})")
     scores: dict[Hashable, float] = {}
     for ranking in rankings:
         seen: set[Hashable] = set()
@@ -25,4 +26,4 @@ def rrf_fuse(
                 continue
             seen.add(item)
             scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
-    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+    return dict(sorted(scores.items(), key=lambda kv: (-kv[1], kv[0])))  # type: ignore[return-value]

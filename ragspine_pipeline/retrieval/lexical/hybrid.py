@@ -27,12 +27,12 @@ import numpy as np
 
 from ...sensitivity import is_restricted
 from ..chunking.chunking import Chunk
+from ..filters import compile_filters, predicate_mask
 from ..vector.embedding_backends import EmbeddingBackend
 from .analyzer import Analyzer, make_analyzer
 from .bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
 from .fusion import DEFAULT_RRF_K, rrf_fuse
 from .glossary import GlossaryQueryRewriter
-from .predicates import compile_filters, predicate_mask
 
 # Filterable fields and their value types (everything a Chunk/StoredChunk carries).
 FILTER_FIELDS: dict[str, type] = {
@@ -97,6 +97,9 @@ class HybridRetriever:
         _check_channels(channels)
         if "bm25" not in channels and embedding_backend is None:
             raise ValueError("a dense-only retriever needs an embedding backend")
+        if embedding_backend is not None and not callable(getattr(embedding_backend, "embed_texts", None)):
+            raise TypeError(f"{type(embedding_backend).__name__} is not an EmbeddingBackend: "
+                            "it needs embed_texts(texts) -> list[list[float]]")
         self.channels = tuple(channels)
         ids = [c.chunk_id for c in chunks]
         if len(set(ids)) != len(ids):
@@ -176,10 +179,28 @@ class HybridRetriever:
         assert cache.mat is not None
         return cache.mat if len(positions) == len(self.chunks) else cache.mat[positions]
 
-    def preload_vectors(self, vectors: np.ndarray) -> None:
-        """Install precomputed vectors, one row per chunk in chunk_id order (the warehouse's
-        embeddings table), so serving embeds only queries."""
-        if vectors.ndim != 2 or len(vectors) != len(self.chunks):
+    def preload_vectors(self, vectors: np.ndarray, chunk_ids: Sequence[str] | None = None) -> None:
+        """Install precomputed vectors (the warehouse's embeddings table), so serving
+        embeds only queries.
+
+        Without ``chunk_ids``: one row per indexed chunk, in chunk_id order. With
+        ``chunk_ids`` (one per row): rows are matched by id, and rows of chunks this index
+        does not hold (RESTRICTED chunks the served index left out) are ignored; every
+        indexed chunk must have a row.
+        """
+        if vectors.ndim != 2:
+            raise ValueError("preload_vectors needs a 2-D array of vectors")
+        if chunk_ids is not None:
+            if len(chunk_ids) != len(vectors):
+                raise ValueError("preload_vectors: chunk_ids must align with the vector rows")
+            row = {cid: i for i, cid in enumerate(chunk_ids)}
+            missing = [c.chunk_id for c in self.chunks if c.chunk_id not in row]
+            if missing:
+                raise ValueError(f"preload_vectors: no vector for {len(missing)} indexed chunks "
+                                 f"(first: {missing[0]!r})")
+            vectors = vectors[np.fromiter((row[c.chunk_id] for c in self.chunks), dtype=np.int64,
+                                          count=len(self.chunks))]
+        if len(vectors) != len(self.chunks):
             raise ValueError("preload_vectors needs one vector per chunk, in chunk_id order")
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         self._vectors.mat = (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
@@ -250,7 +271,7 @@ class HybridRetriever:
                 for p, s in sims.items():
                     if p not in vec_best or s > vec_best[p]:
                         vec_best[p] = s
-        fused = rrf_fuse(rankings, k=self.rrf_k)[:top_k]
+        fused = list(rrf_fuse(rankings, k=self.rrf_k).items())[:top_k]
         has_dense = self.embedding_backend is not None and "dense" in self.channels
         return [
             RetrievalHit(

@@ -7,7 +7,10 @@ from .narrative_link import (
     Postprocessor,
     build_narrative_retriever,
     build_snippet,
+    retriever_for_index,
 )
+from .published import NoPublishedSnapshot, open_published_retriever
 
-__all__ = ["MultiIndexRetriever", "NarrativeIndex", "NarrativeIndexRetriever", "Postprocessor",
-           "build_narrative_retriever", "build_snippet"]
+__all__ = ["MultiIndexRetriever", "NarrativeIndex", "NarrativeIndexRetriever", "NoPublishedSnapshot",
+           "Postprocessor", "build_narrative_retriever", "build_snippet", "open_published_retriever",
+           "retriever_for_index"]

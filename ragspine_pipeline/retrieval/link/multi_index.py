@@ -56,10 +56,10 @@ class MultiIndexRetriever:
         if len(per_lib) == 1:
             return next(iter(per_lib.values()))
         by_key = {(lib, s["chunk_id"]): s for lib, ss in per_lib.items() for s in ss}
-        fused = rrf_fuse([[(lib, s["chunk_id"]) for s in ss] for lib, ss in per_lib.items()], k=self.rrf_k)
+        scores = rrf_fuse([[(lib, s["chunk_id"]) for s in ss] for lib, ss in per_lib.items()], k=self.rrf_k)
         # Each library's #1 gets the same RRF score; order such ties by lexical strength
         # (then by key) rather than by library name.
-        fused.sort(key=lambda kv: (-kv[1], -by_key[kv[0]]["scores"]["bm25"], kv[0]))
+        fused = sorted(scores.items(), key=lambda kv: (-kv[1], -by_key[kv[0]]["scores"]["bm25"], kv[0]))
         out = []
         for rank, (key, score) in enumerate(fused[:top_k], start=1):
             s = dict(by_key[key])

@@ -7,6 +7,14 @@
 
 Exit #2 filters candidate records *before* any snippet dict is built, so no code path
 downstream (post-processors, prompt builders, the CLI) can ever hold restricted text.
+
+Non-interference: ``NarrativeIndex.from_chunks`` builds the served index without the
+RESTRICTED chunks, so no served output (snippets, scores, ranks) depends on restricted
+text at all; both exits stay as defence in depth.
+
+Entry points: ``build_narrative_retriever(chunk_db, ...)`` over a chunk store (the spec's
+wiring entry), ``retriever_for_index(index, ...)`` over an index already built, and
+``published.open_published_retriever(warehouse, ...)`` over the published snapshots.
 """
 
 from __future__ import annotations
@@ -18,21 +26,27 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ...llm.provider import LLMProvider
-from ...sensitivity import is_restricted
+from ...sensitivity import RESTRICTED_SENSITIVITY, is_restricted
 from ..chunking.chunk_store import ChunkStore
 from ..chunking.chunking import METADATA_FIELDS, Chunk
 from ..lexical.analyzer import Analyzer
-from ..lexical.glossary import GlossaryQueryRewriter
+from ..lexical.glossary import GlossaryError, GlossaryQueryRewriter
 from ..lexical.hybrid import HybridRetriever, RetrievalHit
 from ..rerank.listwise_rerank import (
+    ListwiseJudge,
     ListwiseReranker,
     ProviderListwiseJudge,
     Reranker,
     guarded_rerank,
+    require_reranker,
 )
 from ..vector.embedding_backends import EmbeddingBackend
 
 DEFAULT_TOP_K = 50
+# Both exits use the one constant (and ``is_restricted``) from ``ragspine_pipeline.sensitivity``.
+__all__ = ["DEFAULT_TOP_K", "RESTRICTED_SENSITIVITY", "NarrativeIndex", "NarrativeIndexRetriever",
+           "Postprocessor", "build_narrative_retriever", "build_snippet", "default_glossary_path",
+           "resolve_glossary", "retriever_for_index"]
 
 
 @runtime_checkable
@@ -44,7 +58,13 @@ class Postprocessor(Protocol):
 
 @dataclass
 class NarrativeIndex:
-    """One library's searchable chunks: the chunk set plus its HybridRetriever."""
+    """One library's searchable chunks: the chunk set plus its HybridRetriever.
+
+    The served index holds no RESTRICTED chunk (``from_chunks`` leaves them out), so
+    BM25 statistics (N, df, avgdl), dense neighbours and RRF ranks of every open chunk
+    are exactly what they would be if the restricted documents did not exist. The two
+    exits stay in place as defence in depth.
+    """
 
     retriever: HybridRetriever
     library_id: str = ""
@@ -61,20 +81,39 @@ class NarrativeIndex:
         rewriter: GlossaryQueryRewriter | None = None,
         library_id: str = "",
         version: str = "",
+        exclude_restricted: bool = True,
+        docs_tokens: Sequence[Sequence[str]] | None = None,
         **kwargs: Any,
     ) -> NarrativeIndex:
+        """Index ``chunks``; with ``exclude_restricted`` (the default, and what serving
+        uses) every chunk whose label ``is_restricted`` is dropped first, together with
+        its row of ``docs_tokens``. ``exclude_restricted=False`` keeps them in the
+        statistics (exits #1 and #2 still remove them from every output); it exists for
+        tests of the exits themselves."""
+        chunks = list(chunks)
+        if docs_tokens is not None and len(docs_tokens) != len(chunks):
+            raise ValueError("docs_tokens must align with chunks")
+        excluded = 0
+        if exclude_restricted:
+            keep = [i for i, c in enumerate(chunks) if not is_restricted(c.sensitivity)]
+            excluded = len(chunks) - len(keep)
+            if excluded:
+                chunks = [chunks[i] for i in keep]
+                if docs_tokens is not None:
+                    docs_tokens = [docs_tokens[i] for i in keep]
         r = HybridRetriever(chunks, analyzer=analyzer, embedding_backend=embedding_backend,
-                            rewriter=rewriter, **kwargs)
-        return cls(retriever=r, library_id=library_id, version=version)
+                            rewriter=rewriter, docs_tokens=docs_tokens, **kwargs)
+        return cls(retriever=r, library_id=library_id, version=version,
+                   info={"restricted_excluded": excluded, "exclude_restricted": exclude_restricted})
 
     @classmethod
     def from_store(cls, store: ChunkStore | str | os.PathLike[str], **kwargs: Any) -> NarrativeIndex:
         """Index the active chunks of a ChunkStore (opened read-only if given a path)."""
         if isinstance(store, ChunkStore):
-            chunks = list(store.iter_chunks())
+            chunks = store.iter_chunks()
         else:
             with ChunkStore(store, read_only=True) as s:
-                chunks = list(s.iter_chunks())
+                chunks = s.iter_chunks()
         return cls.from_chunks(chunks, **kwargs)
 
     def __len__(self) -> int:
@@ -122,9 +161,15 @@ class NarrativeIndexRetriever:
         postprocessor: Postprocessor | None = None,
         rerank_depth: int = 20,
     ) -> None:
+        if not isinstance(index, NarrativeIndex):
+            raise TypeError(f"NarrativeIndexRetriever needs a NarrativeIndex (got {type(index).__name__})")
+        if postprocessor is not None and not callable(getattr(postprocessor, "process", None)):
+            raise TypeError(f"{type(postprocessor).__name__} is not a Postprocessor: it needs "
+                            "process(query, snippets) -> list[dict]")
         self.index = index
         self.retry_without_filters = retry_without_filters
-        self.reranker = reranker
+        # A ListwiseJudge is wrapped; anything that is neither is a TypeError here.
+        self.reranker = require_reranker(reranker) if reranker is not None else None
         self.postprocessor = postprocessor
         self.rerank_depth = rerank_depth
 
@@ -163,28 +208,105 @@ class NarrativeIndexRetriever:
         return snippets
 
 
+GLOSSARY_ENV = "RAGSPINE_GLOSSARY"
+_OFF = ("", "none", "off")
+
+
+def default_glossary_path() -> Path | None:
+    """The glossary the default chain uses: ``RAGSPINE_GLOSSARY`` (a path, or none/off to
+    disable), else the demo corpus glossary when it is there."""
+    env = os.environ.get(GLOSSARY_ENV)
+    if env is not None:
+        if env.strip().lower() in _OFF:
+            return None
+        path = Path(env)
+        if not path.is_file():
+            raise GlossaryError(f"{GLOSSARY_ENV}={env!r}: no such glossary file")
+        return path
+    from ...corpus import DEMO_ROOT
+
+    demo = DEMO_ROOT / "glossary.json"
+    return demo if demo.is_file() else None
+
+
+GlossarySpec = GlossaryQueryRewriter | str | os.PathLike[str] | bool | None
+
+
+def resolve_glossary(glossary: GlossarySpec) -> GlossaryQueryRewriter | None:
+    """None -> the default glossary (see ``default_glossary_path``); False -> no rewriter;
+    a path -> that file; a rewriter as it is."""
+    if glossary is False:
+        return None
+    if glossary is None or glossary is True:
+        path = default_glossary_path()
+        return GlossaryQueryRewriter.from_file(path) if path is not None else None
+    if isinstance(glossary, GlossaryQueryRewriter):
+        return glossary
+    if isinstance(glossary, str | os.PathLike):
+        return GlossaryQueryRewriter.from_file(Path(glossary))
+    raise TypeError(f"glossary must be a path, a GlossaryQueryRewriter, False or None "
+                    f"(got {type(glossary).__name__})")
+
+
+def retriever_for_index(
+    index: NarrativeIndex,
+    provider: LLMProvider | None = None,
+    *,
+    reranker: Reranker | ListwiseJudge | None = None,
+    postprocessor: Postprocessor | None = None,
+    retry_without_filters: bool = True,
+) -> NarrativeIndexRetriever:
+    """The query chain over an index that is already built (a published snapshot, a test
+    corpus): listwise LLM rerank when a ``provider`` is given; a local ``reranker`` (or a
+    ListwiseJudge) takes precedence over the provider's judge. A provider without
+    ``chat`` is a TypeError here, never a silent no-op."""
+    if provider is not None:
+        judge = ProviderListwiseJudge(provider)  # TypeError for a non-provider
+        if reranker is None:
+            reranker = ListwiseReranker(judge)
+    return NarrativeIndexRetriever(index, retry_without_filters=retry_without_filters,
+                                   reranker=reranker, postprocessor=postprocessor)
+
+
 def build_narrative_retriever(
-    chunk_db: ChunkStore | str | os.PathLike[str] | NarrativeIndex,
+    chunk_db: ChunkStore | str | os.PathLike[str],
     provider: LLMProvider | None = None,
     *,
     embedding_backend: EmbeddingBackend | None = None,
-    reranker: Reranker | None = None,
+    reranker: Reranker | ListwiseJudge | None = None,
     postprocessor: Postprocessor | None = None,
-    glossary: GlossaryQueryRewriter | str | os.PathLike[str] | None = None,
+    glossary: GlossarySpec = None,
     analyzer: Analyzer | str | None = None,
     retry_without_filters: bool = True,
-) -> NarrativeIndexRetriever:
-    """The default chain: BM25 + RRF + glossary multi-query (+ dense when a backend is
-    injected) + listwise LLM rerank when a provider is given. A local ``reranker`` takes
-    precedence over the provider's judge."""
-    if isinstance(glossary, (str, os.PathLike)):
-        glossary = GlossaryQueryRewriter.from_file(Path(glossary))
-    if isinstance(chunk_db, NarrativeIndex):
-        index = chunk_db
+) -> tuple[NarrativeIndexRetriever, ChunkStore]:
+    """The spec's wiring entry: open the chunk store at ``chunk_db``, ``init_schema()`` it
+    (a missing file is created, empty), and build the default chain over its active
+    chunks: pure BM25 + RRF (dense too when an ``embedding_backend`` is injected) +
+    glossary multi-query (``RAGSPINE_GLOSSARY`` or the demo glossary; ``glossary=False``
+    turns it off) + listwise LLM rerank when a ``provider`` is given (a local
+    ``reranker`` takes precedence) + an optional ``postprocessor``.
+
+    Returns ``(retriever, store)``; the caller closes the store. An open ``ChunkStore``
+    may be passed instead of a path; it is returned as it is. The served index holds no
+    RESTRICTED chunk; the published warehouse has its own entry,
+    ``ragspine_pipeline.retrieval.link.published.open_published_retriever``.
+    """
+    rewriter = resolve_glossary(glossary)
+    if isinstance(chunk_db, ChunkStore):
+        store = chunk_db
+    elif isinstance(chunk_db, str | os.PathLike):
+        store = ChunkStore(chunk_db)  # read-write: the file and its folder are created if missing
     else:
-        index = NarrativeIndex.from_store(chunk_db, analyzer=analyzer,
-                                          embedding_backend=embedding_backend, rewriter=glossary)
-    if reranker is None and provider is not None:
-        reranker = ListwiseReranker(ProviderListwiseJudge(provider))
-    return NarrativeIndexRetriever(index, retry_without_filters=retry_without_filters,
-                                   reranker=reranker, postprocessor=postprocessor)
+        raise TypeError(f"chunk_db must be a path or a ChunkStore (got {type(chunk_db).__name__})")
+    try:
+        if not store.read_only:
+            store.init_schema()  # idempotent; migrates an older schema additively
+        index = NarrativeIndex.from_store(store, analyzer=analyzer, embedding_backend=embedding_backend,
+                                          rewriter=rewriter)
+        retriever = retriever_for_index(index, provider, reranker=reranker, postprocessor=postprocessor,
+                                        retry_without_filters=retry_without_filters)
+    except BaseException:
+        if store is not chunk_db:
+            store.close()
+        raise
+    return retriever, store

@@ -1,6 +1,6 @@
 """Rerankers: listwise LLM judge (exit #1 guarded); local rerankers plug in via Reranker."""
 
-from .factory import RerankerUnavailable, make_reranker
+from .cross_encoder import RerankerUnavailable, make_reranker, reranker_from_env
 from .listwise_rerank import (
     ListwiseJudge,
     ListwiseReranker,
@@ -15,5 +15,5 @@ from .listwise_rerank import (
 __all__ = [
     "ListwiseJudge", "ListwiseReranker", "ProviderListwiseJudge", "Reranker",
     "RerankerUnavailable", "build_listwise_prompt", "guarded_rerank", "listwise_rerank", "make_reranker",
-    "parse_listwise_response",
+    "parse_listwise_response", "reranker_from_env",
 ]

@@ -12,21 +12,23 @@ from __future__ import annotations
 import numbers
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ...llm.provider import LLMProvider
-from ...sensitivity import is_restricted
+from ...sensitivity import RESTRICTED_SENSITIVITY, is_restricted
 
 DEFAULT_TOP_N = 10
+__all__ = ["DEFAULT_TOP_N", "RESTRICTED_SENSITIVITY", "ListwiseJudge", "ListwiseReranker",
+           "ProviderListwiseJudge", "Reranker", "build_listwise_prompt", "guarded_rerank",
+           "listwise_rerank", "parse_listwise_response", "require_judge", "require_reranker"]
 MAX_PASSAGE_CHARS = 700
 
 
 @runtime_checkable
 class ListwiseJudge(Protocol):
-    """Orders passages for a query; returns a permutation of range(len(passages))."""
+    """Orders candidate texts for a query; returns a permutation of range(len(candidates))."""
 
-    def rank(self, query: str, passages: Sequence[str]) -> Sequence[int]: ...
+    def judge(self, query: str, candidates: list[str]) -> list[int]: ...
 
 
 @runtime_checkable
@@ -36,9 +38,42 @@ class Reranker(Protocol):
     def rerank(self, query: str, candidates: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]: ...
 
 
+def require_judge(judge: Any) -> ListwiseJudge:
+    """``judge`` if it has a callable ``judge(query, candidates)``; else a TypeError.
+
+    An object of the wrong shape used to be caught by the "judge failed -> identity
+    order" fallback and silently did nothing; a wiring mistake now fails where it is made.
+    """
+    if not callable(getattr(judge, "judge", None)):
+        hint = ""
+        if callable(getattr(judge, "chat", None)):
+            hint = " (it looks like an LLMProvider: wrap it in ProviderListwiseJudge(provider))"
+        elif callable(getattr(judge, "rerank", None)):
+            hint = " (it looks like a Reranker: pass it as reranker=, not as a judge)"
+        raise TypeError(f"{type(judge).__name__} is not a ListwiseJudge: it needs a "
+                        f"judge(query, candidates) -> list[int] method{hint}")
+    return judge
+
+
+def require_reranker(reranker: Any) -> Reranker:
+    """A Reranker as given, a ListwiseJudge wrapped in ListwiseReranker; else a TypeError."""
+    if callable(getattr(reranker, "rerank", None)):
+        return reranker
+    if callable(getattr(reranker, "judge", None)):
+        return ListwiseReranker(reranker)
+    hint = (" (it looks like an LLMProvider: pass it as provider=)"
+            if callable(getattr(reranker, "chat", None)) else "")
+    raise TypeError(f"{type(reranker).__name__} is neither a Reranker (rerank(query, candidates)) "
+                    f"nor a ListwiseJudge (judge(query, candidates)){hint}")
+
+
 def _field(r: Any, name: str) -> Any:
+    """A candidate's field: a dict key, a RetrievalHit's ``chunk.<name>``, or an attribute."""
     if isinstance(r, Mapping):
         return r.get(name)
+    chunk = getattr(r, "chunk", None)
+    if chunk is not None and hasattr(chunk, name):
+        return getattr(chunk, name)
     return getattr(r, name, None)
 
 
@@ -55,7 +90,16 @@ def _is_permutation(perm: Any, n: int) -> bool:
 
 def listwise_rerank(query: str, results: Sequence[Any], judge: ListwiseJudge, *,
                     top_n: int = DEFAULT_TOP_N) -> list[Any]:
-    """Rerank the first ``top_n`` results with ``judge``; never raises."""
+    """Rerank the first ``top_n`` results with ``judge``.
+
+    Exit #1: restricted candidates are never shown to the judge and keep their position;
+    only the open slots are permuted. Fewer than two open candidates -> the judge is not
+    called. A judge that raises or answers something that is not a permutation leaves
+    the identity (RRF) order: this never raises for anything the judge does. Passing an
+    object that is not a ListwiseJudge at all is a TypeError (a wiring bug, not a judge
+    failure).
+    """
+    require_judge(judge)
     try:
         items = list(results)
     except Exception:  # noqa: BLE001 - never raises, by contract
@@ -66,7 +110,7 @@ def listwise_rerank(query: str, results: Sequence[Any], judge: ListwiseJudge, *,
         if len(open_slots) < 2:
             return items  # nothing to order (all restricted -> judge never called)
         passages = [str(_field(head[i], "text") or "") for i in open_slots]
-        perm = judge.rank(query, passages)
+        perm = judge.judge(query, passages)
         if not _is_permutation(perm, len(open_slots)):
             return items
         new_head = list(head)
@@ -100,9 +144,10 @@ def guarded_rerank(query: str, candidates: Sequence[Mapping[str, Any]], reranker
     return merged
 
 
-def build_listwise_prompt(query: str, passages: Sequence[str], *,
+def build_listwise_prompt(query: str, candidates: Sequence[str], *,
                           max_passage_chars: int = MAX_PASSAGE_CHARS) -> str:
     """RankGPT-style prompt: numbered passages, answer as ``[2] > [1] > [3]``."""
+    passages = list(candidates)
     lines = [
         f"I will give you {len(passages)} passages, each marked with a number in brackets.",
         f"Rank them by how well they answer the question: {query}",
@@ -125,13 +170,14 @@ def build_listwise_prompt(query: str, passages: Sequence[str], *,
 _NUM = re.compile(r"\d+")
 
 
-def parse_listwise_response(text: Any, n: int) -> list[int]:
+def parse_listwise_response(text: Any, n_candidates: int) -> list[int]:
     """0-based permutation from a judge's answer; identity when nothing usable is there.
 
     Numbers are read as 1-based passage ids; out-of-range ids and repeats are dropped and
     missing ids are appended in their original order.
     """
-    if n <= 0:
+    n = n_candidates
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
         return []
     try:
         nums = [int(m) for m in _NUM.findall(str(text))]
@@ -147,29 +193,38 @@ def parse_listwise_response(text: Any, n: int) -> list[int]:
     return seen + [i for i in range(n) if i not in seen]
 
 
-@dataclass
+SYSTEM_PROMPT = "You rank search results. Answer with the ranking only."
+
+
 class ProviderListwiseJudge:
-    """A ListwiseJudge backed by an LLMProvider (prompt -> ranking text)."""
+    """A ListwiseJudge backed by an LLMProvider: one ``provider.chat(...)`` call per
+    judgement. Provider errors propagate to ``listwise_rerank``, which falls back to the
+    identity order."""
 
-    provider: LLMProvider
-    max_passage_chars: int = MAX_PASSAGE_CHARS
-    max_tokens: int = 256
+    def __init__(self, provider: LLMProvider, *, max_passage_chars: int = MAX_PASSAGE_CHARS,
+                 max_tokens: int = 256) -> None:
+        if not callable(getattr(provider, "chat", None)):
+            raise TypeError(f"{type(provider).__name__} is not an LLMProvider: it needs a "
+                            "chat(messages, **options) -> str method")
+        self.provider = provider
+        self.max_passage_chars = max_passage_chars
+        self.max_tokens = max_tokens
 
-    def rank(self, query: str, passages: Sequence[str]) -> list[int]:
-        prompt = build_listwise_prompt(query, passages, max_passage_chars=self.max_passage_chars)
-        answer = self.provider.complete(
-            prompt, system="You rank search results. Answer with the ranking only.",
+    def judge(self, query: str, candidates: list[str]) -> list[int]:
+        prompt = build_listwise_prompt(query, candidates, max_passage_chars=self.max_passage_chars)
+        answer = self.provider.chat(
+            [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}],
             max_tokens=self.max_tokens, temperature=0.0,
         )
-        return parse_listwise_response(answer, len(passages))
+        return parse_listwise_response(answer, len(candidates))
 
 
-@dataclass
 class ListwiseReranker:
     """Reranker adapter over a ListwiseJudge (the LLM judge path)."""
 
-    judge: ListwiseJudge
-    top_n: int = DEFAULT_TOP_N
+    def __init__(self, judge: ListwiseJudge, top_n: int = DEFAULT_TOP_N) -> None:
+        self.judge = require_judge(judge)
+        self.top_n = top_n
 
     def rerank(self, query: str, candidates: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         return listwise_rerank(query, candidates, self.judge, top_n=self.top_n)

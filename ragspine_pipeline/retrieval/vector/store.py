@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..lexical.predicates import compile_filters, predicate_mask
+from ..filters import compile_filters, predicate_mask
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragspine_pipeline.cli import EMBEDDING_SPECS, build_demo_store, main, parse_filter_args, preview
+from ragspine_pipeline.cli import (
+    EMBEDDING_SPECS,
+    build_demo_store,
+    main,
+    parse_filter_args,
+    preview,
+)
 from ragspine_pipeline.retrieval.chunking.chunking import chunk_document
 from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
 from ragspine_pipeline.retrieval.vector.embedding_backends import (

@@ -6,6 +6,10 @@ corpus). Vectors are keyed by (model id, sha256 of the embedded text), so a chan
 or another model never reuses a stale vector, and only missing texts are embedded. The
 file is written to a temporary name and renamed over the old one (atomic on POSIX and
 Windows), so a crash or a concurrent reader never sees a half-written cache.
+
+RESTRICTED chunks are never sent to the embedding backend (it may be a remote endpoint)
+and never written to the cache: they get a zero vector (cosine 0), and both exits drop
+them from every answer anyway.
 """
 
 from __future__ import annotations
@@ -67,20 +71,25 @@ def preload_cached_vectors(retriever: HybridRetriever, cache_dir: Path) -> int:
         return 0
     path = cache_file(cache_dir, str(model_id))
     cached = _load(path)
+    restricted = retriever.restricted
     keys = [_text_key(str(model_id), c.text) for c in retriever.chunks]
-    missing = [i for i, k in enumerate(keys) if k not in cached]
+    missing = [i for i, k in enumerate(keys) if k not in cached and not restricted[i]]
     if missing:
         new = np.asarray(backend.embed_texts([retriever.chunks[i].text for i in missing]), dtype=np.float32)
         if new.ndim != 2 or len(new) != len(missing):
             raise RuntimeError("embedding backend returned a wrong number of vectors")
         for i, v in zip(missing, new, strict=True):
             cached[keys[i]] = v
-    dims = {cached[k].shape[0] for k in keys}
+    open_keys = [k for i, k in enumerate(keys) if not restricted[i]]
+    if not open_keys:
+        return 0  # nothing open to embed: the dense channel embeds lazily (and finds nothing)
+    dims = {cached[k].shape[0] for k in open_keys}
     if len(dims) != 1:  # a model id reused with another dimension: start over
         path.unlink(missing_ok=True)
         return preload_cached_vectors(retriever, cache_dir)
-    mat = np.stack([cached[k] for k in keys])
+    zero = np.zeros(dims.pop(), dtype=np.float32)
+    mat = np.stack([zero if restricted[i] else cached[k] for i, k in enumerate(keys)])
     if missing:
-        _save(path, keys, mat)
+        _save(path, open_keys, np.stack([cached[k] for k in open_keys]))
     retriever.preload_vectors(mat)
     return len(missing)

@@ -166,10 +166,26 @@ class CountingBackend(DeterministicHashBackend):
     def __init__(self):
         super().__init__(dim=32)
         self.embedded = 0
+        self.seen = []
 
     def embed_texts(self, texts):
         self.embedded += len(texts)
+        self.seen += list(texts)
         return super().embed_texts(texts)
+
+
+def test_vector_cache_never_embeds_or_stores_restricted_text(tmp_path):
+    chunks = (chunk_document("open words about the plant", doc_id="o", metadata={"sensitivity": "PUBLIC"})
+              + chunk_document("secret words about the plant", doc_id="s", metadata={"sensitivity": "RESTRICTED"}))
+    b = CountingBackend()
+    r = HybridRetriever(chunks, embedding_backend=b)
+    assert preload_cached_vectors(r, tmp_path) == 1
+    assert b.seen == ["open words about the plant"]
+    with np.load(cache_file(tmp_path, b.model_id)) as z:
+        assert len(z["keys"]) == 1
+    hits = r.search("plant", top_k=2)
+    assert {h.chunk.doc_id for h in hits} == {"o", "s"}  # lexical still sees it; the exits drop it
+    assert all("secret" not in t for t in b.seen)
 
 
 def test_engine_only_vectors_are_cached_on_disk_by_model_and_text(tmp_path):

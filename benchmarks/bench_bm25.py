@@ -28,16 +28,18 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import add_io_args, data_root, out_dir, require_sets, say_written, use_data  # noqa: E402
 from ragspine_pipeline.eval.beir import load_beir  # noqa: E402
 from ragspine_pipeline.eval.metrics import mean_metrics  # noqa: E402
 from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer  # noqa: E402
 from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index, bm25_scores  # noqa: E402
 
-SHARED_EVAL = ROOT.parent / "shared" / "eval"
-RESULTS = ROOT / "benchmarks" / "results"
+SHARED_EVAL = data_root()  # --data / RAGSPINE_BENCH_DATA (workers inherit it)
+RESULTS = ROOT / "benchmarks" / "out"  # set from --out in main()
 CACHE = ROOT / "benchmarks" / ".cache"
 SETS = ("scifact", "cranfield", "cmrc2018-trial")
 K1, B = 1.5, 0.75
+START = time.time()
 
 
 # --------------------------------------------------------------------------- memory
@@ -376,14 +378,21 @@ def main() -> None:
     r = sub.add_parser("reference")
     r.add_argument("--sets", default=",".join(SETS))
     r.add_argument("--reference-queries", type=int, default=60)
+    add_io_args(r)
     r.set_defaults(func=reference)
     p = sub.add_parser("peers")
     p.add_argument("--sets", default=",".join(SETS))
     p.add_argument("--sizes", default="10000,100000,1000000")
     p.add_argument("--rank-bm25-max", type=int, default=100_000)
+    add_io_args(p)
     p.set_defaults(func=peers)
     args = ap.parse_args()
+    global SHARED_EVAL, RESULTS
+    SHARED_EVAL = use_data(args.data)
+    require_sets(SHARED_EVAL, [s for s in args.sets.split(",") if s])
+    RESULTS = out_dir(args.out)
     args.func(args)
+    say_written(sorted(p for p in RESULTS.glob("bm25_*") if p.stat().st_mtime >= START))
 
 
 if __name__ == "__main__":

@@ -22,11 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import add_io_args, out_dir, require_sets, say_written, use_data  # noqa: E402
 from ragspine_pipeline.eval.runner import EvalConfig, evaluate_modes  # noqa: E402
 from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend  # noqa: E402
 
-SHARED_EVAL = ROOT.parent / "shared" / "eval"
-RESULTS = ROOT / "benchmarks" / "results"
 MODELS_FOR = {"cranfield": ["minilm", "e5", "usem3"], "cmrc2018-trial": ["e5", "usem3"], "scifact": ["minilm"]}
 SAMPLE_EN = "The Lyon plant was closed in 2023 because energy costs tripled and the building needed renovation."
 SAMPLE_ZH = "2023年艾克美中国营业收入同比下降12.4%，主要原因是房地产市场低迷和价格战。"
@@ -47,7 +46,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sets", default="cranfield,cmrc2018-trial,scifact")
     ap.add_argument("--models", default="")
+    add_io_args(ap)
     args = ap.parse_args()
+    SHARED_EVAL = use_data(args.data)
+    require_sets(SHARED_EVAL, [s for s in args.sets.split(",") if s])
+    RESULTS = out_dir(args.out)
     only = set(filter(None, args.models.split(",")))
     rows = []
     for name in filter(None, args.sets.split(",")):
@@ -60,7 +63,6 @@ def main() -> None:
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     speeds = [throughput(m) for m in ("e5", "minilm", "usem3") if not only or m in only]
     cmd = "python benchmarks/bench_dense.py " + " ".join(sys.argv[1:])
-    RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "dense.json").write_text(json.dumps({"command": cmd, "cpu_count": os.cpu_count(), "quality": rows,
                                                     "throughput": speeds}, indent=2, default=str))
     lines = ["# Dense channel: BM25 vs dense vs hybrid (nDCG@10), model throughput\n",
@@ -71,6 +73,7 @@ def main() -> None:
     lines += [f"| {s['model_id']} | {s['sentences_per_s_en']:.0f} | {s['sentences_per_s_zh']:.0f} |" for s in speeds]
     (RESULTS / "dense.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    say_written([RESULTS / "dense.json", RESULTS / "dense.md"])
 
 
 if __name__ == "__main__":

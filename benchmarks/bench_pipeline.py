@@ -42,11 +42,11 @@ sys.path.insert(0, str(ROOT))
 import dagster as dg  # noqa: E402
 
 import definitions  # noqa: E402
+from benchmarks.common import add_io_args, data_root, out_dir, require_sets, say_written, use_data  # noqa: E402
 from ragspine_pipeline.eval.beir import load_beir  # noqa: E402
 from resources import WarehouseResource  # noqa: E402
 
-SHARED_EVAL = ROOT.parent / "shared" / "eval"
-RESULTS = ROOT / "benchmarks" / "results"
+SHARED_EVAL = data_root()  # set from --data in main()
 ROWS = [("demo", "none"), ("cmrc2018-trial", "none"), ("cranfield", "none"), ("scifact", "none"),
         ("scifact-x10", "none"), ("demo", "auto"), ("cmrc2018-trial", "auto"), ("cranfield", "auto")]
 WORK_KEYS = {"raw_documents": ("parsed", "bytes_written"), "chunks": ("rows_written", "bytes_written"),
@@ -174,17 +174,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="run the rows whose corpus name starts with this")
     ap.add_argument("--embedding", default="", help="run only the rows with this embedding spec (none, auto)")
+    add_io_args(ap)
     args = ap.parse_args()
+    global SHARED_EVAL
+    SHARED_EVAL = use_data(args.data)
+    selected = [(n, e) for n, e in ROWS
+                if not ((args.only and not n.startswith(args.only)) or (args.embedding and e != args.embedding))]
+    if not selected:
+        from benchmarks.common import fail
+
+        fail(f"no row matches --only {args.only!r} --embedding {args.embedding!r}; rows: {ROWS}")
+    require_sets(SHARED_EVAL, sorted({n.partition("-x")[0] for n, _ in selected if n != "demo"}))
+    RESULTS = out_dir(args.out)
     floor = orchestrator_floor_seconds()
     rows = []
-    for name, emb in ROWS:
-        if (args.only and not name.startswith(args.only)) or (args.embedding and emb != args.embedding):
-            continue
+    for name, emb in selected:
         rows.append(run_row(name, emb))
         print(json.dumps({k: v for k, v in rows[-1].items() if not k.endswith("steps")}), file=sys.stderr, flush=True)
     cmd = "python benchmarks/bench_pipeline.py" + (f" --only {args.only}" if args.only else "") + (
         f" --embedding {args.embedding}" if args.embedding else "")
-    RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "pipeline_refresh.json").write_text(json.dumps({"command": cmd, "cpu_count": os.cpu_count(),
                                                                "dagster_floor_s": round(floor, 3), "rows": rows},
                                                               indent=2, default=str))
@@ -211,6 +219,7 @@ def main() -> None:
                      f"timings, paid once per long-lived process): {', '.join(f'{x:.2f} s' for x in loads)}.")
     (RESULTS / "pipeline_refresh.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    say_written([RESULTS / "pipeline_refresh.json", RESULTS / "pipeline_refresh.md"])
 
 
 if __name__ == "__main__":

@@ -23,10 +23,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.common import add_io_args, out_dir, say_written  # noqa: E402
 from ragspine_pipeline.retrieval.vector.lancedb_store import LanceDBVectorStore  # noqa: E402
 from ragspine_pipeline.retrieval.vector.store import InProcessVectorStore  # noqa: E402
-
-RESULTS = ROOT / "benchmarks" / "results"
 
 
 def main() -> None:
@@ -34,7 +33,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--queries", type=int, default=100)
+    add_io_args(ap, data=False)
     args = ap.parse_args()
+    RESULTS = out_dir(args.out)
     rng = np.random.default_rng(3)
     centres = rng.normal(size=(1000, args.dim)).astype(np.float32)
     vecs = centres[rng.integers(0, 1000, args.n)] + 0.35 * rng.normal(size=(args.n, args.dim)).astype(np.float32)
@@ -66,7 +67,6 @@ def main() -> None:
                 rows[name].update({f"p50_ms{tag}": 1000 * statistics.median(lat),
                                    f"p95_ms{tag}": 1000 * float(np.percentile(lat, 95)), f"recall@10{tag}": recall})
     cmd = "python benchmarks/bench_vector_stores.py " + " ".join(sys.argv[1:])
-    RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "vector_stores.json").write_text(json.dumps({"command": cmd, "cpu_count": os.cpu_count(), "n": args.n,
                                                             "dim": args.dim, "rows": rows}, indent=2))
     lines = [f"# Vector stores at {args.n:,} vectors × {args.dim}\n", f"Command: `{cmd}` (cpu_count={os.cpu_count()})\n",
@@ -77,6 +77,7 @@ def main() -> None:
                      f"{r['p50_ms_filtered']:.2f} | {r['recall@10_filtered']:.3f} |")
     (RESULTS / "vector_stores.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    say_written([RESULTS / "vector_stores.json", RESULTS / "vector_stores.md"])
 
 
 if __name__ == "__main__":

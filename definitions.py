@@ -65,7 +65,9 @@ def run_demo(questions: int = 4, top_k: int = 3) -> int:
         checks = result.get_asset_check_evaluations()
         failed = [c.check_name for c in checks if not c.passed]
         golden = mats["retrieval_snapshot"]["golden"].value
-        print(f"  {lib}: golden questions nDCG@10={golden.get('ndcg@10', 'n/a')} over {golden.get('queries', 0)}")
+        ndcg = golden.get("ndcg@10")
+        print(f"  {lib}: golden questions nDCG@10={f'{ndcg:.4f}' if isinstance(ndcg, int | float) else 'n/a'} "
+              f"over {golden.get('queries', 0)}")
         print(f"  {lib}: {ch['new'].value} new, {ch['changed'].value} changed, {ch['unchanged'].value} unchanged, "
               f"{ch['withdrawn'].value} withdrawn; chunks {ch['version'].value}; "
               f"{len(checks) - len(failed)}/{len(checks)} checks passed" + (f" (FAILED: {failed})" if failed else ""))

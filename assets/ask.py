@@ -14,8 +14,8 @@ from pydantic import Field
 
 from ragspine_pipeline.cli import preview, snippet_channels
 from ragspine_pipeline.filter_input import check_filter_values, coerce_operand
+from ragspine_pipeline.retrieval.filters import OPERATORS, FilterError
 from ragspine_pipeline.retrieval.lexical.hybrid import FILTER_FIELDS
-from ragspine_pipeline.retrieval.lexical.predicates import OPERATORS, FilterError
 from resources import RetrievalResource
 
 EXAMPLE_QUERY = "why close the Lyon plant"

@@ -41,7 +41,7 @@ class ChunksConfig(dg.Config):
 
 
 class EmbeddingsConfig(dg.Config):
-    embedding: str = ""  # empty: RAGSPINE_EMBEDDING (default auto: ONNX if available, else none)
+    embedding: str = ""  # empty: RAGSPINE_EMBEDDING_BACKEND / RAGSPINE_EMBEDDING (default auto: ONNX if available)
 
 
 class LexicalConfig(dg.Config):
@@ -164,10 +164,13 @@ def lexical_index(context: dg.AssetExecutionContext, config: LexicalConfig, ware
                 "nothing and the library serves pure BM25.",
 )
 def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend
+    from ragspine_pipeline.retrieval.vector.embedding_backends import (
+        embedding_spec_from_env,
+        make_embedding_backend,
+    )
 
     lib = context.partition_key
-    spec = config.embedding or os.environ.get("RAGSPINE_EMBEDDING", "auto")
+    spec = config.embedding or embedding_spec_from_env("auto")
     wh = warehouse.tables()
     with wh.lock(lib):
         res = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec)

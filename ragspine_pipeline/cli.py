@@ -33,7 +33,7 @@ from .filter_input import (
 )
 from .modes import LEXICAL_MODES, VECTOR_MODES, RetrievalModeError, resolve_retrieval
 from .retrieval.chunking.chunk_store import ChunkStore
-from .retrieval.lexical.predicates import FilterError
+from .retrieval.filters import FilterError
 from .retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever
 
 DEFAULT_WAREHOUSE = Path(os.environ.get("RAGSPINE_WAREHOUSE", DEMO_ROOT.parent / "warehouse"))
@@ -150,6 +150,7 @@ def _check_choice_args(args: argparse.Namespace) -> None:
         raise CLIInputError("--mode", f"unknown retrieval mode {mode!r}; use one of "
                             f"{', '.join(VECTOR_MODES + LEXICAL_MODES)}")
     for option, value in (("--embedding", getattr(args, "embedding", None)),
+                          ("RAGSPINE_EMBEDDING_BACKEND", os.environ.get("RAGSPINE_EMBEDDING_BACKEND")),
                           ("RAGSPINE_EMBEDDING", os.environ.get("RAGSPINE_EMBEDDING"))):
         if value is not None:
             name = value.strip().partition(":")[0].lower()
@@ -194,10 +195,12 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
     ``ragspine query`` embeds nothing but the question.
     """
     from .retrieval.lexical.glossary import GlossaryQueryRewriter
+    from .retrieval.rerank.cross_encoder import reranker_from_env
 
     if source not in ("auto", "store"):
         raise ValueError(f"source must be 'auto' or 'store', got {source!r}")
     backend, channels = resolve_retrieval(mode, embedding)
+    reranker = reranker_from_env()  # RAGSPINE_RERANKER, as RetrievalResource and the ask job read it
     gl = glossary if glossary is not None else DEMO_ROOT / "glossary.json"
     if source == "auto" and (warehouse / "retrieval_snapshot").is_dir() and analyzer is None:
         # Serve what the pipeline published (read-only, one consistent snapshot per library).
@@ -208,7 +211,8 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
         libs = published_libraries(wh)
         if libs:
             return serving_retriever({lib: NarrativeIndexRetriever(load_snapshot_index(
-                wh, lib, glossary=gl, embedding_backend=backend, channels=channels)) for lib in libs})
+                wh, lib, glossary=gl, embedding_backend=backend, channels=channels), reranker=reranker)
+                for lib in libs})
     path = _store_path(warehouse)
     if not path.exists():
         raise FileNotFoundError(f"no chunk store at {path}; run `ragspine demo --engine-only --warehouse {warehouse}`")
@@ -221,19 +225,24 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
         from .vector_cache import preload_cached_vectors
 
         preload_cached_vectors(index.retriever, warehouse / VECTOR_CACHE_DIR)
-    return NarrativeIndexRetriever(index)
+    return NarrativeIndexRetriever(index, reranker=reranker)
 
 
 def describe_retriever(retriever: Any) -> str:
-    """One line: chunks, analyzer, dense model, restricted count — one or many libraries."""
+    """One line: served chunks, analyzer, dense model — one or many libraries.
+
+    No restricted count: the served index holds no restricted chunk, and nothing it prints
+    may depend on whether restricted documents exist.
+    """
+    from .retrieval.vector.embedding_backends import backend_model_id
+
     hs = hybrid_retrievers(retriever)
-    models = sorted({getattr(h.embedding_backend, "model_id", type(h.embedding_backend).__name__)
+    models = sorted({backend_model_id(h.embedding_backend)
                      for h in hs if h.embedding_backend is not None and "dense" in h.channels})
     analyzers = sorted({h.analyzer.name for h in hs})
     libs = f"{len(hs)} libraries, " if len(hs) > 1 else ""
     return (f"index: {libs}{sum(len(h) for h in hs)} active chunks, analyzer={','.join(analyzers)}, "
-            f"dense={','.join(models) or 'off'}, "
-            f"restricted chunks indexed but never returned: {sum(int(h.restricted.sum()) for h in hs)}")
+            f"dense={','.join(models) or 'off'}")
 
 
 def preview(text: str, width: int = 220) -> str:

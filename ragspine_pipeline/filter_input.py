@@ -22,8 +22,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from .retrieval.filters import FilterError, compile_filters
 from .retrieval.lexical.hybrid import FILTER_FIELDS, HybridRetriever
-from .retrieval.lexical.predicates import FilterError, compile_filters
 from .sensitivity import is_restricted
 
 Triple = tuple[str, str, Any]

@@ -583,3 +583,34 @@ def test_kill_minus_nine_at_random_points_loses_nothing(tmp_path):
     refresh(fresh, corpus)
     got = [(c.chunk_id, c.text) for c in P.served_chunks(wh, LIB, wh.latest(P.CHUNKS, LIB).version)]
     assert got == [(c.chunk_id, c.text) for c in P.served_chunks(fresh, LIB, fresh.latest(P.CHUNKS, LIB).version)]
+
+
+def test_restricted_text_is_never_sent_to_the_embedding_model(tmp_path):
+    from ragspine_pipeline.retrieval.vector.embedding_backends import backend_model_id, make_embedding_backend
+
+    class Recording:
+        """The deterministic backend, recording every text it is asked to embed."""
+
+        def __init__(self):
+            self.inner = make_embedding_backend("deterministic")
+            self.model_id = backend_model_id(self.inner)
+            self.seen: list[str] = []
+
+        def embed_texts(self, texts):
+            self.seen.extend(texts)
+            return self.inner.embed_texts(texts)
+
+    corpus = tmp_path / "corpus"
+    write_lib(corpus, {"open.md": "zebra open", "s.md": "QUARTZ zebra secret", "s.meta.json": meta(sensitivity="RESTRICTED"),
+                       "odd.md": "QUARTZ odd", "odd.meta.json": meta(sensitivity="RESTRI\u200cCTEDX")})
+    wh = VersionedTables(tmp_path / "wh")
+    P.build_raw_documents(wh, corpus, LIB)
+    P.build_chunks(wh, LIB)
+    P.build_lexical_index(wh, LIB)
+    backend = Recording()
+    res = P.build_embeddings(wh, LIB, backend, "deterministic")
+    assert backend.seen == ["zebra open"] and res.metadata["count"] == 1
+    P.publish_snapshot(wh, LIB)
+    index = P.load_snapshot_index(wh, LIB)
+    assert [c.doc_id for c in index.retriever.chunks] == [f"{LIB}/open"]
+    assert NarrativeIndexRetriever(index).retrieve("QUARTZ zebra", top_k=5)[0]["scores"]["vector"] is not None

@@ -78,8 +78,8 @@ __all__ = ["CHUNKS", "EMBEDDINGS", "LEXICAL", "RAW", "SNAPSHOT", "CheckOutcome",
            "serving_retriever", "snapshot_summary", "sorted_active_chunks", "table_documents"]
 
 
-def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, same_config: bool
-                    ) -> tuple[dict[str, str], bool]:
+def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, same_config: bool, *,
+                    skip_restricted: bool = False) -> tuple[dict[str, str], bool]:
     """(chunk_id -> text of the active chunks without a row in ``prev``'s ``table``, whether
     to append to ``prev``).
 
@@ -87,23 +87,28 @@ def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, s
     with the same configuration never needs recomputing. When the chunks version only
     appended segments to the one ``prev`` was built from, only those segments' rows can be
     new: they are the only rows read (the refresh costs what changed, not the library).
+    ``skip_restricted`` leaves RESTRICTED chunks out (their text must never reach a model,
+    and the served index never holds them).
     """
     def as_dict(t: pa.Table) -> dict[str, str]:
+        if skip_restricted:
+            t = t.filter(pa.array([not is_restricted(x) for x in t.column("sensitivity").to_pylist()], pa.bool_()))
         return dict(zip(t.column("chunk_id").to_pylist(), t.column("text").to_pylist(), strict=True))
 
+    cols = ["text", "sensitivity"]
     if prev is None or not same_config:
-        return as_dict(active_chunk_table(pub_chunks, columns=["text"])), False
+        return as_dict(active_chunk_table(pub_chunks, columns=cols)), False
     seen = prev.manifest["metadata"].get("chunks_segments")
     cur = pub_chunks.segments("chunks")
     if seen is not None and cur[: len(seen)] == seen and "doc_state" in pub_chunks.manifest["tables"]:
         paths = pub_chunks.table_paths("chunks")[len(seen):]
         if not paths:
             return {}, True
-        cand = pa.concat_tables([pq.read_table(p, columns=["chunk_id", "doc_id", "version", "text"]) for p in paths])
+        cand = pa.concat_tables([pq.read_table(p, columns=["chunk_id", "doc_id", "version", *cols]) for p in paths])
         state = doc_state(pub_chunks, set(cand.column("doc_id").to_pylist()), columns=["version", "withdrawn"])
         cand = cand.filter(active_mask(cand, state))
     else:
-        cand = active_chunk_table(pub_chunks, columns=["text"])
+        cand = active_chunk_table(pub_chunks, columns=cols)
     have = read_segments(prev, table, columns=["chunk_id"]).column("chunk_id").combine_chunks()
     cand = cand.filter(pc.invert(pc.is_in(cand.column("chunk_id"), value_set=have)))
     return as_dict(cand), True
@@ -174,7 +179,7 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
         return StepResult(prev, {"model_id": model_id, "version": prev.version, "reused": True, "embedded": 0,
                                  "count": prev.manifest["metadata"].get("count", prev.rows("vectors")),
                                  "bytes_written": 0, "seconds": round(time.perf_counter() - t0, 3)})
-    texts, append = _missing_chunks(pub_chunks, prev, "vectors", same)
+    texts, append = _missing_chunks(pub_chunks, prev, "vectors", same, skip_restricted=True)
     todo = sorted(texts)
     t1 = time.perf_counter()
     fresh = backend.embed_texts([texts[c] for c in todo]) if todo else []
@@ -184,7 +189,9 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
                       "text_hash": pa.array([_text_hash(texts[c]) for c in todo], pa.string()),
                       "vector": _vector_column(fresh, dim)})
     meta = {"model_id": model_id, "spec": spec, "dim": dim, "chunks_version": pub_chunks.version,
-            "count": pub_chunks.manifest["metadata"].get("active_chunks"), "chunks_segments": pub_chunks.segments("chunks")}
+            "count": (pub_chunks.manifest["metadata"].get("active_chunks") or 0)
+            - (pub_chunks.manifest["metadata"].get("restricted_chunks") or 0),  # restricted chunks get no vector
+            "chunks_segments": pub_chunks.segments("chunks")}
     tspec = Append(table, compact=_compact_to_active(pub_chunks)) if append else table
     pub = wh.write(EMBEDDINGS, library, {"vectors": tspec}, meta, parent=prev if append else None)
     meta.pop("chunks_segments")

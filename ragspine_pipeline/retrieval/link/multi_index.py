@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..lexical.fusion import DEFAULT_RRF_K, rrf_fuse
+from ..limits import check_query
 from .narrative_link import NarrativeIndexRetriever
 
 Router = Callable[[str], Sequence[str]]
@@ -76,6 +77,7 @@ class MultiIndexRetriever:
         return per_lib
 
     def retrieve(self, query: str, *, filters: Any = None, top_k: int = 50) -> list[dict[str, Any]]:
+        check_query(query)
         if top_k <= 0:
             return []
         libs = self.route(query)

@@ -32,6 +32,7 @@ from ..chunking.chunking import METADATA_FIELDS, Chunk
 from ..lexical.analyzer import Analyzer
 from ..lexical.glossary import GlossaryError, GlossaryQueryRewriter
 from ..lexical.hybrid import HybridRetriever, RetrievalHit
+from ..limits import check_query
 from ..rerank.listwise_rerank import (
     ListwiseJudge,
     ListwiseReranker,
@@ -183,6 +184,7 @@ class NarrativeIndexRetriever:
 
     def retrieve(self, query: str, *, filters: Mapping[str, Any] | Sequence[Any] | None = None,
                  top_k: int = DEFAULT_TOP_K) -> list[dict[str, Any]]:
+        check_query(query)  # a clear error for a non-string or a query past the length limit
         if top_k <= 0:
             return []
         relaxed = False

@@ -586,7 +586,10 @@ def test_kill_minus_nine_at_random_points_loses_nothing(tmp_path):
 
 
 def test_restricted_text_is_never_sent_to_the_embedding_model(tmp_path):
-    from ragspine_pipeline.retrieval.vector.embedding_backends import backend_model_id, make_embedding_backend
+    from ragspine_pipeline.retrieval.vector.embedding_backends import (
+        backend_model_id,
+        make_embedding_backend,
+    )
 
     class Recording:
         """The deterministic backend, recording every text it is asked to embed."""

@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 import definitions  # noqa: E402
 from assets import library_sensor  # noqa: E402
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
+from ragspine_pipeline.sensitivity import is_restricted  # noqa: E402
 from ragspine_pipeline.warehouse import pipeline as P  # noqa: E402
 from ragspine_pipeline.warehouse.versioned import FAIL_ENV, VersionedTables  # noqa: E402
 from resources import RetrievalResource, WarehouseResource  # noqa: E402
@@ -342,7 +343,8 @@ def test_embeddings_asset_is_incremental_and_model_switch_is_published_by_snapsh
 
     pub = env["wh"].latest(P.EMBEDDINGS, LIB)
     store = ParquetVectorStore(pub.table_path("vectors"), id_column="chunk_id")
-    chunks = {c.chunk_id: c for c in P.active_chunks(env["wh"], LIB)}
+    # RESTRICTED chunks are never embedded (their text must not reach a model).
+    chunks = {c.chunk_id: c for c in P.active_chunks(env["wh"], LIB) if not is_restricted(c.sensitivity)}
     target = next(c for c in chunks.values() if "Monterrey" in c.text)
     (qv,) = make_embedding_backend("deterministic:64").embed_texts([target.text])
     assert store.count() == len(chunks) and store.query(qv, k=1)[0].id == target.chunk_id

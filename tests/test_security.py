@@ -617,3 +617,26 @@ def test_restricted_text_is_never_sent_to_the_embedding_model(tmp_path):
     index = P.load_snapshot_index(wh, LIB)
     assert [c.doc_id for c in index.retriever.chunks] == [f"{LIB}/open"]
     assert NarrativeIndexRetriever(index).retrieve("QUARTZ zebra", top_k=5)[0]["scores"]["vector"] is not None
+
+
+def test_queries_have_a_length_limit_with_a_clear_message(tmp_path, monkeypatch):
+    from ragspine_pipeline.retrieval.limits import MAX_QUERY_CHARS_ENV, QueryTooLong
+    from ragspine_pipeline.retrieval.link.multi_index import MultiIndexRetriever
+
+    corpus = tmp_path / "corpus"
+    for lib in ("a", "b"):
+        write_lib(corpus, {"doc.md": f"zebra {lib}"}, lib=lib)
+    wh = VersionedTables(tmp_path / "wh")
+    for lib in ("a", "b"):
+        refresh(wh, corpus, lib)
+    one = served(wh, "a")
+    many = MultiIndexRetriever({"a": one, "b": served(wh, "b")})
+    for r in (one, many):
+        assert r.retrieve("zebra " * 600, top_k=1)  # 3,600 characters: fine
+        with pytest.raises(QueryTooLong, match=MAX_QUERY_CHARS_ENV):
+            r.retrieve("营收" * 1_000_000, top_k=1)
+        with pytest.raises(TypeError):
+            r.retrieve(["zebra"], top_k=1)
+    monkeypatch.setenv(MAX_QUERY_CHARS_ENV, "10")
+    with pytest.raises(QueryTooLong, match="maximum is 10"):
+        one.retrieve("zebra zebra zebra", top_k=1)

@@ -94,6 +94,10 @@ def test_greek_casefolds_final_sigma_and_stems(uni, plain):
 def test_vietnamese_words_keep_their_diacritics_whole(uni):
     assert uni("Tiếng Việt") == ["tiếng", "việt"]
     assert uni("Hà Nội là thủ đô") == ["hà", "nội", "là", "thủ", "đô"]
+    # Vietnamese metadata: no English stop words or stems ("to" = big, "do" = because).
+    assert uni("nhà to do mưa") == ["nhà", "mưa"]
+    assert uni.analyze("nhà to do mưa", language="vi") == ["nhà", "to", "do", "mưa"]
+    assert uni.analyze_query("to", ["vi"]) == ["to"]  # kept: not a stop word for the vi documents
 
 
 def test_german_umlauts_and_compounds(uni):
@@ -169,8 +173,11 @@ def test_document_language_metadata_overrides_the_script_rule(uni):
     assert uni.language_rule("de")["latin"] == "german"
     assert uni.language_rule(None)["latin"] == "english"
     assert uni.language_rule("ru")["cyrillic"] == "russian"
-    # Chinese metadata: no stemmer, the rule stays.
+    # Chinese metadata: no stemmer, the rule stays for its English words (the demo mix).
     assert uni.analyze("营收 revenues", language="zh") == ["营", "收", "营收", "revenu"]
+    # Ukrainian: Cyrillic words as they are, not Russian stems.
+    assert uni.language_rule("uk")["cyrillic"] == ""
+    assert uni.analyze("книги і журнали", language="uk") == ["книги", "і", "журнали"]
 
 
 def test_query_stems_in_every_document_language_of_its_script(uni):
@@ -209,6 +216,9 @@ def test_legacy_names_still_build_their_spec_token_analyzers():
         an = make_analyzer(name)
         assert isinstance(an, Analyzer) and an.name == name
     assert make_analyzer("english")("The revenues were declining 营收") == ["revenu", "declin", "营", "收", "营收"]
+    # Same seam as the Unicode analyzer, so callers can pass metadata to either.
+    eng = make_analyzer("english")
+    assert eng.analyze("Häuser", "de") == eng.analyze_query("Häuser", ["de"]) == eng("Häuser") == ["h", "user"]
 
 
 def test_names_are_canonical_and_round_trip():
@@ -330,3 +340,37 @@ def test_quality_benchmark_meets_bm25s_default_on_every_set(tmp_path):
         n = row["ndcg@10"]
         assert n["ragspine index"] >= n["bm25s default"], (name, n)
         assert row["max_abs_diff_vs_reference"] < 1e-9
+
+
+# ------------------------------------------------------------------ the lexical index manifest
+def test_manifest_records_the_analyzer_a_new_one_retokenizes_and_old_snapshots_load(tmp_path, monkeypatch):
+    import shutil
+
+    from ragspine_pipeline.warehouse import pipeline as P
+    from ragspine_pipeline.warehouse.versioned import VersionedTables
+
+    lib = "acme_reports"
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(root / "data" / "demo" / lib, tmp_path / "corpus" / lib)
+    wh = VersionedTables(tmp_path / "wh")
+    P.build_raw_documents(wh, tmp_path / "corpus", lib)
+    P.build_chunks(wh, lib)
+    # A library indexed by an earlier release with the spec-token "english" analyzer ...
+    monkeypatch.setenv(ANALYZER_ENV, "english")
+    old = P.build_lexical_index(wh, lib)
+    assert old.metadata["analyzer"] == "english"
+    P.publish_snapshot(wh, lib)
+    index = P.load_snapshot_index(wh, lib, channels=("bm25",))
+    assert index.retriever.analyzer.name == "english"  # the recorded name rebuilds its analyzer
+    # ... is re-tokenized in full once the default (unicode) is in force.
+    monkeypatch.delenv(ANALYZER_ENV)
+    new = P.build_lexical_index(wh, lib)
+    assert new.metadata["analyzer"] == "unicode" and not new.metadata["reused"]
+    assert new.metadata["chunks_analyzed"] == new.metadata["chunks_indexed"]
+    assert P.build_lexical_index(wh, lib).metadata["reused"]  # same name, same chunks: nothing to do
+    # A pin through the environment is recorded under its canonical name.
+    monkeypatch.setenv(ANALYZER_ENV, "unicode:de")
+    assert P.build_lexical_index(wh, lib).metadata["analyzer"] == "unicode:german"
+    P.publish_snapshot(wh, lib)
+    monkeypatch.delenv(ANALYZER_ENV)
+    assert P.load_snapshot_index(wh, lib, channels=("bm25",)).retriever.analyzer.name == "unicode:german"

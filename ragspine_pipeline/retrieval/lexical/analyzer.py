@@ -1,16 +1,19 @@
 """Tokenization and the pluggable index analyzer.
 
-``tokenize`` is the spec's tokenizer, kept exact so that every layer (index, reference
-scorer, peers in the benchmark) can be fed the same tokens:
+``tokenize`` is the spec's tokenizer (public API, pinned by the conformance tests):
 
 * NFKC first (full-width ＡＢＣ１２３ becomes abc123), then lowercase;
 * ASCII alphanumeric runs are words;
 * CJK runs (Han, Hiragana, Katakana, Hangul) give every unigram, then every adjacent
   bigram of the run.
 
-Anything else (punctuation, other scripts) separates tokens. ``Analyzer`` sits on top and
-optionally removes English stop words and applies the Snowball English stemmer to the
-ASCII words only; CJK tokens pass through untouched.
+Anything else (punctuation, other scripts) separates tokens, so it cannot index Russian,
+Arabic, Thai or an accented Latin word. The index analyzer (what the BM25 index, the
+pipeline and the CLI use) is therefore ``UnicodeAnalyzer`` (``unicode``, the default):
+words of every script, CJK exactly as ``tokenize``, Thai/Lao/Khmer/Myanmar as character
+bigrams, and a Snowball stem + stop rule per script, recorded in its name. ``Analyzer``
+is the earlier family on spec tokens (``spec``, ``stop``, ``stem``, ``english``), still
+built by name so that lexical indexes recorded with one of them keep loading.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from .scripts import KIND_CACHE as _KIND_CACHE
 from .scripts import kind_of, token_patterns
@@ -114,6 +117,15 @@ class Analyzer:
     def analyze_many(self, texts: Iterable[str]) -> list[list[str]]:
         return [self(t) for t in texts]
 
+    def analyze(self, text: str, language: str | None = None) -> list[str]:
+        """Same seam as ``UnicodeAnalyzer.analyze``; spec tokens have no language rule."""
+        del language
+        return self(text)
+
+    def analyze_query(self, text: str, languages: Iterable[str | None] = ()) -> list[str]:
+        del languages
+        return self(text)
+
 
 
 # --------------------------------------------------------------------------- Unicode analyzer
@@ -141,13 +153,18 @@ ISO_LANGUAGES: dict[str, str] = {
     "ru": "russian", "sr": "serbian", "st": "sesotho", "es": "spanish", "sv": "swedish", "ta": "tamil",
     "tr": "turkish", "yi": "yiddish",
 }
-# Languages with no Snowball stemmer that the analyzer still knows (CJK bigrams, Thai
-# bigrams, Hebrew/Korean/Vietnamese words as they are): metadata naming them is not an error.
-UNSTEMMED_LANGUAGES: frozenset[str] = frozenset(
-    ["zh", "ja", "ko", "th", "lo", "km", "my", "vi", "he", "iw", "uk", "bg", "ka", "bn", "chinese",
-     "japanese", "korean", "thai", "lao", "khmer", "burmese", "vietnamese", "hebrew", "ukrainian",
-     "bulgarian", "georgian", "bengali", "none"]
-)
+# Languages with no Snowball stemmer that the analyzer still knows, with the scripts whose
+# words such a document keeps unstemmed and unfiltered (a Vietnamese "to" or "do" is not
+# the English stop word). CJK and the no-space scripts have no stemmer anyway, so Chinese
+# or Thai metadata leaves the rule for the document's Latin words in place (the demo's
+# Chinese reports quote English names).
+UNSTEMMED_LANGUAGES: dict[str, tuple[str, ...]] = {
+    "zh": (), "ja": (), "ko": (), "th": (), "lo": (), "km": (), "my": (), "ka": (), "bn": (),
+    "chinese": (), "japanese": (), "korean": (), "thai": (), "lao": (), "khmer": (), "burmese": (),
+    "georgian": (), "bengali": (), "none": (),
+    "vi": ("latin",), "vietnamese": ("latin",), "uk": ("cyrillic",), "ukrainian": ("cyrillic",),
+    "bg": ("cyrillic",), "bulgarian": ("cyrillic",), "he": ("hebrew",), "iw": ("hebrew",), "hebrew": ("hebrew",),
+}
 # The default rule: one Snowball language per script. Latin words default to English
 # (the project's measured default); a library pins another with ``unicode:<language>``.
 DEFAULT_SCRIPT_RULE: dict[str, str] = {
@@ -160,26 +177,41 @@ class LanguageError(ValueError):
     """An analyzer name or document language that names no known language."""
 
 
+def _language_key(language: str) -> tuple[str, str]:
+    key = language.strip().lower().replace("_", "-")
+    return key, key.split("-", 1)[0]
+
+
 def resolve_language(language: str | None) -> str | None:
     """Snowball name for ``language`` ("de", "de-AT", "German", "german"), else None.
 
-    None means "no stemmer for this language" (empty metadata, Chinese, Thai, ...). A
-    string that names no language at all raises ``LanguageError``: a typo in metadata
-    must not silently index a library with the wrong rule.
+    None means "no stemmer for this language" (empty metadata, Chinese, Thai,
+    Vietnamese, ...). A string that names no language at all raises ``LanguageError``:
+    a typo in metadata must not silently index a library with the wrong rule.
     """
     if language is None:
         return None
-    key = language.strip().lower().replace("_", "-")
+    key, primary = _language_key(language)
     if not key:
         return None
     if key in SNOWBALL_LANGUAGES:
         return key
-    primary = key.split("-", 1)[0]
     if primary in ISO_LANGUAGES:
         return ISO_LANGUAGES[primary]
     if key in UNSTEMMED_LANGUAGES or primary in UNSTEMMED_LANGUAGES:
         return None
     raise LanguageError(f"unknown language {language!r}; use an ISO 639-1 code or one of {list(SNOWBALL_LANGUAGES)}")
+
+
+def language_overrides(language: str | None) -> dict[str, str]:
+    """Script -> Snowball language ("" = words kept as they are) that ``language`` sets."""
+    lang = resolve_language(language)
+    if lang is not None:
+        return {script: lang for script in LANGUAGE_SCRIPTS.get(lang, ("latin",))}
+    if not language:
+        return {}
+    key, primary = _language_key(language)
+    return {script: "" for script in UNSTEMMED_LANGUAGES.get(key, UNSTEMMED_LANGUAGES.get(primary, ()))}
 
 
 def _unicode_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
@@ -288,12 +320,7 @@ class UnicodeAnalyzer:
 
     def language_rule(self, language: str | None = None) -> dict[str, str]:
         """Script -> Snowball language used for a text with this ``language`` metadata."""
-        rule = dict(self._rule)
-        lang = resolve_language(language)
-        if lang is not None:
-            for script in LANGUAGE_SCRIPTS.get(lang, ("latin",)):
-                rule[script] = lang
-        return rule
+        return {**self._rule, **language_overrides(language)}
 
     def __call__(self, text: str, language: str | None = None) -> list[str]:
         return self.analyze(text, language)
@@ -313,10 +340,7 @@ class UnicodeAnalyzer:
         """
         per_script: dict[str, tuple[str, ...]] = {s: (lang,) for s, lang in self._rule.items()}
         for language in languages:
-            lang = resolve_language(language)
-            if lang is None:
-                continue
-            for script in LANGUAGE_SCRIPTS.get(lang, ("latin",)):
+            for script, lang in language_overrides(language).items():
                 have = per_script.get(script, ())
                 if lang not in have:
                     per_script[script] = (*have, lang)
@@ -330,7 +354,7 @@ class UnicodeAnalyzer:
         from .stopwords import stop_words_for
 
         words = _ASCII_WORD_RE.findall(text.lower())
-        if lang is None:
+        if not lang:
             return words
         if self.stop:
             stop = stop_words_for(lang)
@@ -347,7 +371,9 @@ class UnicodeAnalyzer:
             st = stop_words_for(ls[0]) if self.stop else frozenset()
             for lang in ls[1:]:
                 st = st & stop_words_for(lang)
-            if not self.stem:
+            if ls == ("",):  # a language without a stemmer: words as they are
+                acts[script] = (_PLAIN, None, frozenset())
+            elif not self.stem:
                 acts[script] = (_PLAIN, None, st)
             elif len(ls) == 1:
                 acts[script] = (_STEM, ls[0], st)
@@ -386,7 +412,8 @@ class UnicodeAnalyzer:
                 append(run)
             elif mode == _STEM_MANY:
                 # Query side, several languages share the script: every distinct stem once.
-                stems = list(dict.fromkeys(self._stemmer(lang).stemWord(run) for lang in arg))  # type: ignore[attr-defined]
+                stems = list(dict.fromkeys(self._stemmer(lang).stemWord(run) if lang else run
+                                           for lang in arg))  # type: ignore[attr-defined]
                 if folded and folded[-1] == len(out):
                     folded.pop()
                     stems = list(dict.fromkeys(fold_latin(t) for t in stems))
@@ -424,11 +451,13 @@ ANALYZER_ENV = "RAGSPINE_ANALYZER"
 IndexAnalyzer = Analyzer | UnicodeAnalyzer
 
 
+@lru_cache(maxsize=64)
 def unicode_analyzer(spec: str) -> UnicodeAnalyzer:
     """Parse ``unicode[:<language>][+fold][+nostem][+nostop]`` into its analyzer.
 
     ``unicode:<language>`` pins the rule for that language's scripts (``unicode:de`` and
-    ``unicode:german`` are the same analyzer, named ``unicode:german``).
+    ``unicode:german`` are the same analyzer, named ``unicode:german``). Instances are
+    shared per spec (they are immutable), so retrievers share one stem memo.
     """
     base, *flags = spec.strip().lower().split("+")
     head, _, pin = base.partition(":")

@@ -214,11 +214,7 @@ def language_overrides(language: str | None) -> dict[str, str]:
     return {script: "" for script in UNSTEMMED_LANGUAGES.get(key, UNSTEMMED_LANGUAGES.get(primary, ()))}
 
 
-def _unicode_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    return token_patterns()
-
-
-_UNI_BMP_RE, _UNI_FULL_RE = _unicode_patterns()
+_UNI_BMP_RE, _UNI_FULL_RE = token_patterns()
 _ASCII_WORD_RE = re.compile("[a-z0-9]+")
 _ASTRAL_RE = re.compile("[\U00010000-\U0010ffff]")
 _LATIN_FOLD = str.maketrans({"ø": "o", "đ": "d", "ł": "l", "æ": "ae", "œ": "oe", "ð": "d", "þ": "th", "ı": "i",
@@ -246,7 +242,7 @@ def unicode_runs(text: str) -> list[tuple[str, str]]:
     """
     if text.isascii():
         return [(w, "latin") for w in _ASCII_WORD_RE.findall(text.lower())]
-    norm = unicodedata.normalize("NFKC", text).casefold()
+    norm = normalize_unicode(text)
     pattern = _UNI_FULL_RE if _ASTRAL_RE.search(norm) else _UNI_BMP_RE
     kinds = _KIND_CACHE
     return [(run, kinds.get(run[0]) or kind_of(run[0])) for run in pattern.findall(norm)]

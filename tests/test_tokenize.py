@@ -41,3 +41,12 @@ def test_unknown_analyzer_is_a_clear_error():
 
     with pytest.raises(ValueError, match="unknown analyzer"):
         make_analyzer("klingon")
+
+
+def test_spec_tokenize_ignores_the_index_analyzer_setting(monkeypatch):
+    """RAGSPINE_ANALYZER picks the index analyzer; the spec tokenizer never changes."""
+    text = "Crédit Agricole à Lyon, Привет 营收"
+    before = tokenize(text)
+    monkeypatch.setenv("RAGSPINE_ANALYZER", "unicode:fr")
+    assert tokenize(text) == before == ["cr", "dit", "agricole", "lyon", "营", "收", "营收"]
+    assert make_analyzer(None).name == "unicode:french"

@@ -640,3 +640,12 @@ def test_queries_have_a_length_limit_with_a_clear_message(tmp_path, monkeypatch)
     monkeypatch.setenv(MAX_QUERY_CHARS_ENV, "10")
     with pytest.raises(QueryTooLong, match="maximum is 10"):
         one.retrieve("zebra zebra zebra", top_k=1)
+
+
+def test_unknown_language_metadata_is_a_parse_error_not_a_silent_rule(tmp_path):
+    corpus = tmp_path / "corpus"
+    write_lib(corpus, {"a.md": "zebra", "a.meta.json": meta(language="englsh"), "b.md": "Привет мир",
+                       "b.meta.json": meta(language="ru")})
+    docs, errors = load_library(corpus / LIB)
+    assert [Path(e.path).name for e in errors] == ["a.md"] and "englsh" in errors[0].error
+    assert [d.metadata["language"] for d in docs] == ["ru"]

@@ -24,6 +24,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+from ..retrieval.lexical.analyzer import LanguageError, resolve_language
 from ..sensitivity import resolve_label
 from .parsers import ParseError, parse_source
 
@@ -162,6 +163,11 @@ def merge_metadata(sources: list[tuple[str, dict[str, list[Any]]]], *, default: 
                     raise CorpusError(f"{where}: metadata {key!r} is {v}")
                 extra.setdefault(key, v if isinstance(v, str | int | float | bool) or v is None
                                  else json.loads(json.dumps(v, default=str)))
+        if "language" in seen:  # the analyzer stems by it: a typo must not index silently
+            try:
+                resolve_language(seen["language"])
+            except LanguageError as exc:
+                raise CorpusError(f"{where}: {exc}") from None
         for k, v in seen.items():
             known.setdefault(k, v)
     verdict = resolve_label(labels, default=default)

@@ -79,9 +79,9 @@ __all__ = ["CHUNKS", "EMBEDDINGS", "LEXICAL", "RAW", "SNAPSHOT", "CheckOutcome",
 
 
 def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, same_config: bool, *,
-                    skip_restricted: bool = False) -> tuple[dict[str, str], bool]:
-    """(chunk_id -> text of the active chunks without a row in ``prev``'s ``table``, whether
-    to append to ``prev``).
+                    skip_restricted: bool = False) -> tuple[dict[str, tuple[str, str]], bool]:
+    """(chunk_id -> (text, language) of the active chunks without a row in ``prev``'s
+    ``table``, whether to append to ``prev``).
 
     Chunk ids are content-addressed (doc, offsets, text), so a row stored under a chunk id
     with the same configuration never needs recomputing. When the chunks version only
@@ -90,12 +90,13 @@ def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, s
     ``skip_restricted`` leaves RESTRICTED chunks out (their text must never reach a model,
     and the served index never holds them).
     """
-    def as_dict(t: pa.Table) -> dict[str, str]:
+    def as_dict(t: pa.Table) -> dict[str, tuple[str, str]]:
         if skip_restricted:
             t = t.filter(pa.array([not is_restricted(x) for x in t.column("sensitivity").to_pylist()], pa.bool_()))
-        return dict(zip(t.column("chunk_id").to_pylist(), t.column("text").to_pylist(), strict=True))
+        return dict(zip(t.column("chunk_id").to_pylist(),
+                        zip(t.column("text").to_pylist(), t.column("language").to_pylist(), strict=True), strict=True))
 
-    cols = ["text", "sensitivity"]
+    cols = ["text", "sensitivity", "language"]
     if prev is None or not same_config:
         return as_dict(active_chunk_table(pub_chunks, columns=cols)), False
     seen = prev.manifest["metadata"].get("chunks_segments")
@@ -139,7 +140,8 @@ def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None 
     texts, append = _missing_chunks(pub_chunks, prev, "tokens", same)
     todo = sorted(texts)
     table = pa.table({"chunk_id": pa.array(todo, pa.string()),
-                      "tokens": pa.array([an(texts[c]) for c in todo], pa.list_(pa.string()))})
+                      "tokens": pa.array([an.analyze(texts[c][0], texts[c][1] or None) for c in todo],
+                                         pa.list_(pa.string()))})
     meta = {"analyzer": an.name, "chunks_version": pub_chunks.version, "chunks_segments": pub_chunks.segments("chunks")}
     spec = Append(table, compact=_compact_to_active(pub_chunks)) if append else table
     pub = wh.write(LEXICAL, library, {"tokens": spec}, meta, parent=prev if append else None)
@@ -182,11 +184,11 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
     texts, append = _missing_chunks(pub_chunks, prev, "vectors", same, skip_restricted=True)
     todo = sorted(texts)
     t1 = time.perf_counter()
-    fresh = backend.embed_texts([texts[c] for c in todo]) if todo else []
+    fresh = backend.embed_texts([texts[c][0] for c in todo]) if todo else []
     embed_s = time.perf_counter() - t1
     dim = len(fresh[0]) if fresh else int(prev.manifest["metadata"].get("dim", 0)) if append else 0
     table = pa.table({"chunk_id": pa.array(todo, pa.string()),
-                      "text_hash": pa.array([_text_hash(texts[c]) for c in todo], pa.string()),
+                      "text_hash": pa.array([_text_hash(texts[c][0]) for c in todo], pa.string()),
                       "vector": _vector_column(fresh, dim)})
     meta = {"model_id": model_id, "spec": spec, "dim": dim, "chunks_version": pub_chunks.version,
             "count": (pub_chunks.manifest["metadata"].get("active_chunks") or 0)

@@ -116,8 +116,11 @@ class HybridRetriever:
             order = sorted(range(len(chunks)), key=lambda i: chunks[i].chunk_id)
             toks = [docs_tokens[i] for i in order]
         else:
-            toks = [self.analyzer(index_text(c)) for c in self.chunks]
+            # Each chunk by its document's language metadata (the analyzer records its rule).
+            toks = [self.analyzer.analyze(index_text(c), c.language or None) for c in self.chunks]
         self.index = BM25Index(toks, k1=k1, b=b)
+        # Queries are analyzed for every document language of the index (see analyze_query).
+        self._languages = sorted({c.language for c in self.chunks if c.language})
         self._columns: dict[str, np.ndarray] = {}
         self.restricted = np.fromiter(
             (is_restricted(c.sensitivity) for c in self.chunks), dtype=bool, count=len(self.chunks)
@@ -256,7 +259,7 @@ class HybridRetriever:
         rankings: list[list[int]] = []
         bm25_best: dict[int, float] = {}
         for q in queries if "bm25" in self.channels else ():
-            hits = self.index.search(self.analyzer(q), k=depth, candidates=fmask)
+            hits = self.index.search(self.analyzer.analyze_query(q, self._languages), k=depth, candidates=fmask)
             ranked = hits.ids.tolist()
             rankings.append(ranked)
             for p, s in zip(ranked, hits.scores.tolist(), strict=True):

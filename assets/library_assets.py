@@ -45,7 +45,7 @@ class EmbeddingsConfig(dg.Config):
 
 
 class LexicalConfig(dg.Config):
-    analyzer: str = ""  # empty: the default analyzer ("english")
+    analyzer: str = ""  # empty: RAGSPINE_ANALYZER or "unicode" (per-script rule; e.g. "unicode:german" pins one language)
 
 
 def _prune(wh_res: WarehouseResource, asset: str, library: str, protect: set[str] | None = None) -> list[str]:

@@ -373,8 +373,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         c, t = res["counts"], res["timings_s"]
-        print(f"{'dataset':<16}{'mode':<8}{'chunker':<11}{'analyzer':<10}{'nDCG@10':>9}{'R@100':>8}{'MRR@10':>8}")
-        print(f"{res['dataset']:<16}{res['mode']:<8}{res['chunker']:<11}{res['analyzer']:<10}"
+        print(f"{'dataset':<16}{'mode':<8}{'chunker':<11}{'analyzer':<16}{'nDCG@10':>9}{'R@100':>8}{'MRR@10':>8}")
+        print(f"{res['dataset']:<16}{res['mode']:<8}{res['chunker']:<11}{res['analyzer']:<16}"
               f"{res['ndcg@10']:>9.4f}{res['recall@100']:>8.4f}{res['mrr@10']:>8.4f}")
         print(f"{c['documents']} docs, {c['chunks']} chunks, {c['queries']} queries; "
               f"ingest {t['ingest']}s, index {t['index']}s, {t['per_query_ms']} ms/query")
@@ -416,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--embedding", default=None)
     e.add_argument("--chunker", default="document", choices=["document", "paragraph"])
     e.add_argument("--max-chars", type=_positive_int, default=None)
-    e.add_argument("--analyzer", default=None, help="spec, stop, stem, english (default)")
+    e.add_argument("--analyzer", default=None, help="unicode[:LANG][+fold][+nostem][+nostop] (default: RAGSPINE_ANALYZER or unicode), or the older spec, stop, stem, english")
     e.add_argument("--reranker", default=None)
     e.add_argument("--limit", type=_positive_int, default=None, help="evaluate only the first N judged queries")
     e.add_argument("--json", action="store_true")

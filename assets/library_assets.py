@@ -161,7 +161,10 @@ def lexical_index(context: dg.AssetExecutionContext, config: LexicalConfig, ware
     code_version=CODE["embeddings"], kinds={"parquet", "python"}, deps=[chunks],
     description="Dense vectors of the active chunks (incremental: only chunk texts not yet embedded with the "
                 "same model id + hash are embedded). With no embedding backend configured this writes "
-                "nothing and the library serves pure BM25.",
+                "nothing and the library serves pure BM25. RESTRICTED chunks are never embedded.",
+    check_specs=[dg.AssetCheckSpec("restricted_never_embedded", asset="embeddings",
+                                   description="No active RESTRICTED chunk has a vector: its text never reached the "
+                                               "embedding model (remote backends included).")],
 )
 def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
     from ragspine_pipeline.retrieval.vector.embedding_backends import (
@@ -175,11 +178,15 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, ware
     with wh.lock(lib):
         res = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec)
         if res is None:
-            return dg.MaterializeResult(metadata={"backend": "none", "spec": spec, "embedded": 0})
+            return dg.MaterializeResult(metadata={"backend": "none", "spec": spec, "embedded": 0},
+                                        check_results=[dg.AssetCheckResult(
+                                            check_name="restricted_never_embedded", passed=True,
+                                            metadata={"embedded_restricted": 0, "backend": "none"})])
         snap = wh.latest(P.SNAPSHOT, lib)
         keep = snap.manifest["metadata"].get("embeddings") if snap else None
         _prune(warehouse, P.EMBEDDINGS, lib, {keep} if keep else set())
-    return dg.MaterializeResult(metadata={k: v for k, v in res.metadata.items() if v is not None})
+    return dg.MaterializeResult(metadata={k: v for k, v in res.metadata.items() if v is not None},
+                                check_results=_check_results(res.checks))
 
 
 @dg.asset(

@@ -613,6 +613,8 @@ def test_restricted_text_is_never_sent_to_the_embedding_model(tmp_path):
     backend = Recording()
     res = P.build_embeddings(wh, LIB, backend, "deterministic")
     assert backend.seen == ["zebra open"] and res.metadata["count"] == 1
+    assert res.checks["restricted_never_embedded"].passed
+    assert res.checks["restricted_never_embedded"].metadata["restricted_chunks"] == 2
     P.publish_snapshot(wh, LIB)
     index = P.load_snapshot_index(wh, LIB)
     assert [c.doc_id for c in index.retriever.chunks] == [f"{LIB}/open"]

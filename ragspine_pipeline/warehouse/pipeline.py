@@ -180,7 +180,8 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
         # Same chunks, same model: keep the published vectors without loading anything.
         return StepResult(prev, {"model_id": model_id, "version": prev.version, "reused": True, "embedded": 0,
                                  "count": prev.manifest["metadata"].get("count", prev.rows("vectors")),
-                                 "bytes_written": 0, "seconds": round(time.perf_counter() - t0, 3)})
+                                 "bytes_written": 0, "seconds": round(time.perf_counter() - t0, 3)},
+                          {"restricted_never_embedded": restricted_embedded_check(prev, pub_chunks)})
     texts, append = _missing_chunks(pub_chunks, prev, "vectors", same, skip_restricted=True)
     todo = sorted(texts)
     t1 = time.perf_counter()
@@ -201,7 +202,21 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
                             "sentences_per_s": round(len(todo) / embed_s, 1) if todo and embed_s else None,
                             "segments": len(pub.segments("vectors")),
                             "bytes_written": pub.manifest.get("bytes_written", 0),
-                            "seconds": round(time.perf_counter() - t0, 3)})
+                            "seconds": round(time.perf_counter() - t0, 3)},
+                      {"restricted_never_embedded": restricted_embedded_check(pub, pub_chunks)})
+
+
+def restricted_embedded_check(emb: Published, pub_chunks: Published) -> CheckOutcome:
+    """No vector of the embeddings version belongs to an active RESTRICTED chunk: their text
+    was never sent to the model (a remote backend included)."""
+    t = active_chunk_table(pub_chunks, columns=["sensitivity"])
+    restricted = [cid for cid, sens in zip(t.column("chunk_id").to_pylist(), t.column("sensitivity").to_pylist(),
+                                           strict=True) if is_restricted(sens)]
+    have = read_segments(emb, "vectors", columns=["chunk_id"]).column("chunk_id").combine_chunks()
+    hits = pc.is_in(pa.array(restricted, pa.string()), value_set=have).to_pylist() if restricted else []
+    leaked = [cid for cid, hit in zip(restricted, hits, strict=True) if hit]
+    return CheckOutcome(not leaked, {"restricted_chunks": len(restricted), "embedded_restricted": len(leaked),
+                                     "examples": leaked[:5]})
 
 
 def _vector_column(vectors, dim: int) -> pa.Array:

@@ -1,0 +1,130 @@
+"""Maximal Marginal Relevance: diversity re-ordering and near-duplicate removal.
+
+Runs after rerank on the open snippets only (exit #2 already ran), so it never sees
+restricted text. Relevance is the retriever's own order (the fused/reranked score of
+each snippet, scaled to [0, 1]); similarity between snippets is the cosine of their
+dense vectors when an embedding backend is given, else the Jaccard overlap of their
+token sets (``tokenize``: the same CJK unigram+bigram analysis BM25 uses).
+
+Greedy MMR: pick the snippet maximising ``lambda * rel - (1 - lambda) * max_sim`` to the
+ones already picked; ties break by the incoming order, so the result is deterministic.
+A snippet whose similarity to one already picked reaches ``duplicate_threshold`` is a
+near-duplicate and is dropped (None keeps everything, re-ordered only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..lexical.analyzer import tokenize
+from ..vector.embedding_backends import EmbeddingBackend
+from .base import mark_layer
+
+DEFAULT_MMR_LAMBDA = 0.5
+DEFAULT_DUPLICATE_THRESHOLD = 0.95
+
+
+def _relevance(snippets: Sequence[dict[str, Any]]) -> np.ndarray:
+    """Incoming order as relevance in [0, 1]: the fused score scaled by the best one,
+    or (without usable scores) 1/rank position."""
+    n = len(snippets)
+    fused = []
+    for s in snippets:
+        v = (s.get("scores") or {}).get("fused")
+        fused.append(float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None)
+    if all(v is not None for v in fused) and max(fused) > 0:  # type: ignore[type-var]
+        arr = np.asarray(fused, dtype=np.float64)
+        return arr / arr.max()
+    return 1.0 / np.arange(1, n + 1, dtype=np.float64)
+
+
+def token_similarity(snippets: Sequence[dict[str, Any]]) -> np.ndarray:
+    """Pairwise Jaccard overlap of the snippets' token sets."""
+    sets = [frozenset(tokenize(str(s.get("prompt_text") or s.get("text") or ""))) for s in snippets]
+    n = len(sets)
+    sim = np.eye(n, dtype=np.float64)
+    for i in range(n):
+        for j in range(i + 1, n):
+            union = len(sets[i] | sets[j])
+            v = len(sets[i] & sets[j]) / union if union else 1.0
+            sim[i, j] = sim[j, i] = v
+    return sim
+
+
+@dataclass
+class MMRPostprocessor:
+    """MMR diversity de-duplication (see the module docstring)."""
+
+    lambda_: float = DEFAULT_MMR_LAMBDA
+    duplicate_threshold: float | None = DEFAULT_DUPLICATE_THRESHOLD
+    top_n: int | None = None
+    embedding_backend: EmbeddingBackend | None = None
+    name: str = "mmr"
+    _vec_cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.lambda_, bool) or not isinstance(self.lambda_, int | float) or not 0.0 <= self.lambda_ <= 1.0:
+            raise ValueError(f"MMR lambda must be a number in [0, 1] (got {self.lambda_!r})")
+        if self.duplicate_threshold is not None and not 0.0 < float(self.duplicate_threshold) <= 1.0:
+            raise ValueError(f"duplicate_threshold must be in (0, 1] or None (got {self.duplicate_threshold!r})")
+        if self.top_n is not None and (isinstance(self.top_n, bool) or not isinstance(self.top_n, int) or self.top_n < 1):
+            raise ValueError(f"top_n must be a positive integer or None (got {self.top_n!r})")
+        if self.embedding_backend is not None and not callable(getattr(self.embedding_backend, "embed_texts", None)):
+            raise TypeError(f"{type(self.embedding_backend).__name__} is not an EmbeddingBackend")
+
+    def _dense_similarity(self, snippets: Sequence[dict[str, Any]]) -> np.ndarray | None:
+        backend = self.embedding_backend
+        if backend is None:
+            return None
+        keys = [f"{s.get('library_id', '')}\x1f{s.get('chunk_id')}" for s in snippets]
+        missing = [i for i, k in enumerate(keys) if k not in self._vec_cache]
+        if missing:
+            try:
+                vecs = backend.embed_texts([str(snippets[i].get("text") or "") for i in missing])
+                arr = np.asarray(vecs, dtype=np.float64)
+                if arr.ndim != 2 or len(arr) != len(missing):
+                    return None
+            except Exception:  # noqa: BLE001 - a failing backend degrades to token sets
+                return None
+            if len(self._vec_cache) > 10_000:
+                self._vec_cache.clear()
+            for i, row in zip(missing, arr, strict=True):
+                norm = np.linalg.norm(row)
+                self._vec_cache[keys[i]] = row / norm if norm else row
+        mat = np.stack([self._vec_cache[k] for k in keys])
+        return np.clip(mat @ mat.T, -1.0, 1.0)
+
+    def similarity(self, snippets: Sequence[dict[str, Any]]) -> tuple[np.ndarray, str]:
+        dense = self._dense_similarity(snippets)
+        if dense is not None:
+            return dense, "dense"
+        return token_similarity(snippets), "tokens"
+
+    def process(self, query: str, snippets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if len(snippets) <= 1:
+            return [mark_layer(s, self.name) for s in snippets]
+        rel = _relevance(snippets)
+        sim, _ = self.similarity(snippets)
+        lam = float(self.lambda_)
+        remaining = list(range(len(snippets)))
+        picked: list[int] = []
+        limit = self.top_n or len(snippets)
+        while remaining and len(picked) < limit:
+            best, best_score = None, -np.inf
+            for i in remaining:
+                red = max((sim[i, j] for j in picked), default=0.0)
+                score = lam * rel[i] - (1.0 - lam) * red
+                if score > best_score + 1e-12:
+                    best, best_score = i, score
+            assert best is not None
+            remaining.remove(best)
+            if self.duplicate_threshold is not None and picked and max(
+                sim[best, j] for j in picked
+            ) >= float(self.duplicate_threshold):
+                continue  # a near-duplicate of a snippet already chosen
+            picked.append(best)
+        return [mark_layer(snippets[i], self.name) for i in picked]

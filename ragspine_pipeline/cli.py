@@ -195,6 +195,7 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
     ``ragspine query`` embeds nothing but the question.
     """
     from .retrieval.lexical.glossary import GlossaryQueryRewriter
+    from .retrieval.query import make_query_layers
     from .retrieval.rerank.cross_encoder import reranker_from_env
 
     if source not in ("auto", "store"):
@@ -210,9 +211,9 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
         wh = VersionedTables(warehouse)
         libs = published_libraries(wh)
         if libs:
-            return serving_retriever({lib: NarrativeIndexRetriever(load_snapshot_index(
+            return make_query_layers(serving_retriever({lib: NarrativeIndexRetriever(load_snapshot_index(
                 wh, lib, glossary=gl, embedding_backend=backend, channels=channels), reranker=reranker)
-                for lib in libs})
+                for lib in libs}), glossary=gl, embedding_backend=backend)
     path = _store_path(warehouse)
     if not path.exists():
         raise FileNotFoundError(f"no chunk store at {path}; run `ragspine demo --engine-only --warehouse {warehouse}`")
@@ -225,7 +226,10 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
         from .vector_cache import preload_cached_vectors
 
         preload_cached_vectors(index.retriever, warehouse / VECTOR_CACHE_DIR)
-    return NarrativeIndexRetriever(index, reranker=reranker)
+    # RAGSPINE_QUERY_TRANSFORM / _DECOMPOSE / _ADAPTIVE / _CORRECTIVE / _AUTO_FILTERS /
+    # RAGSPINE_POSTPROCESSOR: the base itself when all are off (byte-identical output).
+    return make_query_layers(NarrativeIndexRetriever(index, reranker=reranker), glossary=gl,
+                             embedding_backend=backend)
 
 
 def describe_retriever(retriever: Any) -> str:

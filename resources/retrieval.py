@@ -34,7 +34,11 @@ from ragspine_pipeline.retrieval.link.narrative_link import (
     default_glossary_path,
 )
 from ragspine_pipeline.retrieval.link.published import load_published_index, retrieval_mode
-from ragspine_pipeline.retrieval.query import SecurityConfigError, make_query_layers
+from ragspine_pipeline.retrieval.query import (
+    LayeredRetriever,
+    SecurityConfigError,
+    make_query_layers,
+)
 from ragspine_pipeline.retrieval.rerank.cross_encoder import (
     RERANKER_ENV,
     make_reranker,
@@ -109,7 +113,7 @@ class RetrievalResource(dg.ConfigurableResource):
                 self._cache[library] = (key, NarrativeIndexRetriever(index, reranker=reranker))
             return self._cache[library][1]
 
-    def retriever(self) -> Any:
+    def retriever(self) -> NarrativeIndexRetriever | MultiIndexRetriever | LayeredRetriever:
         """The served retriever (one library or a MultiIndexRetriever) with the configured
         query layers around it; the base itself when every layer is off."""
         libs = self.published_libraries()

@@ -70,3 +70,20 @@ def test_build_narrative_retriever_reads_postprocessor_env(tmp_path, monkeypatch
     r, store = build_narrative_retriever(tmp_path / "c.db")
     store.close()
     assert r.postprocessor.names == ["mmr", "lost_in_middle"]
+
+
+def test_cli_flags_and_refusals_on_stderr(published_demo, monkeypatch, capsys):
+    base = ["query", "why close the Lyon plant", "--warehouse", str(published_demo), "--mode", "bm25", "--json",
+            "--top-k", "3"]
+    assert main(base + ["--transform", "rag_fusion", "--postprocess", "lost_in_middle"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out and all(s["layers"] == ["rag_fusion", "lost_in_middle"] for s in out)
+    monkeypatch.setenv("RAGSPINE_POSTPROCESSOR", "compress")
+    assert main(base + ["--postprocess", "none"]) == 0  # the flag wins over the variable
+    assert all("layers" not in s for s in json.loads(capsys.readouterr().out))
+    monkeypatch.setenv("RAGSPINE_COMPETITORS", "Lyon")
+    assert main(base) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == [] and "status refused" in captured.err and "Lyon" in captured.err
+    assert main(base + ["--transform", "magic"]) != 0
+    assert "magic" in capsys.readouterr().err

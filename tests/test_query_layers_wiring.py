@@ -87,3 +87,17 @@ def test_cli_flags_and_refusals_on_stderr(published_demo, monkeypatch, capsys):
     assert json.loads(captured.out) == [] and "status refused" in captured.err and "Lyon" in captured.err
     assert main(base + ["--transform", "magic"]) != 0
     assert "magic" in capsys.readouterr().err
+
+
+def test_bench_query_layers_runs_side_by_side_on_the_demo_set():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.bench_query_layers import CONFIGS, demo_set, run
+
+    rows = run(*demo_set())
+    assert [r["config"] for r in rows] == list(CONFIGS)
+    plain = rows[0]
+    assert plain["latency_ratio"] == 1.0 and 0.5 < plain["ndcg@10"] <= 1.0
+    assert all(0.0 <= r["ndcg@10"] <= 1.0 and r["queries"] == 8 for r in rows)

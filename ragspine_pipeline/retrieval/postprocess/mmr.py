@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -42,16 +43,22 @@ def _relevance(snippets: Sequence[dict[str, Any]]) -> np.ndarray:
     return 1.0 / np.arange(1, n + 1, dtype=np.float64)
 
 
+@lru_cache(maxsize=4096)
+def _token_set(text: str) -> frozenset[str]:
+    return frozenset(tokenize(text))
+
+
 def token_similarity(snippets: Sequence[dict[str, Any]]) -> np.ndarray:
     """Pairwise Jaccard overlap of the snippets' token sets."""
-    sets = [frozenset(tokenize(str(s.get("prompt_text") or s.get("text") or ""))) for s in snippets]
+    sets = [_token_set(str(s.get("prompt_text") or s.get("text") or "")) for s in snippets]
     n = len(sets)
     sim = np.eye(n, dtype=np.float64)
     for i in range(n):
+        a = sets[i]
         for j in range(i + 1, n):
-            union = len(sets[i] | sets[j])
-            v = len(sets[i] & sets[j]) / union if union else 1.0
-            sim[i, j] = sim[j, i] = v
+            inter = len(a & sets[j])
+            union = len(a) + len(sets[j]) - inter
+            sim[i, j] = sim[j, i] = inter / union if union else 1.0
     return sim
 
 
@@ -110,21 +117,18 @@ class MMRPostprocessor:
         rel = _relevance(snippets)
         sim, _ = self.similarity(snippets)
         lam = float(self.lambda_)
-        remaining = list(range(len(snippets)))
+        n = len(snippets)
+        remaining = np.ones(n, dtype=bool)
+        max_sim = np.zeros(n, dtype=np.float64)  # similarity to the closest snippet kept
         picked: list[int] = []
-        limit = self.top_n or len(snippets)
-        while remaining and len(picked) < limit:
-            best, best_score = None, -np.inf
-            for i in remaining:
-                red = max((sim[i, j] for j in picked), default=0.0)
-                score = lam * rel[i] - (1.0 - lam) * red
-                if score > best_score + 1e-12:
-                    best, best_score = i, score
-            assert best is not None
-            remaining.remove(best)
-            if self.duplicate_threshold is not None and picked and max(
-                sim[best, j] for j in picked
-            ) >= float(self.duplicate_threshold):
+        limit = self.top_n or n
+        dup = None if self.duplicate_threshold is None else float(self.duplicate_threshold)
+        while remaining.any() and len(picked) < limit:
+            score = np.where(remaining, lam * rel - (1.0 - lam) * max_sim, -np.inf)
+            best = int(np.argmax(score))  # first maximum: ties keep the incoming order
+            remaining[best] = False
+            if dup is not None and picked and max_sim[best] >= dup:
                 continue  # a near-duplicate of a snippet already chosen
             picked.append(best)
+            max_sim = np.maximum(max_sim, sim[best])
         return [mark_layer(snippets[i], self.name) for i in picked]

@@ -176,3 +176,38 @@ def test_full_chain_order_is_applied_as_given():
     assert all(s["layers"] == ["mmr", "lost_in_middle", "compress"] for s in out)
     rev = retriever(make_postprocessor("compress:60,mmr")).retrieve("revenue fell tariffs 2023", top_k=5)
     assert all(s["layers"] == ["compress", "mmr"] for s in rev)
+
+
+def test_mmr_uses_the_served_index_vectors_without_a_model_call():
+    from ragspine_pipeline.retrieval.postprocess import IndexVectorLookup
+
+    class Counting(DeterministicHashBackend):
+        calls = 0
+
+        def embed_texts(self, texts):
+            Counting.calls += 1
+            return super().embed_texts(texts)
+
+    backend = Counting(dim=32)
+    index = NarrativeIndex.from_chunks(CORPUS, embedding_backend=backend)
+    plain = NarrativeIndexRetriever(index).retrieve("revenue fell tariffs 2023", top_k=5)
+    lookup = IndexVectorLookup({"": index.retriever})
+    before = Counting.calls
+    mat = lookup(plain)
+    assert mat is not None and mat.shape[0] == len(plain) and Counting.calls == before
+    mmr = MMRPostprocessor(vectors=lookup)
+    assert mmr.similarity(plain)[1] == "dense" and Counting.calls == before
+    # a snippet the index has no vector for: token sets, not a model call
+    assert IndexVectorLookup({"": NarrativeIndex.from_chunks(CORPUS).retriever})(plain) is None
+    stray = [{**plain[0], "chunk_id": "nope#0"}]
+    assert lookup(stray) is None and MMRPostprocessor(vectors=lookup).similarity(stray)[1] == "tokens"
+
+
+def test_make_query_layers_gives_mmr_the_index_vectors():
+    from ragspine_pipeline.retrieval.query import make_query_layers
+
+    index = NarrativeIndex.from_chunks(CORPUS, embedding_backend=DeterministicHashBackend(dim=32))
+    layered = make_query_layers(NarrativeIndexRetriever(index), postprocessor="mmr")
+    out = layered.retrieve("revenue fell tariffs 2023", top_k=5)
+    mmr = layered.postprocessor.steps[0]
+    assert out and mmr.similarity(list(out))[1] == "dense"

@@ -23,7 +23,13 @@ from ..vector.embedding_backends import EmbeddingBackend
 from .base import LAYERS_KEY, PostprocessorChain, mark_layer
 from .compress import DEFAULT_COMPRESS_CHARS, ExtractiveCompressor, split_sentences
 from .lost_in_middle import LostInTheMiddle, lost_in_middle_order
-from .mmr import DEFAULT_MMR_LAMBDA, MMRPostprocessor, token_similarity
+from .mmr import (
+    DEFAULT_MMR_LAMBDA,
+    IndexVectorLookup,
+    MMRPostprocessor,
+    VectorLookup,
+    token_similarity,
+)
 
 POSTPROCESSOR_ENV = "RAGSPINE_POSTPROCESSOR"
 ACCEPTED = ("none", "mmr", "lost_in_middle", "compress")
@@ -42,8 +48,11 @@ def _param(name: str, raw: str | None, spec: str, kind: type) -> float | int | N
 
 
 def make_postprocessor(spec: str | None = None, *,
-                       embedding_backend: EmbeddingBackend | None = None) -> Postprocessor | None:
-    """A post-processor chain from a comma-separated spec; None when off."""
+                       embedding_backend: EmbeddingBackend | None = None,
+                       vectors: VectorLookup | None = None) -> Postprocessor | None:
+    """A post-processor chain from a comma-separated spec; None when off. ``vectors``
+    (an ``IndexVectorLookup``) gives MMR the served index's cached vectors; an
+    ``embedding_backend`` is its second choice; token sets otherwise."""
     raw = spec if spec is not None else os.environ.get(POSTPROCESSOR_ENV, "")
     if not isinstance(raw, str):
         raise TypeError(f"postprocessor spec must be a string or None (got {type(raw).__name__})")
@@ -59,7 +68,7 @@ def make_postprocessor(spec: str | None = None, *,
         if name == "mmr":
             lam = _param(name, arg_s, raw, float)
             steps.append(MMRPostprocessor(lambda_=DEFAULT_MMR_LAMBDA if lam is None else lam,
-                                          embedding_backend=embedding_backend))
+                                          embedding_backend=embedding_backend, vectors=vectors))
         elif name == "lost_in_middle":
             if arg_s is not None:
                 raise ValueError(f"postprocessor 'lost_in_middle' in {raw!r} takes no parameter")
@@ -74,6 +83,6 @@ def make_postprocessor(spec: str | None = None, *,
 
 
 __all__ = ["DEFAULT_COMPRESS_CHARS", "DEFAULT_MMR_LAMBDA", "LAYERS_KEY", "POSTPROCESSOR_ENV",
-           "ExtractiveCompressor", "LostInTheMiddle", "MMRPostprocessor", "Postprocessor",
+           "ExtractiveCompressor", "IndexVectorLookup", "LostInTheMiddle", "MMRPostprocessor", "Postprocessor",
            "PostprocessorChain", "lost_in_middle_order", "make_postprocessor", "mark_layer",
            "split_sentences", "token_similarity"]

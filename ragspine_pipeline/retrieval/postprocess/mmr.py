@@ -3,8 +3,9 @@
 Runs after rerank on the open snippets only (exit #2 already ran), so it never sees
 restricted text. Relevance is the retriever's own order (the fused/reranked score of
 each snippet, scaled to [0, 1]); similarity between snippets is the cosine of their
-dense vectors when an embedding backend is given, else the Jaccard overlap of their
-token sets (``tokenize``: the same CJK unigram+bigram analysis BM25 uses).
+dense vectors when present — the served index's own vector cache (``vectors``, no
+model call), else an injected ``embedding_backend`` — and otherwise the Jaccard overlap
+of their token sets (``tokenize``: the same CJK unigram+bigram analysis BM25 uses).
 
 Greedy MMR: pick the snippet maximising ``lambda * rel - (1 - lambda) * max_sim`` to the
 ones already picked; ties break by the incoming order, so the result is deterministic.
@@ -14,7 +15,8 @@ near-duplicate and is dropped (None keeps everything, re-ordered only).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -62,6 +64,43 @@ def token_similarity(snippets: Sequence[dict[str, Any]]) -> np.ndarray:
     return sim
 
 
+VectorLookup = Callable[[Sequence[dict[str, Any]]], "np.ndarray | None"]
+
+
+@dataclass
+class IndexVectorLookup:
+    """Dense vectors of snippets from the served index's own vector cache, by chunk id.
+
+    ``hybrids`` maps a library id to its HybridRetriever ("" for a single index). Returns
+    None unless *every* snippet's chunk already has a vector (preloaded from the
+    warehouse or embedded for an earlier query): the lookup never calls a model.
+    """
+
+    hybrids: Mapping[str, Any]
+    _ids: dict[int, list[str]] = field(default_factory=dict, repr=False)
+
+    def _chunk_ids(self, h: Any) -> list[str]:
+        ids = self._ids.get(id(h))
+        if ids is None:  # HybridRetriever keeps its chunks sorted by chunk_id
+            ids = self._ids[id(h)] = [c.chunk_id for c in h.chunks]
+        return ids
+
+    def __call__(self, snippets: Sequence[dict[str, Any]]) -> np.ndarray | None:
+        rows = []
+        for s in snippets:
+            h = self.hybrids.get(str(s.get("library_id", ""))) or (
+                next(iter(self.hybrids.values())) if len(self.hybrids) == 1 else None)
+            cache = getattr(h, "_vectors", None)  # position-aligned unit vectors (HybridRetriever)
+            if cache is None or cache.mat is None:
+                return None
+            ids = self._chunk_ids(h)
+            pos = bisect_left(ids, s.get("chunk_id"))
+            if pos >= len(ids) or ids[pos] != s.get("chunk_id") or not cache.have[pos]:
+                return None
+            rows.append(cache.mat[pos])
+        return np.asarray(rows, dtype=np.float64) if rows else None
+
+
 @dataclass
 class MMRPostprocessor:
     """MMR diversity de-duplication (see the module docstring)."""
@@ -70,6 +109,7 @@ class MMRPostprocessor:
     duplicate_threshold: float | None = DEFAULT_DUPLICATE_THRESHOLD
     top_n: int | None = None
     embedding_backend: EmbeddingBackend | None = None
+    vectors: VectorLookup | None = None
     name: str = "mmr"
     _vec_cache: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
@@ -84,6 +124,15 @@ class MMRPostprocessor:
             raise TypeError(f"{type(self.embedding_backend).__name__} is not an EmbeddingBackend")
 
     def _dense_similarity(self, snippets: Sequence[dict[str, Any]]) -> np.ndarray | None:
+        if self.vectors is not None:
+            try:
+                mat = self.vectors(snippets)
+            except Exception:  # noqa: BLE001 - a failing lookup degrades to the next source
+                mat = None
+            if mat is not None and mat.ndim == 2 and len(mat) == len(snippets):
+                norms = np.linalg.norm(mat, axis=1, keepdims=True)
+                mat = mat / np.where(norms == 0, 1, norms)
+                return np.clip(mat @ mat.T, -1.0, 1.0)
         backend = self.embedding_backend
         if backend is None:
             return None

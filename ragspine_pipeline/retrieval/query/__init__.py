@@ -34,7 +34,7 @@ from typing import Any
 
 from ...filter_input import hybrid_retrievers
 from ...llm.provider import LLM_BASE_URL_ENV, provider_from_env
-from ..postprocess import make_postprocessor
+from ..postprocess import IndexVectorLookup, make_postprocessor
 from .adaptive import HeuristicComplexityClassifier, LLMComplexityClassifier, Route
 from .auto_filters import AutoFilterExtractor
 from .corrective import CorrectiveConfig, Grade, HeuristicGrader, LLMGrader
@@ -75,6 +75,15 @@ def _rewriter(base: Any) -> Any:
         if rw is not None:
             return rw.inner if isinstance(rw, GatedRewriter) else rw
     return None
+
+
+def _vector_lookup(base: Any) -> IndexVectorLookup:
+    """MMR's view of the served vectors: library id -> HybridRetriever."""
+    if hasattr(base, "retrievers"):
+        return IndexVectorLookup({lib: h for lib, r in base.retrievers.items() for h in hybrid_retrievers(r)})
+    hs = hybrid_retrievers(base)
+    lib = getattr(getattr(base, "index", None), "library_id", "") or ""
+    return IndexVectorLookup({lib: hs[0]} if hs else {})
 
 
 def _gated_copy(base: Any, gate: SecurityGate) -> Any:
@@ -163,7 +172,7 @@ def make_query_layers(base: Any, *, transform: str | None = None, decompose: str
 
     post = postprocessor
     if post is None or isinstance(post, str):
-        post = make_postprocessor(post, embedding_backend=embedding_backend)
+        post = make_postprocessor(post, embedding_backend=embedding_backend, vectors=_vector_lookup(base))
 
     gate = gate if gate is not None else SecurityGate.from_env(glossary)
     if all(x is None for x in (tr, dec, ada, crag, auto, post)) and not gate.competitors:

@@ -457,3 +457,15 @@ def test_layers_on_a_multi_index_keep_library_ids():
     assert {s["library_id"] for s in out} == {"a", "b"}
     assert all(s["layers"] == ["rag_fusion", "lost_in_middle"] for s in out)
     assert layered.retrievers is layered.base.retrievers  # inspection reaches the base
+
+
+def test_hyde_probe_text_stays_out_of_refusals_too(chat):
+    hyde_text = "HYPOTHETICAL revenue fell because of tariffs"
+    script_for(chat, {"would answer": answer(hyde_text)})
+    layered = make_query_layers(base(), transform="hyde", provider=provider(chat),
+                                gate=SecurityGate(["globex"]))
+    out = layered.retrieve("tariffs", top_k=5)
+    # the glossary turns the probe into "... globex revenue ..." — refused, reported by kind only
+    assert {"variant": "<glossary variant of the hyde probe>", "reason": "names competitor entity 'globex'",
+            "kind": "glossary"} in out.refused
+    assert "hypothetical" not in json.dumps(out.report).lower() and out

@@ -35,7 +35,7 @@ from ..filters import FilterError, compile_filters
 from ..lexical.analyzer import normalize
 from ..lexical.hybrid import FILTER_FIELDS
 from ..limits import QueryTooLong, check_query
-from .result import CURRENT_REPORT, Refusal
+from .result import CURRENT_PROBE, CURRENT_REPORT, Refusal
 
 SECURITY_CONFIG_ENV = "RAGSPINE_SECURITY_CONFIG"
 COMPETITORS_ENV = "RAGSPINE_COMPETITORS"
@@ -207,10 +207,15 @@ class GatedRewriter:
         variants = list(self.inner.rewrite(query))
         out = variants[:1]
         report = CURRENT_REPORT.get()
+        probe = CURRENT_PROBE.get()
         for v in variants[1:]:
             refusal = self.gate.check_text(v, "glossary")
             if refusal is None:
                 out.append(v)
-            elif report is not None and refusal.to_dict() not in report["refused"]:
-                report["refused"].append(refusal.to_dict())
+                continue
+            entry = refusal.to_dict()
+            if probe is not None:  # derived from a HyDE probe: never show its text
+                entry["variant"] = f"<glossary variant of the {probe} probe>"
+            if report is not None and entry not in report["refused"]:
+                report["refused"].append(entry)
         return out

@@ -30,7 +30,7 @@ from ..postprocess.base import LAYERS_KEY
 from .adaptive import DECOMPOSE, SINGLE
 from .gate import SecurityGate
 from .llm_text import LayerFailure
-from .result import CURRENT_REPORT, RetrievalResult, new_report
+from .result import CURRENT_PROBE, CURRENT_REPORT, RetrievalResult, new_report
 from .transforms import Variant
 
 DEFAULT_DEPTH = 20
@@ -145,7 +145,12 @@ class LayeredRetriever:
                     report["refused"].append({**refusal.to_dict(), "variant": shown})
                     continue
             report["variants"].append({"kind": v.kind, "variant": v.shown(), "leg": leg})
-            lists.append(self._search_base.retrieve(v.text, filters=filters, top_k=top_k))
+            token = CURRENT_PROBE.set(v.kind) if v.probe else None
+            try:
+                lists.append(self._search_base.retrieve(v.text, filters=filters, top_k=top_k))
+            finally:
+                if token is not None:
+                    CURRENT_PROBE.reset(token)
             labels.append(v.kind)
             kinds.append(v.kind)
         if len(lists) == 1 and self.transform is None:

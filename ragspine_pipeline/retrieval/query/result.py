@@ -61,3 +61,7 @@ def new_report(layers: list[str] | None = None) -> dict[str, Any]:
 # the base retriever (the gated glossary rewriter) add their refusals to it. A ContextVar,
 # so concurrent queries (threads, asyncio tasks) each see their own.
 CURRENT_REPORT: ContextVar[dict[str, Any] | None] = ContextVar("ragspine_query_report", default=None)
+
+# Set while a search probe (a HyDE document) is being searched: anything derived from its
+# text (a refused glossary variant) is reported by kind only, never by its text.
+CURRENT_PROBE: ContextVar[str | None] = ContextVar("ragspine_query_probe", default=None)

@@ -108,7 +108,7 @@ def chat():
         yield srv
 
 
-def provider(srv, timeout=5.0):
+def provider(srv, timeout=30.0):
     return OpenAICompatibleProvider(base_url=srv.url, model="m", timeout=timeout)
 
 

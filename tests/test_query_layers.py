@@ -469,3 +469,24 @@ def test_hyde_probe_text_stays_out_of_refusals_too(chat):
     assert {"variant": "<glossary variant of the hyde probe>", "reason": "names competitor entity 'globex'",
             "kind": "glossary"} in out.refused
     assert "hypothetical" not in json.dumps(out.report).lower() and out
+
+
+def test_llm_filter_extraction_rules_win_and_garbage_is_ignored(chat):
+    from ragspine_pipeline.retrieval.query import LLMFilterExtractor
+
+    replies = iter([answer('{"entity": "ACME_EU", "period": "2023", "geography": {"x": 1}}'),
+                    answer('{"period": ["2024", "2023"], "topic": "risk"}'), garbage(), answer("[1, 2]")])
+    chat.script = lambda body: next(replies)
+    ex = LLMFilterExtractor(provider(chat), fallback=AutoFilterExtractor(GLOSSARY))
+    f, notes = ex.extract("ACME China margin")  # the rule's entity wins over the model's
+    assert f == {"entity": "ACME_CN", "period": "2023"} and "'geography' ignored" in notes[0]
+    f, _ = ex.extract("margin")
+    assert f == {"period": {"in": ["2023", "2024"]}}  # unknown fields dropped
+    assert ex.extract("ACME China margin")[0] == {"entity": "ACME_CN"}  # garbage: rules only
+    f, notes = ex.extract("margin")
+    assert f == {} and "not a JSON object" in notes[0]
+    layered = make_query_layers(base(), auto_filters="llm", provider=provider(chat))
+    chat.script = lambda body: answer('{"entity": "NO_SUCH_ENTITY"}')
+    out = layered.retrieve("why did revenue fall", top_k=5)  # matches nothing: never narrows to nothing
+    assert out and out.report["filters_extracted"] == {"entity": "NO_SUCH_ENTITY"}
+    assert all(SECRET not in b for b in chat.bodies)

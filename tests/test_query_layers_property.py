@@ -52,7 +52,7 @@ stack_st = st.fixed_dictionaries({
     "decompose": st.sampled_from(["none", "llm", "llm:2"]),
     "adaptive": st.sampled_from(["off", "on", "llm"]),
     "corrective": st.sampled_from(["off", "on", "llm"]),
-    "auto_filters": st.sampled_from(["off", "on"]),
+    "auto_filters": st.sampled_from(["off", "on", "llm"]),
     "postprocessor": st.sampled_from(["none", "mmr", "lost_in_middle", "compress:30", "mmr,lost_in_middle,compress"]),
 })
 

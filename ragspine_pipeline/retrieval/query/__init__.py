@@ -13,7 +13,8 @@ keyword                    variable                     values
 ``adaptive``               ``RAGSPINE_ADAPTIVE``         off, on/heuristic, llm
 ``corrective``             ``RAGSPINE_CORRECTIVE``       off, on/heuristic, llm (LLM grader +
                                                          rewrite)
-``auto_filters``           ``RAGSPINE_AUTO_FILTERS``     off, on
+``auto_filters``           ``RAGSPINE_AUTO_FILTERS``     off, on (glossary rules), llm (rules +
+                                                         LLM proposal)
 ``postprocessor``          ``RAGSPINE_POSTPROCESSOR``    see ``make_postprocessor``
 competitors (gate)         ``RAGSPINE_SECURITY_CONFIG``  JSON file; ``RAGSPINE_COMPETITORS``
                                                          a comma list; glossary groups of
@@ -36,7 +37,7 @@ from ...filter_input import hybrid_retrievers
 from ...llm.provider import LLM_BASE_URL_ENV, provider_from_env
 from ..postprocess import IndexVectorLookup, make_postprocessor
 from .adaptive import HeuristicComplexityClassifier, LLMComplexityClassifier, Route
-from .auto_filters import AutoFilterExtractor
+from .auto_filters import AutoFilterExtractor, LLMFilterExtractor
 from .corrective import CorrectiveConfig, Grade, HeuristicGrader, LLMGrader
 from .decompose import LLMDecomposer
 from .gate import GatedRewriter, SecurityConfigError, SecurityGate, load_competitors
@@ -167,8 +168,10 @@ def make_query_layers(base: Any, *, transform: str | None = None, decompose: str
     auto = None
     if name in _ON:
         auto = AutoFilterExtractor(rewriter=rewriter)
+    elif name == "llm":
+        auto = LLMFilterExtractor(_provider(provider, "auto_filters"), fallback=AutoFilterExtractor(rewriter=rewriter))
     elif name not in _OFF:
-        raise ValueError(f"unknown {AUTO_FILTERS_ENV} value {raw!r}; accepted values: off, on")
+        raise ValueError(f"unknown {AUTO_FILTERS_ENV} value {raw!r}; accepted values: off, on, llm")
 
     post = postprocessor
     if post is None or isinstance(post, str):
@@ -184,7 +187,7 @@ def make_query_layers(base: Any, *, transform: str | None = None, decompose: str
 
 __all__ = ["ADAPTIVE_ENV", "AUTO_FILTERS_ENV", "CORRECTIVE_ENV", "QUERY_DECOMPOSE_ENV", "QUERY_TRANSFORM_ENV",
            "AutoFilterExtractor", "CorrectiveConfig", "GatedRewriter", "Grade", "HeuristicComplexityClassifier",
-           "HeuristicGrader", "HyDE", "LLMComplexityClassifier", "LLMDecomposer", "LLMGrader", "LayerFailure",
+           "HeuristicGrader", "HyDE", "LLMComplexityClassifier", "LLMDecomposer", "LLMFilterExtractor", "LLMGrader", "LayerFailure",
            "LayeredRetriever", "RAGFusion", "Refusal", "RetrievalResult", "Route", "SecurityConfigError",
            "SecurityGate", "StepBack", "Variant", "load_competitors", "make_query_layers",
            "make_query_transform"]

@@ -74,3 +74,50 @@ class AutoFilterExtractor:
             if geos:
                 filters["geography"] = geos[0] if len(geos) == 1 else {"in": geos}
         return filters, notes
+
+
+ALLOWED_FIELDS = ("entity", "period", "geography")
+
+
+@dataclass
+class LLMFilterExtractor:
+    """Opt-in (``RAGSPINE_AUTO_FILTERS=llm``): the model proposes ``{"entity", "period",
+    "geography"}`` as JSON; only those fields with string values (or lists of strings)
+    are kept. The glossary rules run first and win field by field; a failed or garbage
+    answer leaves just the rules' result. Only the question reaches the model."""
+
+    provider: Any
+    fallback: AutoFilterExtractor = field(default_factory=AutoFilterExtractor)
+    name: str = "auto_filters"
+
+    def __post_init__(self) -> None:
+        from .llm_text import require_provider
+
+        require_provider(self.provider, "auto_filters")
+
+    def extract(self, query: str) -> tuple[dict[str, Any], list[str]]:
+        import json
+
+        from .llm_text import LayerFailure, ask
+
+        filters, notes = self.fallback.extract(query)
+        try:
+            text = ask(self.provider, "Extract metadata filters from the question as one JSON object with "
+                       "optional keys entity, period (a year), geography. Strings only. {} if none.", query,
+                       max_tokens=80)
+            proposed = json.loads(text.strip())
+        except (LayerFailure, json.JSONDecodeError) as exc:
+            return filters, [*notes, f"llm extraction failed: {str(exc)[:120]}"]
+        if not isinstance(proposed, dict):
+            return filters, [*notes, "llm extraction was not a JSON object"]
+        for key in ALLOWED_FIELDS:
+            value = proposed.get(key)
+            if key in filters or value in (None, "", []):
+                continue
+            if isinstance(value, str) and len(value) <= 64:
+                filters[key] = value.strip()
+            elif isinstance(value, list) and value and all(isinstance(v, str) and len(v) <= 64 for v in value):
+                filters[key] = {"in": sorted({v.strip() for v in value})}
+            else:
+                notes.append(f"llm value for {key!r} ignored")
+        return filters, notes

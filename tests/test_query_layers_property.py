@@ -41,6 +41,9 @@ def hostile(kind, words):
             return (SYNTH + " ") * 3000
         if kind == "json":
             return json.dumps([f"{SYNTH} {w}" for w in words] + [{"x": 1}, 7])
+        if kind == "dict":
+            return json.dumps({"entity": "ACME_CN" if words else "globex", "period": "2023",
+                               "geography": [SYNTH], "topic": "x"})
         if kind == "verdict":
             return "COMPLEX" if len(prompt) % 2 else "YES"
         return "\n".join(f"- {SYNTH} {w}" for w in words)  # plausible list answers
@@ -59,7 +62,7 @@ stack_st = st.fixed_dictionaries({
 
 @settings(max_examples=1000, deadline=None)
 @given(docs=st.lists(doc_st, min_size=1, max_size=7), stack=stack_st, query=text_st,
-       kind=st.sampled_from(["raise", "none", "garbage", "huge", "json", "verdict", "list"]),
+       kind=st.sampled_from(["raise", "none", "garbage", "huge", "json", "dict", "verdict", "list"]),
        words=st.lists(st.sampled_from(WORDS), min_size=0, max_size=3),
        exclude=st.booleans(), use_filter=st.booleans(), competitors=st.booleans())
 def test_layers_never_leak_or_cite_synthesis(docs, stack, query, kind, words, exclude, use_filter, competitors):
@@ -94,7 +97,7 @@ def test_layers_never_leak_or_cite_synthesis(docs, stack, query, kind, words, ex
 @pytest.mark.slow
 @settings(max_examples=5000, deadline=None)
 @given(docs=st.lists(doc_st, min_size=1, max_size=7), stack=stack_st, query=text_st,
-       kind=st.sampled_from(["raise", "none", "garbage", "huge", "json", "verdict", "list"]),
+       kind=st.sampled_from(["raise", "none", "garbage", "huge", "json", "dict", "verdict", "list"]),
        words=st.lists(st.sampled_from(WORDS), min_size=0, max_size=3),
        exclude=st.booleans(), use_filter=st.booleans(), competitors=st.booleans())
 def test_layers_never_leak_or_cite_synthesis_long(docs, stack, query, kind, words, exclude, use_filter,

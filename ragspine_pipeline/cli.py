@@ -183,15 +183,19 @@ def build_demo_store(warehouse: Path, corpus_root: Path = DEMO_ROOT, *, quiet: b
 
 def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
                    analyzer: str | None = None, glossary: Path | None = None,
-                   source: str = "auto") -> Any:
+                   source: str = "auto", layers: dict[str, str | None] | None = None) -> Any:
     """The retriever a command serves: the published snapshots when there are any
     (``source="auto"``), else — or with ``source="store"`` — the DuckDB chunk store.
 
     Over the chunk store, dense vectors come from an on-disk cache under
     ``<warehouse>/engine_vectors/`` (keyed by model id + text hash), so a second
     ``ragspine query`` embeds nothing but the question.
+
+    ``layers``: keywords of ``make_query_layers`` (``transform``, ``postprocessor``, ...);
+    a None value, or a layer not named, reads its ``RAGSPINE_*`` variable.
     """
     from .retrieval.lexical.glossary import GlossaryQueryRewriter
+    from .retrieval.query import make_query_layers
     from .retrieval.rerank.cross_encoder import reranker_from_env
 
     if source not in ("auto", "store"):
@@ -207,9 +211,9 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
         wh = VersionedTables(warehouse)
         libs = published_libraries(wh)
         if libs:
-            return serving_retriever({lib: NarrativeIndexRetriever(load_snapshot_index(
+            return make_query_layers(serving_retriever({lib: NarrativeIndexRetriever(load_snapshot_index(
                 wh, lib, glossary=gl, embedding_backend=backend, channels=channels), reranker=reranker)
-                for lib in libs})
+                for lib in libs}), glossary=gl, embedding_backend=backend, **(layers or {}))
     path = _store_path(warehouse)
     if not path.exists():
         raise FileNotFoundError(f"no chunk store at {path}; run `ragspine demo --engine-only --warehouse {warehouse}`")
@@ -222,7 +226,10 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
         from .vector_cache import preload_cached_vectors
 
         preload_cached_vectors(index.retriever, warehouse / VECTOR_CACHE_DIR)
-    return NarrativeIndexRetriever(index, reranker=reranker)
+    # RAGSPINE_QUERY_TRANSFORM / _DECOMPOSE / _ADAPTIVE / _CORRECTIVE / _AUTO_FILTERS /
+    # RAGSPINE_POSTPROCESSOR: the base itself when all are off (byte-identical output).
+    return make_query_layers(NarrativeIndexRetriever(index, reranker=reranker), glossary=gl,
+                             embedding_backend=backend, **(layers or {}))
 
 
 def describe_retriever(retriever: Any) -> str:
@@ -342,9 +349,15 @@ def cmd_query(args: argparse.Namespace) -> int:
     if not _store_path(warehouse).exists() and not (warehouse / "retrieval_snapshot").is_dir():
         print(f"(no warehouse at {warehouse}; ingesting the demo corpus first)", file=sys.stderr)
         build_demo_store(warehouse, quiet=True)
-    retriever = open_retriever(warehouse, mode=args.mode, embedding=args.embedding)
+    retriever = open_retriever(warehouse, mode=args.mode, embedding=args.embedding,
+                               layers={"transform": args.transform, "postprocessor": args.postprocess})
     check_filters_against(retriever, by_option)
     snippets = retriever.retrieve(args.query, filters=filters, top_k=args.top_k)
+    report = getattr(snippets, "report", None)  # the query layers' account (refusals, status)
+    if report is not None and (report["refused"] or report["status"] != "ok" or report["degraded"]):
+        print(f"(query layers: status {report['status']}; refused "
+              f"{json.dumps(report['refused'], ensure_ascii=False)}; degraded "
+              f"{json.dumps(report['degraded'], ensure_ascii=False)})", file=sys.stderr)
     if args.json:
         json.dump(snippets, sys.stdout, ensure_ascii=False, indent=2, default=str)
         sys.stdout.write("\n")
@@ -405,6 +418,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "'{\"period\": {\"between\": [\"2022\", \"2023\"]}}'")
     q.add_argument("--top-k", type=_positive_int, default=5, help="snippets to return (at least 1)")
     q.add_argument("--json", action="store_true", help="print the snippet dicts as JSON")
+    q.add_argument("--transform", default=None, help="query transform: none, rag_fusion, hyde, step_back "
+                   "(default: RAGSPINE_QUERY_TRANSFORM)")
+    q.add_argument("--postprocess", default=None, help="post-processor chain, e.g. mmr,lost_in_middle,compress "
+                   "(default: RAGSPINE_POSTPROCESSOR)")
     q.set_defaults(func=cmd_query)
 
     e = sub.add_parser("eval", help="score retrieval on a BEIR-layout dataset")

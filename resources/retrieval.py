@@ -8,8 +8,15 @@ snapshot (the one it resolved), never a mix of versions.
 The service variables mean here what they mean in the CLI: ``RAGSPINE_RETRIEVAL_MODE``
 (``economy`` / ``bm25`` / ``lexical`` build no embedding backend and load no vectors;
 ``auto`` serves what the snapshot has), ``RAGSPINE_EMBEDDING_BACKEND`` (for ``hybrid`` /
-``vector`` over a snapshot without vectors) and ``RAGSPINE_RERANKER``. The resource's own
-fields, when set, take precedence over the variables.
+``vector`` over a snapshot without vectors) and ``RAGSPINE_RERANKER``. The query layers
+(``ragspine_pipeline.retrieval.query.make_query_layers``) read ``RAGSPINE_QUERY_TRANSFORM``,
+``RAGSPINE_QUERY_DECOMPOSE``, ``RAGSPINE_ADAPTIVE``, ``RAGSPINE_CORRECTIVE``,
+``RAGSPINE_AUTO_FILTERS``, ``RAGSPINE_POSTPROCESSOR`` and the gate's competitor config;
+they wrap the served retriever once, over all libraries (post-processors run after the
+multi-index fusion). The resource's own fields, when set, take precedence over the
+variables. With every layer off ``ask`` returns exactly the base retriever's snippets;
+with any on it returns a ``RetrievalResult`` (a list of snippet dicts with ``.report``:
+refusals, status, route, filters).
 """
 
 import os
@@ -27,6 +34,11 @@ from ragspine_pipeline.retrieval.link.narrative_link import (
     default_glossary_path,
 )
 from ragspine_pipeline.retrieval.link.published import load_published_index, retrieval_mode
+from ragspine_pipeline.retrieval.query import (
+    LayeredRetriever,
+    SecurityConfigError,
+    make_query_layers,
+)
 from ragspine_pipeline.retrieval.rerank.cross_encoder import (
     RERANKER_ENV,
     make_reranker,
@@ -50,6 +62,14 @@ class RetrievalResource(dg.ConfigurableResource):
     mode: str = Field(default="", description="Retrieval mode; empty: RAGSPINE_RETRIEVAL_MODE (default auto). "
                                               "economy/bm25/lexical build no embedding backend and load no vectors.")
     reranker: str = Field(default="", description="Reranker spec; empty: RAGSPINE_RERANKER (default none).")
+    transform: str = Field(default="", description="Query transform (none, rag_fusion, hyde, step_back); "
+                                                   "empty: RAGSPINE_QUERY_TRANSFORM.")
+    decompose: str = Field(default="", description="none or llm[:N]; empty: RAGSPINE_QUERY_DECOMPOSE.")
+    adaptive: str = Field(default="", description="off, on or llm; empty: RAGSPINE_ADAPTIVE.")
+    corrective: str = Field(default="", description="off, on or llm (CRAG); empty: RAGSPINE_CORRECTIVE.")
+    auto_filters: str = Field(default="", description="off or on; empty: RAGSPINE_AUTO_FILTERS.")
+    postprocessor: str = Field(default="", description="Post-processor chain, e.g. 'mmr,lost_in_middle'; "
+                                                       "empty: RAGSPINE_POSTPROCESSOR.")
 
     _cache: dict = PrivateAttr(default_factory=dict)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
@@ -93,11 +113,21 @@ class RetrievalResource(dg.ConfigurableResource):
                 self._cache[library] = (key, NarrativeIndexRetriever(index, reranker=reranker))
             return self._cache[library][1]
 
-    def retriever(self) -> NarrativeIndexRetriever | MultiIndexRetriever:
+    def retriever(self) -> NarrativeIndexRetriever | MultiIndexRetriever | LayeredRetriever:
+        """The served retriever (one library or a MultiIndexRetriever) with the configured
+        query layers around it; the base itself when every layer is off."""
         libs = self.published_libraries()
         if not libs:
             raise dg.Failure(f"no published snapshots under {Path(self.warehouse_root or default_warehouse_root())}")
-        return serving_retriever({lib: self.retriever_for(lib) for lib in libs})
+        base = serving_retriever({lib: self.retriever_for(lib) for lib in libs})
+        glossary = Path(self.glossary_path) if self.glossary_path else default_glossary_path()
+        try:
+            return make_query_layers(base, transform=self.transform or None, decompose=self.decompose or None,
+                                     adaptive=self.adaptive or None, corrective=self.corrective or None,
+                                     auto_filters=self.auto_filters or None,
+                                     postprocessor=self.postprocessor or None, glossary=glossary)
+        except (ValueError, TypeError, SecurityConfigError) as exc:
+            raise dg.Failure(f"query layers: {exc}") from None
 
     def ask(self, query: str, *, filters: Any = None, top_k: int = 5) -> list[dict[str, Any]]:
         return self.retriever().retrieve(query, filters=filters, top_k=top_k)

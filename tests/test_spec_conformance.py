@@ -376,11 +376,12 @@ def test_make_postprocessor_import_path(monkeypatch):
 
     assert make_postprocessor(None) is None and make_postprocessor("none") is None
     assert make_postprocessor("") is None
-    with pytest.raises(ValueError, match="not implemented yet.*accepted values: none"):
-        make_postprocessor("mmr,lost_in_middle")
-    monkeypatch.setenv("RAGSPINE_POSTPROCESSOR", "mmr")
-    with pytest.raises(ValueError):
-        make_postprocessor()
+    chain = make_postprocessor("mmr,lost_in_middle")
+    assert chain is not None and chain.names == ["mmr", "lost_in_middle"]
+    with pytest.raises(ValueError, match="unknown postprocessor 'bogus'.*accepted values"):
+        make_postprocessor("mmr,bogus")
+    monkeypatch.setenv("RAGSPINE_POSTPROCESSOR", "compress")
+    assert make_postprocessor().names == ["compress"]
 
 
 # ---------------------------------------------------------------------- link
@@ -461,7 +462,8 @@ def test_spec_wiring_snippet_over_a_filled_store(tmp_path, monkeypatch):
 
 
 def test_spec_opt_in_snippet(tmp_path, monkeypatch):
-    """``オプトインの方法``: the imports resolve; the layers not built yet say so."""
+    """``オプトインの方法``: the imports resolve; the layers not built yet say so; the
+    spec's post-chain builds."""
     monkeypatch.chdir(tmp_path)
     from ragspine_pipeline.retrieval.link.narrative_link import build_narrative_retriever
     from ragspine_pipeline.retrieval.postprocess import make_postprocessor
@@ -469,8 +471,7 @@ def test_spec_opt_in_snippet(tmp_path, monkeypatch):
 
     with pytest.raises(RerankerUnavailable):
         make_reranker("cross_encoder")
-    with pytest.raises(ValueError):
-        make_postprocessor("mmr,lost_in_middle")
+    assert make_postprocessor("mmr,lost_in_middle") is not None
     retriever, store = build_narrative_retriever(
         "data/chunks.db", reranker=make_reranker("auto"), postprocessor=make_postprocessor("none"))
     store.close()
@@ -538,6 +539,8 @@ def test_env_variables_the_spec_names(monkeypatch):
     with pytest.raises(RuntimeError):
         reranker_from_env()
     monkeypatch.setenv("RAGSPINE_POSTPROCESSOR", "compress")
+    assert make_postprocessor().names == ["compress"]
+    monkeypatch.setenv("RAGSPINE_POSTPROCESSOR", "mmr,bogus")
     with pytest.raises(ValueError):
         make_postprocessor()
     monkeypatch.setenv("RAGSPINE_CHUNKER", "paragraph:200:20")

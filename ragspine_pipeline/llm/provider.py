@@ -100,3 +100,22 @@ class OpenAICompatibleProvider:
         if not isinstance(content, str):
             raise HTTPServiceError("chat completion content is not a string")
         return content
+
+
+LLM_BASE_URL_ENV = "RAGSPINE_LLM_BASE_URL"
+
+
+def provider_from_env() -> OpenAICompatibleProvider | None:
+    """The service's LLM: an OpenAI-compatible endpoint when ``RAGSPINE_LLM_BASE_URL`` is
+    set (``RAGSPINE_LLM_MODEL``, ``RAGSPINE_LLM_API_KEY``, ``RAGSPINE_LLM_TIMEOUT`` seconds),
+    else None — nothing is contacted at run time unless configured."""
+    if not os.environ.get(LLM_BASE_URL_ENV, "").strip():
+        return None
+    p = OpenAICompatibleProvider.from_env()
+    raw = os.environ.get("RAGSPINE_LLM_TIMEOUT", "").strip()
+    if raw:
+        try:
+            p.timeout = float(raw)
+        except ValueError:
+            raise ValueError(f"RAGSPINE_LLM_TIMEOUT={raw!r} is not a number of seconds") from None
+    return p

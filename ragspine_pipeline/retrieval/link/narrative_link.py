@@ -286,7 +286,9 @@ def build_narrative_retriever(
     chunks: pure BM25 + RRF (dense too when an ``embedding_backend`` is injected) +
     glossary multi-query (``RAGSPINE_GLOSSARY`` or the demo glossary; ``glossary=False``
     turns it off) + listwise LLM rerank when a ``provider`` is given (a local
-    ``reranker`` takes precedence) + an optional ``postprocessor``.
+    ``reranker`` takes precedence) + an optional ``postprocessor`` (None:
+    ``RAGSPINE_POSTPROCESSOR``, unset = none). Query layers wrap the returned retriever:
+    ``ragspine_pipeline.retrieval.query.make_query_layers(retriever)``.
 
     Returns ``(retriever, store)``; the caller closes the store. An open ``ChunkStore``
     may be passed instead of a path; it is returned as it is. The served index holds no
@@ -294,6 +296,10 @@ def build_narrative_retriever(
     ``ragspine_pipeline.retrieval.link.published.open_published_retriever``.
     """
     rewriter = resolve_glossary(glossary)
+    if postprocessor is None:  # RAGSPINE_POSTPROCESSOR (unset: None, byte-identical output)
+        from ..postprocess import make_postprocessor
+
+        postprocessor = make_postprocessor(embedding_backend=embedding_backend)
     if isinstance(chunk_db, ChunkStore):
         store = chunk_db
     elif isinstance(chunk_db, str | os.PathLike):

@@ -13,8 +13,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture(autouse=True)
 def _no_ambient_config(monkeypatch):
     """Tests start from library defaults, whatever the developer's shell exports."""
-    for var in ("RAGSPINE_EMBEDDING", "RAGSPINE_EMBEDDING_BACKEND", "RAGSPINE_RETRIEVAL_MODE", "RAGSPINE_WAREHOUSE",
-                "RAGSPINE_RERANKER", "RAGSPINE_GLOSSARY", "RAGSPINE_POSTPROCESSOR"):
+    for var in [v for v in os.environ if v.startswith("RAGSPINE_")]:  # every layer and limit
         monkeypatch.delenv(var, raising=False)
 
 

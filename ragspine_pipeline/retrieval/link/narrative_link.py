@@ -29,6 +29,7 @@ from ...llm.provider import LLMProvider
 from ...sensitivity import RESTRICTED_SENSITIVITY, is_restricted
 from ..chunking.chunk_store import ChunkStore
 from ..chunking.chunking import METADATA_FIELDS, Chunk
+from ..chunking.expansion import expand_prompt_text
 from ..lexical.analyzer import Analyzer
 from ..lexical.glossary import GlossaryError, GlossaryQueryRewriter
 from ..lexical.hybrid import HybridRetriever, RetrievalHit
@@ -204,6 +205,8 @@ class NarrativeIndexRetriever:
             build_snippet(c["_hit"], rank, library_id=self.index.library_id, filters_relaxed=relaxed)
             for rank, c in enumerate(open_cands[:top_k], start=1)
         ]
+        # Parent / window chunkers: prompt_text for generation (text and citations unchanged).
+        snippets = expand_prompt_text(snippets, [c["_hit"].chunk for c in open_cands[:top_k]])
         if self.postprocessor is not None:
             snippets = [s for s in self.postprocessor.process(query, snippets)
                         if not is_restricted(s.get("sensitivity"))]

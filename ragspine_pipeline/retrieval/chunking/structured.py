@@ -103,7 +103,9 @@ def document_marks(doc: DocumentLike) -> tuple[StructureMark, ...]:
     marks = tuple(getattr(doc, "structure", ()) or ())
     if marks:
         return marks
-    return text_structure(doc.text, markdown=str(doc.source_path or "").lower().endswith(".md"))
+    # As the parser would: ``#`` headings for markdown files (and for a document with no file).
+    path = str(doc.source_path or "").lower()
+    return text_structure(doc.text, markdown=not path or path.endswith(".md"))
 
 
 def _trim(text: str, s: int, e: int) -> tuple[int, int]:

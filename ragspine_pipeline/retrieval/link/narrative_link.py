@@ -29,6 +29,7 @@ from ...llm.provider import LLMProvider
 from ...sensitivity import RESTRICTED_SENSITIVITY, is_restricted
 from ..chunking.chunk_store import ChunkStore
 from ..chunking.chunking import METADATA_FIELDS, Chunk
+from ..chunking.contextual import make_index_text_fn
 from ..chunking.expansion import expand_prompt_text
 from ..lexical.analyzer import Analyzer
 from ..lexical.glossary import GlossaryError, GlossaryQueryRewriter
@@ -103,6 +104,8 @@ class NarrativeIndex:
                 chunks = [chunks[i] for i in keep]
                 if docs_tokens is not None:
                     docs_tokens = [docs_tokens[i] for i in keep]
+        if docs_tokens is None and "index_text" not in kwargs:
+            kwargs["index_text"] = make_index_text_fn()  # RAGSPINE_CONTEXTUAL; off: the chunk text
         r = HybridRetriever(chunks, analyzer=analyzer, embedding_backend=embedding_backend,
                             rewriter=rewriter, docs_tokens=docs_tokens, **kwargs)
         return cls(retriever=r, library_id=library_id, version=version,

@@ -149,7 +149,7 @@ def run_set(name: str, root: Path, semantic: bool) -> list[dict]:
             tree = build_raptor_tree(chunks, analyzer="english")
             nodes = {n.node_id: n for n in tree.nodes}
 
-            def tree_passages(c, nodes=nodes, to_passages=to_passages):
+            def tree_passages(c, nodes=nodes, to_passages=to_passages, leaf=leaf):
                 n = nodes.get(c.chunk_id)
                 if n is None or not n.is_synthesis:
                     return to_passages(c)
@@ -172,7 +172,7 @@ def run_set(name: str, root: Path, semantic: bool) -> list[dict]:
 def write(rows: list[dict], out: Path, command: str) -> list[Path]:
     paths = [out / "chunkers.json", out / "chunkers.md"]
     paths[0].write_text(json.dumps({"command": command, "rows": rows}, ensure_ascii=False, indent=1), encoding="utf-8")
-    lines = [f"# Chunkers: nDCG@10 / Recall@100 on long documents (BM25, passage-level qrels)\n",
+    lines = ["# Chunkers: nDCG@10 / Recall@100 on long documents (BM25, passage-level qrels)\n",
              f"Command: `{command}`\n",
              "Long documents as described in benchmarks/bench_chunkers.py; ratio = nDCG@10 / paragraph's "
              "nDCG@10 on the same set.\n",

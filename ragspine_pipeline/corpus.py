@@ -33,7 +33,12 @@ from .retrieval.chunking.chunking import (
     chunk_document,
 )
 from .retrieval.chunking.sentences import DEFAULT_PERCENTILE, SemanticChunker, SentenceWindowChunker
-from .retrieval.chunking.structured import PRESET_KINDS, ChunkerError, LayoutChunker, ParentChildChunker
+from .retrieval.chunking.structured import (
+    PRESET_KINDS,
+    ChunkerError,
+    LayoutChunker,
+    ParentChildChunker,
+)
 from .retrieval.vector.embedding_backends import (
     EmbeddingBackend,
     EmbeddingBackendUnavailable,

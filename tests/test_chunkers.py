@@ -414,3 +414,28 @@ def test_old_rows_table_documents_give_empty_structure():
            "parse_error": None, "deleted": False, "label_problem": None}
     docs, _ = table_documents(pa.Table.from_pylist([row]))
     assert docs[0].structure == ()
+
+
+def test_a_sibling_takes_the_parent_text_when_a_postprocessor_drops_the_holder():
+    d = doc("data_protection_regulation_en.html")
+    chunks = make_chunker("parent_child:2000:120:0")(d)
+
+    class DropFirst:
+        def process(self, query, snippets):
+            return snippets[1:]
+
+    query = "personal data processed lawfully purposes"
+    full = _retriever(chunks).retrieve(query, top_k=8)
+    holder = full[0]["chunk_id"]
+    refs = [s for s in full if s.get("prompt_text_ref") == holder]
+    assert refs  # the test needs a sibling of the first hit
+    r = NarrativeIndexRetriever(NarrativeIndex.from_chunks(chunks), retry_without_filters=False,
+                                postprocessor=DropFirst())
+    got = {s["chunk_id"]: s for s in r.retrieve(query, top_k=8)}
+    first_sibling = got[refs[0]["chunk_id"]]
+    assert first_sibling["prompt_text"] == full[0]["prompt_text"] and "prompt_text_ref" not in first_sibling
+    for s in refs[1:]:
+        assert got[s["chunk_id"]]["prompt_text_ref"] == first_sibling["chunk_id"]
+    holders = [s for s in got.values() if s.get("prompt_text")]
+    assert all(s.get("prompt_text_ref", s["chunk_id"]) in {h["chunk_id"] for h in holders} for s in got.values()
+               if "prompt_text" in s)

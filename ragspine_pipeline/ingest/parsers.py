@@ -20,8 +20,8 @@ from __future__ import annotations
 import codecs
 import os
 import re
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 

@@ -19,7 +19,7 @@ document, gets nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...sensitivity import is_restricted
@@ -48,4 +48,26 @@ def expand_prompt_text(snippets: list[dict[str, Any]], chunks: Sequence[Chunk]) 
         else:
             first[key] = c.chunk_id
             snip["prompt_text"] = c.window_text
+    return snippets
+
+
+def settle_prompt_refs(snippets: list[dict[str, Any]], chunks_by_id: Mapping[str, Chunk]) -> list[dict[str, Any]]:
+    """After a post-processor dropped or reordered snippets: a sibling whose
+    ``prompt_text_ref`` points at a snippet no longer there (or no longer holding the
+    text) takes the parent text itself, and the other siblings point at it."""
+    holders = {s.get("chunk_id") for s in snippets if s.get("prompt_text")}
+    for s in snippets:
+        ref = s.get("prompt_text_ref")
+        if ref is None or ref in holders:
+            continue
+        c = chunks_by_id.get(s.get("chunk_id", ""))
+        del s["prompt_text_ref"]
+        if c is None or not c.window_text or is_restricted(c.sensitivity) or is_restricted(s.get("sensitivity")):
+            s.pop("prompt_text", None)
+            continue
+        s["prompt_text"] = c.window_text
+        holders.add(c.chunk_id)
+        for t in snippets:
+            if t is not s and t.get("prompt_text_ref") == ref:
+                t["prompt_text_ref"] = c.chunk_id
     return snippets

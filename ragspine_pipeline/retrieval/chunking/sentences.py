@@ -31,7 +31,14 @@ from .chunking import (
     sentence_spans,
     split_oversize,
 )
-from .structured import ChunkerError, DocumentLike, build_chunk, chunk_fields, document_marks, sections
+from .structured import (
+    ChunkerError,
+    DocumentLike,
+    build_chunk,
+    chunk_fields,
+    document_marks,
+    sections,
+)
 
 DEFAULT_WINDOW = 2
 DEFAULT_SENTENCE_CHARS = DEFAULT_CHUNK_CHARS

@@ -30,7 +30,7 @@ from ...sensitivity import RESTRICTED_SENSITIVITY, is_restricted
 from ..chunking.chunk_store import ChunkStore
 from ..chunking.chunking import METADATA_FIELDS, Chunk
 from ..chunking.contextual import make_index_text_fn
-from ..chunking.expansion import expand_prompt_text
+from ..chunking.expansion import expand_prompt_text, settle_prompt_refs
 from ..lexical.analyzer import Analyzer
 from ..lexical.glossary import GlossaryError, GlossaryQueryRewriter
 from ..lexical.hybrid import HybridRetriever, RetrievalHit
@@ -213,6 +213,7 @@ class NarrativeIndexRetriever:
         if self.postprocessor is not None:
             snippets = [s for s in self.postprocessor.process(query, snippets)
                         if not is_restricted(s.get("sensitivity"))]
+            snippets = settle_prompt_refs(snippets, {c["chunk_id"]: c["_hit"].chunk for c in open_cands[:top_k]})
         return snippets
 
 

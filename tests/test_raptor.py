@@ -154,3 +154,22 @@ def test_documents_chunked_with_layout_build_a_tree():
     chunks = make_chunker("laws")(d)
     tree = build_raptor_tree(chunks, threshold=0.1)
     assert tree.shape()["leaves"] == 3
+
+
+def test_rebuild_asks_the_summarizer_only_for_changed_clusters():
+    calls: list[tuple[str, ...]] = []
+
+    def summarizer(texts):
+        calls.append(tuple(texts))
+        return " / ".join(t[:20] for t in texts)
+
+    chunks = corpus()
+    first = build_raptor_tree(chunks, threshold=0.2, summarizer=summarizer)
+    n_first = len(calls)
+    assert n_first == len(first.synthesis_nodes()) > 1
+    changed = [c if c.doc_id != "lib/travel2" else c.with_(text="Hotel travel costs are capped per city night.")
+               for c in chunks]
+    calls.clear()
+    second = build_raptor_tree(changed, threshold=0.2, summarizer=summarizer, previous=first)
+    assert second.reused == n_first - len(calls) and len(calls) < n_first
+    assert all(any("travel" in t.lower() for t in texts) for texts in calls)  # only the travel cluster

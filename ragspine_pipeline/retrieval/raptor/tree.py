@@ -24,10 +24,13 @@ tokens, feature-hashed into ``HASH_DIM`` dimensions (deterministic: crc32, not P
 salted ``hash``).
 
 Incremental: a node's key is a hash of its members' keys (a leaf's key hashes its id and
-text), and a rebuild given ``previous`` reuses the summary and vector of every node whose
-key is unchanged, so a 1% refresh re-summarises only the clusters that changed. The
-clustering itself is recomputed: leader clustering is order-dependent, so one changed
-chunk can move later members; reuse by key keeps that cheap and correct.
+text), and a rebuild given ``previous`` reuses the summary of every synthesis node whose
+key is unchanged (and its vector, when both trees used the same embedding model), so a
+1% refresh re-summarises — and re-asks an LLM summarizer for — only the clusters that
+changed. The clustering itself is recomputed: leader clustering is order-dependent, so
+one changed chunk can move later members (and TF-IDF weights move with the corpus);
+reuse by key keeps that cheap and the result equal to the previous one where nothing
+under a node changed.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import numpy as np
 from ...sensitivity import is_restricted, resolve_label
 from ..chunking.chunking import Chunk, sentence_spans
 from ..lexical.analyzer import Analyzer, make_analyzer
-from ..vector.embedding_backends import EmbeddingBackend
+from ..vector.embedding_backends import EmbeddingBackend, backend_model_id
 
 DEFAULT_THRESHOLD = 0.35
 DEFAULT_DEPTH = 3
@@ -87,6 +90,7 @@ class RaptorTree:
     vectors: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     reused: int = 0
     note: str = ""
+    vector_space: str = ""  # the embedding model id, or "tfidf-hash-<dim>"
 
     @property
     def nodes(self) -> list[RaptorNode]:
@@ -229,11 +233,16 @@ def build_raptor_tree(
     if embedding_backend is not None:
         def embed(texts: Sequence[str]) -> np.ndarray:
             return _unit(np.asarray(embedding_backend.embed_texts(list(texts)), dtype=np.float64))
+        space = backend_model_id(embedding_backend)
     else:
         embed = TfidfHasher(make_analyzer(analyzer), [c.text for c in open_chunks])
+        space = f"tfidf-hash-{HASH_DIM}"
     old = {n.key: n for n in previous.nodes} if previous is not None else {}
-    old_vecs = previous.vectors if previous is not None else {}
-    tree = RaptorTree(levels=[], threshold=threshold, max_depth=max_depth)
+    # Vectors are reused only from the same model: TF-IDF weights move with the corpus
+    # (idf), so those are recomputed (cheap); summaries are reused by key either way.
+    old_vecs = previous.vectors if previous is not None and previous.vector_space == space and \
+        embedding_backend is not None else {}
+    tree = RaptorTree(levels=[], threshold=threshold, max_depth=max_depth, vector_space=space)
     leaves = [RaptorNode(c.chunk_id, 0, c.text, False, (), (c.chunk_id,), (c.doc_id,), c.sensitivity,
                          _key([c.chunk_id, c.text]), {"title": c.title, "entity": c.entity, "period": c.period})
               for c in open_chunks]
@@ -274,8 +283,11 @@ def build_raptor_tree(
             label = resolve_label([k.sensitivity for k in kids], default="INTERNAL").label
             node_id = f"raptor:L{level}:{ci:04d}-{key[:10]}"
             prev = old.get(key)
-            if prev is not None and prev.node_id in old_vecs:
-                text, v = prev.text, old_vecs[prev.node_id]
+            if prev is not None and prev.is_synthesis and (summarizer is None) == (prev.metadata.get("summary") != "llm"):
+                text = prev.text
+                v = old_vecs[prev.node_id] if prev.node_id in old_vecs else (embed([text])[0] if text else None)
+                if v is None:
+                    v = _unit(np.sum(np.stack([vec[k.node_id] for k in kids]), axis=0))
                 tree.reused += 1
             else:
                 centroid = np.sum(np.stack([vec[k.node_id] for k in kids]), axis=0)
@@ -284,6 +296,7 @@ def build_raptor_tree(
                     texts, centroid, embed, summary_chars)
                 v = embed([text])[0] if text else _unit(centroid)
             md = {f: _shared([k.metadata.get(f, "") for k in kids]) for f in ("title", "entity", "period")}
+            md["summary"] = "llm" if summarizer is not None else "extractive"
             node = RaptorNode(node_id, level, text, True, tuple(k.node_id for k in kids), leaf_ids, docs, label,
                               key, md)
             vec[node_id] = v

@@ -16,6 +16,7 @@ library partition, off unless ``RAGSPINE_RAPTOR=on``) lives in ``assets/``.
 from __future__ import annotations
 
 import time
+
 import numpy as np
 import pyarrow as pa
 

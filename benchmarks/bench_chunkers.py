@@ -175,7 +175,9 @@ def write(rows: list[dict], out: Path, command: str) -> list[Path]:
     lines = ["# Chunkers: nDCG@10 / Recall@100 on long documents (BM25, passage-level qrels)\n",
              f"Command: `{command}`\n",
              "Long documents as described in benchmarks/bench_chunkers.py; ratio = nDCG@10 / paragraph's "
-             "nDCG@10 on the same set.\n",
+             "nDCG@10 on the same set. Contextual = the `title,heading` header (RAGSPINE_CONTEXTUAL) on the "
+             f"indexed text. RAPTOR rows (extractive, TF-IDF vectors, threshold 0.35) only for sets of up to "
+             f"{RAPTOR_MAX_CHUNKS} paragraph chunks (clustering is O(chunks x clusters)).\n",
              "| set | chunker | contextual | RAPTOR | chunks | mean chars | nDCG@10 | ratio | Recall@100 |",
              "|---|---|---|---|---|---|---|---|---|"]
     base = {r["set"]: r["ndcg@10"] for r in rows if r["chunker"].startswith("paragraph") and r["contextual"] == "off"

@@ -33,7 +33,9 @@ class RawConfig(dg.Config):
 
 
 class ChunksConfig(dg.Config):
-    chunker: str = ""  # empty: RAGSPINE_CHUNKER, else paragraph:480:80. e.g. "paragraph:320:40"
+    # Empty: RAGSPINE_CHUNKER, else paragraph:480:80. Others: layout, laws, qa, book (":MAX:OVERLAP"),
+    # parent_child(":PARENT:CHILD:OVERLAP"), sentence_window(":K:MAX"), semantic(":PERCENTILE:MAX").
+    chunker: str = ""
     full_checks: bool = False  # re-verify every active chunk, not only the rows this run wrote (an audit)
     # What a document whose file stopped parsing serves meanwhile: "withhold" (nothing; the
     # default, fail closed) or "serve_last_good" (availability first). Empty: RAGSPINE_ON_PARSE_ERROR.

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .ingest.documents import (
     CorpusError,
@@ -31,6 +31,19 @@ from .retrieval.chunking.chunking import (
     Chunk,
     check_chunk_params,
     chunk_document,
+)
+from .retrieval.chunking.sentences import DEFAULT_PERCENTILE, SemanticChunker, SentenceWindowChunker
+from .retrieval.chunking.structured import (
+    PRESET_KINDS,
+    ChunkerError,
+    LayoutChunker,
+    ParentChildChunker,
+)
+from .retrieval.vector.embedding_backends import (
+    EmbeddingBackend,
+    EmbeddingBackendUnavailable,
+    embedding_spec_from_env,
+    make_embedding_backend,
 )
 
 DEMO_ROOT = Path(__file__).resolve().parents[1] / "data" / "demo"
@@ -92,19 +105,78 @@ def paragraph_chunker(max_chars: int = DEFAULT_CHUNK_CHARS,
     return ParagraphChunker(max_chars, overlap_chars)
 
 
-def make_chunker(spec: str | None = None) -> ParagraphChunker:
-    """Chunker from a spec (``RAGSPINE_CHUNKER`` when None): ``paragraph[:MAX[:OVERLAP]]``."""
-    raw = (spec if spec is not None else os.environ.get("RAGSPINE_CHUNKER", "paragraph")).strip()
-    name, *params = raw.split(":")
-    if name != "paragraph":
-        raise ValueError(f"unknown chunker {name!r}; available: paragraph[:max_chars[:overlap_chars]]")
+class KeyedChunker(Protocol):
+    """A chunker as a value: called on a document; ``key`` names it and its parameters."""
+
+    @property
+    def key(self) -> str: ...
+
+    def __call__(self, doc: Document) -> list[Chunk]: ...
+
+
+CHUNKER_SPECS = ("paragraph[:max_chars[:overlap_chars]]", "layout[:max_chars[:overlap_chars]]",
+                 "laws[:max_chars[:overlap_chars]]", "qa[:max_chars[:overlap_chars]]",
+                 "book[:max_chars[:overlap_chars]]",
+                 "parent_child[:parent_max_chars[:child_max_chars[:child_overlap_chars]]]",
+                 "sentence_window[:window[:max_chars]]", "semantic[:percentile[:max_chars]]")
+
+
+def _ints(raw: str, params: list[str], most: int, names: str) -> list[int]:
     try:
         ints = [int(p) for p in params]
     except ValueError:
         raise ValueError(f"chunker parameters must be integers: {raw!r}") from None
-    if len(ints) > 2:
-        raise ValueError(f"paragraph takes at most max_chars and overlap_chars: {raw!r}")
-    return ParagraphChunker(*ints)
+    if len(ints) > most:
+        raise ValueError(f"{raw.split(':')[0]} takes at most {names}: {raw!r}")
+    return ints
+
+
+def _semantic(raw: str, params: list[str], backend: EmbeddingBackend | None) -> KeyedChunker:
+    if len(params) > 2:
+        raise ValueError(f"semantic takes at most percentile and max_chars: {raw!r}")
+    try:
+        pct = float(params[0]) if params else DEFAULT_PERCENTILE
+        size = int(params[1]) if len(params) > 1 else DEFAULT_CHUNK_CHARS
+    except ValueError:
+        raise ValueError(f"semantic parameters are a percentile and an integer max_chars: {raw!r}") from None
+    if backend is None:
+        spec = embedding_spec_from_env("auto")
+        try:
+            backend = make_embedding_backend(spec)
+        except EmbeddingBackendUnavailable as exc:
+            raise ChunkerError(f"the semantic chunker needs a dense embedding backend ({exc})") from None
+        if backend is None:
+            raise ChunkerError(
+                f"the semantic chunker needs a dense embedding backend, and embedding spec {spec!r} builds none "
+                "here: install the [embed-onnx] extra (pip install 'ragspine-pipeline[embed-onnx]') or set "
+                "RAGSPINE_EMBEDDING_BACKEND")
+    return SemanticChunker(backend, pct, size)
+
+
+def make_chunker(spec: str | None = None, *, embedding_backend: EmbeddingBackend | None = None) -> KeyedChunker:
+    """Chunker from a spec (``RAGSPINE_CHUNKER`` when None; default ``paragraph``).
+
+    Specs (see ``CHUNKER_SPECS``): ``paragraph``, ``layout``, ``laws``, ``qa``, ``book``
+    (``NAME:MAX:OVERLAP``), ``parent_child:PARENT:CHILD:OVERLAP``,
+    ``sentence_window:WINDOW:MAX`` and ``semantic:PERCENTILE:MAX`` — which embeds with
+    ``embedding_backend``, else the one ``RAGSPINE_EMBEDDING_BACKEND`` (default auto)
+    builds, and is a ChunkerError naming the ``[embed-onnx]`` extra when there is none.
+    Every parameter is checked here, so bad run config fails before any work.
+    """
+    raw = (spec if spec is not None else os.environ.get("RAGSPINE_CHUNKER", "paragraph")).strip() or "paragraph"
+    name, *params = raw.split(":")
+    name = name.strip().lower()
+    if name == "paragraph":
+        return ParagraphChunker(*_ints(raw, params, 2, "max_chars and overlap_chars"))
+    if name in PRESET_KINDS:
+        return LayoutChunker(*_ints(raw, params, 2, "max_chars and overlap_chars"), preset=name)
+    if name == "parent_child":
+        return ParentChildChunker(*_ints(raw, params, 3, "parent_max_chars, child_max_chars, child_overlap_chars"))
+    if name == "sentence_window":
+        return SentenceWindowChunker(*_ints(raw, params, 2, "window and max_chars"))
+    if name == "semantic":
+        return _semantic(raw, params, embedding_backend)
+    raise ValueError(f"unknown chunker {name!r}; available: {', '.join(CHUNKER_SPECS)}")
 
 
 @dataclass

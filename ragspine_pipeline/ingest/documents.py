@@ -26,7 +26,7 @@ from typing import Any
 
 from ..retrieval.lexical.analyzer import LanguageError, resolve_language
 from ..sensitivity import resolve_label
-from .parsers import ParseError, parse_source
+from .parsers import ParseError, StructureMark, parse_source
 
 TITLE_MAX_CHARS = 300
 SIDECAR_SUFFIX = ".meta.json"
@@ -61,6 +61,9 @@ class Document:
     metadata: dict[str, Any]
     source_path: str = ""
     label_problem: str = ""  # why the label was forced to RESTRICTED ("" when it was read as written)
+    # Headings / pages the parser saw, as offsets into ``text`` (structure-aware chunkers
+    # read these; derived from the file like ``text``, so not part of the content hash).
+    structure: tuple[StructureMark, ...] = ()
 
     @property
     def content_hash(self) -> str:
@@ -210,4 +213,4 @@ def read_document(path: Path, library: str, *, root: Path | None = None) -> Docu
         sources.append((where, parsed.metadata))
     meta, problem = merge_metadata(sources, default=default_label())
     title = cap_title(meta.pop("title", "") or "") or title_from_text(parsed.text, path.stem)
-    return Document(f"{library}/{path.stem}", title, parsed.text, meta, str(path), problem)
+    return Document(f"{library}/{path.stem}", title, parsed.text, meta, str(path), problem, parsed.structure)

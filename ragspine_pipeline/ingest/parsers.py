@@ -7,6 +7,12 @@ carry on with the rest of the library.
 
 Text files are UTF-8 (a UTF-8 byte-order mark is dropped); a UTF-16 or UTF-32 file is
 accepted when it starts with its byte-order mark, as editors on Windows write them.
+
+Each parser also reports the *structure* it sees, as offsets into the text it returns
+(``StructureMark``): markdown ``#`` headings, HTML ``h1``–``h6``, PDF page starts, and
+numbered headings found in any text (``1.2 Scope``, ``第三章 总则``, ``第十二条``,
+``Article 5``). Structure-aware chunkers read these marks instead of parsing again, so
+every locator they produce indexes the stored text.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import codecs
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,13 +39,153 @@ _BOMS = ((codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
          (codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 
 
+# Kinds of structure mark. Headings carry a level (1 = outermost); a page mark has level 0
+# and only says where a page's text starts.
+MARK_KINDS = ("markdown", "html", "numbered", "cn_part", "cn_chapter", "cn_section", "cn_article",
+              "cn_clause", "article", "page", "question")  # "question": found by the qa chunker
+
+
+@dataclass(frozen=True)
+class StructureMark:
+    """One structural boundary: ``text[start:end]`` is the heading line (empty for a page)."""
+
+    start: int
+    end: int
+    level: int
+    kind: str
+
+    def to_list(self) -> list[Any]:
+        return [self.start, self.end, self.level, self.kind]
+
+    @classmethod
+    def from_list(cls, row: Any) -> StructureMark:
+        start, end, level, kind = row
+        if kind not in MARK_KINDS or not (0 <= int(start) <= int(end)):
+            raise ValueError(f"not a structure mark: {row!r}")
+        return cls(int(start), int(end), int(level), str(kind))
+
+
+def structure_to_json(marks: tuple[StructureMark, ...] | list[StructureMark]) -> str:
+    """Compact JSON for the ``raw_documents.structure`` column."""
+    import json
+
+    return json.dumps([m.to_list() for m in marks], separators=(",", ":"))
+
+
+def structure_from_json(raw: str | None) -> tuple[StructureMark, ...]:
+    """Marks from the ``structure`` column; ``None`` (a row written before it existed) is ()."""
+    import json
+
+    if not raw:
+        return ()
+    return tuple(StructureMark.from_list(r) for r in json.loads(raw))
+
+
 @dataclass(frozen=True)
 class ParsedFile:
-    """What a parser read: the text, and metadata declared inside the file (lists of values
-    per key as written; keys as written — the document reader matches them)."""
+    """What a parser read: the text, metadata declared inside the file (lists of values
+    per key as written; keys as written — the document reader matches them), and the
+    structure marks it saw, as offsets into ``text`` (sorted by start)."""
 
     text: str
     metadata: dict[str, list[Any]] = field(default_factory=dict)
+    structure: tuple[StructureMark, ...] = ()
+
+
+_CN_NUM = "[0-9０-９一二三四五六七八九十百千零〇两]+"
+# (pattern, kind, level). Lines only: a heading is a short line that opens with the marker.
+_LINE_HEADINGS: tuple[tuple[re.Pattern[str], str, int], ...] = (
+    (re.compile(rf"第{_CN_NUM}[编篇部](?:[ \t\u3000]|$)"), "cn_part", 1),
+    (re.compile(rf"第{_CN_NUM}章"), "cn_chapter", 2),
+    (re.compile(rf"第{_CN_NUM}节"), "cn_section", 3),
+    (re.compile(rf"第{_CN_NUM}条"), "cn_article", 4),
+    (re.compile(rf"第{_CN_NUM}[款项]"), "cn_clause", 5),
+    (re.compile(r"(?:Article|ARTICLE|Art\.)[ \t]+\d+[A-Za-z]?\b"), "article", 4),
+)
+_NUMBERED = re.compile(r"(\d{1,3}(?:\.\d{1,3}){0,5})\.?[ \t\u3000]+(?=\S)")
+_MD_HEADING = re.compile(r"(#{1,6})[ \t]+\S")
+_FENCE = re.compile(r"(```|~~~)")
+_MD_LIST = re.compile(r"\d{1,3}[.)][ \t]")
+MAX_HEADING_LINE = 80  # a numbered "heading" longer than this is a numbered paragraph
+
+
+def _lines(text: str) -> Iterator[tuple[int, int]]:
+    pos = 0
+    n = len(text)
+    while pos < n:
+        nl = text.find("\n", pos)
+        end = n if nl < 0 else nl
+        yield pos, end
+        pos = end + 1
+
+
+def _trim(text: str, s: int, e: int) -> tuple[int, int]:
+    while s < e and text[s].isspace():
+        s += 1
+    while e > s and text[e - 1].isspace():
+        e -= 1
+    return s, e
+
+
+def line_heading(line: str) -> tuple[str, int, int] | None:
+    """(kind, level, heading length) when ``line`` (stripped) opens with a numbered or
+    legal heading. An article line that goes on with its body (``第十二条 用人单位应当…。``)
+    is a heading of just its marker; a short title line is a heading as a whole."""
+    for pat, kind, level in _LINE_HEADINGS:
+        m = pat.match(line)
+        if not m:
+            continue
+        titled = len(line) <= MAX_HEADING_LINE and not line.endswith(_SENTENCE_END)
+        if kind in ("cn_article", "cn_clause", "article"):
+            return kind, level, len(line) if titled else m.end()
+        if titled:
+            return kind, level, len(line)
+    m = _NUMBERED.match(line)
+    if m and len(line) <= MAX_HEADING_LINE and not line.endswith(_SENTENCE_END):
+        return "numbered", m.group(1).count(".") + 1, len(line)
+    return None
+
+
+_SENTENCE_END = ("。", ".", "；", ";", "，", ",", "！", "!", "？", "?", "：", ":")
+
+
+def text_structure(text: str, *, markdown: bool = False) -> tuple[StructureMark, ...]:
+    """Headings found in plain text: numbered and legal headings (and ``#`` headings
+    outside code fences when ``markdown``), one mark per line that opens with one."""
+    marks: list[StructureMark] = []
+    in_fence = False
+    for ls, le in _lines(text):
+        s, e = _trim(text, ls, le)
+        if s == e:
+            continue
+        line = text[s:e]
+        if markdown and _FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        if markdown:
+            m = _MD_HEADING.match(line)
+            if m:
+                marks.append(StructureMark(s, e, len(m.group(1)), "markdown"))
+                continue
+            if line.startswith(("#", ">", "|", "-", "*", "+")):
+                continue
+        hit = line_heading(line)
+        if hit and markdown and hit[0] == "numbered" and _MD_LIST.match(line):
+            continue  # "1. item" in markdown is an ordered list, not a heading
+        if hit:
+            marks.append(StructureMark(s, s + hit[2], hit[1], hit[0]))
+    return tuple(marks)
+
+
+def _merge_marks(*groups: tuple[StructureMark, ...] | list[StructureMark]) -> tuple[StructureMark, ...]:
+    """One mark per start offset (the first group wins), sorted by start."""
+    by_start: dict[tuple[int, bool], StructureMark] = {}
+    for g in groups:
+        for m in g:
+            by_start.setdefault((m.start, m.kind == "page"), m)
+    return tuple(sorted(by_start.values(), key=lambda m: (m.start, m.kind != "page")))
 
 
 def max_file_bytes() -> int:
@@ -97,7 +244,7 @@ def split_front_matter(text: str) -> tuple[str, dict[str, Any]]:
 
 def parse_markdown(path: Path) -> ParsedFile:
     body, meta = split_front_matter(parse_text(path))
-    return ParsedFile(body, {str(k): [v] for k, v in meta.items()})
+    return ParsedFile(body, {str(k): [v] for k, v in meta.items()}, text_structure(body, markdown=True))
 
 
 def parse_html(path: Path) -> ParsedFile:
@@ -113,10 +260,26 @@ def parse_html(path: Path) -> ParsedFile:
             meta.setdefault(name, []).append(tag.get("content"))
     for tag in soup(["script", "style", "noscript"]):
         tag.decompose()
-    blocks = [" ".join(el.get_text(" ", strip=True).split())
-              for el in soup.find_all(["h1", "h2", "h3", "h4", "p", "li", "td", "pre", "blockquote"])]
-    text = "\n\n".join(b for b in blocks if b)
-    return ParsedFile(text or " ".join(soup.get_text(" ", strip=True).split()), meta)
+    parts: list[str] = []
+    marks: list[StructureMark] = []
+    pos = 0
+    for el in soup.find_all(["h1", "h2", "h3", "h4", "h5", "h6", "p", "li", "td", "pre", "blockquote"]):
+        block = " ".join(el.get_text(" ", strip=True).split())
+        if not block:
+            continue
+        if parts:
+            pos += 2  # the "\n\n" joining blocks
+        if el.name in _HTML_HEADINGS:
+            marks.append(StructureMark(pos, pos + len(block), int(el.name[1]), "html"))
+        parts.append(block)
+        pos += len(block)
+    text = "\n\n".join(parts)
+    if not text:
+        return ParsedFile(" ".join(soup.get_text(" ", strip=True).split()), meta)
+    return ParsedFile(text, meta, _merge_marks(marks, text_structure(text)))
+
+
+_HTML_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 
 
 def parse_pdf(path: Path) -> ParsedFile:
@@ -134,7 +297,11 @@ def parse_pdf(path: Path) -> ParsedFile:
     text = "\n\n".join(p for p in pages if p)
     if not text:
         raise ParseError("PDF has no extractable text (scanned image?)")
-    return ParsedFile(text)
+    page_marks, pos = [], 0
+    for p in (p for p in pages if p):
+        page_marks.append(StructureMark(pos, pos, 0, "page"))
+        pos += len(p) + 2
+    return ParsedFile(text, {}, _merge_marks(page_marks, text_structure(text)))
 
 
 def parse_source(path: Path) -> ParsedFile:
@@ -143,7 +310,8 @@ def parse_source(path: Path) -> ParsedFile:
     if suffix == ".md":
         return parse_markdown(path)
     if suffix == ".txt":
-        return ParsedFile(parse_text(path))
+        text = parse_text(path)
+        return ParsedFile(text, {}, text_structure(text))
     if suffix in (".html", ".htm"):
         return parse_html(path)
     if suffix == ".pdf":

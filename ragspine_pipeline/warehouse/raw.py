@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..ingest.documents import SIDECAR_SUFFIX, CorpusError, Document, DocumentError, read_document
-from ..ingest.parsers import SUFFIXES
+from ..ingest.parsers import SUFFIXES, structure_from_json, structure_to_json
 from ..sensitivity import is_restricted
 from .common import RAW, CheckOutcome, StepResult, last_row_per_key
 from .versioned import (
@@ -37,7 +37,7 @@ from .versioned import (
 )
 
 RAW_COLUMNS = ("doc_id", "title", "text", "metadata", "sensitivity", "source_path", "content_hash",
-               "parse_error", "file_sig", "deleted", "raw_version", "label_problem")
+               "parse_error", "file_sig", "deleted", "raw_version", "label_problem", "structure")
 # Everything but the text: what change detection and the checks need.
 STATE_COLUMNS = ["doc_id", "source_path", "content_hash", "parse_error", "file_sig", "sensitivity", "deleted",
                  "label_problem"]
@@ -119,7 +119,9 @@ def _row(doc: Document | None, error: DocumentError | None, *, doc_id: str, sour
             "sensitivity": doc.metadata["sensitivity"] if doc else None,
             "source_path": source_path, "content_hash": doc.content_hash if doc else None,
             "parse_error": error.error if error else None, "file_sig": sig, "deleted": deleted,
-            "raw_version": version, "label_problem": (doc.label_problem or None) if doc else None}
+            "raw_version": version, "label_problem": (doc.label_problem or None) if doc else None,
+            # Parser structure marks as JSON; rows written before this column read as ().
+            "structure": structure_to_json(doc.structure) if doc else None}
 
 
 def _rows_table(rows: list[dict]) -> pa.Table:
@@ -253,7 +255,7 @@ def table_documents(t: pa.Table) -> tuple[list[Document], list[DocumentError]]:
             errors.append(DocumentError(r["source_path"], r["parse_error"]))
         else:
             docs.append(Document(r["doc_id"], r["title"], r["text"], json.loads(r["metadata"]), r["source_path"],
-                                 r.get("label_problem") or ""))
+                                 r.get("label_problem") or "", structure_from_json(r.get("structure"))))
     return docs, errors
 
 
@@ -274,5 +276,8 @@ def fetch_documents(pub: Published, source_paths: set[str]) -> list[Document]:
             if r["source_path"] in wanted:
                 found[r["source_path"]] = r
                 wanted.discard(r["source_path"])
-    docs, _ = table_documents(pa.Table.from_pylist(list(found.values()))) if found else ([], [])
+    # Every row with every column: a row from a segment written before a column existed
+    # must not make from_pylist drop that column for the others.
+    rows = [{**dict.fromkeys(RAW_COLUMNS), **r} for r in found.values()]
+    docs, _ = table_documents(pa.Table.from_pylist(rows)) if rows else ([], [])
     return docs

@@ -110,6 +110,7 @@ class HybridRetriever:
         self.rewriter = rewriter
         self.rrf_k = rrf_k
         self.candidate_k = candidate_k
+        self.index_text = index_text
         if docs_tokens is not None:
             if len(docs_tokens) != len(chunks):
                 raise ValueError("docs_tokens must align with chunks")
@@ -167,7 +168,8 @@ class HybridRetriever:
         cache = self._vectors
         missing = positions[~cache.have[positions]] if len(positions) else positions
         if len(missing):
-            vecs = self.embedding_backend.embed_texts([self.chunks[int(p)].text for p in missing])
+            # The dense channel embeds what BM25 indexes (a contextual header when on).
+            vecs = self.embedding_backend.embed_texts([self.index_text(self.chunks[int(p)]) for p in missing])
             if len(vecs) != len(missing):
                 raise RuntimeError("embedding backend returned a wrong number of vectors")
             arr = np.asarray(vecs, dtype=np.float32)

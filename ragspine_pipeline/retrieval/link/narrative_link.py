@@ -29,6 +29,8 @@ from ...llm.provider import LLMProvider
 from ...sensitivity import RESTRICTED_SENSITIVITY, is_restricted
 from ..chunking.chunk_store import ChunkStore
 from ..chunking.chunking import METADATA_FIELDS, Chunk
+from ..chunking.contextual import make_index_text_fn
+from ..chunking.expansion import expand_prompt_text, settle_prompt_refs
 from ..lexical.analyzer import Analyzer
 from ..lexical.glossary import GlossaryError, GlossaryQueryRewriter
 from ..lexical.hybrid import HybridRetriever, RetrievalHit
@@ -102,6 +104,8 @@ class NarrativeIndex:
                 chunks = [chunks[i] for i in keep]
                 if docs_tokens is not None:
                     docs_tokens = [docs_tokens[i] for i in keep]
+        if docs_tokens is None and "index_text" not in kwargs:
+            kwargs["index_text"] = make_index_text_fn()  # RAGSPINE_CONTEXTUAL; off: the chunk text
         r = HybridRetriever(chunks, analyzer=analyzer, embedding_backend=embedding_backend,
                             rewriter=rewriter, docs_tokens=docs_tokens, **kwargs)
         return cls(retriever=r, library_id=library_id, version=version,
@@ -204,9 +208,12 @@ class NarrativeIndexRetriever:
             build_snippet(c["_hit"], rank, library_id=self.index.library_id, filters_relaxed=relaxed)
             for rank, c in enumerate(open_cands[:top_k], start=1)
         ]
+        # Parent / window chunkers: prompt_text for generation (text and citations unchanged).
+        snippets = expand_prompt_text(snippets, [c["_hit"].chunk for c in open_cands[:top_k]])
         if self.postprocessor is not None:
             snippets = [s for s in self.postprocessor.process(query, snippets)
                         if not is_restricted(s.get("sensitivity"))]
+            snippets = settle_prompt_refs(snippets, {c["chunk_id"]: c["_hit"].chunk for c in open_cands[:top_k]})
         return snippets
 
 

@@ -353,7 +353,7 @@ def _newest_rows_sql(paths: list[Path], key: str) -> str:
 
 # Columns that carry a document's words: what the redacted catalog blanks.
 _CHUNK_TEXT_COLUMNS = ("title", "text", "heading", "window_text")
-_DOC_TEXT_COLUMNS = ("title", "text", "metadata")
+_DOC_TEXT_COLUMNS = ("title", "text", "metadata", "structure")  # structure: where its headings sit
 REDACTED_DOCS = "redacted_documents"
 
 
@@ -410,11 +410,10 @@ def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], *, redac
     views: dict[str, str] = {}
     hidden = f"(SELECT doc_id FROM {REDACTED_DOCS} WHERE library = {_sql_str(lib)})"
 
-    def blank(cols: tuple[str, ...], alias: str = "") -> str:
-        if not redact:
-            return ""
-        pre = f"{alias}." if alias else ""
-        return ", ".join(f"CASE WHEN {pre}doc_id IN {hidden} THEN NULL ELSE {pre}{c} END AS {c}" for c in cols)
+    def blank(cols: tuple[str, ...], have: set[str] | None = None) -> str:
+        """REPLACE list nulling ``cols`` (those the table has) for hidden documents."""
+        return ", ".join(f"CASE WHEN doc_id IN {hidden} THEN NULL ELSE {c} END AS {c}" for c in cols
+                         if have is None or c in have)
 
     chunks = wh.get(CHUNKS, lib, meta["chunks"])
     if meta.get("raw_documents") not in (None, "None"):
@@ -425,7 +424,8 @@ def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], *, redac
         else:  # the newest row per file, tombstones removed
             body = (f"SELECT * EXCLUDE (deleted) FROM ({_newest_rows_sql(paths, 'source_path')}) "
                     f"WHERE NOT coalesce(deleted, false)")
-        views["documents"] = (f"SELECT * REPLACE ({blank(_DOC_TEXT_COLUMNS)}) FROM ({body})" if redact else body)
+        have = {n for p in paths for n in pq.read_schema(p).names}
+        views["documents"] = (f"SELECT * REPLACE ({blank(_DOC_TEXT_COLUMNS, have)}) FROM ({body})" if redact else body)
     if "doc_state" in chunks.manifest["tables"]:
         from ..retrieval.chunking.chunk_store import CHUNK_COLUMNS
 

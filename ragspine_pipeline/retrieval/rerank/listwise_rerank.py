@@ -173,11 +173,14 @@ def guarded_rerank(query: str, candidates: Sequence[Mapping[str, Any]], reranker
                 for k, c in enumerate(items)]
 
     try:
-        out = list(reranker.rerank(query, shown))
+        answer = reranker.rerank(query, shown)
+        details = getattr(answer, "details", None)  # RerankScores' explanations, if any
+        out = list(answer)
     except Exception as exc:  # noqa: BLE001 - a model failure degrades, never raises
         return failed(type(exc).__name__)
     if _is_scores(out, len(shown)):
-        details = getattr(out, "details", None)
+        if details is not None and len(details) != len(out):
+            details = None
         order = sorted(range(len(shown)), key=lambda j: (-float(out[j]), j))
         ranked = []
         for j in order:

@@ -143,7 +143,7 @@ def test_splade_missing_weights_is_a_clear_error(tmp_path, monkeypatch):
 def test_bundled_splade_tiny_ranks_and_explains(monkeypatch):
     monkeypatch.delenv("RAGSPINE_SPLADE_MODEL", raising=False)
     r = make_reranker("splade")
-    assert r.model_id.startswith("splade-tiny@") and r.model.max_length == 512
+    assert r.model_id.startswith("splade-tiny@") and r.model.max_length == 256
     items = cands([("The stock market rose after the central bank decision.", "PUBLIC"),
                    ("Radon and second-hand smoke cause lung cancer in people who never smoked.", "PUBLIC"),
                    ("Lung cancer SECRET trial data", "RESTRICTED")])
@@ -205,3 +205,60 @@ def test_default_late_interaction_is_e5_token_states(monkeypatch):
     out = guarded_rerank("why did revenue fall", items, r)
     assert out[-1]["chunk_id"] == "c0"
     assert all(c["reranker"] == "colbert" for c in out)
+
+
+# ------------------------------------------------------------------ visual slot
+def _page(level, size=32):
+    return np.full((size, size), level, dtype=np.uint8)
+
+
+def test_visual_slot_end_to_end_with_deterministic_patches(tmp_path):
+    from ragspine_pipeline.retrieval.rerank.visual import (
+        DeterministicPatchEmbedder,
+        PageImage,
+        VisualPageIndex,
+        make_visual_embedder,
+        render_pdf_pages,
+    )
+
+    emb = make_visual_embedder("deterministic")
+    assert isinstance(emb, DeterministicPatchEmbedder)
+    dark = _page(20)
+    dark[:8, :8] = 200  # one light patch
+    pages = [PageImage("a", 1, _page(230)), PageImage("b", 1, dark),
+             PageImage("secret", 1, _page(20), sensitivity="RESTRICTED"),
+             PageImage("odd", 2, _page(20), sensitivity="RESTRI\u200bCTED")]
+    seen = []
+
+    class Spy(DeterministicPatchEmbedder):
+        def embed_pages(self, images):
+            seen.extend(images)
+            return super().embed_pages(images)
+
+    idx = VisualPageIndex(pages, Spy())
+    assert len(idx) == 2 and idx.restricted_excluded == 2 and len(seen) == 2  # never embedded
+    hits = idx.search("ink:20 ink:20", top_k=5)
+    assert [h["doc_id"] for h in hits] == ["b", "a"]  # the dark page wins
+    assert all(h["is_visual"] is True and h["citable"] is False for h in hits)
+    assert idx.search("ink:230")[0]["doc_id"] == "a"
+    pdfium = pytest.importorskip("pypdfium2")
+    pdf = pdfium.PdfDocument.new()
+    pdf.new_page(100, 80)
+    pdf.new_page(100, 80)
+    pdf.save(str(tmp_path / "two.pdf"))
+    rendered = render_pdf_pages(tmp_path / "two.pdf", doc_id="two")
+    assert [p.page for p in rendered] == [1, 2] and rendered[0].pixels.ndim == 2
+    assert len(VisualPageIndex(rendered, emb).search("ink:255")) == 2
+
+
+def test_visual_embedder_errors(monkeypatch):
+    from ragspine_pipeline.retrieval.rerank.visual import VisualEmbedderUnavailable, make_visual_embedder
+
+    monkeypatch.delenv("RAGSPINE_VISUAL_EMBEDDER", raising=False)
+    monkeypatch.delenv("RAGSPINE_VISUAL_MODEL", raising=False)
+    assert make_visual_embedder() is None
+    with pytest.raises(VisualEmbedderUnavailable, match="RAGSPINE_VISUAL_MODEL") as e:
+        make_visual_embedder("colpali")
+    assert "GPU" in str(e.value)
+    with pytest.raises(ValueError, match="colpali"):
+        make_visual_embedder("magic")

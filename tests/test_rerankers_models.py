@@ -252,7 +252,10 @@ def test_visual_slot_end_to_end_with_deterministic_patches(tmp_path):
 
 
 def test_visual_embedder_errors(monkeypatch):
-    from ragspine_pipeline.retrieval.rerank.visual import VisualEmbedderUnavailable, make_visual_embedder
+    from ragspine_pipeline.retrieval.rerank.visual import (
+        VisualEmbedderUnavailable,
+        make_visual_embedder,
+    )
 
     monkeypatch.delenv("RAGSPINE_VISUAL_EMBEDDER", raising=False)
     monkeypatch.delenv("RAGSPINE_VISUAL_MODEL", raising=False)

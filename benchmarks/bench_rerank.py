@@ -130,13 +130,19 @@ def main() -> None:
                              "wall_s": round(time.perf_counter() - t0, 1)})
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     cmd = "python benchmarks/bench_rerank.py " + " ".join(sys.argv[1:])
+    write_results(results, cmd, rows, unavailable)
+
+
+def write_results(results: Path, cmd: str, rows: list[dict], unavailable: dict[str, str], note: str = "") -> None:
+    """rerank.json + rerank.md (the table the README quotes)."""
     (results / "rerank.json").write_text(json.dumps(
-        {"command": cmd, "cpu_count": os.cpu_count(), "depth": DEPTH, "rows": rows, "unavailable": unavailable},
+        {"command": cmd, "note": note, "cpu_count": os.cpu_count(), "depth": DEPTH, "rows": rows,
+         "unavailable": unavailable},
         indent=2, default=str))
     lines = ["# Second-stage rerankers over the fused top 100\n",
              f"Command: `{cmd}` (cpu_count={os.cpu_count()}; one chunk per document; first stage BM25, or "
              "BM25 + multilingual-e5-small RRF; rerank window 100; latency = the rerank step per query, "
-             "passage cache starting empty)\n",
+             "passage cache starting empty)\n", *([note + "\n"] if note else []),
              "| set | first stage | reranker | model | nDCG@10 | Δ vs first stage | ratio | R@100 | p50 ms | p95 ms |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -152,6 +158,8 @@ def main() -> None:
     (results / "rerank.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     say_written([results / "rerank.json", results / "rerank.md"])
+
+
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from ..rerank.listwise_rerank import (
     ListwiseReranker,
     ProviderListwiseJudge,
     Reranker,
+    annotate_snippet,
     guarded_rerank,
     require_reranker,
 )
@@ -164,7 +165,7 @@ class NarrativeIndexRetriever:
         retry_without_filters: bool = True,
         reranker: Reranker | None = None,
         postprocessor: Postprocessor | None = None,
-        rerank_depth: int = 20,
+        rerank_depth: int | None = None,
     ) -> None:
         if not isinstance(index, NarrativeIndex):
             raise TypeError(f"NarrativeIndexRetriever needs a NarrativeIndex (got {type(index).__name__})")
@@ -176,7 +177,8 @@ class NarrativeIndexRetriever:
         # A ListwiseJudge is wrapped; anything that is neither is a TypeError here.
         self.reranker = require_reranker(reranker) if reranker is not None else None
         self.postprocessor = postprocessor
-        self.rerank_depth = rerank_depth
+        # Default depth: the reranker's own window (the model rerankers: top_n, 100), else 20.
+        self.rerank_depth = rerank_depth if rerank_depth is not None else int(getattr(self.reranker, "rerank_depth", 20))
 
     def _ranked_candidates(self, query: str, filters: Any, top_k: int) -> list[dict[str, Any]]:
         r = self.index.retriever
@@ -192,11 +194,13 @@ class NarrativeIndexRetriever:
         if top_k <= 0:
             return []
         relaxed = False
-        cands = self._ranked_candidates(query, filters, top_k)
+        # With a reranker, fetch its whole window (top-N in), so top_k out is reranked.
+        depth = max(top_k, self.rerank_depth) if self.reranker is not None else top_k
+        cands = self._ranked_candidates(query, filters, depth)
         if filters and self.retry_without_filters and not any(
             not is_restricted(c["sensitivity"]) for c in cands
         ):
-            cands = self._ranked_candidates(query, None, top_k)
+            cands = self._ranked_candidates(query, None, depth)
             relaxed = True
         if self.reranker is not None:
             head, tail = cands[: self.rerank_depth], cands[self.rerank_depth :]
@@ -204,8 +208,9 @@ class NarrativeIndexRetriever:
         # Exit #2: restricted records are dropped before any snippet exists.
         open_cands = [c for c in cands if not is_restricted(c["sensitivity"])
                       and not is_restricted(c["_hit"].chunk.sensitivity)]
-        snippets = [
-            build_snippet(c["_hit"], rank, library_id=self.index.library_id, filters_relaxed=relaxed)
+        snippets = [  # annotate_snippet: scores.rerank + reranker name when a reranker ran
+            annotate_snippet(build_snippet(c["_hit"], rank, library_id=self.index.library_id,
+                                           filters_relaxed=relaxed), c)
             for rank, c in enumerate(open_cands[:top_k], start=1)
         ]
         # Parent / window chunkers: prompt_text for generation (text and citations unchanged).

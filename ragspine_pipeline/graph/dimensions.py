@@ -1,0 +1,149 @@
+"""Controlled dimensions of the relation graph: entities, peers, metrics, derivations.
+
+Why a separate file: the graph must be deterministic and auditable, so which names count
+as an entity or a metric, who owns whom and how a ratio is derived are declared data,
+not guesses. The glossary (``data/demo/glossary.json``) adds aliases to these; it does
+not create new entities or metrics (it has no parent or unit information).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..retrieval.lexical.glossary import GlossaryGroup
+
+DIMENSIONS_ENV = "RAGSPINE_GRAPH_DIMENSIONS"
+DEFAULT_DIMENSIONS = Path(__file__).with_name("dimensions.json")
+METRIC_KINDS = ("money", "ratio")
+
+
+class DimensionsError(ValueError):
+    """The dimensions file is missing, malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class Entity:
+    id: str
+    name_en: str = ""
+    name_zh: str = ""
+    parent: str = ""
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Metric:
+    id: str
+    kind: str  # "money" or "ratio"
+    unit: str = ""
+    name_en: str = ""
+    name_zh: str = ""
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """``metric = numerator / denominator * 100`` (op ``ratio_pct``)."""
+
+    metric: str
+    numerator: str
+    denominator: str
+    op: str = "ratio_pct"
+
+
+@dataclass(frozen=True)
+class Dimensions:
+    entities: tuple[Entity, ...]
+    metrics: tuple[Metric, ...]
+    peer_groups: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    segments: tuple[str, ...] = ()
+    derivations: tuple[Derivation, ...] = field(default_factory=tuple)
+
+    def entity(self, eid: str) -> Entity | None:
+        return next((e for e in self.entities if e.id == eid), None)
+
+    def metric(self, mid: str) -> Metric | None:
+        return next((m for m in self.metrics if m.id == mid), None)
+
+
+def _strs(raw: Any, where: str) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(x, str) and x.strip() for x in raw):
+        raise DimensionsError(f"{where}: expected a list of non-empty strings")
+    return tuple(x.strip() for x in raw)
+
+
+def parse_dimensions(raw: Any, where: str = "dimensions") -> Dimensions:
+    """Validate a dimensions mapping; every reference must name a declared id."""
+    if not isinstance(raw, dict):
+        raise DimensionsError(f"{where}: expected an object")
+    entities: list[Entity] = []
+    for i, e in enumerate(raw.get("entities") or []):
+        if not isinstance(e, dict) or not isinstance(e.get("id"), str) or not e["id"]:
+            raise DimensionsError(f"{where}: entity {i} needs an id")
+        entities.append(Entity(e["id"], str(e.get("name_en", "")), str(e.get("name_zh", "")),
+                               str(e.get("parent", "")), _strs(e.get("aliases"), f"{where}: entity {e['id']}")))
+    ids = {e.id for e in entities}
+    if len(ids) != len(entities):
+        raise DimensionsError(f"{where}: duplicate entity ids")
+    for e in entities:
+        if e.parent and e.parent not in ids:
+            raise DimensionsError(f"{where}: entity {e.id} has unknown parent {e.parent!r}")
+    metrics: list[Metric] = []
+    for i, m in enumerate(raw.get("metrics") or []):
+        if not isinstance(m, dict) or not isinstance(m.get("id"), str) or not m["id"]:
+            raise DimensionsError(f"{where}: metric {i} needs an id")
+        if m.get("kind") not in METRIC_KINDS:
+            raise DimensionsError(f"{where}: metric {m['id']} kind must be one of {METRIC_KINDS}")
+        metrics.append(Metric(m["id"], m["kind"], str(m.get("unit", "")), str(m.get("name_en", "")),
+                              str(m.get("name_zh", "")), _strs(m.get("aliases"), f"{where}: metric {m['id']}")))
+    mids = {m.id for m in metrics}
+    peers = []
+    for g in raw.get("peer_groups") or []:
+        members = _strs(g.get("members") if isinstance(g, dict) else None, f"{where}: peer group")
+        unknown = [x for x in members if x not in ids]
+        if unknown:
+            raise DimensionsError(f"{where}: peer group names unknown entities {unknown}")
+        peers.append((str(g.get("id", "")), members))
+    derivations = []
+    for d in raw.get("derivations") or []:
+        if not isinstance(d, dict) or d.get("op", "ratio_pct") != "ratio_pct":
+            raise DimensionsError(f"{where}: a derivation needs op 'ratio_pct'")
+        der = Derivation(str(d.get("metric")), str(d.get("numerator")), str(d.get("denominator")))
+        if {der.metric, der.numerator, der.denominator} - mids:
+            raise DimensionsError(f"{where}: derivation {der} names an unknown metric")
+        derivations.append(der)
+    return Dimensions(tuple(entities), tuple(metrics), tuple(peers), _strs(raw.get("segments"), f"{where}: segments"),
+                      tuple(derivations))
+
+
+def load_dimensions(path: str | os.PathLike[str] | None = None) -> Dimensions:
+    """The dimensions file at ``path``, else ``RAGSPINE_GRAPH_DIMENSIONS``, else the shipped demo one."""
+    p = Path(path or os.environ.get(DIMENSIONS_ENV, "").strip() or DEFAULT_DIMENSIONS)
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DimensionsError(f"dimensions file not found: {p}") from None
+    except json.JSONDecodeError as exc:
+        raise DimensionsError(f"dimensions file {p} is not valid JSON: {exc}") from None
+    return parse_dimensions(raw, str(p))
+
+
+def with_glossary(dims: Dimensions, groups: list[GlossaryGroup]) -> Dimensions:
+    """Add glossary synonyms as aliases: an entity group that names an entity id (or one of
+    its aliases), a metric group that shares a term with a metric. Nothing new is created."""
+    entities = []
+    for e in dims.entities:
+        names = {e.id, *e.aliases}
+        extra = [t for g in groups if g.kind == "entity" and names & set(g.terms) for t in g.terms]
+        entities.append(Entity(e.id, e.name_en, e.name_zh, e.parent, tuple(dict.fromkeys([*e.aliases, *extra]))))
+    metrics = []
+    for m in dims.metrics:
+        names = {a.lower() for a in m.aliases}
+        extra = [t for g in groups if g.kind == "metric" and names & {t.lower() for t in g.terms} for t in g.terms]
+        metrics.append(Metric(m.id, m.kind, m.unit, m.name_en, m.name_zh, tuple(dict.fromkeys([*m.aliases, *extra]))))
+    return Dimensions(tuple(entities), tuple(metrics), dims.peer_groups, dims.segments, dims.derivations)

@@ -1,0 +1,50 @@
+"""The thin ``relation_graph`` Dagster asset, materialized in-process after raw_documents and chunks."""
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+dg = pytest.importorskip("dagster")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from assets.graph_assets import GRAPH_ASSETS, relation_graph  # noqa: E402
+from assets.library_assets import chunks, raw_documents  # noqa: E402
+from ragspine_pipeline.graph import trace  # noqa: E402
+from ragspine_pipeline.graph.step import load_relation_graph  # noqa: E402
+from ragspine_pipeline.warehouse.versioned import VersionedTables  # noqa: E402
+from resources import WarehouseResource  # noqa: E402
+
+LIB = "acme_reports"
+
+
+def test_relation_graph_asset_materializes_and_reuses(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(ROOT / "data" / "demo" / LIB, corpus / LIB)
+    wh_root = tmp_path / "warehouse"
+    monkeypatch.setenv("RAGSPINE_WAREHOUSE", str(wh_root))
+    monkeypatch.setenv("RAGSPINE_CORPUS_ROOT", str(corpus))
+    resources = {"warehouse": WarehouseResource(root=str(wh_root), corpus_root=str(corpus))}
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("library", [LIB])
+    assert GRAPH_ASSETS == [relation_graph]
+    first = dg.materialize([raw_documents, chunks, relation_graph], partition_key=LIB, resources=resources,
+                           instance=instance)
+    assert first.success
+
+    def md(result):
+        (ev,) = [e for e in result.get_asset_materialization_events()
+                 if e.asset_key.to_user_string() == "relation_graph"]
+        return {k: v.value for k, v in ev.step_materialization_data.materialization.metadata.items()}
+
+    m = md(first)
+    assert m["reused"] is False and m["node_counts"]["fact"] > 40 and m["edge_counts"]["subsidiary_of"] == 3
+    checks = first.get_asset_check_evaluations()
+    assert [c.check_name for c in checks if c.asset_key.to_user_string() == "relation_graph"] == \
+        ["facts_cite_served_chunks"] and all(c.passed for c in checks)
+    assert trace(load_relation_graph(VersionedTables(wh_root), LIB), "ACME_EU", "gross_margin", "2023").inconsistent
+    again = dg.materialize([relation_graph], partition_key=LIB, resources=resources, instance=instance)
+    assert again.success and md(again)["reused"] is True and md(again)["version"] == m["version"]

@@ -252,9 +252,9 @@ def test_demo_args_validated(tmp_path, capsys):
 def test_demo_is_incremental(tmp_path, capsys):
     assert main(["demo", "--engine-only", "--warehouse", str(tmp_path), "--questions", "1", "--mode", "bm25"]) == 0
     first = capsys.readouterr().out
-    assert "26 new" in first and "Q: 为什么营收下滑" in first
+    assert "27 new" in first and "Q: 为什么营收下滑" in first
     assert main(["demo", "--engine-only", "--warehouse", str(tmp_path), "--questions", "1", "--mode", "bm25"]) == 0
-    assert "26 unchanged" in capsys.readouterr().out
+    assert "27 unchanged" in capsys.readouterr().out
 
 
 def test_eval_json_on_shared_set():

@@ -109,7 +109,7 @@ def _edit(corpus):
 def test_refresh_writes_only_the_delta_and_equals_a_full_rebuild(tmp_path, corpus):
     wh = VersionedTables(tmp_path / "wh")
     raw1, ch1, lex1 = _build(wh, corpus)
-    assert raw1.metadata["parsed"] == 26 and ch1.metadata["new"] == 26
+    assert raw1.metadata["parsed"] == 27 and ch1.metadata["new"] == 27
     assert all(c.passed for c in ch1.checks.values())
     v1 = {c.doc_id: c.version for c in P.active_chunks(wh, LIB)}
 
@@ -170,10 +170,10 @@ def test_new_chunker_rechunks_everything_and_a_rescan_reparses(tmp_path, corpus)
     wh = VersionedTables(tmp_path / "wh")
     _build(wh, corpus)
     ch = P.build_chunks(wh, LIB, "paragraph:200:40")
-    assert ch.metadata["unchanged"] + ch.metadata["changed"] == 26 and ch.metadata["changed"] > 0
+    assert ch.metadata["unchanged"] + ch.metadata["changed"] == 27 and ch.metadata["changed"] > 0
     assert all(c.passed for c in ch.checks.values())
     raw = P.build_raw_documents(wh, corpus, LIB, rescan=True)
-    assert raw.metadata["parsed"] == 26 and len(raw.published.segments("documents")) == 1
+    assert raw.metadata["parsed"] == 27 and len(raw.published.segments("documents")) == 1
 
 
 def test_catalog_views_derive_active_and_superseded_at(tmp_path, corpus):
@@ -196,7 +196,7 @@ def test_catalog_views_derive_active_and_superseded_at(tmp_path, corpus):
     assert then == {c.chunk_id for c in P.active_chunks(wh, LIB, v1.version)}
     docs = dict(con.execute(f"SELECT doc_id, text FROM documents_{LIB}").fetchall())
     assert f"{LIB}/pr_eu_lyon" not in docs and "orders doubled" in docs[f"{LIB}/pr_us_datacenter"]
-    assert len(docs) == 26
+    assert len(docs) == 27
     n_tok = con.execute(f"SELECT count(*) FROM lexical_tokens_{LIB}").fetchone()[0]
     # The default catalog leaves the tokens of restricted documents out (the rest are all there).
     redacted = {r[0] for r in con.execute(f"SELECT chunk_id FROM chunks_{LIB} WHERE active AND redacted").fetchall()}

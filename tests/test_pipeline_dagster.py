@@ -67,7 +67,7 @@ def test_full_then_incremental_refresh(env):
     checks = first.get_asset_check_evaluations()
     assert checks and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
     md = mat_md(first, "chunks")
-    assert md["new"] == 26 and md["changed"] == 0 and md["version"] == "v000001"
+    assert md["new"] == 27 and md["changed"] == 0 and md["version"] == "v000001"
     before = {c.doc_id: c.version for c in P.active_chunks(env["wh"], LIB)}
 
     # A refresh with nothing changed publishes nothing new.
@@ -86,7 +86,7 @@ def test_full_then_incremental_refresh(env):
     (lib / "pr_eu_lyon.meta.json").unlink()
     second = run(env)
     md2 = mat_md(second, "chunks")
-    assert (md2["new"], md2["changed"], md2["withdrawn"], md2["unchanged"]) == (1, 1, 1, 24)
+    assert (md2["new"], md2["changed"], md2["withdrawn"], md2["unchanged"]) == (1, 1, 1, 25)
     after = {c.doc_id: c.version for c in P.active_chunks(env["wh"], LIB)}
     assert after[f"{LIB}/pr_us_datacenter"] == before[f"{LIB}/pr_us_datacenter"] + 1
     assert after[f"{LIB}/pr_new_item"] == 1 and f"{LIB}/pr_eu_lyon" not in after
@@ -274,7 +274,7 @@ def test_rechunk_with_new_chunker_rechunks_everything(env):
     assert run(env).success
     res = run(env, {"ops": {"chunks": {"config": {"chunker": "paragraph:200:40"}}}})
     md = mat_md(res, "chunks")
-    assert md["unchanged"] + md["changed"] == 26 and md["changed"] > 0 and md["chunker"] == "paragraph:200:40"
+    assert md["unchanged"] + md["changed"] == 27 and md["changed"] > 0 and md["chunker"] == "paragraph:200:40"
 
 
 def test_quality_floor_check_goes_red_when_quality_drops(env, tmp_path, monkeypatch):

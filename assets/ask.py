@@ -17,6 +17,7 @@ from ragspine_pipeline.filter_input import check_filter_values, coerce_operand
 from ragspine_pipeline.retrieval.filters import OPERATORS, FilterError
 from ragspine_pipeline.retrieval.lexical.hybrid import FILTER_FIELDS
 from resources import RetrievalResource
+from resources.retrieval import LAYER_FIELDS
 
 EXAMPLE_QUERY = "why close the Lyon plant"
 _LIST_OPS = ("in", "nin", "between")
@@ -55,6 +56,13 @@ class AskConfig(dg.Config):
         "{field: period, op: gte, value: '2023'}]. Empty: search everything. When valid filters leave "
         "nothing, the question is retried without them and every snippet says filters_relaxed.")
     top_k: int = Field(default=5, description="How many cited snippets to return (at least 1).")
+    # Query layers for this run (empty: the RetrievalResource's setting / its RAGSPINE_* variable).
+    transform: str = Field(default="", description="none, rag_fusion, hyde or step_back (RAGSPINE_QUERY_TRANSFORM).")
+    decompose: str = Field(default="", description="none or llm[:N] (RAGSPINE_QUERY_DECOMPOSE).")
+    adaptive: str = Field(default="", description="off, on or llm (RAGSPINE_ADAPTIVE).")
+    corrective: str = Field(default="", description="off, on or llm: CRAG grade -> act loop (RAGSPINE_CORRECTIVE).")
+    auto_filters: str = Field(default="", description="off, on or llm (RAGSPINE_AUTO_FILTERS).")
+    postprocessor: str = Field(default="", description="Chain such as 'mmr,lost_in_middle' (RAGSPINE_POSTPROCESSOR).")
 
 
 @dg.op(description="Retrieve cited snippets for a question from the published snapshots (read-only).")
@@ -68,7 +76,9 @@ def ask_question(context: dg.OpExecutionContext, config: AskConfig, retrieval: R
             check_filter_values(retrieval.retriever(), [triples[-1]])
         except FilterError as exc:
             raise dg.Failure(f"filters[{i}] ({clause.field} {clause.op}): {exc}") from None
-    snippets = retrieval.ask(config.query, filters=triples or None, top_k=config.top_k)
+    layers = {f: getattr(config, f) for f in LAYER_FIELDS if getattr(config, f)}
+    snippets = retrieval.ask(config.query, filters=triples or None, top_k=config.top_k, **layers)
+    report = getattr(snippets, "report", None)  # refusals and routes of the query layers, when any ran
     lines = [f"**Q:** {config.query}", ""]
     for s in snippets:
         loc = s["source_locator"]
@@ -80,7 +90,9 @@ def ask_question(context: dg.OpExecutionContext, config: AskConfig, retrieval: R
         snippets,
         metadata={"answer": dg.MetadataValue.md("\n".join(lines) if snippets else "no matching snippets"),
                   "snippets": dg.MetadataValue.json(json.loads(json.dumps(snippets, default=str))),
-                  "count": len(snippets)},
+                  "count": len(snippets),
+                  **({"layers_report": dg.MetadataValue.json(json.loads(json.dumps(report, default=str)))}
+                     if report else {})},
     )
 
 

@@ -53,6 +53,8 @@ from ragspine_pipeline.warehouse.versioned import VersionedTables
 
 from .warehouse import default_warehouse_root
 
+LAYER_FIELDS = ("transform", "decompose", "adaptive", "corrective", "auto_filters", "postprocessor")
+
 
 class RetrievalResource(dg.ConfigurableResource):
     warehouse_root: str = Field(default="", description="Warehouse folder; empty: RAGSPINE_WAREHOUSE or data/warehouse.")
@@ -113,21 +115,24 @@ class RetrievalResource(dg.ConfigurableResource):
                 self._cache[library] = (key, NarrativeIndexRetriever(index, reranker=reranker))
             return self._cache[library][1]
 
-    def retriever(self) -> NarrativeIndexRetriever | MultiIndexRetriever | LayeredRetriever:
+    def retriever(self, **layers: str) -> NarrativeIndexRetriever | MultiIndexRetriever | LayeredRetriever:
         """The served retriever (one library or a MultiIndexRetriever) with the configured
-        query layers around it; the base itself when every layer is off."""
+        query layers around it; the base itself when every layer is off. ``layers``
+        (transform, decompose, adaptive, corrective, auto_filters, postprocessor) override
+        the resource's fields for one call, e.g. from the ``ask`` job's run config."""
+        unknown = set(layers) - set(LAYER_FIELDS)
+        if unknown:
+            raise TypeError(f"unknown query layer option(s): {sorted(unknown)}; use {', '.join(LAYER_FIELDS)}")
+        pick = {f: (layers.get(f) or getattr(self, f)) or None for f in LAYER_FIELDS}
         libs = self.published_libraries()
         if not libs:
             raise dg.Failure(f"no published snapshots under {Path(self.warehouse_root or default_warehouse_root())}")
         base = serving_retriever({lib: self.retriever_for(lib) for lib in libs})
         glossary = Path(self.glossary_path) if self.glossary_path else default_glossary_path()
         try:
-            return make_query_layers(base, transform=self.transform or None, decompose=self.decompose or None,
-                                     adaptive=self.adaptive or None, corrective=self.corrective or None,
-                                     auto_filters=self.auto_filters or None,
-                                     postprocessor=self.postprocessor or None, glossary=glossary)
+            return make_query_layers(base, **pick, glossary=glossary)
         except (ValueError, TypeError, SecurityConfigError) as exc:
             raise dg.Failure(f"query layers: {exc}") from None
 
-    def ask(self, query: str, *, filters: Any = None, top_k: int = 5) -> list[dict[str, Any]]:
-        return self.retriever().retrieve(query, filters=filters, top_k=top_k)
+    def ask(self, query: str, *, filters: Any = None, top_k: int = 5, **layers: str) -> list[dict[str, Any]]:
+        return self.retriever(**layers).retrieve(query, filters=filters, top_k=top_k)

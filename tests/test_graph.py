@@ -27,7 +27,12 @@ from ragspine_pipeline.graph import (
     trace,
 )
 from ragspine_pipeline.graph.build import GraphBuildError
-from ragspine_pipeline.graph.step import RELATION_GRAPH, build_relation_graph, load_relation_graph, resolve_dimensions
+from ragspine_pipeline.graph.step import (
+    RELATION_GRAPH,
+    build_relation_graph,
+    load_relation_graph,
+    resolve_dimensions,
+)
 from ragspine_pipeline.warehouse import pipeline as P
 from ragspine_pipeline.warehouse.chunk_tables import active_chunks, served_chunks
 from ragspine_pipeline.warehouse.versioned import VersionedTables

@@ -30,7 +30,7 @@ def test_relation_graph_asset_materializes_and_reuses(tmp_path, monkeypatch):
     resources = {"warehouse": WarehouseResource(root=str(wh_root), corpus_root=str(corpus))}
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("library", [LIB])
-    assert GRAPH_ASSETS == [relation_graph]
+    assert [relation_graph] == GRAPH_ASSETS
     first = dg.materialize([raw_documents, chunks, relation_graph], partition_key=LIB, resources=resources,
                            instance=instance)
     assert first.success

@@ -214,12 +214,19 @@ def test_ask_job_returns_snippets_as_metadata(env):
     # The launchpad's default is a runnable example question.
     default = _ask(env, None)
     assert default.success and default.output_for_node("ask_question")
+    # Query layers from the run config: each snippet records the layers that touched it.
+    plain = _ask(env, {"query": "why close the Lyon plant", "top_k": 5}).output_for_node("ask_question")
+    layered = _ask(env, {"query": "why close the Lyon plant", "top_k": 5, "transform": "rag_fusion",
+                         "postprocessor": "lost_in_middle"}).output_for_node("ask_question")
+    assert layered and all("lost_in_middle" in s.get("layers", []) for s in layered)
+    assert all("layers" not in s for s in plain)
 
 
 def test_ask_job_config_is_described_with_an_example_and_no_machine_paths(env):
     job = definitions.defs.get_job_def("ask")
     fields = job.graph.node_named("ask_question").definition.config_schema.as_field().config_type.fields
-    assert set(fields) == {"query", "filters", "top_k"}
+    assert set(fields) == {"query", "filters", "top_k", "transform", "decompose", "adaptive", "corrective",
+                           "auto_filters", "postprocessor"}
     assert all(f.description for f in fields.values())
     clause = fields["filters"].config_type.inner_type.inner_type.fields  # Noneable(Array(Shape))
     assert set(clause) == {"field", "op", "value", "values"} and all(f.description for f in clause.values())

@@ -7,7 +7,13 @@ metric facts extracted deterministically from served chunk text, each citing
 """
 
 from .build import build_graph, chunk_facts, counts_by_type, graph_from_tables, graph_tables
-from .dimensions import Dimensions, DimensionsError, load_dimensions, parse_dimensions, with_glossary
+from .dimensions import (
+    Dimensions,
+    DimensionsError,
+    load_dimensions,
+    parse_dimensions,
+    with_glossary,
+)
 from .extract import Extractor, MetricFact
 from .queries import (
     Citation,
@@ -20,7 +26,13 @@ from .queries import (
     rollup,
     trace,
 )
-from .store import GraphStore, GraphStoreError, MemoryGraphStore, NetworkxGraphStore, make_graph_store
+from .store import (
+    GraphStore,
+    GraphStoreError,
+    MemoryGraphStore,
+    NetworkxGraphStore,
+    make_graph_store,
+)
 
 __all__ = [
     "Citation", "Dimensions", "DimensionsError", "Extractor", "FactRow", "GraphQueryError", "GraphStore",

@@ -18,10 +18,8 @@ scoring function the visual slot reuses for page-patch embeddings.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,7 +27,7 @@ import numpy as np
 
 from .errors import RerankerUnavailable
 from .onnx_cross_encoder import load_tokenizer, model_max_length, onnx_session
-from .scoring import DEFAULT_BATCH_SIZE, DEFAULT_RERANK_TOP_N, ScoringReranker
+from .scoring import DEFAULT_BATCH_SIZE, DEFAULT_RERANK_TOP_N, PassageCache, ScoringReranker
 
 COLBERT_ENV = "RAGSPINE_COLBERT_MODEL"
 COLBERT_FILES = ("model.onnx", "tokenizer.json")
@@ -133,29 +131,12 @@ class LateInteractionReranker(ScoringReranker):
         super().__init__(top_n=top_n, batch_size=batch_size)
         self.encoder = encoder if encoder is not None else _default_encoder(max_length)
         self.model_id = self.encoder.model_id
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._cache_size = cache_size
-        self._cache_lock = threading.Lock()
+        self._passages = PassageCache(cache_size)
         self._last_query: tuple[str, np.ndarray] | None = None
 
     def encode_documents(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Passage token matrices; each distinct text is encoded once (content-hash cache)."""
-        keys = [hashlib.sha1(t.encode("utf-8")).hexdigest() for t in texts]
-        with self._cache_lock:
-            have = {k: self._cache[k] for k in keys if k in self._cache}
-        todo = list(dict.fromkeys(k for k in keys if k not in have))
-        if todo:
-            first = dict(zip(keys, texts, strict=True))
-            for start in range(0, len(todo), self.batch_size):
-                part = todo[start: start + self.batch_size]
-                for k, m in zip(part, self.encoder.encode([first[k] for k in part], is_query=False), strict=True):
-                    have[k] = m
-            with self._cache_lock:
-                for k in todo:
-                    self._cache[k] = have[k]
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-        return [have[k] for k in keys]
+        return self._passages.encode(texts, lambda batch: self.encoder.encode(batch, is_query=False), self.batch_size)
 
     def score_texts(self, query: str, texts: Sequence[str]) -> list[float]:
         last = self._last_query

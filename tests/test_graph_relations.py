@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from chat_server import ChatServer, answer, server_error, user_of
+
 from ragspine_pipeline.corpus import DEMO_ROOT
 from ragspine_pipeline.graph import build_graph, graph_tables, rollup
 from ragspine_pipeline.graph.communities import add_communities, detect_communities, themes
@@ -18,7 +18,12 @@ from ragspine_pipeline.graph.relations import (
     RelationExtractorError,
     make_relation_extractor,
 )
-from ragspine_pipeline.graph.step import RELATION_GRAPH, build_relation_graph, load_relation_graph, resolve_dimensions
+from ragspine_pipeline.graph.step import (
+    RELATION_GRAPH,
+    build_relation_graph,
+    load_relation_graph,
+    resolve_dimensions,
+)
 from ragspine_pipeline.llm.provider import OpenAICompatibleProvider, ScriptedProvider
 from ragspine_pipeline.retrieval.query.gate import SecurityGate
 from ragspine_pipeline.warehouse import pipeline as P

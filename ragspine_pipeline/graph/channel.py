@@ -135,14 +135,13 @@ class GraphChannel:
             return []
         out: list[dict[str, Any]] = []
         for ent in r.entities if r.kind == "facts" else r.entities[:1]:
-            try:
-                out += query_rows(self.store, r.kind, ent, r.metric, r.period)
-            except GraphQueryError:
-                if r.kind != "facts":  # e.g. a roll-up of an entity without subsidiaries: its own figures
-                    try:
-                        out += query_rows(self.store, "facts", ent, r.metric, r.period)
-                    except GraphQueryError:
-                        pass
+            # e.g. a roll-up of an entity without subsidiaries: then its own figures
+            for kind in dict.fromkeys((r.kind, "facts")):
+                try:
+                    out += query_rows(self.store, kind, ent, r.metric, r.period)
+                    break
+                except GraphQueryError:
+                    continue
         return out
 
 

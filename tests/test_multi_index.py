@@ -79,8 +79,8 @@ def test_filter_relaxed_only_when_empty_everywhere_and_then_for_every_snippet():
 import json  # noqa: E402
 
 import pytest  # noqa: E402
-
 from chat_server import ChatServer, answer, server_error, user_of  # noqa: E402
+
 from ragspine_pipeline.llm.provider import OpenAICompatibleProvider  # noqa: E402
 from ragspine_pipeline.retrieval.lexical.glossary import GlossaryGroup  # noqa: E402
 from ragspine_pipeline.retrieval.link.routing import (  # noqa: E402

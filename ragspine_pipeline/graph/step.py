@@ -27,7 +27,7 @@ from .relations import RelationExtractor, add_relations, make_relation_extractor
 from .store import GraphStore, make_graph_store
 
 RELATION_GRAPH = "relation_graph"
-GRAPH_CODE_VERSION = "1"
+GRAPH_CODE_VERSION = "2"  # 2: "H1 2024" periods, "is expected to" is forward-looking
 COMMUNITIES_ENV = "RAGSPINE_GRAPH_COMMUNITIES"
 
 

@@ -189,11 +189,16 @@ class RetrievalResource(dg.ConfigurableResource):
     def ask_channels(self, query: str, *, filters: Any = None, top_k: int = 5, **layers: str
                      ) -> dict[str, list[dict[str, Any]]]:
         """The narrative snippets and, beside them, the graph rows the question asks for
-        (a metric and entities named): ``{"graph": [...], "narrative": [...]}``, each item
-        labelled with its ``channel``."""
+        (a metric and entities named): ``{"graph": [...], "narrative": [...], "themes": [...]}``,
+        each item labelled with its ``channel``; themes only when the graph has communities."""
         from ragspine_pipeline.graph.channel import ask_both
 
         out = ask_both(query, self.retriever(**layers), None, filters=filters, top_k=top_k)
-        out["graph"] = [{**row, "library_id": lib} for lib in self.graph_libraries()
-                        for row in self.graph_channel(lib).ask(query)]
+        from ragspine_pipeline.graph.communities import themes
+
+        libs = self.graph_libraries()
+        out["graph"] = [{**row, "library_id": lib} for lib in libs for row in self.graph_channel(lib).ask(query)]
+        # GraphRAG themes (when the graph was built with communities): context, never citable facts.
+        out["themes"] = [{**t, "library_id": lib} for lib in libs
+                         for t in themes(self.graph_channel(lib).store, query, top_k=2)]
         return out

@@ -153,6 +153,7 @@ def test_resource_graph_query_and_both_channels(resource, chunk_by_id):
     for s in both["narrative"]:
         assert s["sensitivity"] != "RESTRICTED" and s["library_id"] in LIBS
     assert resource.ask_channels("travel policy hotel limits", top_k=2)["graph"] == []
+    assert both["themes"] == []  # no communities in this graph
     assert resource.graph_libraries() == sorted(LIBS)
 
 
@@ -170,3 +171,17 @@ def test_resource_routes_across_libraries(resource, monkeypatch):
 
     with pytest.raises(dg.Failure, match="unknown router"):
         resource.retriever()
+
+
+def test_resource_offers_themes_when_the_graph_has_communities(resource, wh_root):
+    w = VersionedTables(wh_root)
+    build_relation_graph(w, "acme_reports", communities=True)
+    P.publish_snapshot(w, "acme_reports")
+    try:
+        both = resource.ask_channels("艾克美中国 营业收入 2023", top_k=2)
+        assert both["themes"] and all(t["channel"] == "graph_theme" and t["citable"] is False
+                                      and t["is_synthesis"] is True for t in both["themes"])
+        assert both["graph"] and all(r["channel"] == "graph" for r in both["graph"])
+    finally:
+        build_relation_graph(w, "acme_reports", communities=False)
+        P.publish_snapshot(w, "acme_reports")

@@ -65,6 +65,10 @@ def build_relation_graph(wh: VersionedTables, library: str, chunks_version: str 
                  else make_relation_extractor(relation_extractor, provider=provider))
     if communities is None:
         communities = os.environ.get(COMMUNITIES_ENV, "off").strip().lower() in ("1", "on", "true", "yes")
+    if communities and provider is None:
+        from ..llm.provider import provider_from_env
+
+        provider = provider_from_env()  # the service LLM when configured; else extractive summaries
     extras = ((f"extractor={extractor.name}",) if extractor is not None else ()) + \
         (("communities", "llm" if provider is not None else "extractive") if communities else ())
     key = _input_hash(dims, extras)

@@ -118,3 +118,28 @@ def test_turning_it_on_reindexes_every_chunk_once(tmp_path, monkeypatch):
     assert sorted(spy.seen) == sorted(f"{' '.join(c.title.split())}\n\n{c.text}" for c in chunks)
     with pytest.raises(ValueError, match="RAGSPINE_CONTEXTUAL"):
         P.build_lexical_index(wh, LIB, contextual="title,nonsense")
+
+
+def test_a_title_change_reindexes_the_header_of_unchanged_chunk_ids(tmp_path, monkeypatch):
+    wh, _, _, _ = _build(tmp_path, monkeypatch, "on")
+    corpus = tmp_path / "corpus"
+    side = corpus / LIB / "ar2023_us_results.meta.json"
+    meta = json.loads(side.read_text(encoding="utf-8"))
+    side.write_text(json.dumps({**meta, "title": meta["title"].replace("Zephyrquill", "Quetzalmoor")}),
+                    encoding="utf-8")
+    before = {c.chunk_id for c in P.active_chunks(wh, LIB) if c.doc_id.endswith("ar2023_us_results")}
+    P.build_raw_documents(wh, corpus, LIB)
+    P.build_chunks(wh, LIB)
+    lex = P.build_lexical_index(wh, LIB, contextual="on")
+    spy = Spy()
+    emb = P.build_embeddings(wh, LIB, spy, "deterministic", contextual="on")
+    P.publish_snapshot(wh, LIB)
+    after = {c.chunk_id for c in P.active_chunks(wh, LIB) if c.doc_id.endswith("ar2023_us_results")}
+    assert after == before  # same text, same ids: only the header changed
+    assert lex.metadata["chunks_analyzed"] == len(after) and emb.metadata["embedded"] == len(after)
+    assert all("Quetzalmoor" in t for t in spy.seen)
+    retriever = NarrativeIndexRetriever(P.load_snapshot_index(wh, LIB, channels=("bm25",)))
+    assert {s["chunk_id"] for s in retriever.retrieve("quetzalmoor", top_k=50)} == after
+    assert not retriever.retrieve("zephyrquill", top_k=50)
+    dense = NarrativeIndexRetriever(P.load_snapshot_index(wh, LIB))  # the snapshot's vectors load aligned
+    assert dense.retrieve("Quetzalmoor results", top_k=3)

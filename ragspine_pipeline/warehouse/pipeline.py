@@ -125,6 +125,12 @@ def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, s
         cand = cand.filter(active_mask(cand, state))
     else:
         cand = active_chunk_table(pub_chunks, columns=cols)
+    if fields:
+        # The header comes from metadata a chunk id does not hash (a new title keeps the
+        # ids): a row counts as present only with the same index-text hash.
+        rows = read_segments(prev, table, columns=["chunk_id", "text_hash"])
+        stored = set(zip(rows.column("chunk_id").to_pylist(), rows.column("text_hash").to_pylist(), strict=True))
+        return {cid: v for cid, v in as_dict(cand).items() if (cid, _text_hash(v[0])) not in stored}, True
     have = read_segments(prev, table, columns=["chunk_id"]).column("chunk_id").combine_chunks()
     cand = cand.filter(pc.invert(pc.is_in(cand.column("chunk_id"), value_set=have)))
     return as_dict(cand), True
@@ -168,6 +174,8 @@ def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None 
     table = pa.table({"chunk_id": pa.array(todo, pa.string()),
                       "tokens": pa.array([an.analyze(texts[c][0], texts[c][1] or None) for c in todo],
                                          pa.list_(pa.string()))})
+    if ctx:  # what the header was, so a metadata change re-indexes the chunk (off: no column)
+        table = table.append_column("text_hash", pa.array([_text_hash(texts[c][0]) for c in todo], pa.string()))
     meta = {"analyzer": an.name, "chunks_version": pub_chunks.version, "chunks_segments": pub_chunks.segments("chunks")}
     if ctx:
         meta["contextual"] = ctx
@@ -445,7 +453,12 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
 
 
 def _aligned(table: pa.Table, ids: pa.Array, error: str) -> pa.Table:
-    """Rows of a chunk_id-keyed index table in the order of ``ids``; every id must be there."""
+    """Rows of a chunk_id-keyed index table in the order of ``ids``; every id must be there.
+    Where a chunk has several rows (a contextual header re-indexed after a metadata
+    change), the newest — the last appended — wins."""
+    n = table.num_rows
+    if n and len(table.column("chunk_id").unique()) != n:
+        table = table.take(pa.array(np.arange(n - 1, -1, -1)))
     pos = pc.index_in(ids, value_set=table.column("chunk_id").combine_chunks())
     if pos.null_count:
         raise WarehouseError(f"{error} ({pos.null_count} chunks have no row)")

@@ -54,6 +54,14 @@ def test_on_the_tree_is_built_published_served_and_reused(tmp_path, monkeypatch)
     assert sorted(set(nodes.column("level").to_pylist())) == list(range(md["levels"]))
     restricted = {c.chunk_id for c in P.active_chunks(wh, LIB) if is_restricted(c.sensitivity)}
     assert restricted and not {m for ms in nodes.column("members").to_pylist() for m in ms} & restricted
+    # Levels also in the catalog, for notebooks.
+    import duckdb
+
+    con = duckdb.connect(str(demo.root / "catalog.duckdb"), read_only=True)
+    per_level = con.execute('SELECT level, count(*) FROM "raptor_nodes_acme_reports" GROUP BY level '
+                            'ORDER BY level').fetchall()
+    con.close()
+    assert [n for _, n in per_level] == md["nodes_per_level"]
     # Served as built, by the engine and by the resource: syntheses cite their members.
     for retriever in (load_snapshot_raptor(wh, LIB, mode="internal"),
                       RetrievalResource(warehouse_root=str(demo.root)).raptor_retriever(LIB, "internal")):

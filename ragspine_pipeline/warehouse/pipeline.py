@@ -593,6 +593,15 @@ def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], *, redac
     lex = wh.get(LEXICAL, lib, meta["lexical_index"])
     views["lexical_tokens"] = (f"SELECT * FROM read_parquet({_sql_list(lex.table_paths('tokens'))}) "
                                f"WHERE chunk_id IN {active}")
+    if meta.get("raptor_tree") not in (None, "None"):
+        from .raptor_tables import RAPTOR
+
+        tree = wh.get(RAPTOR, lib, meta["raptor_tree"])
+        body = f"SELECT * FROM read_parquet({_sql_list(tree.table_paths('nodes'))})"
+        # The tree never holds a RESTRICTED chunk; a node over a document hidden since is left out.
+        views["raptor_nodes"] = (f"SELECT * FROM ({body}) WHERE NOT list_has_any(doc_ids, coalesce((SELECT "
+                                 f"list(doc_id) FROM {REDACTED_DOCS} WHERE library = {_sql_str(lib)}), []))"
+                                 if redact else body)
     if meta.get("embeddings") not in (None, "None"):
         emb = wh.get(EMBEDDINGS, lib, meta["embeddings"])
         views["embeddings"] = (f"SELECT * FROM read_parquet({_sql_list(emb.table_paths('vectors'))}) "

@@ -5,5 +5,7 @@ from .automation import daily_refresh, library_sensor, refresh_job
 from .graph_assets import GRAPH_ASSETS
 from .library_assets import LIBRARY_ASSETS
 from .partitions import library_partitions
+from .raptor_assets import RAPTOR_ASSETS
 
-__all__ = ["GRAPH_ASSETS", "LIBRARY_ASSETS", "ask", "daily_refresh", "library_partitions", "library_sensor", "refresh_job"]
+__all__ = ["GRAPH_ASSETS", "LIBRARY_ASSETS", "RAPTOR_ASSETS", "ask", "daily_refresh", "library_partitions",
+           "library_sensor", "refresh_job"]

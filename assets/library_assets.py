@@ -1,4 +1,5 @@
-"""Library assets: raw_documents -> chunks -> lexical_index -> retrieval_snapshot -> catalog.
+"""Library assets: raw_documents -> chunks -> lexical_index, embeddings, raptor_tree (opt-in)
+-> retrieval_snapshot -> catalog.
 
 Each asset is a thin call into ``ragspine_pipeline.warehouse.pipeline`` plus metadata and
 check results. Every table is an immutable Parquet version under
@@ -18,6 +19,7 @@ from resources import WarehouseResource
 from .graph_assets import relation_graph
 from .partitions import library_partitions
 from .quality import golden_applies, golden_eval, quality_floor
+from .raptor_assets import raptor_tree
 
 OWNERS = ["team:ragspine"]
 TAGS = {"domain": "retrieval"}
@@ -25,7 +27,7 @@ DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 
 # Bump a code_version when the step's logic changes: the UI marks downstream assets stale
 # and a backfill over every library partition rebuilds them.
-CODE = {"raw_documents": "3", "chunks": "3", "lexical_index": "2", "embeddings": "2", "retrieval_snapshot": "3",
+CODE = {"raw_documents": "3", "chunks": "3", "lexical_index": "3", "embeddings": "3", "retrieval_snapshot": "4",
         "catalog": "3"}
 
 
@@ -45,15 +47,22 @@ class ChunksConfig(dg.Config):
 
 class EmbeddingsConfig(dg.Config):
     embedding: str = ""  # empty: RAGSPINE_EMBEDDING_BACKEND / RAGSPINE_EMBEDDING (default auto: ONNX if available)
+    # Contextual retrieval: embed "title · entity · period · heading" + text (on, off, or a
+    # comma list of header fields). Empty: RAGSPINE_CONTEXTUAL (default off). Snippets keep the text.
+    contextual: str = ""
 
 
 class LexicalConfig(dg.Config):
     analyzer: str = ""  # empty: RAGSPINE_ANALYZER or "unicode" (per-script rule; e.g. "unicode:german" pins one language)
+    contextual: str = ""  # as EmbeddingsConfig.contextual: the header BM25 indexes; empty: RAGSPINE_CONTEXTUAL
 
 
 def _prune(wh_res: WarehouseResource, asset: str, library: str, protect: set[str] | None = None) -> list[str]:
-    return wh_res.tables().prune(asset, library, keep=wh_res.keep_versions, protect=protect,
-                                 retain_for=wh_res.retain_for())
+    # Never the versions a published snapshot names, nor those of the newest snapshot of
+    # each other chunking (``ragspine query --chunker`` serves them).
+    wh = wh_res.tables()
+    keep = set(protect or ()) | P.snapshot_protected(wh, library, asset)
+    return wh.prune(asset, library, keep=wh_res.keep_versions, protect=keep, retain_for=wh_res.retain_for())
 
 
 # Run concurrency: one writer per library. The engine holds a lock file per library for
@@ -136,6 +145,17 @@ def chunks(context: dg.AssetExecutionContext, config: ChunksConfig, warehouse: W
     )
 
 
+def _contextual(value: str) -> str | None:
+    """The run config's contextual spec (None: RAGSPINE_CONTEXTUAL); a bad one fails the step clearly."""
+    from ragspine_pipeline.retrieval.chunking.contextual import contextual_fields
+
+    try:
+        contextual_fields(value or None)
+    except ValueError as exc:
+        raise dg.Failure(str(exc)) from None
+    return value or None
+
+
 def _check_results(checks: dict) -> list[dg.AssetCheckResult]:
     return [dg.AssetCheckResult(check_name=name, passed=bool(c.passed),
                                 metadata={k: dg.MetadataValue.json(v) if isinstance(v, list | dict) else v
@@ -153,7 +173,7 @@ def lexical_index(context: dg.AssetExecutionContext, config: LexicalConfig, ware
     lib = context.partition_key
     wh = warehouse.tables()
     with wh.lock(lib):
-        res = P.build_lexical_index(wh, lib, config.analyzer or None)
+        res = P.build_lexical_index(wh, lib, config.analyzer or None, contextual=_contextual(config.contextual))
         snap = wh.latest(P.SNAPSHOT, lib)
         _prune(warehouse, P.LEXICAL, lib, {snap.manifest["metadata"]["lexical_index"]} if snap else set())
     return dg.MaterializeResult(metadata=res.metadata)
@@ -179,7 +199,8 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, ware
     spec = config.embedding or embedding_spec_from_env("auto")
     wh = warehouse.tables()
     with wh.lock(lib):
-        res = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec)
+        res = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec,
+                                 contextual=_contextual(config.contextual))
         if res is None:
             return dg.MaterializeResult(metadata={"backend": "none", "spec": spec, "embedded": 0},
                                         check_results=[dg.AssetCheckResult(
@@ -195,7 +216,7 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, ware
 @dg.asset(
     partitions_def=library_partitions, group_name="serve", owners=OWNERS, tags=TAGS,
     code_version=CODE["retrieval_snapshot"], kinds={"parquet", "python"},
-    deps=[lexical_index, embeddings, relation_graph],
+    deps=[lexical_index, embeddings, relation_graph, raptor_tree],
     description="Publishes one consistent version id across the library's index tables; the read-only "
                 "RetrievalResource serves exactly what the latest snapshot names.",
     check_specs=[
@@ -262,4 +283,4 @@ def catalog(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> 
     return dg.MaterializeResult(metadata=md)
 
 
-LIBRARY_ASSETS = [raw_documents, chunks, lexical_index, embeddings, relation_graph, retrieval_snapshot, catalog]
+LIBRARY_ASSETS = [raw_documents, chunks, lexical_index, embeddings, relation_graph, raptor_tree, retrieval_snapshot, catalog]

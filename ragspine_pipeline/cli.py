@@ -183,7 +183,8 @@ def build_demo_store(warehouse: Path, corpus_root: Path = DEMO_ROOT, *, quiet: b
 
 def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
                    analyzer: str | None = None, glossary: Path | None = None,
-                   source: str = "auto", layers: dict[str, str | None] | None = None) -> Any:
+                   source: str = "auto", layers: dict[str, str | None] | None = None,
+                   chunker: str | None = None) -> Any:
     """The retriever a command serves: the published snapshots when there are any
     (``source="auto"``), else — or with ``source="store"`` — the DuckDB chunk store.
 
@@ -193,6 +194,9 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
 
     ``layers``: keywords of ``make_query_layers`` (``transform``, ``postprocessor``, ...);
     a None value, or a layer not named, reads its ``RAGSPINE_*`` variable.
+
+    ``chunker`` (published snapshots only) serves each library's newest snapshot built by
+    that chunker (``layout``, or a full key) instead of the published one.
     """
     from .retrieval.lexical.glossary import GlossaryQueryRewriter
     from .retrieval.query import make_query_layers
@@ -212,8 +216,11 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
         libs = published_libraries(wh)
         if libs:
             return make_query_layers(serving_retriever({lib: NarrativeIndexRetriever(load_snapshot_index(
-                wh, lib, glossary=gl, embedding_backend=backend, channels=channels), reranker=reranker)
-                for lib in libs}), glossary=gl, embedding_backend=backend, **(layers or {}))
+                wh, lib, glossary=gl, embedding_backend=backend, channels=channels, chunker=chunker),
+                reranker=reranker) for lib in libs}), glossary=gl, embedding_backend=backend, **(layers or {}))
+    if chunker:
+        raise ValueError(f"--chunker {chunker!r} picks a published chunking: {warehouse} has no published "
+                         "retrieval snapshots (run `ragspine demo` or a Dagster refresh)")
     path = _store_path(warehouse)
     if not path.exists():
         raise FileNotFoundError(f"no chunk store at {path}; run `ragspine demo --engine-only --warehouse {warehouse}`")
@@ -350,7 +357,8 @@ def cmd_query(args: argparse.Namespace) -> int:
         print(f"(no warehouse at {warehouse}; ingesting the demo corpus first)", file=sys.stderr)
         build_demo_store(warehouse, quiet=True)
     retriever = open_retriever(warehouse, mode=args.mode, embedding=args.embedding,
-                               layers={"transform": args.transform, "postprocessor": args.postprocess})
+                               layers={"transform": args.transform, "postprocessor": args.postprocess},
+                               chunker=args.chunker)
     check_filters_against(retriever, by_option)
     snippets = retriever.retrieve(args.query, filters=filters, top_k=args.top_k)
     report = getattr(snippets, "report", None)  # the query layers' account (refusals, status)
@@ -481,6 +489,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: RAGSPINE_QUERY_TRANSFORM)")
     q.add_argument("--postprocess", default=None, help="post-processor chain, e.g. mmr,lost_in_middle,compress "
                    "(default: RAGSPINE_POSTPROCESSOR)")
+    q.add_argument("--chunker", default=None, help="serve a published chunking, e.g. layout or paragraph: each "
+                   "library's newest snapshot built by that chunker (default: the published snapshot)")
     q.set_defaults(func=cmd_query)
 
     e = sub.add_parser("eval", help="score retrieval on a BEIR-layout dataset")

@@ -47,9 +47,10 @@ from ragspine_pipeline.retrieval.rerank.cross_encoder import (
 from ragspine_pipeline.warehouse.pipeline import (
     SNAPSHOT,
     published_libraries,
+    select_snapshot,
     serving_retriever,
 )
-from ragspine_pipeline.warehouse.versioned import VersionedTables
+from ragspine_pipeline.warehouse.versioned import VersionedTables, WarehouseError
 
 from .warehouse import default_warehouse_root
 
@@ -75,6 +76,9 @@ class RetrievalResource(dg.ConfigurableResource):
     router: str = Field(default="", description="Library router over several libraries: rules (glossary/metadata, "
                                                 "the default), llm (RAGSPINE_LLM_BASE_URL, rules as fallback) or "
                                                 "none; empty: RAGSPINE_ROUTER. A failed or empty route searches all.")
+    chunker: str = Field(default="", description="Serve a published chunking (e.g. 'layout', or a full key "
+                                                 "'layout:480:80'): each library's newest snapshot built by it; "
+                                                 "empty: the published snapshot.")
 
     _cache: dict = PrivateAttr(default_factory=dict)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
@@ -104,15 +108,23 @@ class RetrievalResource(dg.ConfigurableResource):
         snap = wh.latest(SNAPSHOT, library)
         if snap is None:
             raise dg.Failure(f"library {library!r} has no published retrieval snapshot yet")
+        if self.chunker:  # a published chunking: its newest snapshot (the error names those there are)
+            try:
+                snap = select_snapshot(wh, library, self.chunker)
+            except WarehouseError as exc:
+                raise dg.Failure(str(exc)) from None
         mode = self._mode()
         with self._lock:
             reranker = self._reranker()
-            key = (snap.manifest["metadata"]["snapshot_id"], mode, id(reranker))
+            # The current snapshot id too: an older chunking is served less what it now hides.
+            current = wh.latest(SNAPSHOT, library).manifest["metadata"]["snapshot_id"]
+            key = (snap.manifest["metadata"]["snapshot_id"], current, mode, id(reranker))
             hit = self._cache.get(library)
             if hit is None or hit[0] != key:
                 glossary = Path(self.glossary_path) if self.glossary_path else default_glossary_path()
                 try:
-                    index = load_published_index(wh, library, mode=mode, glossary=glossary)
+                    index = load_published_index(wh, library, mode=mode, glossary=glossary,
+                                                 chunker=self.chunker or None)
                 except RetrievalModeError as exc:
                     raise dg.Failure(str(exc)) from None
                 self._cache[library] = (key, NarrativeIndexRetriever(index, reranker=reranker))
@@ -136,6 +148,19 @@ class RetrievalResource(dg.ConfigurableResource):
             return make_query_layers(base, **pick, glossary=glossary)
         except (ValueError, TypeError, SecurityConfigError) as exc:
             raise dg.Failure(f"query layers: {exc}") from None
+
+    def raptor_retriever(self, library: str, mode: str = ""):
+        """A RaptorRetriever over the RAPTOR tree the library's snapshot (of ``chunker``,
+        when set) names: leaves, internal syntheses or the collapsed tree (``mode``, empty:
+        RAGSPINE_RAPTOR_MODE). Synthesis snippets say ``is_synthesis: true`` and cite their
+        members; the snapshot must have been published with the ``raptor_tree`` asset on."""
+        from ragspine_pipeline.retrieval.raptor import RaptorError
+        from ragspine_pipeline.warehouse.raptor_tables import load_snapshot_raptor
+
+        try:
+            return load_snapshot_raptor(self._tables(), library, mode=mode or None, chunker=self.chunker or None)
+        except (RaptorError, WarehouseError) as exc:
+            raise dg.Failure(str(exc)) from None
 
     def ask(self, query: str, *, filters: Any = None, top_k: int = 5, **layers: str) -> list[dict[str, Any]]:
         return self.retriever(**layers).retrieve(query, filters=filters, top_k=top_k)

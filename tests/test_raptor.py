@@ -173,3 +173,53 @@ def test_rebuild_asks_the_summarizer_only_for_changed_clusters():
     second = build_raptor_tree(changed, threshold=0.2, summarizer=summarizer, previous=first)
     assert second.reused == n_first - len(calls) and len(calls) < n_first
     assert all(any("travel" in t.lower() for t in texts) for texts in calls)  # only the travel cluster
+
+
+
+def _mixed(seed: int, n: int = 200) -> list:
+    """n short documents over overlapping vocabularies: clusters whose from-scratch
+    leader clustering is sensitive to the order and weights of everything before."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        t = rng.randrange(10)
+        words = [f"w{(t * 6 + rng.randrange(14)) % 80}" for _ in range(8)]
+        out += chunk_document(" ".join(words) + ".", doc_id=f"lib/d{i:03d}", title="T")
+    return out
+
+
+def _refresh(seed: int, threshold: float, rebuild: bool):
+    chunks = _mixed(seed)
+    first = build_raptor_tree(chunks, threshold=threshold)
+    changed, removed, edited = set(), set(), []
+    for i, c in enumerate(chunks):
+        if i in (5, 105):  # 2 of 200 chunks: 1%
+            removed.add(c.chunk_id)
+            c = c.with_(text=c.text[:-1] + " w3 w77.", chunk_id=c.chunk_id + "-v2")
+            changed.add(c.chunk_id)
+        edited.append(c)
+    second = build_raptor_tree(edited, threshold=threshold, previous=first, rebuild=rebuild)
+    old_keys = {n.key for n in first.nodes}
+    rebuilt = [n for n in second.synthesis_nodes() if n.key not in old_keys]
+    left = [set(p.members) for p in first.synthesis_nodes() if set(p.members) & removed]
+    # A node may be rebuilt only on a changed chunk's path: it holds the new chunk, or it
+    # is what remains of a cluster the old chunk left.
+    off_path = [n for n in rebuilt if not set(n.members) & changed and not any(set(n.members) <= m for m in left)]
+    return first, second, rebuilt, off_path
+
+
+@pytest.mark.parametrize("seed,threshold", [(7, 0.35), (7, 0.5), (8, 0.35), (8, 0.4), (9, 0.4)])
+def test_a_one_percent_refresh_rebuilds_only_the_subtrees_of_changed_chunks(seed, threshold):
+    first, second, rebuilt, off_path = _refresh(seed, threshold, rebuild=False)
+    assert len(first.synthesis_nodes()) >= 20
+    assert not off_path, [n.members for n in off_path]
+    assert second.reused == len(second.synthesis_nodes()) - len(rebuilt)  # the rest: same key, same summary
+    assert len(rebuilt) <= 2 * 2 * second.shape()["levels"]  # left + joined, per changed chunk and level
+
+
+def test_clustering_from_scratch_would_rebuild_unaffected_subtrees():
+    """Why the refresh keeps the previous clusters: from scratch, two changed chunks move others."""
+    _, again, _, off_path = _refresh(8, 0.35, rebuild=True)
+    assert off_path and again.reused > 0  # summaries are still reused by key where clusters match

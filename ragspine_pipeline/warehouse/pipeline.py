@@ -26,6 +26,7 @@ import os
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import duckdb
@@ -34,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..retrieval.chunking.contextual import IndexTextFn, make_index_text_fn, plain_index_text
 from ..retrieval.lexical.analyzer import make_analyzer
 from ..retrieval.lexical.glossary import GlossaryQueryRewriter
 from ..retrieval.link.narrative_link import NarrativeIndex
@@ -74,14 +76,20 @@ from .versioned import (
 
 __all__ = ["CHUNKS", "EMBEDDINGS", "LEXICAL", "RAW", "SNAPSHOT", "CheckOutcome", "StepResult", "active_chunks",
            "build_chunks", "build_embeddings", "build_lexical_index", "build_raw_documents", "build_catalog",
-           "load_snapshot_index", "publish_snapshot", "published_libraries", "raw_state",
+           "load_snapshot_index", "publish_snapshot", "published_chunkings", "published_libraries", "raw_state",
+           "select_snapshot", "snapshot_protected",
            "serving_retriever", "snapshot_summary", "sorted_active_chunks", "table_documents"]
 
 
 def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, same_config: bool, *,
-                    skip_restricted: bool = False) -> tuple[dict[str, tuple[str, str]], bool]:
-    """(chunk_id -> (text, language) of the active chunks without a row in ``prev``'s
+                    skip_restricted: bool = False,
+                    index_text: IndexTextFn = plain_index_text) -> tuple[dict[str, tuple[str, str]], bool]:
+    """(chunk_id -> (index text, language) of the active chunks without a row in ``prev``'s
     ``table``, whether to append to ``prev``).
+
+    The index text is what BM25 analyzes and the model embeds: the chunk text, or with
+    contextual retrieval on (``index_text`` from ``make_index_text_fn``) the metadata
+    header + the text; snippets keep the stored text either way.
 
     Chunk ids are content-addressed (doc, offsets, text), so a row stored under a chunk id
     with the same configuration never needs recomputing. When the chunks version only
@@ -90,13 +98,20 @@ def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, s
     ``skip_restricted`` leaves RESTRICTED chunks out (their text must never reach a model,
     and the served index never holds them).
     """
+    fields = list(getattr(index_text, "fields", ()))
+
     def as_dict(t: pa.Table) -> dict[str, tuple[str, str]]:
         if skip_restricted:
             t = t.filter(pa.array([not is_restricted(x) for x in t.column("sensitivity").to_pylist()], pa.bool_()))
+        texts = t.column("text").to_pylist()
+        if fields:  # header fields from the chunk's own metadata columns
+            meta = {f: t.column(f).to_pylist() for f in fields}
+            texts = [index_text(SimpleNamespace(text=x, **{f: meta[f][i] or "" for f in fields}))  # type: ignore[arg-type]
+                     for i, x in enumerate(texts)]
         return dict(zip(t.column("chunk_id").to_pylist(),
-                        zip(t.column("text").to_pylist(), t.column("language").to_pylist(), strict=True), strict=True))
+                        zip(texts, t.column("language").to_pylist(), strict=True), strict=True))
 
-    cols = ["text", "sensitivity", "language"]
+    cols = ["text", "sensitivity", "language", *(f for f in fields if f not in ("text", "sensitivity", "language"))]
     if prev is None or not same_config:
         return as_dict(active_chunk_table(pub_chunks, columns=cols)), False
     seen = prev.manifest["metadata"].get("chunks_segments")
@@ -110,6 +125,12 @@ def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, s
         cand = cand.filter(active_mask(cand, state))
     else:
         cand = active_chunk_table(pub_chunks, columns=cols)
+    if fields:
+        # The header comes from metadata a chunk id does not hash (a new title keeps the
+        # ids): a row counts as present only with the same index-text hash.
+        rows = read_segments(prev, table, columns=["chunk_id", "text_hash"])
+        stored = set(zip(rows.column("chunk_id").to_pylist(), rows.column("text_hash").to_pylist(), strict=True))
+        return {cid: v for cid, v in as_dict(cand).items() if (cid, _text_hash(v[0])) not in stored}, True
     have = read_segments(prev, table, columns=["chunk_id"]).column("chunk_id").combine_chunks()
     cand = cand.filter(pc.invert(pc.is_in(cand.column("chunk_id"), value_set=have)))
     return as_dict(cand), True
@@ -124,25 +145,40 @@ def _compact_to_active(pub_chunks: Published):
     return compact
 
 
+def _contextual(contextual: str | None) -> tuple[IndexTextFn, str]:
+    """(index text function, its lineage name: "" when off) of ``contextual`` or
+    ``RAGSPINE_CONTEXTUAL``. Off, the manifests carry no ``contextual`` key at all."""
+    fn = make_index_text_fn(contextual)
+    return fn, ",".join(getattr(fn, "fields", ()))
+
+
 @library_step
 def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None = None,
-                        chunks_version: str | None = None) -> StepResult:
+                        chunks_version: str | None = None, *, contextual: str | None = None) -> StepResult:
+    """BM25 tokens of the active chunks' index text (``contextual``: header fields, default
+    ``RAGSPINE_CONTEXTUAL``; off: the chunk text, exactly as before)."""
     t0 = time.perf_counter()
     pub_chunks = published_chunks(wh, library, chunks_version)
     an = make_analyzer(analyzer)
+    index_text, ctx = _contextual(contextual)
     prev = wh.latest(LEXICAL, library)
-    if prev is not None and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version \
-            and prev.manifest["metadata"].get("analyzer") == an.name:
+    same = prev is not None and prev.manifest["metadata"].get("analyzer") == an.name \
+        and prev.manifest["metadata"].get("contextual", "") == ctx
+    if same and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version:
         return StepResult(prev, {"analyzer": an.name, "chunks_version": pub_chunks.version, "version": prev.version,
                                  "reused": True, "chunks_analyzed": 0, "bytes_written": 0,
+                                 **({"contextual": ctx} if ctx else {}),
                                  "seconds": round(time.perf_counter() - t0, 3)})
-    same = prev is not None and prev.manifest["metadata"].get("analyzer") == an.name
-    texts, append = _missing_chunks(pub_chunks, prev, "tokens", same)
+    texts, append = _missing_chunks(pub_chunks, prev, "tokens", same, index_text=index_text)
     todo = sorted(texts)
     table = pa.table({"chunk_id": pa.array(todo, pa.string()),
                       "tokens": pa.array([an.analyze(texts[c][0], texts[c][1] or None) for c in todo],
                                          pa.list_(pa.string()))})
+    if ctx:  # what the header was, so a metadata change re-indexes the chunk (off: no column)
+        table = table.append_column("text_hash", pa.array([_text_hash(texts[c][0]) for c in todo], pa.string()))
     meta = {"analyzer": an.name, "chunks_version": pub_chunks.version, "chunks_segments": pub_chunks.segments("chunks")}
+    if ctx:
+        meta["contextual"] = ctx
     spec = Append(table, compact=_compact_to_active(pub_chunks)) if append else table
     pub = wh.write(LEXICAL, library, {"tokens": spec}, meta, parent=prev if append else None)
     meta.pop("chunks_segments")
@@ -160,12 +196,14 @@ def _text_hash(text: str) -> str:
 
 @library_step
 def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
-                     chunks_version: str | None = None) -> StepResult | None:
+                     chunks_version: str | None = None, *, contextual: str | None = None) -> StepResult | None:
     """Vectors of the active chunks; only chunks without a vector from the same model are embedded.
 
     Returns None (nothing written) when no backend is configured: the default product is
     pure BM25. A different model id re-embeds everything into a new version; the previous
     version stays readable and keeps serving until a snapshot publishes the new one.
+    ``contextual`` (default ``RAGSPINE_CONTEXTUAL``) embeds the header + text, the same
+    index text the lexical step analyzes; a change of it re-embeds everything too.
     """
     if backend is None:
         return None
@@ -174,15 +212,17 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
     from ..retrieval.vector.embedding_backends import backend_model_id
 
     model_id = backend_model_id(backend)  # model_id is optional on a backend
+    index_text, ctx = _contextual(contextual)
     prev = wh.latest(EMBEDDINGS, library)
-    same = prev is not None and prev.manifest["metadata"].get("model_id") == model_id
+    same = prev is not None and prev.manifest["metadata"].get("model_id") == model_id \
+        and prev.manifest["metadata"].get("contextual", "") == ctx
     if same and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version:
         # Same chunks, same model: keep the published vectors without loading anything.
         return StepResult(prev, {"model_id": model_id, "version": prev.version, "reused": True, "embedded": 0,
                                  "count": prev.manifest["metadata"].get("count", prev.rows("vectors")),
                                  "bytes_written": 0, "seconds": round(time.perf_counter() - t0, 3)},
                           {"restricted_never_embedded": restricted_embedded_check(prev, pub_chunks)})
-    texts, append = _missing_chunks(pub_chunks, prev, "vectors", same, skip_restricted=True)
+    texts, append = _missing_chunks(pub_chunks, prev, "vectors", same, skip_restricted=True, index_text=index_text)
     todo = sorted(texts)
     t1 = time.perf_counter()
     fresh = backend.embed_texts([texts[c][0] for c in todo]) if todo else []
@@ -195,6 +235,8 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
             "count": (pub_chunks.manifest["metadata"].get("active_chunks") or 0)
             - (pub_chunks.manifest["metadata"].get("restricted_chunks") or 0),  # restricted chunks get no vector
             "chunks_segments": pub_chunks.segments("chunks")}
+    if ctx:
+        meta["contextual"] = ctx
     tspec = Append(table, compact=_compact_to_active(pub_chunks)) if append else table
     pub = wh.write(EMBEDDINGS, library, {"vectors": tspec}, meta, parent=prev if append else None)
     meta.pop("chunks_segments")
@@ -239,7 +281,16 @@ def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
                "raw_documents": raw.version if raw else None, "analyzer": lex.manifest["metadata"]["analyzer"],
                "embeddings": emb.version if use_emb else None,
                "embedding_spec": emb.manifest["metadata"]["spec"] if use_emb else None,
-               "embedding_model": emb.manifest["metadata"]["model_id"] if use_emb else None}
+               "embedding_model": emb.manifest["metadata"]["model_id"] if use_emb else None,
+               "chunker": wh.get(CHUNKS, library, chunks_version).manifest["metadata"].get("chunker")}
+    # Opt-in layers are named only when on, so a snapshot without them reads (and hashes) as before.
+    if lex.manifest["metadata"].get("contextual"):
+        payload["contextual"] = lex.manifest["metadata"]["contextual"]
+    from .raptor_tables import RAPTOR  # raptor_tables imports chunk_tables only: no cycle
+
+    raptor = wh.latest(RAPTOR, library)
+    if raptor is not None and raptor.manifest["metadata"].get("chunks_version") == chunks_version:
+        payload["raptor_tree"] = raptor.version
     graph = wh.latest("relation_graph", library)  # named only when built from these chunks
     if graph is not None and graph.manifest["metadata"].get("chunks_version") == chunks_version:
         payload["relation_graph"] = graph.version
@@ -250,6 +301,83 @@ def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
     pub = wh.write(SNAPSHOT, library, {"snapshot": pa.table({k: [str(v)] for k, v in payload.items()})},
                    {**payload, "snapshot_id": snap_id})
     return StepResult(pub, {**payload, "snapshot_id": snap_id, "version": pub.version, "reused": False})
+
+
+def chunker_name(key: str | None) -> str:
+    """``layout`` of a chunker key ``layout:1200:0`` (what ``--chunker`` matches on)."""
+    return (key or "").split(":", 1)[0]
+
+
+def snapshot_chunker(wh: VersionedTables, snap: Published) -> str:
+    """The chunker key that built a snapshot's chunks (older snapshots: from the chunks version)."""
+    meta = snap.manifest["metadata"]
+    if meta.get("chunker"):
+        return str(meta["chunker"])
+    try:
+        return str(wh.get(CHUNKS, snap.library, meta["chunks"]).manifest["metadata"].get("chunker") or "")
+    except WarehouseError:
+        return ""
+
+
+def published_chunkings(wh: VersionedTables, library: str) -> dict[str, Published]:
+    """Chunker key -> the newest stored snapshot of ``library`` built with it.
+
+    A library re-chunked by a backfill with another chunker keeps the previous chunking's
+    snapshot (and the chunk/index versions it names: the assets never prune them), so it
+    stays queryable as it was when it was published.
+    """
+    out: dict[str, Published] = {}
+    for v in reversed(wh.versions(SNAPSHOT, library)):
+        try:
+            snap = wh.get(SNAPSHOT, library, v)
+        except WarehouseError:
+            continue
+        out.setdefault(snapshot_chunker(wh, snap), snap)
+    return out
+
+
+def select_snapshot(wh: VersionedTables, library: str, chunker: str | None = None) -> Published:
+    """The published snapshot (``chunker`` None), else the newest one built by ``chunker``
+    (a name such as ``layout``, or a full key ``layout:1200:0``). Raises WarehouseError
+    naming the chunkings that are available."""
+    snap = wh.latest(SNAPSHOT, library)
+    if snap is None:
+        raise WarehouseError(f"no retrieval snapshot published for {library}")
+    if not chunker:
+        return snap
+    if snapshot_chunker(wh, snap) == chunker or chunker_name(snapshot_chunker(wh, snap)) == chunker:
+        return snap
+    found = published_chunkings(wh, library)
+    for key, s in found.items():  # newest first
+        if key == chunker or chunker_name(key) == chunker:
+            return s
+    raise WarehouseError(f"library {library!r} has no published chunking {chunker!r}; available: "
+                         f"{', '.join(sorted(found)) or 'none'}")
+
+
+def snapshot_protected(wh: VersionedTables, library: str, asset: str) -> set[str]:
+    """Versions of ``asset`` that pruning must keep: those the published snapshot and the
+    newest snapshot of every other chunking name (for ``SNAPSHOT``: those snapshots)."""
+    snaps = list(published_chunkings(wh, library).values())
+    cur = wh.latest(SNAPSHOT, library)
+    if cur is not None:
+        snaps.append(cur)
+    if asset == SNAPSHOT:
+        return {s.version for s in snaps}
+    keys = {RAW: "raw_documents", CHUNKS: "chunks", LEXICAL: "lexical_index", EMBEDDINGS: "embeddings"}
+    key = keys.get(asset, asset)
+    return {str(s.manifest["metadata"][key]) for s in snaps if s.manifest["metadata"].get(key) not in (None, "None")}
+
+
+def _hidden_now(wh: VersionedTables, library: str) -> set[str]:
+    """Documents an older snapshot must not serve today: those the current snapshot hides
+    (restricted in any version, unparseable, withheld) or no longer has (withdrawn)."""
+    cur = wh.latest(SNAPSHOT, library)
+    meta = cur.manifest["metadata"]
+    hidden = redacted_doc_ids(wh, library, meta)
+    pub = wh.get(CHUNKS, library, meta["chunks"])
+    hidden.update(d for d, s in doc_state(pub, columns=["withdrawn"]).items() if s["withdrawn"])
+    return hidden
 
 
 def snapshot_summary(wh: VersionedTables, library: str) -> dict[str, Any]:
@@ -269,19 +397,28 @@ def snapshot_summary(wh: VersionedTables, library: str) -> dict[str, Any]:
 
 
 def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os.PathLike[str] | None = None,
-                        embedding_backend=None, channels: tuple[str, ...] | None = None) -> NarrativeIndex:
+                        embedding_backend=None, channels: tuple[str, ...] | None = None,
+                        chunker: str | None = None) -> NarrativeIndex:
     """NarrativeIndex over exactly the versions the library's published snapshot names.
 
     Dense retrieval: when the snapshot has embeddings, its own model embeds the queries
     (the snapshot names it; a differently-configured backend cannot mix vector spaces);
-    without embeddings, a given ``embedding_backend`` embeds the chunks lazily. A lexical
-    ``channels`` choice (no "dense") loads no vectors and builds no backend at all.
+    without embeddings, a given ``embedding_backend`` embeds the chunks lazily (the same
+    contextual index text the snapshot's lexical index used). A lexical ``channels``
+    choice (no "dense") loads no vectors and builds no backend at all.
+
+    ``chunker`` serves the newest snapshot of that chunking instead of the published one
+    (``select_snapshot``). An older snapshot serves its chunks as they were, less every
+    document the current snapshot hides or withdrew: a relabel to RESTRICTED (or a
+    withdrawal) reaches the previous chunkings too.
     """
-    snap = wh.latest(SNAPSHOT, library)
-    if snap is None:
-        raise WarehouseError(f"no retrieval snapshot published for {library}")
+    snap = select_snapshot(wh, library, chunker)
     meta = snap.manifest["metadata"]
     chunks = served_chunks(wh, library, meta["chunks"])  # no RESTRICTED, no withheld: non-interference
+    current = wh.latest(SNAPSHOT, library)
+    if current is not None and current.version != snap.version:
+        hidden = _hidden_now(wh, library)
+        chunks = [c for c in chunks if c.doc_id not in hidden]
     ids = pa.array([c.chunk_id for c in chunks], pa.string())
     tok = _aligned(wh.read(LEXICAL, library, "tokens", meta["lexical_index"]), ids,
                    f"snapshot {snap.version} of {library}: lexical index does not match its chunks")
@@ -304,7 +441,9 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
     index = NarrativeIndex.from_chunks(chunks, analyzer=meta["analyzer"], rewriter=rewriter,
                                        embedding_backend=backend, channels=use_channels,
                                        docs_tokens=tok.column("tokens").to_pylist(),
+                                       index_text=make_index_text_fn(meta.get("contextual") or "off"),
                                        library_id=library, version=meta["snapshot_id"])
+    index.info["chunker"] = snapshot_chunker(wh, snap)
     if backend is not None and emb_version:
         vt = _aligned(wh.read(EMBEDDINGS, library, "vectors", emb_version), ids,
                       f"snapshot {snap.version} of {library}: embeddings do not match its chunks")
@@ -317,7 +456,12 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
 
 
 def _aligned(table: pa.Table, ids: pa.Array, error: str) -> pa.Table:
-    """Rows of a chunk_id-keyed index table in the order of ``ids``; every id must be there."""
+    """Rows of a chunk_id-keyed index table in the order of ``ids``; every id must be there.
+    Where a chunk has several rows (a contextual header re-indexed after a metadata
+    change), the newest — the last appended — wins."""
+    n = table.num_rows
+    if n and len(table.column("chunk_id").unique()) != n:
+        table = table.take(pa.array(np.arange(n - 1, -1, -1)))
     pos = pc.index_in(ids, value_set=table.column("chunk_id").combine_chunks())
     if pos.null_count:
         raise WarehouseError(f"{error} ({pos.null_count} chunks have no row)")
@@ -452,6 +596,15 @@ def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], *, redac
     lex = wh.get(LEXICAL, lib, meta["lexical_index"])
     views["lexical_tokens"] = (f"SELECT * FROM read_parquet({_sql_list(lex.table_paths('tokens'))}) "
                                f"WHERE chunk_id IN {active}")
+    if meta.get("raptor_tree") not in (None, "None"):
+        from .raptor_tables import RAPTOR
+
+        tree = wh.get(RAPTOR, lib, meta["raptor_tree"])
+        body = f"SELECT * FROM read_parquet({_sql_list(tree.table_paths('nodes'))})"
+        # The tree never holds a RESTRICTED chunk; a node over a document hidden since is left out.
+        views["raptor_nodes"] = (f"SELECT * FROM ({body}) WHERE NOT list_has_any(doc_ids, coalesce((SELECT "
+                                 f"list(doc_id) FROM {REDACTED_DOCS} WHERE library = {_sql_str(lib)}), []))"
+                                 if redact else body)
     if meta.get("embeddings") not in (None, "None"):
         emb = wh.get(EMBEDDINGS, lib, meta["embeddings"])
         views["embeddings"] = (f"SELECT * FROM read_parquet({_sql_list(emb.table_paths('vectors'))}) "

@@ -16,15 +16,25 @@ library partition, off unless ``RAGSPINE_RAPTOR=on``) lives in ``assets/``.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
 
-from ..retrieval.raptor.tree import RaptorNode, RaptorTree, Summarizer, build_raptor_tree
-from ..retrieval.vector.embedding_backends import EmbeddingBackend
+from ..retrieval.raptor.retriever import RaptorRetriever, make_raptor_retriever
+from ..retrieval.raptor.tree import (
+    HASH_DIM,
+    RaptorError,
+    RaptorNode,
+    RaptorTree,
+    Summarizer,
+    build_raptor_tree,
+)
+from ..retrieval.vector.embedding_backends import EmbeddingBackend, backend_model_id
 from ..sensitivity import is_restricted
 from .chunk_tables import published_chunks, served_chunks
-from .common import CheckOutcome, StepResult
+from .common import SNAPSHOT, CheckOutcome, StepResult
 from .versioned import Published, VersionedTables, library_step
 
 RAPTOR = "raptor_tree"
@@ -66,33 +76,51 @@ def load_tree(pub: Published, wh: VersionedTables) -> RaptorTree:
                                              tuple(r["doc_ids"]), r["sensitivity"], r["key"], md))
         if r["vector"] is not None:
             vectors[r["node_id"]] = np.asarray(r["vector"], dtype=np.float64)
+    # The children's content keys (what an incremental refresh keeps a cluster by).
+    keys = {n.node_id: n.key for level in levels for n in level}
+    levels = [[replace(n, metadata={**n.metadata, "child_keys": ",".join(keys[c] for c in n.children if c in keys)})
+               if n.is_synthesis else n for n in level] for level in levels]
     return RaptorTree(levels, float(meta["threshold"]), int(meta["max_depth"]), vectors,
                       vector_space=meta.get("vector_space", ""))
+
+
+INCREMENTAL_NOTE = ("summaries (and dense vectors) are reused by content key: a cluster whose members did not "
+                    "change is not re-summarised; the clustering itself is recomputed (leader clustering is "
+                    "order-dependent and TF-IDF weights move with the corpus), which is cheap")
 
 
 @library_step
 def build_raptor_step(wh: VersionedTables, library: str, chunks_version: str | None = None, *,
                       threshold: float, max_depth: int, embedding_backend: EmbeddingBackend | None = None,
-                      summarizer: Summarizer | None = None) -> StepResult:
-    """Build (or reuse) the RAPTOR tree of a chunks version (default: the latest)."""
+                      summarizer: Summarizer | None = None,
+                      leaf_vectors: Mapping[str, Sequence[float]] | None = None) -> StepResult:
+    """Build (or reuse) the RAPTOR tree of a chunks version (default: the latest).
+
+    ``leaf_vectors``: the library's embeddings of these chunks (same model as
+    ``embedding_backend``), so the leaves are not embedded a second time.
+    """
     t0 = time.perf_counter()
     chunks_pub = published_chunks(wh, library, chunks_version)
     prev = wh.latest(RAPTOR, library)
     settings = {"threshold": threshold, "max_depth": max_depth, "summary": "llm" if summarizer else "extractive"}
+    space = backend_model_id(embedding_backend) if embedding_backend is not None else f"tfidf-hash-{HASH_DIM}"
     pmeta = prev.manifest["metadata"] if prev is not None else {}
     chunks = served_chunks(wh, library, chunks_pub.version)
     served = {c.chunk_id for c in chunks}
     if prev is not None and pmeta.get("chunks_version") == chunks_pub.version and \
-            all(pmeta.get(k) == v for k, v in settings.items()) and embedding_backend is None \
-            and pmeta.get("vector_space", "").startswith("tfidf"):
+            all(pmeta.get(k) == v for k, v in settings.items()) and pmeta.get("vector_space", "") == space:
         tree = load_tree(prev, wh)
         pub, reused = prev, True
     else:
         previous = load_tree(prev, wh) if prev is not None else None
         tree = build_raptor_tree(chunks, embedding_backend=embedding_backend, threshold=threshold,
-                                 max_depth=max_depth, summarizer=summarizer, previous=previous)
+                                 max_depth=max_depth, summarizer=summarizer, previous=previous,
+                                 leaf_vectors=leaf_vectors)
+        syn = len(tree.synthesis_nodes())
         meta = {"chunks_version": chunks_pub.version, **settings, "vector_space": tree.vector_space,
-                **{k: v for k, v in tree.shape().items() if k not in ("threshold", "max_depth")}}
+                **{k: v for k, v in tree.shape().items() if k not in ("threshold", "max_depth")},
+                "synthesis_nodes": syn, "resummarised_nodes": syn - tree.reused,
+                "previous_version": prev.version if prev is not None else None, "incremental": INCREMENTAL_NOTE}
         pub, reused = wh.write(RAPTOR, library, {"nodes": tree_table(tree)}, meta), False
     syn = tree.synthesis_nodes()
     leaked = [n.node_id for n in tree.nodes if is_restricted(n.sensitivity) or not set(n.members) <= served]
@@ -110,3 +138,50 @@ def build_raptor_step(wh: VersionedTables, library: str, chunks_version: str | N
     }
     return StepResult(pub, md, checks)
 
+
+def embeddings_for_raptor(wh: VersionedTables, library: str, chunks_version: str | None = None
+                          ) -> tuple[EmbeddingBackend | None, dict[str, Sequence[float]] | None]:
+    """(backend, chunk_id -> vector) of the library's embeddings of ``chunks_version``
+    (default: the latest), or (None, None) when it has none: the tree then clusters
+    TF-IDF vectors. Builds the backend the embeddings were made with (the model id must
+    match, or the vector spaces would mix)."""
+    from ..retrieval.vector.embedding_backends import make_embedding_backend
+    from .common import EMBEDDINGS
+    from .versioned import read_segments
+
+    chunks_pub = published_chunks(wh, library, chunks_version)
+    emb = wh.latest(EMBEDDINGS, library)
+    if emb is None or emb.manifest["metadata"].get("chunks_version") != chunks_pub.version:
+        return None, None
+    backend = make_embedding_backend(emb.manifest["metadata"]["spec"])
+    if backend is None or backend_model_id(backend) != emb.manifest["metadata"].get("model_id"):
+        return None, None
+    t = read_segments(emb, "vectors", columns=["chunk_id", "vector"])
+    return backend, dict(zip(t.column("chunk_id").to_pylist(), t.column("vector").to_pylist(), strict=True))
+
+
+def load_snapshot_raptor(wh: VersionedTables, library: str, *, mode: str | None = None,
+                         chunker: str | None = None, embedding_backend: EmbeddingBackend | None = None
+                         ) -> RaptorRetriever:
+    """A ``RaptorRetriever`` over the tree the library's published snapshot names (or the
+    newest snapshot of ``chunker``), served as built: nothing is clustered or summarised.
+
+    Leaves are the snapshot's served chunks, less the documents the current snapshot
+    hides; a synthesis over any member that is not served is not searchable. Raises
+    RaptorError when the snapshot has no tree (RAPTOR was off when it was published).
+    """
+    from .pipeline import _hidden_now, select_snapshot
+
+    snap = select_snapshot(wh, library, chunker)
+    meta = snap.manifest["metadata"]
+    if meta.get("raptor_tree") in (None, "None"):
+        raise RaptorError(f"snapshot {snap.version} of {library!r} has no RAPTOR tree: materialize raptor_tree with "
+                          "RAGSPINE_RAPTOR=on (or its run config enabled: on), then retrieval_snapshot")
+    chunks = served_chunks(wh, library, meta["chunks"])
+    cur = wh.latest(SNAPSHOT, library)
+    if cur is not None and cur.version != snap.version:
+        hidden = _hidden_now(wh, library)
+        chunks = [c for c in chunks if c.doc_id not in hidden]
+    tree = load_tree(wh.get(RAPTOR, library, meta["raptor_tree"]), wh)
+    return make_raptor_retriever(chunks, tree=tree, mode=mode, analyzer=meta.get("analyzer"),
+                                 embedding_backend=embedding_backend)

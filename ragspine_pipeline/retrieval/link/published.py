@@ -60,10 +60,10 @@ def _channels(mode: str) -> tuple[str, ...] | None:
     return {"hybrid": ("bm25", "dense"), "vector": ("dense",)}.get(mode)  # auto: the snapshot's
 
 
-def _has_embeddings(wh: Any, library: str) -> bool:
-    from ...warehouse.pipeline import SNAPSHOT
+def _has_embeddings(wh: Any, library: str, chunker: str | None = None) -> bool:
+    from ...warehouse.pipeline import SNAPSHOT, select_snapshot
 
-    snap = wh.latest(SNAPSHOT, library)
+    snap = select_snapshot(wh, library, chunker) if chunker else wh.latest(SNAPSHOT, library)
     emb = snap.manifest["metadata"].get("embeddings") if snap is not None else None
     return emb not in (None, "None")
 
@@ -75,8 +75,10 @@ def load_published_index(
     mode: str | None = None,
     glossary: str | os.PathLike[str] | None = None,
     embedding_backend: EmbeddingBackend | None = None,
+    chunker: str | None = None,
 ) -> NarrativeIndex:
-    """The NarrativeIndex of ``library``'s published snapshot for a retrieval ``mode``.
+    """The NarrativeIndex of ``library``'s published snapshot for a retrieval ``mode``
+    (``chunker``: the newest snapshot of that published chunking instead).
 
     Lexical modes never touch the embedding factory. ``hybrid``/``vector`` on a snapshot
     without vectors use ``embedding_backend``, else one built from
@@ -88,7 +90,7 @@ def load_published_index(
     m = retrieval_mode(mode)
     channels = _channels(m)
     backend = None
-    if m in ("hybrid", "vector") and not _has_embeddings(wh, library):
+    if m in ("hybrid", "vector") and not _has_embeddings(wh, library, chunker):
         backend = embedding_backend
         if backend is None:
             spec = embedding_spec_from_env("auto")
@@ -99,7 +101,8 @@ def load_published_index(
                     f"embedding spec {spec!r} builds no backend here")
     elif m == "auto":
         backend = embedding_backend  # used only when the snapshot has no vectors of its own
-    return load_snapshot_index(wh, library, glossary=glossary, embedding_backend=backend, channels=channels)
+    return load_snapshot_index(wh, library, glossary=glossary, embedding_backend=backend, channels=channels,
+                               chunker=chunker)
 
 
 def open_published_retriever(

@@ -91,7 +91,10 @@ class RaptorRetriever:
         if mode in ("collapsed", "leaves"):
             pool += [self.leaves[n.node_id] for n in tree.levels[0] if n.node_id in self.leaves]
         if mode in ("collapsed", "internal"):
-            pool += [_node_chunk(n) for n in tree.synthesis_nodes() if n.text]
+            # Fail closed: a synthesis is searchable only while every member is a served
+            # leaf (a stored tree served after a member's document was hidden or withdrawn).
+            pool += [_node_chunk(n) for n in tree.synthesis_nodes()
+                     if n.text and all(m in self.leaves for m in n.members)]
         if not pool:
             raise RaptorError(f"the RAPTOR tree has no nodes to search in mode {mode!r} ({tree.note})")
         self.retriever = HybridRetriever(pool, analyzer=analyzer, embedding_backend=embedding_backend)
@@ -132,15 +135,19 @@ def make_raptor_retriever(
     provider: Any = None,
     summarizer: Summarizer | None = None,
     previous: RaptorTree | None = None,
+    tree: RaptorTree | None = None,
 ) -> RaptorRetriever:
     """Build the RAPTOR tree of ``chunks`` and a retriever over it (see module docstring).
 
     Summaries are extractive unless ``summarizer`` is given, or a ``provider`` (an LLM
     with ``chat``) writes them. ``previous`` reuses the unchanged nodes of an earlier tree.
+    ``tree`` serves an already built tree as it is (e.g. the ``raptor_tree`` asset's, via
+    ``warehouse.raptor_tables.load_snapshot_raptor``): nothing is clustered or summarised.
     """
     m, d, t = raptor_settings(mode, depth, threshold)
-    if summarizer is None and provider is not None:
-        summarizer = provider_summarizer(provider)
-    tree = build_raptor_tree(chunks, embedding_backend=embedding_backend, analyzer=analyzer, threshold=t,
-                             max_depth=d, summarizer=summarizer, previous=previous)
+    if tree is None:
+        if summarizer is None and provider is not None:
+            summarizer = provider_summarizer(provider)
+        tree = build_raptor_tree(chunks, embedding_backend=embedding_backend, analyzer=analyzer, threshold=t,
+                                 max_depth=d, summarizer=summarizer, previous=previous)
     return RaptorRetriever(tree, chunks, mode=m, analyzer=analyzer, embedding_backend=embedding_backend)

@@ -27,10 +27,12 @@ Incremental: a node's key is a hash of its members' keys (a leaf's key hashes it
 text), and a rebuild given ``previous`` reuses the summary of every synthesis node whose
 key is unchanged (and its vector, when both trees used the same embedding model), so a
 1% refresh re-summarises — and re-asks an LLM summarizer for — only the clusters that
-changed. The clustering itself is recomputed: leader clustering is order-dependent, so
-one changed chunk can move later members (and TF-IDF weights move with the corpus);
-reuse by key keeps that cheap and the result equal to the previous one where nothing
-under a node changed.
+changed. The clustering is incremental too: each level keeps the previous clusters
+whose members are all unchanged (``kept_clusters``) and clusters only the rest, so a
+subtree nothing under which changed is neither re-clustered nor re-summarised (plain
+leader clustering is order-dependent and TF-IDF weights move with the corpus: from
+scratch, one changed chunk could move many later members). ``rebuild=True`` clusters
+from scratch.
 """
 
 from __future__ import annotations
@@ -156,14 +158,29 @@ class TfidfHasher:
         return _unit(out)
 
 
-def leader_clusters(vecs: np.ndarray, threshold: float, max_cluster: int) -> list[list[int]]:
+def leader_clusters(vecs: np.ndarray, threshold: float, max_cluster: int,
+                    seeds: Sequence[Sequence[int]] = ()) -> list[list[int]]:
     """Deterministic threshold clustering of unit vectors (see module docstring): ties go
-    to the earliest cluster."""
+    to the earliest cluster.
+
+    ``seeds``: clusters formed before (disjoint index lists); the other nodes, in order,
+    may join them or open new ones. The result is sorted by each cluster's first member,
+    so it reads in node order either way.
+    """
     n = len(vecs)
     sums = np.zeros_like(vecs, dtype=np.float64)
     units = np.zeros_like(vecs, dtype=np.float64)
     members: list[list[int]] = []
+    seeded: set[int] = set()
+    for group in seeds:
+        k = len(members)
+        members.append(list(group))
+        seeded.update(group)
+        sums[k] = np.sum(vecs[list(group)], axis=0)
+        units[k] = _unit(sums[k])
     for i in range(n):
+        if i in seeded:
+            continue
         v = vecs[i]
         k = len(members)
         if k:
@@ -178,7 +195,27 @@ def leader_clusters(vecs: np.ndarray, threshold: float, max_cluster: int) -> lis
         members.append([i])
         sums[k] = v
         units[k] = _unit(v)
-    return members
+    return sorted((sorted(m) for m in members), key=lambda m: m[0])
+
+
+def kept_clusters(nodes: Sequence[RaptorNode], previous_level: Sequence[RaptorNode]) -> list[list[int]]:
+    """Index lists of the previous tree's clusters at this level (singletons included),
+    each reduced to the members still here unchanged (same content keys): the incremental refresh starts
+    from them, so a cluster nothing under which changed is kept as it is (same key, same
+    summary, not rebuilt), and a changed chunk touches only the cluster it left and the
+    one it joins, on each level up its path."""
+    at = {n.key: i for i, n in enumerate(nodes)}
+    out: list[list[int]] = []
+    used: set[int] = set()
+    for p in previous_level:
+        # A synthesis: its children; a node carried up alone: itself (it stays alone
+        # unless a changed or new node joins it).
+        keys = p.metadata.get("child_keys", "").split(",") if p.is_synthesis else [p.key]
+        idx = sorted({i for k in keys if k and (i := at.get(k)) is not None and i not in used})
+        if idx:
+            out.append(idx)
+            used.update(idx)
+    return out
 
 
 def extractive_summary(texts: Sequence[str], centroid: np.ndarray, embed: Callable[[Sequence[str]], np.ndarray],
@@ -223,8 +260,23 @@ def build_raptor_tree(
     summary_chars: int = DEFAULT_SUMMARY_CHARS,
     summarizer: Summarizer | None = None,
     previous: RaptorTree | None = None,
+    leaf_vectors: Mapping[str, Sequence[float]] | None = None,
+    rebuild: bool = False,
 ) -> RaptorTree:
-    """The RAPTOR tree of ``chunks`` (RESTRICTED chunks are left out first)."""
+    """The RAPTOR tree of ``chunks`` (RESTRICTED chunks are left out first).
+
+    ``leaf_vectors`` (chunk_id -> vector of ``embedding_backend``'s model, e.g. the
+    library's ``embeddings`` table) spares re-embedding the leaves the pipeline has
+    already embedded; a leaf without one is embedded here.
+
+    With ``previous`` (incremental), each level first keeps the previous clusters whose
+    members are all unchanged, then clusters the rest (changed, new, or freed nodes may
+    join a kept cluster, which is then re-summarised). The result therefore depends on the
+    previous tree as well as on the chunks; ``rebuild=True`` clusters from scratch (and
+    still reuses unchanged summaries by key).
+    """
+    if leaf_vectors is not None and embedding_backend is None:
+        raise RaptorError("leaf_vectors need the embedding_backend whose model made them (for the summaries)")
     if not 0.0 < threshold <= 1.0:
         raise RaptorError(f"threshold must be in (0, 1] (got {threshold})")
     if max_depth < 1 or max_cluster < 2 or summary_chars <= 0:
@@ -254,7 +306,9 @@ def build_raptor_tree(
     todo = []
     for n in leaves:
         prev = old.get(n.key)
-        if prev is not None and prev.node_id in old_vecs:
+        if leaf_vectors is not None and n.node_id in leaf_vectors:
+            vec[n.node_id] = _unit(np.asarray(leaf_vectors[n.node_id], dtype=np.float64))
+        elif prev is not None and prev.node_id in old_vecs:
             vec[n.node_id] = old_vecs[prev.node_id]
         else:
             todo.append(n)
@@ -267,12 +321,14 @@ def build_raptor_tree(
             tree.note = "one root"
             break
         mat = np.stack([vec[n.node_id] for n in current])
-        clusters = leader_clusters(mat, threshold, max_cluster)
+        seeds = kept_clusters(current, previous.levels[level]) if previous is not None and \
+            level < len(previous.levels) and not rebuild else []
+        clusters = leader_clusters(mat, threshold, max_cluster, seeds)
         if all(len(c) == 1 for c in clusters):
             tree.note = f"nothing merges at level {level} (threshold {threshold})"
             break
         nxt: list[RaptorNode] = []
-        for ci, members in enumerate(clusters):
+        for members in clusters:
             if len(members) == 1:
                 nxt.append(current[members[0]])
                 continue
@@ -281,7 +337,7 @@ def build_raptor_tree(
             leaf_ids = tuple(sorted({m for k in kids for m in k.members}))
             docs = tuple(sorted({d for k in kids for d in k.doc_ids}))
             label = resolve_label([k.sensitivity for k in kids], default="INTERNAL").label
-            node_id = f"raptor:L{level}:{ci:04d}-{key[:10]}"
+            node_id = f"raptor:L{level}:{key}"  # content-addressed: a kept cluster keeps its id
             prev = old.get(key)
             if prev is not None and prev.is_synthesis and (summarizer is None) == (prev.metadata.get("summary") != "llm"):
                 text = prev.text
@@ -297,6 +353,7 @@ def build_raptor_tree(
                 v = embed([text])[0] if text else _unit(centroid)
             md = {f: _shared([k.metadata.get(f, "") for k in kids]) for f in ("title", "entity", "period")}
             md["summary"] = "llm" if summarizer is not None else "extractive"
+            md["child_keys"] = ",".join(k.key for k in kids)  # what the next refresh keeps the cluster by
             node = RaptorNode(node_id, level, text, True, tuple(k.node_id for k in kids), leaf_ids, docs, label,
                               key, md)
             vec[node_id] = v

@@ -71,6 +71,10 @@ def run_demo(questions: int = 4, top_k: int = 3) -> int:
         print(f"  {lib}: {ch['new'].value} new, {ch['changed'].value} changed, {ch['unchanged'].value} unchanged, "
               f"{ch['withdrawn'].value} withdrawn; chunks {ch['version'].value}; "
               f"{len(checks) - len(failed)}/{len(checks)} checks passed" + (f" (FAILED: {failed})" if failed else ""))
+        if "relation_graph" in mats:
+            g = mats["relation_graph"]
+            print(f"  {lib}: relation graph {g['version'].value}: nodes {g['node_counts'].value}, "
+                  f"edges {g['edge_counts'].value}")
     if failed_libraries:
         print(f"libraries that failed: {failed_libraries}")
     retrieval = RetrievalResource()

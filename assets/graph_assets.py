@@ -14,6 +14,13 @@ from resources import WarehouseResource
 from .partitions import library_partitions
 
 
+class RelationGraphConfig(dg.Config):
+    # none | cooccurrence | llm; empty: RAGSPINE_RELATION_EXTRACTOR (default none: the base graph, byte-identical)
+    relation_extractor: str = ""
+    # on | off: GraphRAG community nodes (is_synthesis, never citable); empty: RAGSPINE_GRAPH_COMMUNITIES
+    communities: str = ""
+
+
 @dg.asset(
     name=RELATION_GRAPH, partitions_def=library_partitions, group_name="graph", owners=["team:ragspine"],
     tags={"domain": "retrieval"}, code_version=GRAPH_CODE_VERSION, kinds={"parquet", "python"},
@@ -26,8 +33,13 @@ from .partitions import library_partitions
                                    description="Every fact's span lies in a served chunk and reads exactly its "
                                                "quoted figure.")],
 )
-def relation_graph(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-    res = build_relation_graph(warehouse.tables(), context.partition_key)
+def relation_graph(context: dg.AssetExecutionContext, config: RelationGraphConfig,
+                   warehouse: WarehouseResource) -> dg.MaterializeResult:
+    if config.communities.strip().lower() not in ("", "on", "off"):
+        raise dg.Failure(f"relation_graph: communities must be on or off, got {config.communities!r}")
+    res = build_relation_graph(warehouse.tables(), context.partition_key,
+                               relation_extractor=config.relation_extractor or None,
+                               communities={"on": True, "off": False}.get(config.communities.strip().lower()))
     md = res.metadata
     checks = [dg.AssetCheckResult(check_name=name, passed=c.passed, asset_key=RELATION_GRAPH,
                                   metadata={k: dg.MetadataValue.json(v) if isinstance(v, list | dict) else v
@@ -40,7 +52,9 @@ def relation_graph(context: dg.AssetExecutionContext, warehouse: WarehouseResour
         metadata={"version": res.published.version, "chunks_version": md["chunks_version"],
                   "reused": bool(md.get("reused")), "n_nodes": md["n_nodes"], "n_edges": md["n_edges"],
                   "node_counts": dg.MetadataValue.json(md["node_counts"]),
-                  "edge_counts": dg.MetadataValue.json(md["edge_counts"])},
+                  "edge_counts": dg.MetadataValue.json(md["edge_counts"]),
+                  "relation_extractor": md.get("relation_extractor", "none"),
+                  "communities": int(md.get("communities", 0))},
         check_results=checks,
     )
 

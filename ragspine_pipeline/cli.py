@@ -1,4 +1,4 @@
-"""``ragspine`` console script: demo, query, eval.
+"""``ragspine`` console script: demo, query, eval, graph.
 
 ``ragspine demo`` ingests the embedded demo corpus into the warehouse chunk store
 (incrementally: unchanged documents keep their version) and answers sample questions
@@ -399,6 +399,65 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------- graph
+def _graph_channels(warehouse: Path, library: str | None, store: str | None) -> dict[str, Any]:
+    """library -> GraphChannel over the relation graph each published snapshot names
+    (the latest graph where no snapshot names one)."""
+    from .graph.channel import GraphChannel
+    from .graph.step import RELATION_GRAPH, load_relation_graph, resolve_dimensions
+    from .warehouse.pipeline import SNAPSHOT
+    from .warehouse.versioned import VersionedTables
+
+    wh = VersionedTables(warehouse)
+    libs = [library] if library else sorted(p.name for p in (warehouse / RELATION_GRAPH).glob("*") if p.is_dir())
+    out = {}
+    for lib in libs:
+        snap = wh.latest(SNAPSHOT, lib)
+        version = snap.manifest["metadata"].get("relation_graph") if snap is not None else None
+        if version is None and wh.latest(RELATION_GRAPH, lib) is None:
+            continue
+        out[lib] = GraphChannel(load_relation_graph(wh, lib, version, store=store), resolve_dimensions())
+    if not out:
+        what = f"library {library!r}" if library else "any library"
+        raise FileNotFoundError(f"no relation graph for {what} under {warehouse}; run `ragspine demo` first")
+    return out
+
+
+def format_graph_row(r: dict[str, Any]) -> str:
+    flags = "".join(f" {k}={r[k]}" for k in ("role", "rank", "consistent", "flagged", "complete") if k in r)
+    value = f"{r['value']:.4g}" if r["unit"] in ("%", "pp") else f"{r['value']:,.0f}"
+    cites = "; ".join(f"{c['doc_id']} chars {c['source_locator']['start']}-{c['source_locator']['end']} "
+                      f"\"{c['quote']}\" ({c['chunk_id']})" for c in r["citations"])
+    return (f"[{r.get('library_id', '')}] {r['kind']}: {r['entity']} {r['metric']} {r['period']} = {value} {r['unit']}"
+            f"{flags}\n    cite: {cites}")
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    from .graph.channel import query_rows
+    from .graph.dimensions import DimensionsError
+    from .graph.queries import GraphQueryError
+    from .graph.store import GraphStoreError
+
+    try:
+        channels = _graph_channels(Path(args.warehouse), args.library, args.store)
+        rows: list[dict[str, Any]] = []
+        for lib, ch in channels.items():
+            got = ch.ask(args.question) if args.graph_command == "ask" else query_rows(
+                ch.store, args.graph_command, args.entity, args.metric, args.period)
+            rows += [{**r, "library_id": lib} for r in got]
+    except (GraphQueryError, GraphStoreError, DimensionsError) as exc:
+        raise CLIInputError(f"graph {args.graph_command}", str(exc)) from None
+    if args.json:
+        json.dump(rows, sys.stdout, ensure_ascii=False, indent=2)
+        sys.stdout.write("\n")
+    else:
+        if not rows:
+            print("no cited graph rows")
+        for r in rows:
+            print(format_graph_row(r))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ragspine", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -446,6 +505,25 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true")
     e.add_argument("--no-progress", action="store_true")
     e.set_defaults(func=cmd_eval)
+
+    g = sub.add_parser("graph", help="cited answers from the relation graph: rollup, peers, trace, facts, ask")
+    gsub = g.add_subparsers(dest="graph_command", required=True)
+    for name, what in (("rollup", "sum a metric over an entity's subsidiaries"),
+                       ("peers", "an entity against its declared peers"),
+                       ("trace", "a derived metric back to its cited inputs (flags disagreement)"),
+                       ("facts", "the reported figures of an entity")):
+        gq = gsub.add_parser(name, help=what)
+        gq.add_argument("entity", help="entity id, e.g. ACME_GROUP")
+        gq.add_argument("metric", help="metric id, e.g. revenue, gross_margin")
+        gq.add_argument("period", help="period, e.g. 2023, 2024H1")
+    ga = gsub.add_parser("ask", help="read a question (metric + entities + period) and answer from the graph")
+    ga.add_argument("question")
+    for gq in gsub.choices.values():
+        gq.add_argument("--warehouse", default=str(DEFAULT_WAREHOUSE), help="warehouse folder")
+        gq.add_argument("--library", default=None, help="one library (default: every library with a graph)")
+        gq.add_argument("--store", default=None, help="graph store: memory, networkx (RAGSPINE_GRAPH_STORE)")
+        gq.add_argument("--json", action="store_true", help="print the cited rows as JSON")
+        gq.set_defaults(func=cmd_graph)
     return p
 
 

@@ -73,6 +73,9 @@ class RetrievalResource(dg.ConfigurableResource):
     auto_filters: str = Field(default="", description="off or on; empty: RAGSPINE_AUTO_FILTERS.")
     postprocessor: str = Field(default="", description="Post-processor chain, e.g. 'mmr,lost_in_middle'; "
                                                        "empty: RAGSPINE_POSTPROCESSOR.")
+    router: str = Field(default="", description="Library router over several libraries: rules (glossary/metadata, "
+                                                "the default), llm (RAGSPINE_LLM_BASE_URL, rules as fallback) or "
+                                                "none; empty: RAGSPINE_ROUTER. A failed or empty route searches all.")
     chunker: str = Field(default="", description="Serve a published chunking (e.g. 'layout', or a full key "
                                                  "'layout:480:80'): each library's newest snapshot built by it; "
                                                  "empty: the published snapshot.")
@@ -139,7 +142,7 @@ class RetrievalResource(dg.ConfigurableResource):
         libs = self.published_libraries()
         if not libs:
             raise dg.Failure(f"no published snapshots under {Path(self.warehouse_root or default_warehouse_root())}")
-        base = serving_retriever({lib: self.retriever_for(lib) for lib in libs})
+        base = self._routed({lib: self.retriever_for(lib) for lib in libs})
         glossary = Path(self.glossary_path) if self.glossary_path else default_glossary_path()
         try:
             return make_query_layers(base, **pick, glossary=glossary)
@@ -161,3 +164,66 @@ class RetrievalResource(dg.ConfigurableResource):
 
     def ask(self, query: str, *, filters: Any = None, top_k: int = 5, **layers: str) -> list[dict[str, Any]]:
         return self.retriever(**layers).retrieve(query, filters=filters, top_k=top_k)
+
+    # ------------------------------------------------------------ routing and the graph channel
+    def _routed(self, retrievers: dict[str, NarrativeIndexRetriever]) -> Any:
+        """One library as it is; several in a MultiIndexRetriever with the configured router."""
+        if len(retrievers) == 1:
+            return serving_retriever(retrievers)
+        from ragspine_pipeline.retrieval.link.routing import make_router
+
+        glossary = Path(self.glossary_path) if self.glossary_path else default_glossary_path()
+        try:
+            router = make_router(self.router or None, retrievers, glossary=glossary)
+        except ValueError as exc:
+            raise dg.Failure(f"router: {exc}") from None
+        return MultiIndexRetriever(retrievers, router=router)
+
+    def graph_channel(self, library: str):
+        """The ``GraphChannel`` over the relation graph the library's snapshot names (cached per version)."""
+        from ragspine_pipeline.graph.channel import GraphChannel
+        from ragspine_pipeline.graph.step import load_relation_graph, resolve_dimensions
+
+        wh = self._tables()
+        snap = wh.latest(SNAPSHOT, library)
+        version = snap.manifest["metadata"].get("relation_graph") if snap is not None else None
+        if not version:
+            raise dg.Failure(f"library {library!r} has no relation graph in its published snapshot")
+        with self._lock:
+            hit = self._cache.get(("graph", library))
+            if hit is None or hit[0] != version:
+                glossary = Path(self.glossary_path) if self.glossary_path else default_glossary_path()
+                self._cache[("graph", library)] = (version, GraphChannel(
+                    load_relation_graph(wh, library, version), resolve_dimensions(glossary=glossary)))
+            return self._cache[("graph", library)][1]
+
+    def graph_libraries(self) -> list[str]:
+        wh = self._tables()
+        return [lib for lib in self.published_libraries()
+                if (snap := wh.latest(SNAPSHOT, lib)) is not None and snap.manifest["metadata"].get("relation_graph")]
+
+    def graph_query(self, kind: str, entity: str, metric: str, period: str, library: str | None = None
+                    ) -> list[dict[str, Any]]:
+        """A roll-up / peer comparison / derivation trace / figures as cited rows (each with library_id)."""
+        from ragspine_pipeline.graph.channel import query_rows
+
+        libs = [library] if library else self.graph_libraries()
+        return [{**row, "library_id": lib} for lib in libs
+                for row in query_rows(self.graph_channel(lib).store, kind, entity, metric, period)]
+
+    def ask_channels(self, query: str, *, filters: Any = None, top_k: int = 5, **layers: str
+                     ) -> dict[str, list[dict[str, Any]]]:
+        """The narrative snippets and, beside them, the graph rows the question asks for
+        (a metric and entities named): ``{"graph": [...], "narrative": [...], "themes": [...]}``,
+        each item labelled with its ``channel``; themes only when the graph has communities."""
+        from ragspine_pipeline.graph.channel import ask_both
+
+        out = ask_both(query, self.retriever(**layers), None, filters=filters, top_k=top_k)
+        from ragspine_pipeline.graph.communities import themes
+
+        libs = self.graph_libraries()
+        out["graph"] = [{**row, "library_id": lib} for lib in libs for row in self.graph_channel(lib).ask(query)]
+        # GraphRAG themes (when the graph was built with communities): context, never citable facts.
+        out["themes"] = [{**t, "library_id": lib} for lib in libs
+                         for t in themes(self.graph_channel(lib).store, query, top_k=2)]
+        return out

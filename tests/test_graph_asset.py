@@ -48,3 +48,45 @@ def test_relation_graph_asset_materializes_and_reuses(tmp_path, monkeypatch):
     assert trace(load_relation_graph(VersionedTables(wh_root), LIB), "ACME_EU", "gross_margin", "2023").inconsistent
     again = dg.materialize([relation_graph], partition_key=LIB, resources=resources, instance=instance)
     assert again.success and md(again)["reused"] is True and md(again)["version"] == m["version"]
+
+
+def test_relation_graph_in_the_code_location_snapshot_and_catalog(tmp_path, monkeypatch):
+    """Registered in the one Definitions and the refresh job; the snapshot names it; the
+    catalog has views of it; run config picks the relation extractor."""
+    import duckdb
+
+    import definitions
+    from assets import refresh_job
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(ROOT / "data" / "demo" / LIB, corpus / LIB)
+    wh_root = tmp_path / "warehouse"
+    monkeypatch.setenv("RAGSPINE_WAREHOUSE", str(wh_root))
+    monkeypatch.setenv("RAGSPINE_CORPUS_ROOT", str(corpus))
+    warehouse = WarehouseResource(root=str(wh_root), corpus_root=str(corpus))
+    repo = definitions.defs.get_repository_def()
+    assert dg.AssetKey("relation_graph") in repo.asset_graph.get_all_asset_keys()
+    assert dg.AssetKey("relation_graph") in set(repo.get_job(refresh_job.name).asset_layer.executable_asset_keys)
+    instance = dg.DagsterInstance.ephemeral()
+    first = definitions.materialize_library(LIB, instance, warehouse, definitions.QUIET)
+    wh = VersionedTables(wh_root)
+    graph = wh.latest("relation_graph", LIB)
+    snap = wh.latest("retrieval_snapshot", LIB).manifest["metadata"]
+    assert snap["relation_graph"] == graph.version
+    with duckdb.connect(str(warehouse.catalog_path()), read_only=True) as con:
+        facts = con.execute(f'SELECT count(*) FROM "graph_nodes_{LIB}" WHERE type = \'fact\'').fetchone()[0]
+        assert facts == graph.manifest["metadata"]["node_counts"]["fact"]
+        assert con.execute(f'SELECT count(*) FROM "graph_edges_{LIB}"').fetchone()[0] == \
+            graph.manifest["metadata"]["n_edges"]
+    (ev,) = [e for e in first.get_asset_materialization_events() if e.asset_key.to_user_string() == "relation_graph"]
+    md = ev.step_materialization_data.materialization.metadata
+    assert md["relation_extractor"].value == "none" and "co_occurs_with" not in md["edge_counts"].value
+    cfg = {**definitions.QUIET, "ops": {"relation_graph": {"config": {"relation_extractor": "cooccurrence"}}}}
+    second = definitions.materialize_library(LIB, instance, warehouse, cfg)
+    (ev,) = [e for e in second.get_asset_materialization_events() if e.asset_key.to_user_string() == "relation_graph"]
+    md = ev.step_materialization_data.materialization.metadata
+    assert md["relation_extractor"].value == "cooccurrence" and md["edge_counts"].value["co_occurs_with"] > 0
+    assert wh.latest("retrieval_snapshot", LIB).manifest["metadata"]["relation_graph"] == md["version"].value
+    with duckdb.connect(str(warehouse.catalog_path()), read_only=True) as con:
+        assert con.execute(f'SELECT count(*) FROM "graph_edges_{LIB}" WHERE type = \'co_occurs_with\'').fetchone()[0] \
+            == md["edge_counts"].value["co_occurs_with"]

@@ -7,6 +7,8 @@ metric facts extracted deterministically from served chunk text, each citing
 """
 
 from .build import build_graph, chunk_facts, counts_by_type, graph_from_tables, graph_tables
+from .channel import GraphChannel, ask_both, query_rows, rows_of
+from .communities import Community, add_communities, detect_communities, themes
 from .dimensions import (
     Dimensions,
     DimensionsError,
@@ -26,6 +28,13 @@ from .queries import (
     rollup,
     trace,
 )
+from .relations import (
+    CooccurrenceExtractor,
+    LLMRelationExtractor,
+    RelationExtractor,
+    RelationExtractorError,
+    make_relation_extractor,
+)
 from .store import (
     GraphStore,
     GraphStoreError,
@@ -35,6 +44,9 @@ from .store import (
 )
 
 __all__ = [
+    "Community", "CooccurrenceExtractor", "GraphChannel", "LLMRelationExtractor", "RelationExtractor",
+    "RelationExtractorError", "add_communities", "ask_both", "detect_communities", "make_relation_extractor",
+    "query_rows", "rows_of", "themes",
     "Citation", "Dimensions", "DimensionsError", "Extractor", "FactRow", "GraphQueryError", "GraphStore",
     "GraphStoreError", "MemoryGraphStore", "MetricFact", "NetworkxGraphStore", "PeerComparison", "Rollup", "Trace",
     "build_graph", "chunk_facts", "compare_peers", "counts_by_type", "graph_from_tables", "graph_tables",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -133,17 +133,17 @@ def load_dimensions(path: str | os.PathLike[str] | None = None) -> Dimensions:
     return parse_dimensions(raw, str(p))
 
 
+def _widen(aliases: tuple[str, ...], names: set[str], groups: list[GlossaryGroup], kind: str) -> tuple[str, ...]:
+    """``aliases`` plus the terms of every ``kind`` glossary group sharing a name (case-blind)."""
+    low = {n.lower() for n in names}
+    extra = [t for g in groups if g.kind == kind and low & {x.lower() for x in g.terms} for t in g.terms]
+    return tuple(dict.fromkeys([*aliases, *extra]))
+
+
 def with_glossary(dims: Dimensions, groups: list[GlossaryGroup]) -> Dimensions:
     """Add glossary synonyms as aliases: an entity group that names an entity id (or one of
     its aliases), a metric group that shares a term with a metric. Nothing new is created."""
-    entities = []
-    for e in dims.entities:
-        names = {e.id, *e.aliases}
-        extra = [t for g in groups if g.kind == "entity" and names & set(g.terms) for t in g.terms]
-        entities.append(Entity(e.id, e.name_en, e.name_zh, e.parent, tuple(dict.fromkeys([*e.aliases, *extra]))))
-    metrics = []
-    for m in dims.metrics:
-        names = {a.lower() for a in m.aliases}
-        extra = [t for g in groups if g.kind == "metric" and names & {t.lower() for t in g.terms} for t in g.terms]
-        metrics.append(Metric(m.id, m.kind, m.unit, m.name_en, m.name_zh, tuple(dict.fromkeys([*m.aliases, *extra]))))
-    return Dimensions(tuple(entities), tuple(metrics), dims.peer_groups, dims.segments, dims.derivations)
+    entities = tuple(replace(e, aliases=_widen(e.aliases, {e.id, *e.aliases}, groups, "entity"))
+                     for e in dims.entities)
+    metrics = tuple(replace(m, aliases=_widen(m.aliases, set(m.aliases), groups, "metric")) for m in dims.metrics)
+    return replace(dims, entities=entities, metrics=metrics)

@@ -40,11 +40,11 @@ _CUES: list[tuple[str, str]] = [
     (r"同比增长|同比上升|增长|上升|增加|提高|\bgrew\b|\brose\b|\bup\b|\bincreased?\b|\bgrowth of\b", "up"),
 ]
 _CUE_RE = [(re.compile(p, re.IGNORECASE), k) for p, k in _CUES]
-_FORWARD = re.compile(r"目标|预计|展望|计划|指引|将会|\btarget|\bexpects?\b|\bguidance\b|\bforecast|\bwould\b|"
+_FORWARD = re.compile(r"目标|预计|展望|计划|指引|将会|\btarget|\bexpect(?:s|ed)?\b|\bguidance\b|\bforecast|\bwould\b|"
                       r"\bestimated\b|\bcould\b", re.IGNORECASE)
 _PER_SHARE = re.compile(r"^\s*(?:per share|a share|/股)", re.IGNORECASE)
 _CLAUSE = re.compile(r"[，,；;、：:]")
-_YEAR = re.compile(r"(20\d\d)\s*年?\s*(上半年|下半年|第([一二三四])季度|H1|H2|Q([1-4]))?")
+_YEAR = re.compile(r"(?:\b(?P<pre>H[12]|Q[1-4])\s+)?(20\d\d)\s*年?\s*(上半年|下半年|第([一二三四])季度|H1|H2|Q([1-4]))?")
 _TRAILING_YEAR = re.compile(r"^\s*(?:in|for)\s+(20\d\d)\b", re.IGNORECASE)
 _QZH = {"一": "1", "二": "2", "三": "3", "四": "4"}
 
@@ -93,7 +93,10 @@ def period_of(text: str) -> str:
     """The last period named in ``text`` (``2023``, ``2024H1``, ``2023Q3``), else ""."""
     found = ""
     for m in _YEAR.finditer(text):
-        y, half, qzh, q = m.group(1), m.group(2) or "", m.group(3), m.group(4)
+        y, half, qzh, q = m.group(2), m.group(3) or "", m.group(4), m.group(5)
+        pre = m.group("pre") or ""  # "H1 2024", "Q3 2023": the half or quarter before the year
+        if pre and not (half or qzh or q):
+            half, q = (pre, None) if pre[0] == "H" else ("", pre[1])
         if half in ("上半年", "H1"):
             found = f"{y}H1"
         elif half in ("下半年", "H2"):

@@ -23,10 +23,12 @@ from ..warehouse.common import CheckOutcome, StepResult
 from ..warehouse.versioned import VersionedTables, WarehouseError, library_step
 from .build import build_graph, counts_by_type, graph_from_tables, graph_tables
 from .dimensions import Dimensions, load_dimensions, with_glossary
+from .relations import RelationExtractor, add_relations, make_relation_extractor
 from .store import GraphStore, make_graph_store
 
 RELATION_GRAPH = "relation_graph"
-GRAPH_CODE_VERSION = "1"
+GRAPH_CODE_VERSION = "2"  # 2: "H1 2024" periods, "is expected to" is forward-looking
+COMMUNITIES_ENV = "RAGSPINE_GRAPH_COMMUNITIES"
 
 
 def resolve_dimensions(dimensions: str | os.PathLike[str] | Dimensions | None = None,
@@ -37,31 +39,63 @@ def resolve_dimensions(dimensions: str | os.PathLike[str] | Dimensions | None = 
     return with_glossary(dims, load_glossary(gpath)) if gpath is not None else dims
 
 
-def _input_hash(dims: Dimensions) -> str:
-    blob = json.dumps([GRAPH_CODE_VERSION, repr(dims)], ensure_ascii=False)
+def _input_hash(dims: Dimensions, extras: tuple[str, ...] = ()) -> str:
+    # ``extras`` (extractor, communities) only when on: the default graph's hash is unchanged.
+    blob = json.dumps([GRAPH_CODE_VERSION, repr(dims), *extras], ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
 @library_step
 def build_relation_graph(wh: VersionedTables, library: str, chunks_version: str | None = None, *,
                          dimensions: str | os.PathLike[str] | Dimensions | None = None,
-                         glossary: str | os.PathLike[str] | None = None) -> StepResult:
-    """Publish the relation graph (tables ``nodes`` and ``edges``) of a chunks version."""
+                         glossary: str | os.PathLike[str] | None = None,
+                         relation_extractor: str | RelationExtractor | None = None,
+                         communities: bool | None = None, provider: Any = None) -> StepResult:
+    """Publish the relation graph (tables ``nodes`` and ``edges``) of a chunks version.
+
+    ``relation_extractor``: a spec or an extractor (None: ``RAGSPINE_RELATION_EXTRACTOR``,
+    default none — the base graph, byte-identical). ``communities`` (None:
+    ``RAGSPINE_GRAPH_COMMUNITIES``, default off) adds the GraphRAG community nodes;
+    ``provider`` summarizes them (extractive without one).
+    """
     t0 = time.perf_counter()
     chunks_pub = published_chunks(wh, library, chunks_version)
     dims = resolve_dimensions(dimensions, glossary)
-    key = _input_hash(dims)
+    extractor = (relation_extractor if relation_extractor is not None and not isinstance(relation_extractor, str)
+                 else make_relation_extractor(relation_extractor, provider=provider))
+    if communities is None:
+        communities = os.environ.get(COMMUNITIES_ENV, "off").strip().lower() in ("1", "on", "true", "yes")
+    if communities and provider is None:
+        from ..llm.provider import provider_from_env
+
+        provider = provider_from_env()  # the service LLM when configured; else extractive summaries
+    extras = ((f"extractor={extractor.name}",) if extractor is not None else ()) + \
+        (("communities", "llm" if provider is not None else "extractive") if communities else ())
+    key = _input_hash(dims, extras)
     prev = wh.latest(RELATION_GRAPH, library)
     if prev is not None and prev.manifest["metadata"].get("chunks_version") == chunks_pub.version \
             and prev.manifest["metadata"].get("input_hash") == key:
         return StepResult(prev, {**prev.manifest["metadata"], "reused": True}, {})
     chunks = served_chunks(wh, library, chunks_pub.version)
     store = build_graph(chunks, dims)
+    extra_md: dict[str, Any] = {}
+    if extractor is not None:
+        extra_md["relation_extractor"] = extractor.name
+        extra_md["relations_added"] = add_relations(store, extractor.extract(chunks, dims))
+        report = getattr(extractor, "report", None)
+        if report:  # counts only: a refused name is not restricted text, but keep metadata small
+            extra_md["extractor_report"] = {k: (len(v) if isinstance(v, list) else v) for k, v in report.items()}
+    if communities:
+        from .communities import add_communities, detect_communities
+
+        found = detect_communities(store, chunks, provider=provider)
+        add_communities(store, found)
+        extra_md["communities"] = len(found)
     nodes, edges = graph_tables(store)
     counts = counts_by_type(store)
     md: dict[str, Any] = {"chunks_version": chunks_pub.version, "input_hash": key, "served_chunks": len(chunks),
                           "node_counts": counts["nodes"], "edge_counts": counts["edges"],
-                          "n_nodes": nodes.num_rows, "n_edges": edges.num_rows}
+                          "n_nodes": nodes.num_rows, "n_edges": edges.num_rows, **extra_md}
     pub = wh.write(RELATION_GRAPH, library, {"nodes": nodes, "edges": edges}, md, parent=prev)
     cited = _citations_resolve(store, {c.chunk_id: c for c in chunks})
     md = {**md, "version": pub.version, "reused": False, "seconds": round(time.perf_counter() - t0, 3)}

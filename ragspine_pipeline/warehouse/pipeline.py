@@ -283,6 +283,9 @@ def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
                "embedding_spec": emb.manifest["metadata"]["spec"] if use_emb else None,
                "embedding_model": emb.manifest["metadata"]["model_id"] if use_emb else None,
                "chunker": wh.get(CHUNKS, library, chunks_version).manifest["metadata"].get("chunker")}
+    graph = wh.latest("relation_graph", library)  # named only when built from these chunks
+    if graph is not None and graph.manifest["metadata"].get("chunks_version") == chunks_version:
+        payload["relation_graph"] = graph.version
     # Opt-in layers are named only when on, so a snapshot without them reads (and hashes) as before.
     if lex.manifest["metadata"].get("contextual"):
         payload["contextual"] = lex.manifest["metadata"]["contextual"]
@@ -606,6 +609,10 @@ def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], *, redac
         emb = wh.get(EMBEDDINGS, lib, meta["embeddings"])
         views["embeddings"] = (f"SELECT * FROM read_parquet({_sql_list(emb.table_paths('vectors'))}) "
                                f"WHERE chunk_id IN {active}")
+    if meta.get("relation_graph") not in (None, "None"):  # built from served chunks only: nothing to redact
+        graph = wh.get("relation_graph", lib, meta["relation_graph"])
+        for table in ("nodes", "edges"):
+            views[f"graph_{table}"] = f"SELECT * FROM read_parquet({_sql_list(graph.table_paths(table))})"
     return views
 
 

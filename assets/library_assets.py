@@ -216,7 +216,7 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, ware
 @dg.asset(
     partitions_def=library_partitions, group_name="serve", owners=OWNERS, tags=TAGS,
     code_version=CODE["retrieval_snapshot"], kinds={"parquet", "python"},
-    deps=[lexical_index, embeddings, relation_graph, raptor_tree],
+    deps=[lexical_index, embeddings, raptor_tree, relation_graph],
     description="Publishes one consistent version id across the library's index tables; the read-only "
                 "RetrievalResource serves exactly what the latest snapshot names.",
     check_specs=[
@@ -283,4 +283,5 @@ def catalog(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> 
     return dg.MaterializeResult(metadata=md)
 
 
-LIBRARY_ASSETS = [raw_documents, chunks, lexical_index, embeddings, relation_graph, raptor_tree, retrieval_snapshot, catalog]
+LIBRARY_ASSETS = [raw_documents, chunks, lexical_index, embeddings, raptor_tree, relation_graph, retrieval_snapshot,
+                  catalog]

@@ -18,7 +18,8 @@ import pytest
 pytest.importorskip("dagster")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ROOT = Path(__file__).resolve().parents[1]
-ASSETS = ["raw_documents", "chunks", "lexical_index", "embeddings", "raptor_tree", "retrieval_snapshot", "catalog"]
+ASSETS = ["raw_documents", "chunks", "lexical_index", "embeddings", "raptor_tree", "relation_graph", "retrieval_snapshot",
+          "catalog"]
 LIBRARIES = ["acme_policies", "acme_reports"]
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

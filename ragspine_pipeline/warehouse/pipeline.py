@@ -283,6 +283,9 @@ def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
                "embedding_spec": emb.manifest["metadata"]["spec"] if use_emb else None,
                "embedding_model": emb.manifest["metadata"]["model_id"] if use_emb else None,
                "chunker": wh.get(CHUNKS, library, chunks_version).manifest["metadata"].get("chunker")}
+    graph = wh.latest("relation_graph", library)  # named only when built from these chunks
+    if graph is not None and graph.manifest["metadata"].get("chunks_version") == chunks_version:
+        payload["relation_graph"] = graph.version
     # Opt-in layers are named only when on, so a snapshot without them reads (and hashes) as before.
     if lex.manifest["metadata"].get("contextual"):
         payload["contextual"] = lex.manifest["metadata"]["contextual"]
@@ -291,9 +294,6 @@ def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
     raptor = wh.latest(RAPTOR, library)
     if raptor is not None and raptor.manifest["metadata"].get("chunks_version") == chunks_version:
         payload["raptor_tree"] = raptor.version
-    graph = wh.latest("relation_graph", library)  # named only when built from these chunks
-    if graph is not None and graph.manifest["metadata"].get("chunks_version") == chunks_version:
-        payload["relation_graph"] = graph.version
     snap_id = hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
     prev = wh.latest(SNAPSHOT, library)
     if prev is not None and prev.manifest["metadata"].get("snapshot_id") == snap_id:

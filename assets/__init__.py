@@ -4,5 +4,6 @@ from .ask import ask
 from .automation import daily_refresh, library_sensor, refresh_job
 from .library_assets import LIBRARY_ASSETS
 from .partitions import library_partitions
+from .rerank_assets import RERANK_ASSETS
 
-__all__ = ["LIBRARY_ASSETS", "ask", "daily_refresh", "library_partitions", "library_sensor", "refresh_job"]
+__all__ = ["LIBRARY_ASSETS", "RERANK_ASSETS", "ask", "daily_refresh", "library_partitions", "library_sensor", "refresh_job"]

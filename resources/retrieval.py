@@ -49,6 +49,7 @@ from ragspine_pipeline.warehouse.pipeline import (
     published_libraries,
     serving_retriever,
 )
+from ragspine_pipeline.warehouse.rerank_vectors import attach_library_vectors
 from ragspine_pipeline.warehouse.versioned import VersionedTables
 
 from .warehouse import default_warehouse_root
@@ -104,6 +105,7 @@ class RetrievalResource(dg.ConfigurableResource):
         mode = self._mode()
         with self._lock:
             reranker = self._reranker()
+            attach_library_vectors(reranker, wh.root, [library])  # precomputed passage vectors, if any
             key = (snap.manifest["metadata"]["snapshot_id"], mode, id(reranker))
             hit = self._cache.get(library)
             if hit is None or hit[0] != key:

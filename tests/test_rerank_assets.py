@@ -125,13 +125,18 @@ def test_rerankers_serve_precomputed_vectors_and_fall_back_per_text(tmp_path, ki
     plain = list(make().rerank("why did revenue fall", cands))
     pre = make()
     with open_for_refresh(tmp_path / "v.duckdb") as st:
-        refresh_document_vectors(st, pre.model_id, pre.encode_passages, [Chunk(c["chunk_id"], c["text"])
+        refresh_document_vectors(st, pre.vectors_id, pre.encode_passages, [Chunk(c["chunk_id"], c["text"])
                                                                          for c in cands[:3]])
     served = make()
     served.use_document_vectors(RerankVectorStore(tmp_path / "v.duckdb", read_only=True))
     got = list(served.rerank("why did revenue fall", cands))
     assert served._passages.stats["stored"] == 3 and served._passages.stats["encoded"] == 1  # only the 4th
     assert np.allclose(got, plain, atol=1e-2)  # float16 token matrices: tiny differences at most
+    if kind == "splade":  # vectors truncated under another max_length are never served
+        short = SpladeReranker(tiny_splade, max_length=4)
+        short.use_document_vectors(RerankVectorStore(tmp_path / "v.duckdb", read_only=True))
+        short.rerank("why did revenue fall", cands)
+        assert short.vectors_id != served.vectors_id and short._passages.stats["stored"] == 0
 
 
 def test_broken_store_degrades_to_on_the_fly_encoding(tmp_path, colbert, caplog):

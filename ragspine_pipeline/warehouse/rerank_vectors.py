@@ -289,8 +289,8 @@ def build_rerank_vectors(wh: Any, library: str, rerankers: Mapping[str, Any], *,
             if not callable(encode):
                 raise TypeError(f"reranker {name!r} has no passage encodings to precompute "
                                 "(only splade and colbert do)")
-            reports[name] = refresh_document_vectors(store, str(r.model_id), encode, chunks, batch_size=batch_size)
-        kept = {str(r.model_id) for r in rerankers.values()}
+            reports[name] = refresh_document_vectors(store, r.vectors_id, encode, chunks, batch_size=batch_size)
+        kept = {r.vectors_id for r in rerankers.values()}
         for model_id in set(store.models()) - kept:  # a reranker no longer opted in
             store.delete(model_id, store.keys(model_id))
     return {"path": str(path), "chunks": len(chunks), "reports": reports}

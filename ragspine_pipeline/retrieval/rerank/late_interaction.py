@@ -134,6 +134,10 @@ class LateInteractionReranker(ScoringReranker):
         self._passages = PassageCache(cache_size)
         self._last_query: tuple[str, np.ndarray] | None = None
 
+    @property
+    def max_length(self) -> int:
+        return self.encoder.max_length
+
     def encode_passages(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Passage token matrices straight from the encoder (no cache): what a library precomputes."""
         return self.encoder.encode(list(texts), is_query=False)

@@ -168,7 +168,15 @@ class ScoringReranker:
         if cache is None:
             raise TypeError(f"{self.name} does not use document vectors")
         srcs = list(sources) if isinstance(sources, list | tuple) else [sources]
-        cache.attach(srcs, str(getattr(self, "model_id", self.name)), write_back=write_back)
+        cache.attach(srcs, self.vectors_id, write_back=write_back)
+
+    @property
+    def vectors_id(self) -> str:
+        """What precomputed passage encodings are keyed by: the model id (content-hashed
+        weights) and the truncation length, so a vector made under other settings is never
+        served."""
+        length = getattr(self, "max_length", None)
+        return f"{getattr(self, 'model_id', self.name)}|max_length={length}"
 
     @property
     def rerank_depth(self) -> int:

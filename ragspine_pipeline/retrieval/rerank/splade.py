@@ -218,6 +218,10 @@ class SpladeReranker(ScoringReranker):
         self._passages = PassageCache(cache_size)
         self._last_query: tuple[str, SparseVector] | None = None
 
+    @property
+    def max_length(self) -> int:
+        return self.model.max_length
+
     def encode_passages(self, texts: Sequence[str]) -> list[SparseVector]:
         """Passage vectors straight from the model (no cache): what a library precomputes."""
         return self.model.encode(list(texts))

@@ -135,6 +135,8 @@ def main() -> None:
                     "already in it are not measured again (resume)")
     ap.add_argument("--cache", default=None, help="folder for on-disk dense vectors and passage encodings")
     ap.add_argument("--note", default="", help="a line for the results file (e.g. what was left out and why)")
+    ap.add_argument("--earlier", default=None, help="an earlier rerank.json whose rows are shown in a separate, "
+                    "labelled table (e.g. a hybrid run that this one did not repeat)")
     add_io_args(ap)
     args = ap.parse_args()
     data = use_data(args.data)
@@ -189,21 +191,12 @@ def main() -> None:
                       "rerank_ms_p95": float(np.percentile(ms, 95)),
                       "wall_s": round(time.perf_counter() - t0, 1)})
     cmd = "python benchmarks/bench_rerank.py " + " ".join(sys.argv[1:])
-    write_results(results, cmd, rows, unavailable, args.note)
+    earlier = json.loads(Path(args.earlier).read_text()) if args.earlier else None
+    write_results(results, cmd, rows, unavailable, args.note, earlier)
 
 
-def write_results(results: Path, cmd: str, rows: list[dict], unavailable: dict[str, str], note: str = "") -> None:
-    """rerank.json + rerank.md (the table the README quotes)."""
-    (results / "rerank.json").write_text(json.dumps(
-        {"command": cmd, "note": note, "cpu_count": os.cpu_count(), "depth": DEPTH, "languages": LANGUAGE, "rows": rows,
-         "unavailable": unavailable},
-        indent=2, default=str))
-    lines = ["# Second-stage rerankers over the fused top 100\n",
-             f"Command: `{cmd}` (cpu_count={os.cpu_count()}; one chunk per document; first stage BM25, or "
-             "BM25 + multilingual-e5-small RRF; rerank window 100; latency = the rerank step per query on a "
-             "shared 2-core box; passage encodings come from the --cache store when it holds them, so p50 is "
-             "the warm figure and p95 carries the queries that met new passages)\n", *([note + "\n"] if note else []),
-             "| set | lang | queries | first stage | reranker | model | nDCG@10 | Δ vs first stage | ratio | R@100 | "
+def _table(rows: list[dict]) -> list[str]:
+    lines = ["| set | lang | queries | first stage | reranker | model | nDCG@10 | Δ vs first stage | ratio | R@100 | "
              "p50 ms | p95 ms |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -216,8 +209,27 @@ def write_results(results: Path, cmd: str, rows: list[dict], unavailable: dict[s
                          f"{r['reranker']} | {r['model']} | {r['ndcg@10']:.4f} | "
                          f"{r['delta_ndcg@10']:+.4f} | {r['ratio_ndcg@10']:.3f} | {r['recall@100']:.4f} | "
                          f"{r['rerank_ms_p50']:.0f} | {r['rerank_ms_p95']:.0f} |")
+    return lines
+
+
+def write_results(results: Path, cmd: str, rows: list[dict], unavailable: dict[str, str], note: str = "",
+                  earlier: dict | None = None) -> None:
+    """rerank.json + rerank.md (the table the README quotes)."""
+    (results / "rerank.json").write_text(json.dumps(
+        {"command": cmd, "note": note, "cpu_count": os.cpu_count(), "depth": DEPTH, "languages": LANGUAGE, "rows": rows,
+         "unavailable": unavailable, "earlier": earlier},
+        indent=2, default=str))
+    lines = ["# Second-stage rerankers over the fused top 100\n",
+             f"Command: `{cmd}` (cpu_count={os.cpu_count()}; one chunk per document; first stage BM25, or "
+             "BM25 + multilingual-e5-small RRF; rerank window 100; latency = the rerank step per query on a "
+             "shared 2-core box; passage encodings come from the --cache store when it holds them, so p50 is "
+             "the warm figure and p95 carries the queries that met new passages)\n", *([note + "\n"] if note else []),
+             *_table(rows)]
     if unavailable:
         lines += ["", "Not run (cannot be built here):", *[f"- `{k}`: {v}" for k, v in unavailable.items()]]
+    if earlier:
+        lines += ["", "## Earlier run, not repeated here (separate measurements, shown as they were)", "",
+                  f"Command: `{earlier.get('command', '?')}`", "", *_table(earlier["rows"])]
     (results / "rerank.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     written = [results / "rerank.json", results / "rerank.md"]

@@ -230,6 +230,13 @@ def test_rerank_vectors_asset_opt_in_incremental_check_and_served(env, monkeypat
     assert hits and all(h.get("reranker") == "splade" for h in hits)
     stats = rr._reranker()._passages.stats
     assert stats["stored"] > 0 and stats["encoded"] == 0
+    # the CLI over the warehouse serves from the store too
+    from ragspine_pipeline.cli import open_retriever
+
+    cli_retriever = open_retriever(env["root"], mode="bm25", embedding=None)
+    assert cli_retriever.retrieve("revenue tariffs", top_k=3)
+    cli_rr = next(r for r in _rerankers(cli_retriever))
+    assert cli_rr._passages.stats["stored"] > 0 and cli_rr._passages.stats["encoded"] == 0
     # the check goes red if a restricted text is in the store (e.g. written by another tool)
     from ragspine_pipeline.warehouse.rerank_vectors import restricted_never_encoded_check
 
@@ -241,6 +248,19 @@ def test_rerank_vectors_asset_opt_in_incremental_check_and_served(env, monkeypat
     with open_for_refresh(store_path(env["root"], LIB)) as st:
         st.put_many("splade-x", {text_key(leaked): np.ones((1, 2))}, {text_key(leaked): ("x", "PUBLIC")})
     assert not restricted_never_encoded_check(wh, LIB).passed
+
+
+def _rerankers(retriever, depth=0):
+    """The SPLADE rerankers inside a (multi-library) retriever."""
+    if isinstance(retriever, SpladeReranker):
+        yield retriever
+        return
+    if depth > 4:
+        return
+    for v in vars(retriever).values():
+        for x in (v.values() if isinstance(v, dict) else v if isinstance(v, list | tuple) else [v]):
+            if hasattr(x, "__dict__") and not isinstance(x, type):
+                yield from _rerankers(x, depth + 1)
 
 
 def test_rerank_vectors_asset_rejects_rerankers_without_document_vectors(env):

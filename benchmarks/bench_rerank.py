@@ -137,6 +137,8 @@ def main() -> None:
     ap.add_argument("--note", default="", help="a line for the results file (e.g. what was left out and why)")
     ap.add_argument("--earlier", default=None, help="an earlier rerank.json whose rows are shown in a separate, "
                     "labelled table (e.g. a hybrid run that this one did not repeat)")
+    ap.add_argument("--report-only", action="store_true", help="measure nothing: write the results from the rows "
+                    "already in --rows (rows not measured are listed as missing)")
     add_io_args(ap)
     args = ap.parse_args()
     data = use_data(args.data)
@@ -158,10 +160,15 @@ def main() -> None:
             with rows_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
 
+    missing = []
     for name in sets:
         for dense in ([False, True] if name in hybrid else [False]):
             stage = "hybrid" if dense else "bm25"
             todo = [None, *built]
+            if args.report_only:
+                rows.extend(done[(name, stage, r)] for r in todo if (name, stage, r) in done)
+                missing += [f"{name}/{stage}/{r or 'first stage'}" for r in todo if (name, stage, r) not in done]
+                continue
             if all((name, stage, r) in done for r in todo):
                 rows.extend(done[(name, stage, r)] for r in todo)
                 continue
@@ -192,7 +199,8 @@ def main() -> None:
                       "wall_s": round(time.perf_counter() - t0, 1)})
     cmd = "python benchmarks/bench_rerank.py " + " ".join(sys.argv[1:])
     earlier = json.loads(Path(args.earlier).read_text()) if args.earlier else None
-    write_results(results, cmd, rows, unavailable, args.note, earlier)
+    note = args.note + (f" Not measured (run stopped for time): {', '.join(missing)}." if missing else "")
+    write_results(results, cmd, rows, unavailable, note.strip(), earlier)
 
 
 def _table(rows: list[dict]) -> list[str]:

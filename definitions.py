@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from assets import (  # noqa: E402
     LIBRARY_ASSETS,
+    RERANK_ASSETS,
     ask,
     daily_refresh,
     library_partitions,
@@ -23,7 +24,7 @@ from assets import (  # noqa: E402
 from resources import RetrievalResource, WarehouseResource  # noqa: E402
 
 defs = dg.Definitions(
-    assets=LIBRARY_ASSETS,
+    assets=[*LIBRARY_ASSETS, *RERANK_ASSETS],
     jobs=[refresh_job, ask],
     sensors=[library_sensor],
     schedules=[daily_refresh],

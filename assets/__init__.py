@@ -6,6 +6,7 @@ from .graph_assets import GRAPH_ASSETS
 from .library_assets import LIBRARY_ASSETS
 from .partitions import library_partitions
 from .raptor_assets import RAPTOR_ASSETS
+from .rerank_assets import RERANK_ASSETS
 
-__all__ = ["GRAPH_ASSETS", "LIBRARY_ASSETS", "RAPTOR_ASSETS", "ask", "daily_refresh", "library_partitions",
-           "library_sensor", "refresh_job"]
+__all__ = ["GRAPH_ASSETS", "LIBRARY_ASSETS", "RAPTOR_ASSETS", "RERANK_ASSETS", "ask", "daily_refresh",
+           "library_partitions", "library_sensor", "refresh_job"]

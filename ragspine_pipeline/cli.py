@@ -215,6 +215,9 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
         wh = VersionedTables(warehouse)
         libs = published_libraries(wh)
         if libs:
+            from .warehouse.rerank_vectors import attach_library_vectors
+
+            attach_library_vectors(reranker, warehouse, libs)  # precomputed passage vectors, where a library has them
             return make_query_layers(serving_retriever({lib: NarrativeIndexRetriever(load_snapshot_index(
                 wh, lib, glossary=gl, embedding_backend=backend, channels=channels, chunker=chunker),
                 reranker=reranker) for lib in libs}), glossary=gl, embedding_backend=backend, **(layers or {}))

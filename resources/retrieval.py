@@ -50,6 +50,7 @@ from ragspine_pipeline.warehouse.pipeline import (
     select_snapshot,
     serving_retriever,
 )
+from ragspine_pipeline.warehouse.rerank_vectors import attach_library_vectors
 from ragspine_pipeline.warehouse.versioned import VersionedTables, WarehouseError
 
 from .warehouse import default_warehouse_root
@@ -118,6 +119,7 @@ class RetrievalResource(dg.ConfigurableResource):
             reranker = self._reranker()
             # The current snapshot id too: an older chunking is served less what it now hides.
             current = wh.latest(SNAPSHOT, library).manifest["metadata"]["snapshot_id"]
+            attach_library_vectors(reranker, wh.root, [library])  # precomputed passage vectors, if any
             key = (snap.manifest["metadata"]["snapshot_id"], current, mode, id(reranker))
             hit = self._cache.get(library)
             if hit is None or hit[0] != key:

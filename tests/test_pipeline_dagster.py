@@ -54,7 +54,7 @@ def test_definitions_load_and_every_asset_is_described():
     repo = defs.get_repository_def()
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
     assert keys == {"raw_documents", "chunks", "lexical_index", "embeddings", "raptor_tree", "relation_graph",
-                    "retrieval_snapshot", "catalog"}
+                    "retrieval_snapshot", "catalog", "rerank_document_vectors", "page_images"}
     for key in repo.asset_graph.get_all_asset_keys():
         node = repo.asset_graph.get(key)
         assert node.description and node.group_name and node.owners and node.code_version

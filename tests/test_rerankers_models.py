@@ -241,7 +241,7 @@ def test_visual_slot_end_to_end_with_deterministic_patches(tmp_path):
     assert [h["doc_id"] for h in hits] == ["b", "a"]  # the dark page wins
     assert all(h["is_visual"] is True and h["citable"] is False for h in hits)
     assert idx.search("ink:230")[0]["doc_id"] == "a"
-    pdfium = pytest.importorskip("pypdfium2")
+    import pypdfium2 as pdfium  # [dev] installs it ([colpali]): this runs in CI, never skips
     pdf = pdfium.PdfDocument.new()
     pdf.new_page(100, 80)
     pdf.new_page(100, 80)

@@ -134,6 +134,14 @@ class LateInteractionReranker(ScoringReranker):
         self._passages = PassageCache(cache_size)
         self._last_query: tuple[str, np.ndarray] | None = None
 
+    @property
+    def max_length(self) -> int:
+        return self.encoder.max_length
+
+    def encode_passages(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """Passage token matrices straight from the encoder (no cache): what a library precomputes."""
+        return self.encoder.encode(list(texts), is_query=False)
+
     def encode_documents(self, texts: Sequence[str]) -> list[np.ndarray]:
         """Passage token matrices; each distinct text is encoded once (content-hash cache)."""
         return self._passages.encode(texts, lambda batch: self.encoder.encode(batch, is_query=False), self.batch_size)

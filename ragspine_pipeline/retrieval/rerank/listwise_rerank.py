@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ...llm.provider import LLMProvider
 from ...sensitivity import RESTRICTED_SENSITIVITY, is_restricted
+from .scoring import candidate_field
 
 _log = logging.getLogger(__name__)
 DEFAULT_TOP_N = 10
@@ -77,16 +78,6 @@ def require_reranker(reranker: Any) -> Reranker:
                     f"nor a ListwiseJudge (judge(query, candidates)){hint}")
 
 
-def _field(r: Any, name: str) -> Any:
-    """A candidate's field: a dict key, a RetrievalHit's ``chunk.<name>``, or an attribute."""
-    if isinstance(r, Mapping):
-        return r.get(name)
-    chunk = getattr(r, "chunk", None)
-    if chunk is not None and hasattr(chunk, name):
-        return getattr(chunk, name)
-    return getattr(r, name, None)
-
-
 def _is_permutation(perm: Any, n: int) -> bool:
     """Exactly the integers 0..n-1, each once (bools and floats are not ids)."""
     try:
@@ -116,10 +107,10 @@ def listwise_rerank(query: str, results: Sequence[Any], judge: ListwiseJudge, *,
         return []
     try:
         head, tail = items[: max(top_n, 0)], items[max(top_n, 0):]
-        open_slots = [i for i, r in enumerate(head) if not is_restricted(_field(r, "sensitivity"))]
+        open_slots = [i for i, r in enumerate(head) if not is_restricted(candidate_field(r, "sensitivity"))]
         if len(open_slots) < 2:
             return items  # nothing to order (all restricted -> judge never called)
-        passages = [str(_field(head[i], "text") or "") for i in open_slots]
+        passages = [str(candidate_field(head[i], "text") or "") for i in open_slots]
         perm = judge.judge(query, passages)
         if not _is_permutation(perm, len(open_slots)):
             return items
@@ -161,7 +152,7 @@ def guarded_rerank(query: str, candidates: Sequence[Mapping[str, Any]], reranker
     failure is logged and, on dict candidates, recorded as ``rerank_error`` — never raised.
     """
     items = list(candidates)
-    open_slots = [i for i, c in enumerate(items) if not is_restricted(_field(c, "sensitivity"))]
+    open_slots = [i for i, c in enumerate(items) if not is_restricted(candidate_field(c, "sensitivity"))]
     if len(open_slots) < 2:
         return items
     shown = [items[i] for i in open_slots]
@@ -188,7 +179,7 @@ def guarded_rerank(query: str, candidates: Sequence[Mapping[str, Any]], reranker
             if details is not None and details[j] is not None:
                 extra["rerank_detail"] = details[j]
             ranked.append(_annotated(shown[j], **extra))
-    elif sorted(str(_field(c, "chunk_id")) for c in out) == sorted(str(_field(c, "chunk_id")) for c in shown):
+    elif sorted(str(candidate_field(c, "chunk_id")) for c in out) == sorted(str(candidate_field(c, "chunk_id")) for c in shown):
         # The listwise form: an order, no score; candidates as they are (the judge's own
         # failures already fall back to the identity order inside listwise_rerank).
         ranked = out

@@ -17,6 +17,7 @@ model's max length happens in their tokenizer).
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import threading
 from collections import OrderedDict
@@ -25,11 +26,13 @@ from typing import Any
 
 from ...sensitivity import is_restricted
 
+_log = logging.getLogger(__name__)
+
 DEFAULT_RERANK_TOP_N = 100  # candidates in; the retriever's top_k comes out
 DEFAULT_BATCH_SIZE = 16
 
 __all__ = ["DEFAULT_BATCH_SIZE", "DEFAULT_RERANK_TOP_N", "RerankScores", "ScoringReranker",
-           "candidate_field"]
+           "candidate_field", "text_key"]
 
 
 class RerankScores(list):
@@ -42,6 +45,12 @@ class RerankScores(list):
         self.details: list[Any] | None = list(details) if details is not None else None
         if self.details is not None and len(self.details) != len(self):
             raise ValueError("details must align with scores")
+
+
+def text_key(text: str) -> str:
+    """The content key of a passage text, shared by the passage cache and the precomputed
+    document vectors (``warehouse.rerank_vectors``)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def candidate_field(c: Any, name: str) -> Any:
@@ -57,30 +66,85 @@ def candidate_field(c: Any, name: str) -> Any:
 class PassageCache:
     """Passage encodings by content hash: a bounded LRU shared by threads. ``encode``
     encodes each distinct unseen text once, in batches of ``batch_size``; the model
-    rerankers (SPLADE, late interaction) keep their passage vectors here."""
+    rerankers (SPLADE, late interaction) keep their passage vectors here.
+
+    ``attach`` adds backing sources (``warehouse.rerank_vectors.RerankVectorStore``: a
+    library's precomputed document vectors) consulted before anything is encoded; a text
+    none of them holds is encoded on the fly. A source that fails is logged and skipped —
+    precomputed vectors are an optimisation, never a reason for a query to fail. With
+    ``write_back`` the first source also receives what was encoded (a disk cache)."""
 
     def __init__(self, size: int) -> None:
         self._items: OrderedDict[str, Any] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
+        self._sources: list[Any] = []
+        self._model_id = ""
+        self._write_back = False
+        self.stats = {"memory": 0, "stored": 0, "encoded": 0}
+
+    def attach(self, sources: Sequence[Any], model_id: str, *, write_back: bool = False) -> None:
+        """Serve from ``sources`` (objects with ``get_many(model_id, keys)``) under ``model_id``."""
+        for src in sources:
+            if not callable(getattr(src, "get_many", None)):
+                raise TypeError(f"{type(src).__name__} has no get_many(model_id, keys)")
+        if write_back and (not sources or not callable(getattr(sources[0], "put_many", None))):
+            raise TypeError("write_back needs a first source with put_many(model_id, items)")
+        self._sources, self._model_id, self._write_back = list(sources), model_id, write_back
+
+    @property
+    def sources(self) -> tuple[Any, ...]:
+        return tuple(self._sources)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def _from_sources(self, keys: list[str]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for src in self._sources:
+            want = [k for k in keys if k not in found]
+            if not want:
+                break
+            try:
+                found.update(src.get_many(self._model_id, want))
+            except Exception as exc:  # noqa: BLE001 - degrade to on-the-fly encoding
+                _log.warning("document vectors from %s unavailable (%s: %s); encoding on the fly",
+                             getattr(src, "path", type(src).__name__), type(exc).__name__, exc)
+        return found
 
     def encode(self, texts: Sequence[str], encode_batch: Callable[[list[str]], Sequence[Any]],
                batch_size: int) -> list[Any]:
-        keys = [hashlib.sha1(t.encode("utf-8")).hexdigest() for t in texts]
+        keys = [text_key(t) for t in texts]
         with self._lock:
             have = {k: self._items[k] for k in keys if k in self._items}
         todo = list(dict.fromkeys(k for k in keys if k not in have))
+        self.stats["memory"] += len(set(have))
+        if todo and self._sources:
+            stored = self._from_sources(todo)
+            have.update(stored)
+            self.stats["stored"] += len(stored)
+            todo = [k for k in todo if k not in stored]
+        fresh: dict[str, Any] = {}
         if todo:
             first = dict(zip(keys, texts, strict=True))
             for start in range(0, len(todo), batch_size):
                 part = todo[start: start + batch_size]
                 for k, v in zip(part, encode_batch([first[k] for k in part]), strict=True):
-                    have[k] = v
-            with self._lock:
-                for k in todo:
-                    self._items[k] = have[k]
-                while len(self._items) > self._size:
-                    self._items.popitem(last=False)
+                    fresh[k] = v
+            have.update(fresh)
+            self.stats["encoded"] += len(fresh)
+            if self._write_back:
+                try:
+                    self._sources[0].put_many(self._model_id, fresh)
+                except Exception as exc:  # noqa: BLE001 - the cache is optional
+                    _log.warning("could not write document vectors back (%s: %s)", type(exc).__name__, exc)
+        new = [k for k in dict.fromkeys(keys) if k not in self._items]
+        with self._lock:
+            for k in new:
+                self._items[k] = have[k]
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
         return [have[k] for k in keys]
 
 
@@ -95,6 +159,24 @@ class ScoringReranker:
                 raise ValueError(f"{label} must be a positive int (got {v!r})")
         self.top_n = top_n
         self.batch_size = batch_size
+
+    def use_document_vectors(self, sources: Any, *, write_back: bool = False) -> None:
+        """Serve passage encodings from precomputed document vectors (one store or a list),
+        falling back to on-the-fly encoding for texts they lack. Only rerankers that keep
+        passage encodings (``_passages``) support it."""
+        cache = getattr(self, "_passages", None)
+        if cache is None:
+            raise TypeError(f"{self.name} does not use document vectors")
+        srcs = list(sources) if isinstance(sources, list | tuple) else [sources]
+        cache.attach(srcs, self.vectors_id, write_back=write_back)
+
+    @property
+    def vectors_id(self) -> str:
+        """What precomputed passage encodings are keyed by: the model id (content-hashed
+        weights) and the truncation length, so a vector made under other settings is never
+        served."""
+        length = getattr(self, "max_length", None)
+        return f"{getattr(self, 'model_id', self.name)}|max_length={length}"
 
     @property
     def rerank_depth(self) -> int:

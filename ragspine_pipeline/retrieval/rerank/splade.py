@@ -218,6 +218,14 @@ class SpladeReranker(ScoringReranker):
         self._passages = PassageCache(cache_size)
         self._last_query: tuple[str, SparseVector] | None = None
 
+    @property
+    def max_length(self) -> int:
+        return self.model.max_length
+
+    def encode_passages(self, texts: Sequence[str]) -> list[SparseVector]:
+        """Passage vectors straight from the model (no cache): what a library precomputes."""
+        return self.model.encode(list(texts))
+
     def encode_documents(self, texts: Sequence[str]) -> list[SparseVector]:
         """Passage vectors, from the cache where a text was seen before (by content hash)."""
         return self._passages.encode(texts, self.model.encode, self.batch_size)

@@ -167,6 +167,20 @@ class VisualPageIndex:
         self.pages = kept  # restricted pixels are never embedded, stored or scored
         self._patches = embedder.embed_pages([p.pixels for p in kept]) if kept else []
 
+    @classmethod
+    def from_embeddings(cls, pages: Sequence[PageImage], patches: Sequence[np.ndarray],
+                        embedder: VisualEmbedder) -> VisualPageIndex:
+        """An index over patch matrices embedded earlier (the ``page_images`` asset);
+        RESTRICTED pages are dropped here too (defence in depth)."""
+        if len(pages) != len(patches):
+            raise ValueError("pages and patches must align")
+        idx = cls([], embedder)
+        keep = [i for i, p in enumerate(pages) if not is_restricted(p.sensitivity)]
+        idx.restricted_excluded = len(pages) - len(keep)
+        idx.pages = [pages[i] for i in keep]
+        idx._patches = [np.asarray(patches[i], dtype=np.float32) for i in keep]
+        return idx
+
     def __len__(self) -> int:
         return len(self.pages)
 
@@ -180,5 +194,6 @@ class VisualPageIndex:
         scored = sorted(((maxsim(q, m), p) for m, p in zip(self._patches, self.pages, strict=True)),
                         key=lambda sp: (-sp[0], sp[1].doc_id, sp[1].page))
         return [{"rank": r, "doc_id": p.doc_id, "page": p.page, "title": p.title, "sensitivity": p.sensitivity,
-                 "scores": {"visual": round(s, 6)}, "is_visual": True, "citable": False}
+                 "scores": {"visual": round(s, 6)}, "is_visual": True, "citable": False,
+                 **({"source_path": p.metadata["source_path"]} if "source_path" in p.metadata else {})}
                 for r, (s, p) in enumerate(scored[:top_k], start=1)]

@@ -11,6 +11,10 @@ full corpus and the raw term frequency (smallest unsigned int that fits). An unf
 query is then slices, one multiply and one scatter-add; a filtered query re-derives N,
 df and avgdl over the surviving candidates from the raw tf. Both equal the reference to
 1e-9. Per posting that is 13 bytes (int32 id + float64 + uint8 tf) against bm25s's 8.
+
+Unfiltered top-k queries run a compiled single-pass kernel (``bm25_kernel``, numba) when
+it is installed; otherwise, or with ``kernel="numpy"``, the vectorized numpy path with
+MaxScore pruning. Both are tested against the reference.
 """
 
 from __future__ import annotations
@@ -23,12 +27,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import bm25_kernel
+
 MAXSCORE_MIN_DOCS = 50_000
 DEFAULT_BM25_K1 = 1.5
 DEFAULT_BM25_B = 0.75
 # Short names used inside the package: the same objects.
 DEFAULT_K1 = DEFAULT_BM25_K1
 DEFAULT_B = DEFAULT_BM25_B
+KERNELS = ("auto", "numba", "numpy")
 
 
 def bm25_idf(n_docs: int, df: int | np.ndarray) -> float | np.ndarray:
@@ -91,12 +98,25 @@ class BM25Index:
         *,
         k1: float = DEFAULT_K1,
         b: float = DEFAULT_B,
+        kernel: str = "auto",
     ) -> None:
         if k1 < 0 or not (0.0 <= b <= 1.0):
             raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1 (got k1={k1}, b={b})")
+        if kernel not in KERNELS:
+            raise ValueError(f"unknown BM25 kernel {kernel!r}; available: {', '.join(KERNELS)}")
         self.k1 = float(k1)
         self.b = float(b)
         self._build(docs_tokens)
+        compiled = None if kernel == "numpy" else bm25_kernel.load_kernel()
+        if kernel == "numba" and compiled is None:
+            raise RuntimeError("kernel='numba' needs numba (pip install 'ragspine-pipeline[fast]')")
+        self._kernel = compiled
+        self._scratch = bm25_kernel.Scratch(self.n_docs) if compiled is not None else None
+
+    @property
+    def kernel(self) -> str:
+        """Which top-k path unfiltered queries take: "numba" or "numpy"."""
+        return "numba" if self._kernel is not None else "numpy"
 
     # ------------------------------------------------------------------ build
     def _build(self, docs_tokens: Sequence[Sequence[str]]) -> None:
@@ -259,6 +279,8 @@ class BM25Index:
     ) -> ScoredDocs:
         """Top-``k`` matching docs by (-score, position); only docs with score > 0."""
         mask = self._as_mask(candidates)
+        if mask is None and k > 0 and self._kernel is not None:
+            return self._search_compiled(query_tokens, k)
         if mask is None and k > 0:
             pruned = self._maxscore(query_tokens, k)
             if pruned is not None:
@@ -267,6 +289,17 @@ class BM25Index:
         if ids is _DENSE:
             return _top_k_dense(sc, k)
         return _top_k(ids, sc, k)
+
+    def _search_compiled(self, query_tokens: Sequence[str], k: int) -> ScoredDocs:
+        """Unfiltered top-k through the compiled kernel (query-token order, as the reference)."""
+        term_ids = self._query_term_ids(query_tokens)
+        if not term_ids or self.avgdl == 0:
+            return ScoredDocs(np.zeros(0, np.int64), np.zeros(0, np.float64))
+        tids = np.asarray(term_ids, dtype=np.int64)
+        scales = self._idf_full[tids] * (self.k1 + 1.0)
+        sc = self._scratch
+        ids, scores = self._kernel(self.indptr, self.indices, self.w, tids, scales, sc.acc, sc.touched, int(k))
+        return ScoredDocs(ids, scores)
 
     def _maxscore(self, query_tokens: Sequence[str], k: int) -> ScoredDocs | None:
         """Exact top-k with MaxScore pruning (unfiltered queries over long postings).

@@ -59,6 +59,8 @@ def test_compiled_kernel_leaves_no_state_between_queries():
         assert a.ids.tolist() == b.ids.tolist()
         assert np.allclose(a.scores, b.scores, atol=1e-9, rtol=0)
     assert not fast._scratch.acc.any()
+    fast.search(["w1"], k=3, candidates=np.arange(0, 2000, 3))
+    assert not fast._scratch.acc.any()
 
 
 def test_compiled_kernel_is_safe_across_threads():
@@ -99,7 +101,7 @@ def test_filtered_queries_keep_the_filtered_statistics_with_either_kernel():
 def test_kernel_choice_is_validated(monkeypatch):
     with pytest.raises(ValueError, match="unknown BM25 kernel"):
         BM25Index([["a"]], kernel="simd")
-    monkeypatch.setattr(bm25_kernel, "load_kernel", lambda: None)  # numba missing
+    monkeypatch.setattr(bm25_kernel, "load_kernels", lambda: None)  # numba missing
     with pytest.raises(RuntimeError, match="needs numba"):
         BM25Index([["a"]], kernel="numba")
     assert BM25Index([["a"]]).kernel == "numpy"  # auto falls back to the numpy path
@@ -121,3 +123,63 @@ def test_every_shared_set_equals_reference_for_every_kernel(name):
         ids, scores = expected_top_k(q, docs, 100)
         assert_same(fast.search(q, k=100), ids, scores)
         assert_same(slow.search(q, k=100), ids, scores)
+
+
+def test_pruned_lookup_phase_equals_reference():
+    # A rare, high-idf term then terms in every document: after the rare term, the bound
+    # of the common terms is below theta, so the kernel switches to candidate lookups
+    # (galloping and scanning) and must still give the reference's top-k exactly.
+    rng = np.random.default_rng(11)
+    docs = []
+    for i in range(3000):
+        d = ["common"] * int(rng.integers(1, 4)) + ["mid"] * int(rng.integers(0, 2)) + list(
+            rng.choice([f"f{j}" for j in range(50)], size=int(rng.integers(1, 20))))
+        if i % 97 == 0:
+            d += ["rare"] * int(rng.integers(1, 4))
+        docs.append(d)
+    idx = BM25Index(docs, kernel="numba")
+    for q, k in ((["rare", "common"], 3), (["rare", "mid", "common"], 5), (["common", "rare", "rare"], 10),
+                 (["rare", "f3", "f7", "common", "mid"], 8), (["f1", "common"], 20)):
+        ids, scores = expected_top_k(q, docs, k)
+        assert_same(idx.search(q, k=k), ids, scores)
+
+
+def test_batch_equals_single_query_for_both_kernels():
+    rng = np.random.default_rng(8)
+    vocab = [f"w{i}" for i in range(400)]
+    p = 1.0 / np.arange(1, 401) ** 1.1
+    p /= p.sum()
+    docs = [list(rng.choice(vocab, size=int(rng.integers(1, 40)), p=p)) for _ in range(2500)]
+    queries = [list(rng.choice(vocab, size=int(rng.integers(0, 6)), p=p)) for _ in range(80)] + [["absent"], []]
+    for kernel in KERNELS:
+        idx = BM25Index(docs, kernel=kernel)
+        for threads in (None, 1, 2):
+            got = idx.search_batch(queries, k=7, threads=threads)
+            assert len(got) == len(queries)
+            for q, r in zip(queries, got, strict=True):
+                one = idx.search(q, k=7)
+                assert r.ids.tolist() == one.ids.tolist()
+                assert np.array_equal(r.scores, one.scores)
+    assert BM25Index(docs).search_batch([], k=3) == []
+
+
+@pytest.mark.parametrize("frac", [0.5, 0.05, 0.002])
+def test_filtered_kernel_uses_survivor_statistics(frac):
+    # Both the mask scan and the survivor-galloping branch (few survivors, long lists).
+    rng = np.random.default_rng(int(frac * 1000))
+    vocab = [f"w{i}" for i in range(60)]
+    p = 1.0 / np.arange(1, 61)
+    p /= p.sum()
+    docs = [list(rng.choice(vocab, size=int(rng.integers(1, 25)), p=p)) for _ in range(4000)]
+    mask = rng.random(len(docs)) < frac
+    mask[0] = True
+    pos = np.flatnonzero(mask)
+    sub = [docs[i] for i in pos]
+    for q in (["w0", "w1"], ["w0", "w5", "w0"], ["w30", "w2", "w59"], ["absent", "w3"]):
+        ref_ids, ref_scores = expected_top_k(q, sub, 10)
+        for kernel in KERNELS:
+            res = BM25Index(docs, kernel=kernel).search(q, k=10, candidates=mask)
+            assert_same(res, [int(pos[i]) for i in ref_ids], ref_scores)
+        # Candidates given as positions mean the same filter.
+        res_ids = BM25Index(docs, kernel="numba").search(q, k=10, candidates=pos)
+        assert res_ids.ids.tolist() == res.ids.tolist()

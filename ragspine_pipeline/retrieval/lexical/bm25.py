@@ -12,14 +12,16 @@ query is then slices, one multiply and one scatter-add; a filtered query re-deri
 df and avgdl over the surviving candidates from the raw tf. Both equal the reference to
 1e-9. Per posting that is 13 bytes (int32 id + float64 + uint8 tf) against bm25s's 8.
 
-Unfiltered top-k queries run a compiled single-pass kernel (``bm25_kernel``, numba) when
-it is installed; otherwise, or with ``kernel="numpy"``, the vectorized numpy path with
-MaxScore pruning. Both are tested against the reference.
+Top-k queries run the compiled kernels (``bm25_kernel``, numba: MaxScore-pruned when
+unfiltered, survivor-statistics when filtered, ``search_batch`` in parallel) when numba
+imports; otherwise, or with ``kernel="numpy"``, the vectorized numpy path with MaxScore
+pruning. Both are tested against the reference.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from array import array
 from collections import Counter
 from collections.abc import Sequence
@@ -107,16 +109,17 @@ class BM25Index:
         self.k1 = float(k1)
         self.b = float(b)
         self._build(docs_tokens)
-        compiled = None if kernel == "numpy" else bm25_kernel.load_kernel()
+        compiled = None if kernel == "numpy" else bm25_kernel.load_kernels()
         if kernel == "numba" and compiled is None:
-            raise RuntimeError("kernel='numba' needs numba (pip install 'ragspine-pipeline[fast]')")
-        self._kernel = compiled
+            raise RuntimeError("kernel='numba' needs numba, which could not be imported or compiled "
+                               "(pip install 'numba>=0.60')")
+        self._kernels = compiled
         self._scratch = bm25_kernel.Scratch(self.n_docs) if compiled is not None else None
 
     @property
     def kernel(self) -> str:
-        """Which top-k path unfiltered queries take: "numba" or "numpy"."""
-        return "numba" if self._kernel is not None else "numpy"
+        """Which top-k path queries take: "numba" (compiled) or "numpy"."""
+        return "numba" if self._kernels is not None else "numpy"
 
     # ------------------------------------------------------------------ build
     def _build(self, docs_tokens: Sequence[Sequence[str]]) -> None:
@@ -279,8 +282,8 @@ class BM25Index:
     ) -> ScoredDocs:
         """Top-``k`` matching docs by (-score, position); only docs with score > 0."""
         mask = self._as_mask(candidates)
-        if mask is None and k > 0 and self._kernel is not None:
-            return self._search_compiled(query_tokens, k)
+        if k > 0 and self._kernels is not None:
+            return self._search_compiled(query_tokens, k, mask)
         if mask is None and k > 0:
             pruned = self._maxscore(query_tokens, k)
             if pruned is not None:
@@ -290,15 +293,56 @@ class BM25Index:
             return _top_k_dense(sc, k)
         return _top_k(ids, sc, k)
 
-    def _search_compiled(self, query_tokens: Sequence[str], k: int) -> ScoredDocs:
-        """Unfiltered top-k through the compiled kernel (query-token order, as the reference)."""
-        term_ids = self._query_term_ids(query_tokens)
-        if not term_ids or self.avgdl == 0:
+    def search_batch(self, queries: Sequence[Sequence[str]], k: int = 10, *,
+                     threads: int | None = None) -> list[ScoredDocs]:
+        """``search(q, k)`` for each unfiltered query, in one call; results equal ``search``'s.
+
+        The compiled kernel runs the whole batch without the GIL and without per-query
+        Python work; ``threads`` (default: the CPU count) splits the batch into that many
+        chunks run on Python threads.
+        """
+        if k <= 0 or not queries:
+            return [ScoredDocs(np.zeros(0, np.int64), np.zeros(0, np.float64)) for _ in queries]
+        if self._kernels is None or self.avgdl == 0:
+            return [self.search(q, k) for q in queries]
+        n_thr = max(1, min(int(threads or os.cpu_count() or 1), len(queries)))
+        get = self.vocab.get
+        tids = [np.array([t for t in (get(x) for x in q) if t is not None], np.int64) for q in queries]
+        bounds = np.linspace(0, len(queries), n_thr + 1).astype(int)
+        chunks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+        run = self._kernels.search_batch
+
+        def one(span: tuple[int, int]) -> list[ScoredDocs]:
+            part = tids[span[0]:span[1]]
+            flat = np.concatenate(part) if part else np.zeros(0, np.int64)
+            ptr = np.zeros(len(part) + 1, np.int64)
+            np.cumsum([len(x) for x in part], out=ptr[1:])
+            ids, sc, cnt = run(self.indptr, self.indices, self.w, self._idf_full, self._w_max,
+                               flat, ptr, self.k1 + 1.0, int(k), self.n_docs)
+            return [ScoredDocs(ids[i, :c], sc[i, :c]) for i, c in enumerate(cnt.tolist())]
+
+        if len(chunks) == 1:
+            return one(chunks[0])
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
+            return [r for part in pool.map(one, chunks) for r in part]
+
+    def _search_compiled(self, query_tokens: Sequence[str], k: int, mask: np.ndarray | None) -> ScoredDocs:
+        """Top-k through the compiled kernels (pruned unfiltered, or survivor statistics)."""
+        get = self.vocab.get
+        tids = np.array([t for t in (get(q) for q in query_tokens) if t is not None], np.int64)
+        if not len(tids) or self.avgdl == 0:
             return ScoredDocs(np.zeros(0, np.int64), np.zeros(0, np.float64))
-        tids = np.asarray(term_ids, dtype=np.int64)
-        scales = self._idf_full[tids] * (self.k1 + 1.0)
         sc = self._scratch
-        ids, scores = self._kernel(self.indptr, self.indices, self.w, tids, scales, sc.acc, sc.touched, int(k))
+        if mask is None:
+            ids, scores = self._kernels.search_one(self.indptr, self.indices, self.w, self._idf_full,
+                                                   self._w_max, tids, self.k1 + 1.0, int(k),
+                                                   sc.acc, sc.touched)
+        else:
+            ids, scores = self._kernels.search_filtered(self.indptr, self.indices, self.tf, self.doc_len,
+                                                        mask, tids, self.k1, self.b, int(k),
+                                                        sc.acc, sc.touched)
         return ScoredDocs(ids, scores)
 
     def _maxscore(self, query_tokens: Sequence[str], k: int) -> ScoredDocs | None:

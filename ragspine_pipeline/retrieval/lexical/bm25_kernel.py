@@ -1,136 +1,94 @@
-"""Compiled (numba) top-k kernel for unfiltered BM25 queries, with a clean fallback.
+"""Compiled (numba) BM25 top-k kernels, with a clean fallback to the numpy path.
 
 Why: the numpy path spends most of a short query in per-call overhead (concatenate,
-argsort, reduceat, lexsort over every touched posting). One compiled loop that
-scatter-adds the precomputed per-posting factors into a reusable accumulator and keeps
-a k-sized heap of (score desc, doc asc) does the same arithmetic in a single pass.
+argsort, reduceat, lexsort over every touched posting), and on large corpora it reads
+every posting of every query term. The compiled kernels do the same arithmetic in one
+pass and prune:
 
-numba is optional (the ``fast`` extra, included in ``dev``). ``load_kernel()`` returns
-None when it is missing or compilation fails, and ``BM25Index`` then keeps its numpy
-path; both give the reference formula's scores (to 1e-9) and the same ties by doc
-position, which tests check for both.
+* ``search_one`` (unfiltered): term-at-a-time MaxScore. Terms are taken by descending
+  upper bound (``scale * max w``). Before a long posting list is scanned, the k-th best
+  partial score ``theta`` is compared with the summed bounds of the terms not yet
+  scanned: when those bounds are below ``theta`` no untouched document can reach the
+  top k, so the remaining terms are only *looked up* (galloping search in their sorted
+  postings) for the few candidates whose partial score plus the remaining bound can
+  still reach ``theta``. Exact: a dropped document's best possible score is strictly
+  below a score that k documents already have (a relative margin covers float rounding).
+* ``search_batch``: many queries in one call without the GIL (one scratch per call);
+  ``BM25Index.search_batch`` runs chunks of a batch on threads.
+* ``search_filtered``: the spec's filtered semantics (N, df and avgdl over the filter
+  survivors). Per term it either scans the postings against the mask or, when the
+  survivors are few, gallops each survivor into the postings, so a selective filter
+  costs about as much as its survivors, not as the corpus.
 
-The accumulator is corpus-sized and reused between queries, so it is kept per thread
-(``threading.local``): concurrent searches on one index never share scratch memory.
+Every kernel returns (doc positions, scores) ranked by (score desc, position asc) and
+keeps only scores > 0; scores equal the reference formula to 1e-9 (tests check this
+for both kernels on random data and on every shared set).
+
+numba is a core dependency; ``load_kernels()`` returns None when it cannot be imported
+or compiled, and ``BM25Index`` then keeps its numpy path.
+
+The unfiltered accumulator is corpus-sized and reused between queries, so it is kept
+per thread (``threading.local``): concurrent searches on one index never share scratch.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 _LOCK = threading.Lock()
-_KERNEL: Callable | None = None
+_KERNELS: Kernels | None = None
 _TRIED = False
 
 
-def _compile() -> Callable:
-    from numba import njit
+@dataclass(frozen=True)
+class Kernels:
+    """The compiled entry points (numba dispatchers)."""
 
-    @njit(cache=True, nogil=True)
-    def _worse(sa: float, ia: int, sb: float, ib: int) -> bool:
-        # a ranks below b: lower score, or the same score and a larger doc position.
-        return sa < sb or (sa == sb and ia > ib)
-
-    @njit(cache=True, nogil=True)
-    def _sift_down(hs, hi, pos, n):
-        # Min-heap on rank: the root is the worst of the kept top-k.
-        while True:
-            left = 2 * pos + 1
-            if left >= n:
-                return
-            c = left
-            right = left + 1
-            if right < n and _worse(hs[right], hi[right], hs[left], hi[left]):
-                c = right
-            if _worse(hs[c], hi[c], hs[pos], hi[pos]):
-                hs[pos], hs[c] = hs[c], hs[pos]
-                hi[pos], hi[c] = hi[c], hi[pos]
-                pos = c
-            else:
-                return
-
-    @njit(cache=True, nogil=True)
-    def top_k_terms(indptr, indices, w, tids, scales, acc, touched, k):
-        """Top-k (ids, scores) of sum_j scales[j] * w[postings of tids[j]].
-
-        Terms are added in the given order (the reference's query-token order); acc
-        must be all zeros on entry and is all zeros again on return.
-        """
-        n_t = 0
-        for j in range(tids.shape[0]):
-            t = tids[j]
-            s = scales[j]
-            for p in range(indptr[t], indptr[t + 1]):
-                d = indices[p]
-                if acc[d] == 0.0:
-                    touched[n_t] = d
-                    n_t += 1
-                acc[d] += w[p] * s
-        kk = min(k, n_t)
-        hs = np.empty(kk, np.float64)
-        hi = np.empty(kk, np.int64)
-        n = 0
-        for x in range(n_t):
-            d = touched[x]
-            sc = acc[d]
-            acc[d] = 0.0
-            if sc <= 0.0:
-                continue
-            if n < kk:
-                # sift up
-                pos = n
-                hs[pos] = sc
-                hi[pos] = d
-                n += 1
-                while pos > 0:
-                    parent = (pos - 1) // 2
-                    if _worse(hs[pos], hi[pos], hs[parent], hi[parent]):
-                        hs[pos], hs[parent] = hs[parent], hs[pos]
-                        hi[pos], hi[parent] = hi[parent], hi[pos]
-                        pos = parent
-                    else:
-                        break
-            elif _worse(hs[0], hi[0], sc, d):
-                hs[0] = sc
-                hi[0] = d
-                _sift_down(hs, hi, 0, n)
-        # Pop worst-first into the tail: the output is best-first.
-        out_s = np.empty(n, np.float64)
-        out_i = np.empty(n, np.int64)
-        m = n
-        while m > 0:
-            out_s[m - 1] = hs[0]
-            out_i[m - 1] = hi[0]
-            m -= 1
-            hs[0] = hs[m]
-            hi[0] = hi[m]
-            _sift_down(hs, hi, 0, m)
-        return out_i, out_s
-
-    return top_k_terms
+    search_one: Any
+    search_batch: Any
+    search_filtered: Any
 
 
-def load_kernel() -> Callable | None:
-    """The compiled kernel, or None when numba is not installed or cannot compile."""
-    global _KERNEL, _TRIED
+def _compile() -> Kernels:
+    from . import bm25_numba as nb
+
+    return Kernels(nb.search_one, nb.search_batch, nb.search_filtered)
+
+
+def _warm(k: Kernels) -> None:
+    """Compile every entry point now (tiny input), so a failure falls back here."""
+    indptr = np.array([0, 1], np.int64)
+    indices = np.zeros(1, np.int32)
+    w = np.ones(1, np.float64)
+    idf = np.ones(1, np.float64)
+    q = np.zeros(1, np.int64)
+    acc = np.zeros(1, np.float64)
+    touched = np.zeros(1, np.int32)
+    k.search_one(indptr, indices, w, idf, w, q, 2.0, 1, acc, touched)
+    k.search_batch(indptr, indices, w, idf, w, q, np.array([0, 1], np.int64), 2.0, 1, 1)
+    k.search_filtered(indptr, indices, np.ones(1, np.uint8), np.ones(1, np.int64), np.ones(1, np.bool_),
+                      q, 1.5, 0.75, 1, acc, touched)
+
+
+def load_kernels() -> Kernels | None:
+    """The compiled kernels, or None when numba is not installed or cannot compile."""
+    global _KERNELS, _TRIED
     if _TRIED:
-        return _KERNEL
+        return _KERNELS
     with _LOCK:
         if not _TRIED:
             try:
-                kernel = _compile()
-                # Compile now (tiny input) so a failure falls back here, not mid-query.
-                kernel(np.zeros(2, np.int64), np.zeros(0, np.int32), np.zeros(0, np.float64),
-                       np.zeros(1, np.int64), np.ones(1, np.float64), np.zeros(1, np.float64),
-                       np.zeros(1, np.int32), 1)
-                _KERNEL = kernel
+                kernels = _compile()
+                _warm(kernels)
+                _KERNELS = kernels
             except Exception:  # ImportError or any numba compile error: numpy path
-                _KERNEL = None
+                _KERNELS = None
             _TRIED = True
-    return _KERNEL
+    return _KERNELS
 
 
 class Scratch(threading.local):

@@ -188,11 +188,10 @@ class NarrativeIndexRetriever:
         hits = r.search(query, top_k=top_k + int(in_scope.sum()), mask=mask)
         return [_candidate(h) for h in hits]
 
-    def retrieve(self, query: str, *, filters: Mapping[str, Any] | Sequence[Any] | None = None,
-                 top_k: int = DEFAULT_TOP_K) -> list[dict[str, Any]]:
-        check_query(query)  # a clear error for a non-string or a query past the length limit
-        if top_k <= 0:
-            return []
+    def _open_candidates(self, query: str, filters: Any, top_k: int) -> tuple[list[dict[str, Any]], bool]:
+        """The ranked open candidates (filters relaxed if needed, reranked, exit #2 applied)
+        and whether filters were relaxed. Only the first ``top_k`` are needed by callers;
+        no snippet dict is built here."""
         relaxed = False
         # With a reranker, fetch its whole window (top-N in), so top_k out is reranked.
         depth = max(top_k, self.rerank_depth) if self.reranker is not None else top_k
@@ -208,17 +207,37 @@ class NarrativeIndexRetriever:
         # Exit #2: restricted records are dropped before any snippet exists.
         open_cands = [c for c in cands if not is_restricted(c["sensitivity"])
                       and not is_restricted(c["_hit"].chunk.sensitivity)]
+        return open_cands[:top_k], relaxed
+
+    def ranked_hits(self, query: str, *, filters: Mapping[str, Any] | Sequence[Any] | None = None,
+                    top_k: int = DEFAULT_TOP_K) -> list[RetrievalHit]:
+        """The hits ``retrieve`` would turn into snippets, in the same order, without
+        building any snippet dict (evaluation needs ranks and ids, not payloads).
+        RESTRICTED hits are dropped exactly as in ``retrieve``; there is no post-processor
+        here (it works on snippet dicts)."""
+        check_query(query)
+        if top_k <= 0:
+            return []
+        open_cands, _relaxed = self._open_candidates(query, filters, top_k)
+        return [c["_hit"] for c in open_cands]
+
+    def retrieve(self, query: str, *, filters: Mapping[str, Any] | Sequence[Any] | None = None,
+                 top_k: int = DEFAULT_TOP_K) -> list[dict[str, Any]]:
+        check_query(query)  # a clear error for a non-string or a query past the length limit
+        if top_k <= 0:
+            return []
+        open_cands, relaxed = self._open_candidates(query, filters, top_k)
         snippets = [  # annotate_snippet: scores.rerank + reranker name when a reranker ran
             annotate_snippet(build_snippet(c["_hit"], rank, library_id=self.index.library_id,
                                            filters_relaxed=relaxed), c)
-            for rank, c in enumerate(open_cands[:top_k], start=1)
+            for rank, c in enumerate(open_cands, start=1)
         ]
         # Parent / window chunkers: prompt_text for generation (text and citations unchanged).
-        snippets = expand_prompt_text(snippets, [c["_hit"].chunk for c in open_cands[:top_k]])
+        snippets = expand_prompt_text(snippets, [c["_hit"].chunk for c in open_cands])
         if self.postprocessor is not None:
             snippets = [s for s in self.postprocessor.process(query, snippets)
                         if not is_restricted(s.get("sensitivity"))]
-            snippets = settle_prompt_refs(snippets, {c["chunk_id"]: c["_hit"].chunk for c in open_cands[:top_k]})
+            snippets = settle_prompt_refs(snippets, {c["chunk_id"]: c["_hit"].chunk for c in open_cands})
         return snippets
 
 

@@ -13,6 +13,7 @@ import pytest
 from ragspine_pipeline.eval import runner
 from ragspine_pipeline.eval.runner import EvalConfig, evaluate_dataset, evaluate_modes, progress_enabled
 from ragspine_pipeline.retrieval.chunking.chunking import SourceLocator
+from ragspine_pipeline.retrieval.lexical import hybrid
 from ragspine_pipeline.retrieval.link import narrative_link
 
 
@@ -34,6 +35,12 @@ def _dataset(tmp_path, n_docs=60, n_queries=6):
 def counted(monkeypatch):
     calls = {"snippet": 0, "locator": 0}
     real_snip, real_loc = narrative_link.build_snippet, SourceLocator.to_dict
+    real_hit = hybrid.RetrievalHit
+    hit_calls = []
+
+    def hit(*a, **kw):
+        hit_calls.append(1)
+        return real_hit(*a, **kw)
 
     def snip(*a, **kw):
         calls["snippet"] += 1
@@ -45,16 +52,18 @@ def counted(monkeypatch):
 
     monkeypatch.setattr(narrative_link, "build_snippet", snip)
     monkeypatch.setattr(SourceLocator, "to_dict", loc)
+    monkeypatch.setattr(hybrid, "RetrievalHit", hit)
+    calls["hits"] = hit_calls
     return calls
 
 
 def test_eval_builds_no_snippet_dicts_and_keeps_the_ranking(tmp_path, counted):
     ds = _dataset(tmp_path)
     res = evaluate_dataset(str(ds), EvalConfig(progress=False))
-    assert counted == {"snippet": 0, "locator": 0}  # old code: ~3 * depth per query
+    assert counted == {"snippet": 0, "locator": 0, "hits": []}  # old code: ~3 * depth each, per query
     assert res["counts"]["queries"] == 6 and res["ndcg@10"] > 0.5
     modes = evaluate_modes(str(ds), ["bm25"], cfg=EvalConfig(progress=False))
-    assert counted == {"snippet": 0, "locator": 0}
+    assert counted == {"snippet": 0, "locator": 0, "hits": []}
     assert modes[0]["ndcg@10"] == res["ndcg@10"]
 
 
@@ -69,9 +78,10 @@ def test_ranked_hits_match_retrieve_and_retrieve_builds_only_top_k(tmp_path, cou
     index = narrative_link.NarrativeIndex.from_chunks(list(store.iter_chunks()), channels=("bm25",))
     r = narrative_link.NarrativeIndexRetriever(index)
     hits = r.ranked_hits("common topic3 item3", top_k=40)
+    assert r.ranked_chunks("common topic3 item3", top_k=40) == [h.chunk for h in hits]
     assert counted["snippet"] == 0
     snippets = r.retrieve("common topic3 item3", top_k=5)
-    assert counted == {"snippet": 5, "locator": 5}  # one dict per returned snippet, no more
+    assert counted["snippet"] == 5 and counted["locator"] == 5  # one dict per returned snippet
     assert [s["chunk_id"] for s in snippets] == [h.chunk.chunk_id for h in hits[:5]]
     assert r.ranked_hits("common", top_k=0) == []
 

@@ -82,8 +82,7 @@ def _progress(it, total: int, enabled: bool, desc: str):
 def ranked_doc_ids(retriever: NarrativeIndexRetriever, query: str, chunk_depth: int, depth: int) -> list[str]:
     """Document ids of one query, best chunk first: ranks only, no snippet dicts
     (building ~300 snippet dicts per query cost ~100x the index's own time)."""
-    hits = retriever.ranked_hits(query, top_k=chunk_depth)
-    return dedupe_keep_best([h.chunk.doc_id for h in hits])[:depth]
+    return dedupe_keep_best([c.doc_id for c in retriever.ranked_chunks(query, top_k=chunk_depth)])[:depth]
 
 
 def evaluate_modes(folder: str, modes: list[str], embedding: str | None = None,

@@ -11,7 +11,12 @@ import json
 import pytest
 
 from ragspine_pipeline.eval import runner
-from ragspine_pipeline.eval.runner import EvalConfig, evaluate_dataset, evaluate_modes, progress_enabled
+from ragspine_pipeline.eval.runner import (
+    EvalConfig,
+    evaluate_dataset,
+    evaluate_modes,
+    progress_enabled,
+)
 from ragspine_pipeline.retrieval.chunking.chunking import SourceLocator
 from ragspine_pipeline.retrieval.lexical import hybrid
 from ragspine_pipeline.retrieval.link import narrative_link

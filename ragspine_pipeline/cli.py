@@ -387,7 +387,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise CLIInputError("dataset_dir", f"no dataset folder at {args.dataset_dir}")
     cfg = EvalConfig(mode=args.mode or "bm25", embedding=args.embedding, chunker=args.chunker,
                      max_chars=args.max_chars, analyzer=args.analyzer, reranker=args.reranker,
-                     limit=args.limit, progress=not args.no_progress)
+                     limit=args.limit, progress=not (args.no_progress or args.json))
     res = evaluate_dataset(args.dataset_dir, cfg)
     if args.json:
         json.dump(res, sys.stdout, ensure_ascii=False)

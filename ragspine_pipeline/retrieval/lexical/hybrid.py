@@ -253,6 +253,27 @@ class HybridRetriever:
         """Fused top-``top_k`` hits (restricted chunks included; exits remove them)."""
         if top_k <= 0:
             return []
+        fused, bm25_best, vec_best, has_dense = self._fused(query, filters, top_k, depth, mask)
+        return [
+            RetrievalHit(
+                position=int(p),
+                chunk=self.chunks[int(p)],
+                bm25=bm25_best.get(int(p), 0.0),
+                vector=vec_best.get(int(p)) if has_dense else None,
+                fused=score,
+            )
+            for p, score in fused
+        ]
+
+    def ranked_positions(self, query: str, *, filters: Mapping[str, Any] | Sequence[Any] | None = None,
+                         top_k: int = 10, depth: int | None = None, mask: np.ndarray | None = None) -> list[int]:
+        """The positions ``search`` ranks, in its order, without building hit records
+        (evaluation needs the order only; 300 frozen records cost several times the index)."""
+        if top_k <= 0:
+            return []
+        return [int(p) for p, _ in self._fused(query, filters, top_k, depth, mask)[0]]
+
+    def _fused(self, query: str, filters: Any, top_k: int, depth: int | None, mask: np.ndarray | None):
         fmask = self.candidate_mask(filters)
         if mask is not None:
             fmask = mask if fmask is None else (fmask & mask)
@@ -276,15 +297,10 @@ class HybridRetriever:
                 for p, s in sims.items():
                     if p not in vec_best or s > vec_best[p]:
                         vec_best[p] = s
-        fused = list(rrf_fuse(rankings, k=self.rrf_k).items())[:top_k]
+        if len(rankings) == 1:
+            # One ranking of distinct ids: RRF keeps its order (1/(k+rank) strictly falls).
+            fused = [(p, 1.0 / (self.rrf_k + r)) for r, p in enumerate(rankings[0][:top_k], start=1)]
+        else:
+            fused = list(rrf_fuse(rankings, k=self.rrf_k).items())[:top_k]
         has_dense = self.embedding_backend is not None and "dense" in self.channels
-        return [
-            RetrievalHit(
-                position=int(p),
-                chunk=self.chunks[int(p)],
-                bm25=bm25_best.get(int(p), 0.0),
-                vector=vec_best.get(int(p)) if has_dense else None,
-                fused=score,
-            )
-            for p, score in fused
-        ]
+        return fused, bm25_best, vec_best, has_dense

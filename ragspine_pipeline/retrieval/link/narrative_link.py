@@ -126,6 +126,29 @@ class NarrativeIndex:
         return len(self.retriever)
 
 
+class _LabelCheck:
+    """``is_restricted`` answered once per distinct label within one query.
+
+    Every hit's label goes through ``is_restricted`` (the fail-closed rule); a query sees
+    a handful of distinct labels over hundreds of hits, and each call re-reads the label
+    configuration, so verdicts are kept for the length of one query. Unhashable labels
+    are checked every time.
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[type, Any], bool] = {}
+
+    def __call__(self, label: object) -> bool:
+        try:
+            key = (type(label), label)
+            hit = self._seen.get(key)
+        except TypeError:  # unhashable: no memo
+            return is_restricted(label)
+        if hit is None:
+            hit = self._seen[key] = is_restricted(label)
+        return hit
+
+
 def _candidate(hit: RetrievalHit) -> dict[str, Any]:
     c = hit.chunk
     return {"chunk_id": c.chunk_id, "text": c.text, "sensitivity": c.sensitivity,
@@ -180,45 +203,95 @@ class NarrativeIndexRetriever:
         # Default depth: the reranker's own window (the model rerankers: top_n, 100), else 20.
         self.rerank_depth = rerank_depth if rerank_depth is not None else int(getattr(self.reranker, "rerank_depth", 20))
 
-    def _ranked_candidates(self, query: str, filters: Any, top_k: int) -> list[dict[str, Any]]:
+    def _ranked_hits(self, query: str, filters: Any, top_k: int) -> list[RetrievalHit]:
         r = self.index.retriever
         mask = r.candidate_mask(filters)
         # Fetch enough that top_k open results survive exit #2.
         in_scope = r.restricted if mask is None else (r.restricted & mask)
-        hits = r.search(query, top_k=top_k + int(in_scope.sum()), mask=mask)
-        return [_candidate(h) for h in hits]
+        return r.search(query, top_k=top_k + int(in_scope.sum()), mask=mask)
+
+    def _open_candidates(self, query: str, filters: Any,
+                         top_k: int) -> tuple[list[dict[str, Any]] | list[RetrievalHit], bool]:
+        """The first ``top_k`` ranked open candidates (filters relaxed if needed, reranked,
+        exit #2 applied) and whether filters were relaxed. Without a reranker these are
+        the hits themselves (no dict at all); with one, candidate dicts for its window."""
+        restricted = _LabelCheck()
+        relaxed = False
+        # With a reranker, fetch its whole window (top-N in), so top_k out is reranked.
+        depth = max(top_k, self.rerank_depth) if self.reranker is not None else top_k
+        hits = self._ranked_hits(query, filters, depth)
+        if filters and self.retry_without_filters and not any(not restricted(h.chunk.sensitivity) for h in hits):
+            hits = self._ranked_hits(query, None, depth)
+            relaxed = True
+        if self.reranker is None:
+            # Exit #2: restricted records are dropped before any snippet exists.
+            open_hits = []
+            for h in hits:
+                if not restricted(h.chunk.sensitivity):
+                    open_hits.append(h)
+                    if len(open_hits) == top_k:
+                        break
+            return open_hits, relaxed
+        cands = [_candidate(h) for h in hits]
+        head, tail = cands[: self.rerank_depth], cands[self.rerank_depth :]
+        cands = guarded_rerank(query, head, self.reranker) + tail  # exit #1
+        # Exit #2: restricted records are dropped before any snippet exists.
+        open_cands = [c for c in cands if not restricted(c["sensitivity"])
+                      and not restricted(c["_hit"].chunk.sensitivity)]
+        return open_cands[:top_k], relaxed
+
+    def ranked_hits(self, query: str, *, filters: Mapping[str, Any] | Sequence[Any] | None = None,
+                    top_k: int = DEFAULT_TOP_K) -> list[RetrievalHit]:
+        """The hits ``retrieve`` would turn into snippets, in the same order, without
+        building any snippet dict (evaluation needs ranks and ids, not payloads).
+        RESTRICTED hits are dropped exactly as in ``retrieve``; there is no post-processor
+        here (it works on snippet dicts)."""
+        check_query(query)
+        if top_k <= 0:
+            return []
+        open_cands, _relaxed = self._open_candidates(query, filters, top_k)
+        return [c if isinstance(c, RetrievalHit) else c["_hit"] for c in open_cands]
+
+    def ranked_chunks(self, query: str, *, top_k: int = DEFAULT_TOP_K) -> list[Chunk]:
+        """The chunks ``retrieve(query, top_k=top_k)`` cites, in order, with no snippet
+        dict and no hit record (``ragspine eval``: only ranks and ids are scored).
+        Unfiltered; RESTRICTED chunks dropped as in ``retrieve``; with a reranker it goes
+        through ``ranked_hits`` so the reranked order is the one returned."""
+        check_query(query)
+        if top_k <= 0:
+            return []
+        if self.reranker is not None:
+            return [h.chunk for h in self.ranked_hits(query, top_k=top_k)]
+        r = self.index.retriever
+        restricted = _LabelCheck()
+        chunks = r.chunks
+        out: list[Chunk] = []
+        for p in r.ranked_positions(query, top_k=top_k + int(r.restricted.sum())):
+            c = chunks[p]
+            if not restricted(c.sensitivity):
+                out.append(c)
+                if len(out) == top_k:
+                    break
+        return out
 
     def retrieve(self, query: str, *, filters: Mapping[str, Any] | Sequence[Any] | None = None,
                  top_k: int = DEFAULT_TOP_K) -> list[dict[str, Any]]:
         check_query(query)  # a clear error for a non-string or a query past the length limit
         if top_k <= 0:
             return []
-        relaxed = False
-        # With a reranker, fetch its whole window (top-N in), so top_k out is reranked.
-        depth = max(top_k, self.rerank_depth) if self.reranker is not None else top_k
-        cands = self._ranked_candidates(query, filters, depth)
-        if filters and self.retry_without_filters and not any(
-            not is_restricted(c["sensitivity"]) for c in cands
-        ):
-            cands = self._ranked_candidates(query, None, depth)
-            relaxed = True
-        if self.reranker is not None:
-            head, tail = cands[: self.rerank_depth], cands[self.rerank_depth :]
-            cands = guarded_rerank(query, head, self.reranker) + tail  # exit #1
-        # Exit #2: restricted records are dropped before any snippet exists.
-        open_cands = [c for c in cands if not is_restricted(c["sensitivity"])
-                      and not is_restricted(c["_hit"].chunk.sensitivity)]
+        open_cands, relaxed = self._open_candidates(query, filters, top_k)
+        open_cands = [_candidate(c) if isinstance(c, RetrievalHit) else c for c in open_cands]
         snippets = [  # annotate_snippet: scores.rerank + reranker name when a reranker ran
             annotate_snippet(build_snippet(c["_hit"], rank, library_id=self.index.library_id,
                                            filters_relaxed=relaxed), c)
-            for rank, c in enumerate(open_cands[:top_k], start=1)
+            for rank, c in enumerate(open_cands, start=1)
         ]
         # Parent / window chunkers: prompt_text for generation (text and citations unchanged).
-        snippets = expand_prompt_text(snippets, [c["_hit"].chunk for c in open_cands[:top_k]])
+        snippets = expand_prompt_text(snippets, [c["_hit"].chunk for c in open_cands])
         if self.postprocessor is not None:
             snippets = [s for s in self.postprocessor.process(query, snippets)
                         if not is_restricted(s.get("sensitivity"))]
-            snippets = settle_prompt_refs(snippets, {c["chunk_id"]: c["_hit"].chunk for c in open_cands[:top_k]})
+            snippets = settle_prompt_refs(snippets, {c["chunk_id"]: c["_hit"].chunk for c in open_cands})
         return snippets
 
 

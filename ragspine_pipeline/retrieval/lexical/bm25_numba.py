@@ -1,0 +1,370 @@
+"""The numba kernels of ``bm25_kernel`` (see its docstring for what each one does).
+
+Kept at module level, apart from the loader: numba caches compiled machine code on disk
+(``cache=True``) only for module-level functions, so the kernels compile once per
+machine, not on every process start. Importing this module needs numba; nothing is
+compiled until a kernel is first called.
+"""
+
+import numpy as np
+from numba import njit
+
+# Relative slack on upper bounds when pruning: float sums of a few terms are exact to
+# ~1e-15 relative, so 1e-9 never drops a document that could tie or beat theta.
+_SLACK = 1e-9
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _worse(sa, ia, sb, ib):
+    # a ranks below b: lower score, or the same score and a larger doc position.
+    return sa < sb or (sa == sb and ia > ib)
+
+
+@njit(cache=True, nogil=True)
+def _sift_down(hs, hi, pos, n):
+    # Min-heap on rank: the root is the worst of the kept top-k.
+    while True:
+        left = 2 * pos + 1
+        if left >= n:
+            return
+        c = left
+        right = left + 1
+        if right < n and _worse(hs[right], hi[right], hs[left], hi[left]):
+            c = right
+        if _worse(hs[c], hi[c], hs[pos], hi[pos]):
+            hs[pos], hs[c] = hs[c], hs[pos]
+            hi[pos], hi[c] = hi[c], hi[pos]
+            pos = c
+        else:
+            return
+
+
+@njit(cache=True, nogil=True)
+def _push(hs, hi, n, kk, sc, d):
+    """Offer (sc, d) to a heap of n <= kk entries; returns the new size."""
+    if n < kk:
+        pos = n
+        hs[pos] = sc
+        hi[pos] = d
+        n += 1
+        while pos > 0:
+            parent = (pos - 1) // 2
+            if _worse(hs[pos], hi[pos], hs[parent], hi[parent]):
+                hs[pos], hs[parent] = hs[parent], hs[pos]
+                hi[pos], hi[parent] = hi[parent], hi[pos]
+                pos = parent
+            else:
+                break
+    elif _worse(hs[0], hi[0], sc, d):
+        hs[0] = sc
+        hi[0] = d
+        _sift_down(hs, hi, 0, n)
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _drain(hs, hi, n):
+    """Heap -> (ids, scores) best-first."""
+    out_s = np.empty(n, np.float64)
+    out_i = np.empty(n, np.int64)
+    m = n
+    while m > 0:
+        out_s[m - 1] = hs[0]
+        out_i[m - 1] = hi[0]
+        m -= 1
+        hs[0] = hs[m]
+        hi[0] = hi[m]
+        _sift_down(hs, hi, 0, m)
+    return out_i, out_s
+
+
+@njit(cache=True, nogil=True)
+def _kth_score(acc, touched, n_t, k, hs, hi):
+    """The k-th best accumulated score among the touched docs (n_t >= k)."""
+    n = 0
+    for x in range(n_t):
+        d = touched[x]
+        v = acc[d]
+        if n < k or v >= hs[0]:  # most are below the root: one compare, no call
+            n = _push(hs, hi, n, k, v, d)
+    return hs[0]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _gallop(post, lo, hi_, d):
+    """First position p in post[lo:hi_] with post[p] >= d (exponential, then binary)."""
+    step = 1
+    p = lo
+    while p < hi_ and post[p] < d:
+        lo = p + 1
+        p = lo + step
+        step *= 2
+    if p > hi_:
+        p = hi_
+    # post[lo-1] < d (or lo is the start); answer is in [lo, p]
+    while lo < p:
+        mid = (lo + p) // 2
+        if post[mid] < d:
+            lo = mid + 1
+        else:
+            p = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def _unique_terms(qtids, idf, wmax, k1p1):
+    """Distinct query terms (repeats multiply the scale), by descending upper bound."""
+    m = qtids.shape[0]
+    ut = np.empty(m, np.int64)
+    mult = np.zeros(m, np.float64)
+    nu = 0
+    for x in range(m):
+        t = qtids[x]
+        found = -1
+        for y in range(nu):
+            if ut[y] == t:
+                found = y
+                break
+        if found < 0:
+            ut[nu] = t
+            mult[nu] = 1.0
+            nu += 1
+        else:
+            mult[found] += 1.0
+    ut = ut[:nu]
+    scale = np.empty(nu, np.float64)
+    ub = np.empty(nu, np.float64)
+    for y in range(nu):
+        scale[y] = idf[ut[y]] * k1p1 * mult[y]
+        ub[y] = scale[y] * wmax[ut[y]]
+    order = np.argsort(-ub, kind="mergesort")
+    return ut[order], scale[order], ub[order]
+
+
+@njit(cache=True, nogil=True)
+def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched):
+    """Exact unfiltered top-k with MaxScore pruning (see the module docstring).
+
+    acc must be all zeros on entry and is all zeros again on return.
+    """
+    ut, scale, ub = _unique_terms(qtids, idf, wmax, k1p1)
+    nu = ut.shape[0]
+    remaining = np.zeros(nu + 1, np.float64)  # remaining[j] = sum ub[j:]
+    for j in range(nu - 1, -1, -1):
+        remaining[j] = remaining[j + 1] + ub[j]
+    hs = np.empty(max(k, 1), np.float64)
+    hi = np.empty(max(k, 1), np.int64)
+    n_t = 0
+    j = 0
+    theta = -1.0
+    top1 = 0.0  # best partial so far: theta <= top1, a free necessary test
+    while j < nu:
+        t = ut[j]
+        s0 = indptr[t]
+        e0 = indptr[t + 1]
+        if j > 0 and n_t >= k and remaining[j] * (1.0 + _SLACK) < top1 and 8 * (e0 - s0) >= n_t:
+            # Checking costs about n_t; only do it before a list at least that long.
+            theta = _kth_score(acc, touched, n_t, k, hs, hi)
+            if remaining[j] * (1.0 + _SLACK) < theta:
+                break
+        s = scale[j]
+        for p in range(s0, e0):
+            d = indices[p]
+            v = acc[d]
+            if v == 0.0:
+                touched[n_t] = d
+                n_t += 1
+            v += w[p] * s
+            acc[d] = v
+            if v > top1:
+                top1 = v
+        j += 1
+    if j == nu:
+        kk = min(k, n_t)
+        n = 0
+        for x in range(n_t):
+            d = touched[x]
+            sc = acc[d]
+            acc[d] = 0.0
+            if sc > 0.0 and (n < kk or sc >= hs[0]):
+                n = _push(hs, hi, n, kk, sc, d)
+        return _drain(hs, hi, n)
+    # Lookup phase. Candidates keep their partial score in acc (everyone else is
+    # zeroed); after each remaining term, theta is re-taken and candidates that can
+    # no longer reach it are dropped, so later (longer, lower-bound) lists see few.
+    cand = np.empty(n_t, np.int64)
+    nc = 0
+    bound = remaining[j] * (1.0 + _SLACK)
+    for x in range(n_t):
+        d = touched[x]
+        if acc[d] + bound >= theta:
+            cand[nc] = d
+            nc += 1
+        else:
+            acc[d] = 0.0
+    is_sorted = False  # galloping needs sorted candidates; sort only when it is chosen
+    for jj in range(j, nu):
+        t = ut[jj]
+        s = scale[jj]
+        lo = indptr[t]
+        e0 = indptr[t + 1]
+        df = e0 - lo
+        if nc * (4 + 2 * np.log2(df / max(nc, 1) + 1.0)) < df:
+            if not is_sorted:
+                cand[:nc] = np.sort(cand[:nc])
+                is_sorted = True
+            for x in range(nc):
+                if lo >= e0:
+                    break
+                d = cand[x]
+                lo = _gallop(indices, lo, e0, d)
+                if lo < e0 and indices[lo] == d:
+                    acc[d] += w[lo] * s
+        else:
+            for p in range(lo, e0):
+                d = indices[p]
+                if acc[d] != 0.0:
+                    acc[d] += w[p] * s
+        if jj + 1 < nu and nc > k:
+            theta = _kth_score(acc, cand, nc, k, hs, hi)
+            bound = remaining[jj + 1] * (1.0 + _SLACK)
+            m = 0
+            for x in range(nc):
+                d = cand[x]
+                if acc[d] + bound >= theta:
+                    cand[m] = d
+                    m += 1
+                else:
+                    acc[d] = 0.0
+            nc = m
+    kk = min(k, nc)
+    n = 0
+    for x in range(nc):
+        d = cand[x]
+        sc = acc[d]
+        acc[d] = 0.0
+        if sc > 0.0 and (n < kk or sc >= hs[0]):
+            n = _push(hs, hi, n, kk, sc, d)
+    return _drain(hs, hi, n)
+
+
+@njit(cache=True, nogil=True)
+def search_batch(indptr, indices, w, idf, wmax, q_flat, q_ptr, k1p1, k, n_docs):
+    """Top-k of queries q_ptr[i]:q_ptr[i+1] of q_flat, serially and without the GIL
+    (callers run chunks on threads): (ids[nq, k] padded with -1, scores[nq, k], counts).
+
+    numba's ``parallel=True`` was measured here and not used: its OpenMP/TBB pools
+    busy-wait at barriers, which on a shared 2-core machine cost 20-50 ms per call.
+    """
+    nq = q_ptr.shape[0] - 1
+    out_i = np.full((nq, k), -1, np.int64)
+    out_s = np.zeros((nq, k), np.float64)
+    out_n = np.zeros(nq, np.int64)
+    acc = np.zeros(max(n_docs, 1), np.float64)
+    touched = np.empty(max(n_docs, 1), np.int32)
+    for q in range(nq):
+        ids, sc = search_one(indptr, indices, w, idf, wmax, q_flat[q_ptr[q] : q_ptr[q + 1]], k1p1, k, acc, touched)
+        n = ids.shape[0]
+        out_n[q] = n
+        out_i[q, :n] = ids
+        out_s[q, :n] = sc
+    return out_i, out_s, out_n
+
+
+@njit(cache=True, nogil=True)
+def search_filtered(indptr, indices, tf, doc_len, mask, qtids, k1, b, k, acc, touched):
+    """Exact filtered top-k: N, df and avgdl over the mask's survivors.
+
+    Per query-token occurrence (in query order, as the reference sums) the
+    contribution of each surviving posting is added. acc is zero on entry and exit.
+    """
+    n_docs = mask.shape[0]
+    surv = np.empty(n_docs, np.int32)
+    n = 0
+    total = 0
+    for d in range(n_docs):
+        if mask[d]:
+            surv[n] = d
+            n += 1
+            total += doc_len[d]
+    empty_i = np.zeros(0, np.int64)
+    empty_s = np.zeros(0, np.float64)
+    if n == 0 or total == 0 or qtids.shape[0] == 0:
+        return empty_i, empty_s
+    avgdl = total / n
+    m = qtids.shape[0]
+    # Distinct terms; each one's surviving postings gathered once (pos, tf).
+    ut = np.empty(m, np.int64)
+    nu = 0
+    tok_term = np.empty(m, np.int64)
+    for x in range(m):
+        t = qtids[x]
+        found = -1
+        for y in range(nu):
+            if ut[y] == t:
+                found = y
+                break
+        if found < 0:
+            ut[nu] = t
+            found = nu
+            nu += 1
+        tok_term[x] = found
+    cap = 0
+    for y in range(nu):
+        cap += min(indptr[ut[y] + 1] - indptr[ut[y]], n)
+    g_doc = np.empty(cap, np.int32)
+    g_tf = np.empty(cap, np.float64)
+    g_ptr = np.zeros(nu + 1, np.int64)
+    g = 0
+    for y in range(nu):
+        t = ut[y]
+        s0 = indptr[t]
+        e0 = indptr[t + 1]
+        df = e0 - s0
+        if n * 16 < df:
+            # Few survivors: gallop each into the postings.
+            lo = s0
+            for x in range(n):
+                if lo >= e0:
+                    break
+                d = surv[x]
+                lo = _gallop(indices, lo, e0, d)
+                if lo < e0 and indices[lo] == d:
+                    g_doc[g] = d
+                    g_tf[g] = tf[lo]
+                    g += 1
+        else:
+            for p in range(s0, e0):
+                d = indices[p]
+                if mask[d]:
+                    g_doc[g] = d
+                    g_tf[g] = tf[p]
+                    g += 1
+        g_ptr[y + 1] = g
+    k1p1 = k1 + 1.0
+    n_t = 0
+    for x in range(m):
+        y = tok_term[x]
+        dfy = g_ptr[y + 1] - g_ptr[y]
+        if dfy == 0:
+            continue
+        idf = np.log1p((n - dfy + 0.5) / (dfy + 0.5))
+        for p in range(g_ptr[y], g_ptr[y + 1]):
+            d = g_doc[p]
+            f = g_tf[p]
+            norm = k1 * (1.0 - b + b * doc_len[d] / avgdl)
+            if acc[d] == 0.0:
+                touched[n_t] = d
+                n_t += 1
+            acc[d] += idf * (f * k1p1) / (f + norm)
+    kk = min(k, n_t)
+    hs = np.empty(max(kk, 1), np.float64)
+    hi = np.empty(max(kk, 1), np.int64)
+    c = 0
+    for x in range(n_t):
+        d = touched[x]
+        sc = acc[d]
+        acc[d] = 0.0
+        if sc > 0.0 and (c < kk or sc >= hs[0]):
+            c = _push(hs, hi, c, kk, sc, d)
+    return _drain(hs, hi, c)

@@ -178,7 +178,7 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, ware
     spec = config.embedding or embedding_spec_from_env("auto")
     wh = warehouse.tables()
     with wh.lock(lib):
-        res = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec)
+        res = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec, log=context.log.info)
         if res is None:
             return dg.MaterializeResult(metadata={"backend": "none", "spec": spec, "embedded": 0},
                                         check_results=[dg.AssetCheckResult(

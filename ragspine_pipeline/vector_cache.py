@@ -61,11 +61,14 @@ def _save(path: Path, keys: list[str], vecs: np.ndarray) -> None:
         raise
 
 
-def preload_cached_vectors(retriever: HybridRetriever, cache_dir: Path) -> int:
+def preload_cached_vectors(retriever: HybridRetriever, cache_dir: Path, *,
+                           progress: Callable[[int, int], None] | None | bool = True) -> int:
     """Install every chunk's vector from the cache, embedding only missing texts.
 
     Returns how many texts were embedded now (0 on a warm cache). No-op without a backend
-    or without a ``model_id`` (nothing to key the cache by).
+    or without a ``model_id`` (nothing to key the cache by). Missing texts are embedded in
+    bounded batches; ``progress=True`` shows a tqdm bar on stderr when it is a terminal
+    (``False`` is silent, a callable gets ``(done, total)``).
     """
     backend = retriever.embedding_backend
     model_id = getattr(backend, "model_id", None)
@@ -77,7 +80,10 @@ def preload_cached_vectors(retriever: HybridRetriever, cache_dir: Path) -> int:
     keys = [_text_key(str(model_id), c.text) for c in retriever.chunks]
     missing = [i for i, k in enumerate(keys) if k not in cached and not restricted[i]]
     if missing:
-        new = np.asarray(backend.embed_texts([retriever.chunks[i].text for i in missing]), dtype=np.float32)
+        from .retrieval.vector.batching import embed_in_batches, tqdm_progress
+
+        hook = tqdm_progress("embedding chunks") if progress is True else (progress or None)
+        new = embed_in_batches(backend, [retriever.chunks[i].text for i in missing], progress=hook)
         if new.ndim != 2 or len(new) != len(missing):
             raise RuntimeError("embedding backend returned a wrong number of vectors")
         for i, v in zip(missing, new, strict=True):
@@ -88,7 +94,7 @@ def preload_cached_vectors(retriever: HybridRetriever, cache_dir: Path) -> int:
     dims = {cached[k].shape[0] for k in open_keys}
     if len(dims) != 1:  # a model id reused with another dimension: start over
         path.unlink(missing_ok=True)
-        return preload_cached_vectors(retriever, cache_dir)
+        return preload_cached_vectors(retriever, cache_dir, progress=progress)
     zero = np.zeros(dims.pop(), dtype=np.float32)
     mat = np.stack([zero if restricted[i] else cached[k] for i, k in enumerate(keys)])
     if missing:

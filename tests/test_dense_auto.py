@@ -28,7 +28,11 @@ from ragspine_pipeline.retrieval.vector.auto_policy import (
     derive_policy,
     load_policy,
 )
-from ragspine_pipeline.retrieval.vector.batching import embed_in_batches, log_progress, tqdm_progress
+from ragspine_pipeline.retrieval.vector.batching import (
+    embed_in_batches,
+    log_progress,
+    tqdm_progress,
+)
 from ragspine_pipeline.retrieval.vector.embedding_backends import DeterministicHashBackend
 from ragspine_pipeline.retrieval.vector.language_profile import chunk_group, profile, text_group
 from ragspine_pipeline.vector_cache import CachingEmbeddingBackend

@@ -312,3 +312,37 @@ def test_int8_e5_close_to_fp32():
     # length-sorted batching returns input order
     one = np.asarray([fp32.embed_texts([t])[0] for t in EN[:2]])
     np.testing.assert_allclose(a[:2], one, atol=1e-4)
+
+
+# ------------------------------------------------------------------------ warehouse
+def test_warehouse_auto_records_the_choice_and_the_snapshot_serves_it(tmp_path):
+    import shutil
+
+    from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever
+    from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend
+    from ragspine_pipeline.warehouse import pipeline as P
+    from ragspine_pipeline.warehouse.versioned import VersionedTables
+
+    lib = "acme_policies"
+    shutil.copytree(ROOT / "data" / "demo" / lib, tmp_path / "corpus" / lib)
+    wh = VersionedTables(tmp_path / "wh")
+    P.build_raw_documents(wh, tmp_path / "corpus", lib)
+    P.build_chunks(wh, lib)
+    P.build_lexical_index(wh, lib)
+    groups = ["en", "latin", "cyrillic", "arabic", "thai", "cjk", "other", "mixed"]
+    pol = {"choices": {g: {"model": "deterministic:64", "method": "convex", "weight": 0.4, "reason": "t"}
+                       for g in groups}}
+    logs: list[str] = []
+    res = P.build_embeddings(wh, lib, AutoEmbeddingBackend(make_embedding_backend, pol), "auto", log=logs.append)
+    meta = res.metadata
+    assert meta["spec"] == "deterministic:64" and meta["model_id"] == "deterministic-hash-64"
+    assert meta["fusion"]["method"] == "convex" and meta["fusion"]["source"].startswith("auto:")
+    assert meta["auto"]["model"] == "deterministic:64" and meta["auto"]["profile"]["dominant"]
+    assert logs and logs[-1].endswith("(100%)")
+    snap = P.publish_snapshot(wh, lib)
+    assert snap.metadata["fusion"]["dense_weight"] == 0.4
+    idx = P.load_snapshot_index(wh, lib)
+    assert idx.retriever.fusion.method == "convex" and idx.retriever.fusion.dense_weight == 0.4
+    snippets = NarrativeIndexRetriever(idx).retrieve("travel policy", top_k=2)
+    assert snippets[0]["scores"]["fusion"]["method"] == "convex"
+    assert snippets[0]["scores"]["fusion"]["model"] == "deterministic-hash-64"

@@ -191,6 +191,10 @@ def test_derive_policy_guard_and_choice():
     # nothing beats BM25 on CMRC (a tie is not a gain): dense weight 0, hybrid is BM25
     assert pol["cjk"]["weight"] == 0.0 and pol["cjk"]["model"] == "e5"
     assert "guard" in pol["cjk"]["reason"]
+    # a set nobody embedded does not vote, and the evidence says so
+    pol2 = derive_policy(_rows({**bm25, "cranfield": 0.40}, {k: v for k, v in cands.items() if k[0] != "scifact"}),
+                         ["e5", "minilm"])
+    assert pol2["en"]["evidence"]["unmeasured_sets"] == ["scifact"] and pol2["en"]["model"] == "minilm"
 
 
 def test_auto_guard_weight_zero_is_bm25_exactly_and_embeds_no_query():

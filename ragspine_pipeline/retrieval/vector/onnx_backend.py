@@ -210,9 +210,10 @@ def _env_int(name: str, default: int) -> int:
     return value
 
 
-# Measured on 2 cores (benchmarks/results/dense_speed.md): intra-op threads = cores, batch 16
+# Measured on 2 cores (benchmarks/results/dense_speed.md, one noisy shared-CPU run): intra-op
+# threads = cores (2 threads 2.2x 1 thread for e5 fp32), batch 8 (e5 fp32: 3.9 vs 3.3 at 16, 2.1 at 32)
 # of length-sorted texts. RAGSPINE_EMBED_THREADS / RAGSPINE_EMBED_BATCH override.
-DEFAULT_BATCH_SIZE = 16
+DEFAULT_BATCH_SIZE = 8
 
 
 class FastEmbedBackend:

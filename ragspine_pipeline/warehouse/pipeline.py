@@ -196,7 +196,7 @@ def _text_hash(text: str) -> str:
 
 @library_step
 def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
-                     chunks_version: str | None = None, *, contextual: str | None = None) -> StepResult | None:
+                     chunks_version: str | None = None, *, contextual: str | None = None, log=None) -> StepResult | None:
     """Vectors of the active chunks; only chunks without a vector from the same model are embedded.
 
     Returns None (nothing written) when no backend is configured: the default product is
@@ -210,6 +210,9 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
     t0 = time.perf_counter()
     pub_chunks = published_chunks(wh, library, chunks_version)
     from ..retrieval.vector.embedding_backends import backend_model_id
+    from .embeddings_step import embed_with_progress, resolve_library_backend
+
+    backend, spec, auto_meta = resolve_library_backend(backend, spec, pub_chunks)  # auto: per library
 
     model_id = backend_model_id(backend)  # model_id is optional on a backend
     index_text, ctx = _contextual(contextual)
@@ -225,16 +228,16 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
     texts, append = _missing_chunks(pub_chunks, prev, "vectors", same, skip_restricted=True, index_text=index_text)
     todo = sorted(texts)
     t1 = time.perf_counter()
-    fresh = backend.embed_texts([texts[c][0] for c in todo]) if todo else []
+    fresh = embed_with_progress(backend, [texts[c][0] for c in todo], library, log)
     embed_s = time.perf_counter() - t1
-    dim = len(fresh[0]) if fresh else int(prev.manifest["metadata"].get("dim", 0)) if append else 0
+    dim = len(fresh[0]) if len(fresh) else int(prev.manifest["metadata"].get("dim", 0)) if append else 0
     table = pa.table({"chunk_id": pa.array(todo, pa.string()),
                       "text_hash": pa.array([_text_hash(texts[c][0]) for c in todo], pa.string()),
                       "vector": _vector_column(fresh, dim)})
     meta = {"model_id": model_id, "spec": spec, "dim": dim, "chunks_version": pub_chunks.version,
             "count": (pub_chunks.manifest["metadata"].get("active_chunks") or 0)
             - (pub_chunks.manifest["metadata"].get("restricted_chunks") or 0),  # restricted chunks get no vector
-            "chunks_segments": pub_chunks.segments("chunks")}
+            "chunks_segments": pub_chunks.segments("chunks"), **auto_meta}
     if ctx:
         meta["contextual"] = ctx
     tspec = Append(table, compact=_compact_to_active(pub_chunks)) if append else table
@@ -294,6 +297,8 @@ def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
     raptor = wh.latest(RAPTOR, library)
     if raptor is not None and raptor.manifest["metadata"].get("chunks_version") == chunks_version:
         payload["raptor_tree"] = raptor.version
+    if use_emb and emb.manifest["metadata"].get("fusion"):  # auto's / RAGSPINE_FUSION's choice
+        payload["fusion"] = emb.manifest["metadata"]["fusion"]
     snap_id = hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
     prev = wh.latest(SNAPSHOT, library)
     if prev is not None and prev.manifest["metadata"].get("snapshot_id") == snap_id:
@@ -438,8 +443,13 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
     use_channels = channels or (("bm25", "dense") if backend is not None else ("bm25",))
     if backend is None:
         use_channels = tuple(c for c in use_channels if c != "dense") or ("bm25",)
+    fusion = None
+    if backend is not None and isinstance(meta.get("fusion"), dict):
+        from ..retrieval.lexical.fusion import FusionConfig
+
+        fusion = FusionConfig(**meta["fusion"])  # the snapshot's recorded fusion
     index = NarrativeIndex.from_chunks(chunks, analyzer=meta["analyzer"], rewriter=rewriter,
-                                       embedding_backend=backend, channels=use_channels,
+                                       embedding_backend=backend, channels=use_channels, fusion=fusion,
                                        docs_tokens=tok.column("tokens").to_pylist(),
                                        index_text=make_index_text_fn(meta.get("contextual") or "off"),
                                        library_id=library, version=meta["snapshot_id"])

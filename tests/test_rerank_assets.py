@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from ragspine_pipeline.retrieval.rerank.late_interaction import (
@@ -332,6 +333,36 @@ def test_page_images_check_fails_when_a_restricted_page_is_published(env, monkey
     materialize(env)  # raw_documents now labels deck restricted (an odd label fails closed) ...
     bad = restricted_pages_check(wh, LIB)  # ... while the old page_images version still has its pages
     assert not bad.passed and bad.metadata["restricted_pages"] == 2
+    # and the stale version is not served: the allow-list is re-read at serve time
+    from ragspine_pipeline.warehouse.page_images import load_page_index
+
+    assert load_page_index(wh, LIB, DeterministicPatchEmbedder()).search("ink:255", top_k=5) == []
+
+
+def test_page_images_leave_out_a_document_with_one_restricted_section(env, monkeypatch):
+    """A page image shows the whole page: a PDF whose chunks include a RESTRICTED one (or that
+    no published chunks version serves) is never rendered, whatever its file-level label."""
+    from ragspine_pipeline.retrieval.rerank.visual import DeterministicPatchEmbedder
+    from ragspine_pipeline.warehouse import page_images as PI
+    from ragspine_pipeline.warehouse.versioned import VersionedTables
+
+    _pdf_corpus(env)
+    materialize(env)
+    wh = VersionedTables(env["root"])
+    deck = next(d["doc_id"] for d in PI._current_docs(wh, LIB) if d["source_path"].endswith("deck.pdf"))
+    assert deck in PI.servable_docs(wh, LIB)
+    real = PI.active_chunk_table
+
+    def one_restricted(pub, columns=None):
+        t = real(pub, columns=columns)
+        docs, labels = t.column("doc_id").to_pylist(), t.column("sensitivity").to_pylist()
+        labels[docs.index(deck)] = "RESTRICTED"  # its first section only
+        return t.set_column(t.column_names.index("sensitivity"), "sensitivity", pa.array(labels, pa.string()))
+
+    monkeypatch.setattr(PI, "active_chunk_table", one_restricted)
+    assert deck not in PI.servable_docs(wh, LIB)
+    res = PI.build_page_images(wh, env["corpus"], LIB, DeterministicPatchEmbedder())
+    assert res.metadata["pages"] == 0 and res.metadata["restricted_documents_excluded"] == 2
 
 
 def test_page_images_without_weights_or_gpu_fails_naming_what_is_missing(env, monkeypatch):

@@ -18,7 +18,7 @@ from typing import Any
 from ..retrieval.lexical.fusion import FUSION_ENV, FUSION_WEIGHT_ENV, fusion_from_env
 from ..retrieval.vector.batching import ProgressHook, embed_in_batches, log_progress
 from ..sensitivity import is_restricted
-from .chunk_tables import active_chunk_table
+from .chunk_tables import active_chunk_table, withheld_docs
 
 LOG = logging.getLogger("ragspine.warehouse.embeddings")
 
@@ -27,10 +27,13 @@ def resolve_library_backend(backend: Any, spec: str, pub_chunks: Any) -> tuple[A
     """(backend to embed with, spec to record, metadata to add) for one library."""
     if backend is None or not callable(getattr(backend, "resolve", None)):
         return backend, spec, {}
-    t = active_chunk_table(pub_chunks, columns=["text", "language", "sensitivity"])
-    items = [(txt, lang) for txt, lang, sens in zip(t.column("text").to_pylist(), t.column("language").to_pylist(),
-                                                     t.column("sensitivity").to_pylist(), strict=True)
-             if not is_restricted(sens)]
+    # The served chunks only (no RESTRICTED, no withheld document): the profile and the choice
+    # reach the manifest, the UI metadata and every served score, so hidden text must not vote.
+    withheld = withheld_docs(pub_chunks)
+    t = active_chunk_table(pub_chunks, columns=["doc_id", "text", "language", "sensitivity"])
+    items = [(txt, lang) for doc, txt, lang, sens in zip(
+        t.column("doc_id").to_pylist(), t.column("text").to_pylist(), t.column("language").to_pylist(),
+        t.column("sensitivity").to_pylist(), strict=True) if doc not in withheld and not is_restricted(sens)]
     choice = backend.resolve(items)
     fusion = fusion_from_env() if (os.environ.get(FUSION_ENV) or os.environ.get(FUSION_WEIGHT_ENV)) else choice.fusion
     auto = {k: v for k, v in choice.to_dict().items() if k != "evidence"}

@@ -24,7 +24,8 @@ import pyarrow as pa
 
 from ..retrieval.rerank.visual import PageImage, VisualEmbedder, VisualPageIndex, render_pdf_pages
 from ..sensitivity import is_restricted
-from .common import RAW, CheckOutcome, StepResult
+from .chunk_tables import active_chunk_table, withheld_docs
+from .common import CHUNKS, RAW, SNAPSHOT, CheckOutcome, StepResult
 from .raw import raw_state
 from .versioned import VersionedTables, WarehouseError
 
@@ -48,6 +49,32 @@ def _current_docs(wh: VersionedTables, library: str) -> list[dict[str, Any]]:
     return t.to_pylist() if t is not None else []
 
 
+def servable_docs(wh: VersionedTables, library: str) -> set[str]:
+    """Documents whose pages may be rendered and served today (an allow-list, fail closed).
+
+    A page image shows the whole page, so a document qualifies only when the latest chunks
+    version serves it entirely: it has active chunks, none of them RESTRICTED (a document with
+    one restricted section has restricted pages), it is not withheld or withdrawn, and the
+    published snapshot does not redact it (restricted in any stored version). Anything the
+    warehouse cannot vouch for — no chunks published yet, a document missing from them — is
+    left out.
+    """
+    pub = wh.latest(CHUNKS, library)
+    if pub is None:
+        return set()
+    t = active_chunk_table(pub, columns=["doc_id", "sensitivity"])
+    docs, restricted = set(), set()
+    for doc, label in zip(t.column("doc_id").to_pylist(), t.column("sensitivity").to_pylist(), strict=True):
+        (restricted if is_restricted(label) else docs).add(doc)
+    allowed = docs - restricted - withheld_docs(pub)
+    snap = wh.latest(SNAPSHOT, library)
+    if snap is not None:
+        from .pipeline import redacted_doc_ids  # pipeline imports the steps: import at call time
+
+        allowed -= redacted_doc_ids(wh, library, snap.manifest["metadata"])
+    return allowed
+
+
 def _pdf_file(source_path: str, corpus_root: Path, library: str) -> Path:
     p = Path(source_path)
     return p if p.is_absolute() else Path(corpus_root) / library / p
@@ -60,10 +87,11 @@ def build_page_images(wh: VersionedTables, corpus_root: str | Path, library: str
         raise TypeError(f"{type(embedder).__name__} is not a VisualEmbedder")
     rows: list[dict[str, Any]] = []
     restricted_docs, failed = 0, []
+    allowed = servable_docs(wh, library)
     for d in _current_docs(wh, library):
         if not str(d["source_path"]).lower().endswith(".pdf") or d.get("parse_error"):
             continue
-        if is_restricted(d["sensitivity"]):
+        if is_restricted(d["sensitivity"]) or d["doc_id"] not in allowed:
             restricted_docs += 1  # never opened, rendered or embedded
             continue
         try:
@@ -103,9 +131,10 @@ def restricted_pages_check(wh: VersionedTables, library: str) -> CheckOutcome:
     if t is None or t.num_rows == 0:
         return CheckOutcome(True, {"restricted_pages": 0, "pages": 0})
     restricted_now = {d["doc_id"] for d in _current_docs(wh, library) if is_restricted(d["sensitivity"])}
+    allowed = servable_docs(wh, library)
     bad = sorted({f"{doc}#p{page}" for doc, page, label in zip(
         t.column("doc_id").to_pylist(), t.column("page").to_pylist(), t.column("sensitivity").to_pylist(),
-        strict=True) if doc in restricted_now or is_restricted(label)})
+        strict=True) if doc in restricted_now or doc not in allowed or is_restricted(label)})
     return CheckOutcome(not bad, {"restricted_pages": len(bad), "pages": t.num_rows, "examples": bad[:10]})
 
 
@@ -122,7 +151,10 @@ def load_page_index(wh: VersionedTables, library: str, embedder: VisualEmbedder)
         raise WarehouseError(f"page_images of {library} were embedded with {stored_model!r}, not {model_id!r}: "
                              "rematerialize page_images with this embedder")
     pages, patches = [], []
+    allowed = servable_docs(wh, library)  # re-checked at serve time: a relabel since the build hides its pages
     for r in t.to_pylist():
+        if is_restricted(r["sensitivity"]) or r["doc_id"] not in allowed:
+            continue
         pages.append(PageImage(r["doc_id"], r["page"], np.zeros((0, 0), np.uint8), r["sensitivity"], r["title"],
                                {"source_path": r["source_path"], "width": r["width"], "height": r["height"]}))
         patches.append(np.asarray(r["patches"], dtype=np.float32).reshape(r["n_patches"], r["dim"]))

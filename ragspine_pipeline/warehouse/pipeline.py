@@ -219,8 +219,10 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
     prev = wh.latest(EMBEDDINGS, library)
     same = prev is not None and prev.manifest["metadata"].get("model_id") == model_id \
         and prev.manifest["metadata"].get("contextual", "") == ctx
-    if same and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version:
-        # Same chunks, same model: keep the published vectors without loading anything.
+    if same and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version \
+            and prev.manifest["metadata"].get("fusion") == auto_meta.get("fusion"):
+        # Same chunks, same model, same fusion: keep the published vectors without loading anything.
+        # (A new fusion alone writes a version that appends nothing: the snapshot must serve it.)
         return StepResult(prev, {"model_id": model_id, "version": prev.version, "reused": True, "embedded": 0,
                                  "count": prev.manifest["metadata"].get("count", prev.rows("vectors")),
                                  "bytes_written": 0, "seconds": round(time.perf_counter() - t0, 3)},
@@ -374,15 +376,21 @@ def snapshot_protected(wh: VersionedTables, library: str, asset: str) -> set[str
     return {str(s.manifest["metadata"][key]) for s in snaps if s.manifest["metadata"].get(key) not in (None, "None")}
 
 
-def _hidden_now(wh: VersionedTables, library: str) -> set[str]:
-    """Documents an older snapshot must not serve today: those the current snapshot hides
-    (restricted in any version, unparseable, withheld) or no longer has (withdrawn)."""
+def _served_now(wh: VersionedTables, library: str, chunks: list) -> list:
+    """An older snapshot's chunks less every document the current snapshot would not serve.
+
+    An allow-list (fail closed): a document stays only if the current snapshot serves it
+    (its served chunks) and does not hide it (restricted in any version, unparseable,
+    withheld, withdrawn) — a document that simply vanished from the current chunks is left
+    out too.
+    """
     cur = wh.latest(SNAPSHOT, library)
     meta = cur.manifest["metadata"]
+    keep = {c.doc_id for c in served_chunks(wh, library, meta["chunks"])}
     hidden = redacted_doc_ids(wh, library, meta)
     pub = wh.get(CHUNKS, library, meta["chunks"])
     hidden.update(d for d, s in doc_state(pub, columns=["withdrawn"]).items() if s["withdrawn"])
-    return hidden
+    return [c for c in chunks if c.doc_id in keep and c.doc_id not in hidden]
 
 
 def snapshot_summary(wh: VersionedTables, library: str) -> dict[str, Any]:
@@ -422,8 +430,7 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
     chunks = served_chunks(wh, library, meta["chunks"])  # no RESTRICTED, no withheld: non-interference
     current = wh.latest(SNAPSHOT, library)
     if current is not None and current.version != snap.version:
-        hidden = _hidden_now(wh, library)
-        chunks = [c for c in chunks if c.doc_id not in hidden]
+        chunks = _served_now(wh, library, chunks)
     ids = pa.array([c.chunk_id for c in chunks], pa.string())
     tok = _aligned(wh.read(LEXICAL, library, "tokens", meta["lexical_index"]), ids,
                    f"snapshot {snap.version} of {library}: lexical index does not match its chunks")
@@ -619,10 +626,22 @@ def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], *, redac
         emb = wh.get(EMBEDDINGS, lib, meta["embeddings"])
         views["embeddings"] = (f"SELECT * FROM read_parquet({_sql_list(emb.table_paths('vectors'))}) "
                                f"WHERE chunk_id IN {active}")
-    if meta.get("relation_graph") not in (None, "None"):  # built from served chunks only: nothing to redact
+    if meta.get("relation_graph") not in (None, "None"):
         graph = wh.get("relation_graph", lib, meta["relation_graph"])
-        for table in ("nodes", "edges"):
-            views[f"graph_{table}"] = f"SELECT * FROM read_parquet({_sql_list(graph.table_paths(table))})"
+        nodes = f"SELECT * FROM read_parquet({_sql_list(graph.table_paths('nodes'))})"
+        edges = f"SELECT * FROM read_parquet({_sql_list(graph.table_paths('edges'))})"
+        if redact:
+            # The graph holds served chunks only, but the redacted catalog hides more (a document
+            # with any restricted stored row, or hidden since): leave out every node and edge that
+            # cites such a document (doc_id / doc_ids in attrs) and every edge touching such a node.
+            hidden_list = f"coalesce((SELECT list(doc_id) FROM {REDACTED_DOCS} WHERE library = {_sql_str(lib)}), [])"
+            cites = (f"(coalesce(json_extract_string(attrs, '$.doc_id') IN {hidden}, false) OR "
+                     f"coalesce(list_has_any(CAST(json_extract(attrs, '$.doc_ids') AS VARCHAR[]), {hidden_list}), "
+                     f"false))")
+            gone = f"(SELECT id FROM ({nodes}) WHERE {cites})"
+            nodes = f"SELECT * FROM ({nodes}) WHERE NOT {cites}"
+            edges = f"SELECT * FROM ({edges}) WHERE NOT {cites} AND src NOT IN {gone} AND dst NOT IN {gone}"
+        views["graph_nodes"], views["graph_edges"] = nodes, edges
     return views
 
 

@@ -170,7 +170,7 @@ def load_snapshot_raptor(wh: VersionedTables, library: str, *, mode: str | None 
     hides; a synthesis over any member that is not served is not searchable. Raises
     RaptorError when the snapshot has no tree (RAPTOR was off when it was published).
     """
-    from .pipeline import _hidden_now, select_snapshot
+    from .pipeline import _served_now, select_snapshot
 
     snap = select_snapshot(wh, library, chunker)
     meta = snap.manifest["metadata"]
@@ -180,8 +180,7 @@ def load_snapshot_raptor(wh: VersionedTables, library: str, *, mode: str | None 
     chunks = served_chunks(wh, library, meta["chunks"])
     cur = wh.latest(SNAPSHOT, library)
     if cur is not None and cur.version != snap.version:
-        hidden = _hidden_now(wh, library)
-        chunks = [c for c in chunks if c.doc_id not in hidden]
+        chunks = _served_now(wh, library, chunks)
     tree = load_tree(wh.get(RAPTOR, library, meta["raptor_tree"]), wh)
     return make_raptor_retriever(chunks, tree=tree, mode=mode, analyzer=meta.get("analyzer"),
                                  embedding_backend=embedding_backend)

@@ -130,7 +130,10 @@ class HybridRetriever:
         self.auto_choice = None
         if embedding_backend is not None and callable(getattr(embedding_backend, "resolve", None)):
             # ``auto``: the model and fusion for this chunk set, from the evaluation table.
-            choice = embedding_backend.resolve((index_text(c), c.language or None) for c in self.chunks)
+            # Non-interference: RESTRICTED chunks never vote (a restricted majority in another
+            # language must not move the model, the fusion or any served score).
+            choice = embedding_backend.resolve((index_text(c), c.language or None) for c in self.chunks
+                                               if not is_restricted(c.sensitivity))
             self.auto_choice = choice
             embedding_backend = embedding_backend.backend_for(choice.model)
             if fusion is None and not _fusion_env_set():

@@ -282,6 +282,16 @@ def build_raptor_tree(
     if max_depth < 1 or max_cluster < 2 or summary_chars <= 0:
         raise RaptorError("max_depth must be >= 1, max_cluster >= 2 and summary_chars > 0")
     open_chunks = sorted((c for c in chunks if not is_restricted(c.sensitivity)), key=lambda c: c.chunk_id)
+    if previous is not None and previous.levels and not rebuild:
+        # A document that left the open set (withdrawn, withheld, or now RESTRICTED — whole or
+        # in part) shaped the previous clusters (leader clustering is order- and content-
+        # dependent): keeping them as seeds would carry its influence into the served tree.
+        # Cluster from scratch then (summaries are still reused by key where a cluster comes
+        # out the same). An edit keeps its document, so a refresh of edits stays incremental.
+        prev_leaves = previous.levels[0]
+        gone_docs = {d for n in prev_leaves for d in n.doc_ids} - {c.doc_id for c in open_chunks}
+        closed = {c.chunk_id for c in chunks if is_restricted(c.sensitivity)} & {n.node_id for n in prev_leaves}
+        rebuild = bool(gone_docs or closed)
     if embedding_backend is not None:
         def embed(texts: Sequence[str]) -> np.ndarray:
             return _unit(np.asarray(embedding_backend.embed_texts(list(texts)), dtype=np.float64))

@@ -23,7 +23,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +68,34 @@ def cache_root() -> Path:
     return Path(base)
 
 
+def _publish_model_dir(target: Path, fill: Callable[[Path], None]) -> None:
+    """Build a model folder in a private temp folder and rename it into place (atomic).
+
+    Two processes may build the same folder at once: the loser's rename fails, and that is
+    fine as long as the winner's ``model.onnx`` is there; any other failure removes the temp.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".tmp-{target.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        fill(tmp)
+        os.rename(tmp, target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / "model.onnx").exists():
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
 def _package_dir(name: str) -> Path:
     try:
         mod = importlib.import_module(name)
@@ -101,29 +129,17 @@ def _prepare_e5(model: ShippedModel) -> tuple[Path, str]:
         return target, digest
     from .e5_convert import build_onnx, read_e5_bin
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".tmp-{target.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    def fill(tmp: Path) -> None:
         build_onnx(read_e5_bin(src), tmp / "model.onnx")
-        try:
-            os.link(tok, tmp / "tokenizer.json")
-        except OSError:
-            shutil.copyfile(tok, tmp / "tokenizer.json")
+        _link_or_copy(tok, tmp / "tokenizer.json")
         (tmp / "tokenizer_config.json").write_text(json.dumps(
             {**XLMR_SPECIAL, "model_max_length": 512, "tokenizer_class": "XLMRobertaTokenizer"}))
         (tmp / "special_tokens_map.json").write_text(json.dumps(XLMR_SPECIAL))
         (tmp / "config.json").write_text(json.dumps(
             {"model_type": "xlm-roberta", "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
              "hidden_size": 384, "max_position_embeddings": 514}))
-        os.rename(tmp, target)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / "model.onnx").exists():
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    _publish_model_dir(target, fill)
     return target, digest
 
 
@@ -139,20 +155,11 @@ def prepare_model(model: ShippedModel) -> tuple[Path, str]:
     digest = hashlib.sha256((_sha256(onnx) + "".join(_sha256(tok_dir / f) for f in TOKENIZER_FILES)).encode()).hexdigest()
     target = cache_root() / f"{model.key}-{digest[:16]}"
     if not (target / "model.onnx").exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".tmp-{target.name}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
-        try:
+        def fill(tmp: Path) -> None:
             for src, name in [(onnx, "model.onnx"), *[(tok_dir / f, f) for f in TOKENIZER_FILES]]:
-                try:
-                    os.link(src, tmp / name)  # same filesystem: no copy
-                except OSError:
-                    shutil.copyfile(src, tmp / name)
-            os.rename(tmp, target)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not (target / "model.onnx").exists():
-                raise
+                _link_or_copy(src, tmp / name)  # same filesystem: no copy
+
+        _publish_model_dir(target, fill)
     return target, digest
 
 
@@ -176,24 +183,13 @@ def prepare_int8(model: ShippedModel) -> tuple[Path, str]:
         return target, qdigest
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    tmp = target.parent / f".tmp-{target.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir(parents=True)
-    try:
+    def fill(tmp: Path) -> None:
         quantize_dynamic(str(folder / "model.onnx"), str(tmp / "model.onnx"),
                          weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"])
         for f in TOKENIZER_FILES:
-            try:
-                os.link(folder / f, tmp / f)
-            except OSError:
-                shutil.copyfile(folder / f, tmp / f)
-        os.rename(tmp, target)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / "model.onnx").exists():
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            _link_or_copy(folder / f, tmp / f)
+
+    _publish_model_dir(target, fill)
     return target, qdigest
 
 

@@ -75,12 +75,15 @@ def build_index(folder: Path, dense: bool, cache: Path | None = None):
         from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend
 
         backend = make_embedding_backend("e5")
+        if cache is not None:
+            # The same per-(model, kind, text) store as bench_dense.py (RAGSPINE_BENCH_VECTORS):
+            # passages and queries embedded by either benchmark are reused by the other.
+            from ragspine_pipeline.vector_cache import CachingEmbeddingBackend
+
+            backend = CachingEmbeddingBackend(backend, Path(os.environ.get("RAGSPINE_BENCH_VECTORS",
+                                                                           cache / "dense")))
     index = NarrativeIndex.from_chunks(chunks, embedding_backend=backend,
                                        channels=("bm25", "dense") if backend else ("bm25",), library_id=ds.name)
-    if backend is not None and cache is not None:
-        from ragspine_pipeline.vector_cache import preload_cached_vectors
-
-        preload_cached_vectors(index.retriever, cache / "dense")
     return ds, index
 
 

@@ -12,11 +12,21 @@ from ragspine_pipeline.retrieval.lexical import bm25_kernel
 from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index, bm25_scores
 
 numba = pytest.importorskip("numba")
-KERNELS = ("numba", "numpy")
+# "numba" takes the exhaustive route on these small corpora; "numba-maxscore" forces the
+# MaxScore route of the same kernel (both must equal the reference).
+KERNELS = ("numba", "numba-maxscore", "numpy")
 SHARED_EVAL = Path(__file__).resolve().parents[1].parent / "shared" / "eval"
 VOCAB = [f"t{i}" for i in range(10)] + ["营", "收"]
 docs_st = st.lists(st.lists(st.sampled_from(VOCAB), max_size=20), min_size=1, max_size=60)
 query_st = st.lists(st.sampled_from(VOCAB + ["absent"]), min_size=0, max_size=6)
+
+
+def make(docs, kernel="numba", **kw) -> BM25Index:
+    name, _, route = kernel.partition("-")
+    idx = BM25Index(docs, kernel=name, **kw)
+    if route == "maxscore":
+        idx._exhaustive_docs = 0
+    return idx
 
 
 def expected_top_k(query, docs, k, k1=1.5, b=0.75):
@@ -42,8 +52,8 @@ def assert_same(res, ids, scores):
 def test_both_kernels_equal_reference_with_ties_by_position(docs, query, k, k1, b):
     ids, scores = expected_top_k(query, docs, k, k1, b)
     for kernel in KERNELS:
-        idx = BM25Index(docs, k1=k1, b=b, kernel=kernel)
-        assert idx.kernel == kernel
+        idx = make(docs, kernel, k1=k1, b=b)
+        assert idx.kernel == kernel.split("-")[0]
         assert_same(idx.search(query, k=k), ids, scores)
 
 
@@ -52,15 +62,16 @@ def test_compiled_kernel_leaves_no_state_between_queries():
     rng = np.random.default_rng(3)
     vocab = [f"w{i}" for i in range(300)]
     docs = [list(rng.choice(vocab, size=rng.integers(1, 40))) for _ in range(2000)]
-    fast, slow = BM25Index(docs, kernel="numba"), BM25Index(docs, kernel="numpy")
-    for _ in range(40):
-        q = list(rng.choice(vocab, size=rng.integers(1, 6)))
-        a, b = fast.search(q, k=25), slow.search(q, k=25)
-        assert a.ids.tolist() == b.ids.tolist()
-        assert np.allclose(a.scores, b.scores, atol=1e-9, rtol=0)
-    assert not fast._scratch.acc.any()
-    fast.search(["w1"], k=3, candidates=np.arange(0, 2000, 3))
-    assert not fast._scratch.acc.any()
+    slow = BM25Index(docs, kernel="numpy")
+    for fast in (make(docs, "numba"), make(docs, "numba-maxscore")):
+        for _ in range(40):
+            q = list(rng.choice(vocab, size=rng.integers(1, 6)))
+            a, b = fast.search(q, k=25), slow.search(q, k=25)
+            assert a.ids.tolist() == b.ids.tolist()
+            assert np.allclose(a.scores, b.scores, atol=1e-9, rtol=0)
+        assert not fast._scratch.acc.any()
+        fast.search(["w1"], k=3, candidates=np.arange(0, 2000, 3))
+        assert not fast._scratch.acc.any()
 
 
 def test_compiled_kernel_is_safe_across_threads():
@@ -91,7 +102,7 @@ def test_filtered_queries_keep_the_filtered_statistics_with_either_kernel():
     sub = [d for d, m in zip(docs, mask, strict=True) if m]
     ref = bm25_scores(["a", "c"], sub)
     for kernel in KERNELS:
-        res = BM25Index(docs, kernel=kernel).search(["a", "c"], k=5, candidates=mask)
+        res = make(docs, kernel).search(["a", "c"], k=5, candidates=mask)
         pos = np.flatnonzero(mask)
         exp = sorted((i for i in range(len(sub)) if ref[i] > 0), key=lambda i: (-ref[i], i))
         assert res.ids.tolist() == [int(pos[i]) for i in exp]
@@ -118,11 +129,11 @@ def test_every_shared_set_equals_reference_for_every_kernel(name):
     an = make_analyzer("unicode")
     docs = [an(f"{d.title}\n\n{d.text}") for d in ds.corpus.values()]
     queries = [an(ds.queries[q]) for q in ds.judged_queries[:8]]
-    fast, slow = BM25Index(docs, kernel="numba"), BM25Index(docs, kernel="numpy")
+    built = [make(docs, kernel) for kernel in KERNELS]
     for q in queries:
         ids, scores = expected_top_k(q, docs, 100)
-        assert_same(fast.search(q, k=100), ids, scores)
-        assert_same(slow.search(q, k=100), ids, scores)
+        for idx in built:
+            assert_same(idx.search(q, k=100), ids, scores)
 
 
 def test_pruned_lookup_phase_equals_reference():
@@ -137,14 +148,17 @@ def test_pruned_lookup_phase_equals_reference():
         if i % 97 == 0:
             d += ["rare"] * int(rng.integers(1, 4))
         docs.append(d)
-    idx = BM25Index(docs, kernel="numba")
+    idx = make(docs, "numba-maxscore")
     for q, k in ((["rare", "common"], 3), (["rare", "mid", "common"], 5), (["common", "rare", "rare"], 10),
                  (["rare", "f3", "f7", "common", "mid"], 8), (["f1", "common"], 20)):
         ids, scores = expected_top_k(q, docs, k)
         assert_same(idx.search(q, k=k), ids, scores)
 
 
-def test_batch_equals_single_query_for_both_kernels():
+def test_batch_equals_single_query_for_both_kernels(monkeypatch):
+    from ragspine_pipeline.retrieval.lexical import bm25
+
+    monkeypatch.setattr(bm25, "_POSTINGS_PER_THREAD", 1)  # small batches split on threads too
     rng = np.random.default_rng(8)
     vocab = [f"w{i}" for i in range(400)]
     p = 1.0 / np.arange(1, 401) ** 1.1
@@ -152,7 +166,7 @@ def test_batch_equals_single_query_for_both_kernels():
     docs = [list(rng.choice(vocab, size=int(rng.integers(1, 40)), p=p)) for _ in range(2500)]
     queries = [list(rng.choice(vocab, size=int(rng.integers(0, 6)), p=p)) for _ in range(80)] + [["absent"], []]
     for kernel in KERNELS:
-        idx = BM25Index(docs, kernel=kernel)
+        idx = make(docs, kernel)
         for threads in (None, 1, 2):
             got = idx.search_batch(queries, k=7, threads=threads)
             assert len(got) == len(queries)
@@ -178,7 +192,7 @@ def test_filtered_kernel_uses_survivor_statistics(frac):
     for q in (["w0", "w1"], ["w0", "w5", "w0"], ["w30", "w2", "w59"], ["absent", "w3"]):
         ref_ids, ref_scores = expected_top_k(q, sub, 10)
         for kernel in KERNELS:
-            res = BM25Index(docs, kernel=kernel).search(q, k=10, candidates=mask)
+            res = make(docs, kernel).search(q, k=10, candidates=mask)
             assert_same(res, [int(pos[i]) for i in ref_ids], ref_scores)
         # Candidates given as positions mean the same filter.
         res_ids = BM25Index(docs, kernel="numba").search(q, k=10, candidates=pos)

@@ -142,11 +142,55 @@ def _unique_terms(qtids, idf, wmax, k1p1):
 
 
 @njit(cache=True, nogil=True)
-def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched):
-    """Exact unfiltered top-k with MaxScore pruning (see the module docstring).
+def _exhaustive(indptr, indices, w, idf, qtids, k1p1, k, acc):
+    """Every posting scattered into the corpus-sized acc, then one ordered pass over acc.
 
-    acc must be all zeros on entry and is all zeros again on return.
+    For a query whose postings cover much of a small corpus this is the cheapest exact
+    route: no touched-list bookkeeping, no pruning checks, and the selection pass reads
+    acc sequentially (zeroing it as it goes). Scanning docs in position order, a doc
+    enters a full heap only with a strictly greater score (ties go to the lower position).
     """
+    for j in range(qtids.shape[0]):  # per query token, in query order (as the reference)
+        t = qtids[j]
+        s = idf[t] * k1p1
+        for p in range(indptr[t], indptr[t + 1]):
+            acc[indices[p]] += w[p] * s
+    kk = max(k, 1)
+    hs = np.empty(kk, np.float64)
+    hi = np.empty(kk, np.int64)
+    n = 0
+    thr = 0.0  # heap not yet full: any positive score enters
+    for d in range(acc.shape[0]):
+        v = acc[d]
+        acc[d] = 0.0
+        if v > thr:
+            n = _push(hs, hi, n, kk, v, d)
+            if n == kk:
+                thr = hs[0]
+    return _drain(hs, hi, n)
+
+
+@njit(cache=True, nogil=True)
+def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exhaustive_docs):
+    """Exact unfiltered top-k (see the module docstring).
+
+    On a corpus of at most ``exhaustive_docs`` documents, when the query's postings
+    number at least a quarter of the corpus, every posting is scored (``_exhaustive``);
+    otherwise term-at-a-time MaxScore. acc must be all zeros on entry and is all zeros
+    again on return.
+    """
+    n_docs = acc.shape[0]
+    if n_docs <= exhaustive_docs:
+        total = 0
+        longest = 0
+        for j in range(qtids.shape[0]):
+            df = indptr[qtids[j] + 1] - indptr[qtids[j]]
+            total += df
+            longest = max(longest, df)
+        # Broad query (postings >= a quarter of the corpus) and no single list holding
+        # half of them (that one MaxScore would mostly skip): score everything.
+        if 4 * total >= n_docs and 2 * longest < total:
+            return _exhaustive(indptr, indices, w, idf, qtids, k1p1, k, acc)
     ut, scale, ub = _unique_terms(qtids, idf, wmax, k1p1)
     nu = ut.shape[0]
     remaining = np.zeros(nu + 1, np.float64)  # remaining[j] = sum ub[j:]
@@ -249,7 +293,7 @@ def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched):
 
 
 @njit(cache=True, nogil=True)
-def search_batch(indptr, indices, w, idf, wmax, q_flat, q_ptr, k1p1, k, n_docs):
+def search_batch(indptr, indices, w, idf, wmax, q_flat, q_ptr, k1p1, k, n_docs, exhaustive_docs):
     """Top-k of queries q_ptr[i]:q_ptr[i+1] of q_flat, serially and without the GIL
     (callers run chunks on threads): (ids[nq, k] padded with -1, scores[nq, k], counts).
 
@@ -263,7 +307,22 @@ def search_batch(indptr, indices, w, idf, wmax, q_flat, q_ptr, k1p1, k, n_docs):
     acc = np.zeros(max(n_docs, 1), np.float64)
     touched = np.empty(max(n_docs, 1), np.int32)
     for q in range(nq):
-        ids, sc = search_one(indptr, indices, w, idf, wmax, q_flat[q_ptr[q] : q_ptr[q + 1]], k1p1, k, acc, touched)
+        q_t = q_flat[q_ptr[q] : q_ptr[q + 1]]
+        m = 0
+        for x in range(q_t.shape[0]):  # tokens outside the vocabulary arrive as -1
+            if q_t[x] >= 0:
+                m += 1
+        if m == 0:
+            continue
+        if m < q_t.shape[0]:
+            kept = np.empty(m, np.int64)
+            m = 0
+            for x in range(q_t.shape[0]):
+                if q_t[x] >= 0:
+                    kept[m] = q_t[x]
+                    m += 1
+            q_t = kept
+        ids, sc = search_one(indptr, indices, w, idf, wmax, q_t, k1p1, k, acc, touched, exhaustive_docs)
         n = ids.shape[0]
         out_n[q] = n
         out_i[q, :n] = ids

@@ -41,7 +41,9 @@ def assert_same(res, ids, scores):
     assert len(res.ids) == len(ids)
     assert np.allclose(res.scores, scores, atol=1e-9, rtol=0)
     got = res.ids.tolist()
-    assert got == sorted(got, key=lambda i: (-round(float(res.scores[got.index(i)]), 9), i))
+    sc = res.scores.tolist()
+    for i in range(len(got) - 1):  # ranked by score; exactly equal scores by position
+        assert sc[i] > sc[i + 1] or (sc[i] == sc[i + 1] and got[i] < got[i + 1])
     for i, (a, b) in enumerate(zip(got, ids, strict=True)):
         if a != b:
             assert abs(scores[i] - res.scores[i]) <= 1e-9
@@ -177,8 +179,13 @@ def test_batch_equals_single_query_for_both_kernels(monkeypatch):
     assert BM25Index(docs).search_batch([], k=3) == []
 
 
+@pytest.mark.parametrize("bitsets", [False, True])
 @pytest.mark.parametrize("frac", [0.5, 0.05, 0.002])
-def test_filtered_kernel_uses_survivor_statistics(frac):
+def test_filtered_kernel_uses_survivor_statistics(frac, bitsets, monkeypatch):
+    from ragspine_pipeline.retrieval.lexical import bm25
+
+    if bitsets:  # long lists' survivor df by popcount (normally only on corpora >= 65,536 docs)
+        monkeypatch.setattr(bm25, "BITSET_MIN_DOCS", 0)
     # Both the mask scan and the survivor-galloping branch (few survivors, long lists).
     rng = np.random.default_rng(int(frac * 1000))
     vocab = [f"w{i}" for i in range(60)]
@@ -189,6 +196,7 @@ def test_filtered_kernel_uses_survivor_statistics(frac):
     mask[0] = True
     pos = np.flatnonzero(mask)
     sub = [docs[i] for i in pos]
+    assert (BM25Index(docs)._bits.shape[0] > 0) == bitsets
     for q in (["w0", "w1"], ["w0", "w5", "w0"], ["w30", "w2", "w59"], ["absent", "w3"]):
         ref_ids, ref_scores = expected_top_k(q, sub, 10)
         for kernel in KERNELS:

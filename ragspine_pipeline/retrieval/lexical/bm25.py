@@ -45,6 +45,10 @@ DEFAULT_BM25_B = 0.75
 DEFAULT_K1 = DEFAULT_BM25_K1
 DEFAULT_B = DEFAULT_BM25_B
 KERNELS = ("auto", "numba", "numpy")
+# Filtered queries: postings lists with df >= N / BITSET_DF_FRACTION get a bitset (corpora
+# of BITSET_MIN_DOCS documents or more), so their survivor df is a popcount.
+BITSET_DF_FRACTION = 16
+BITSET_MIN_DOCS = 65_536
 _POSTINGS_PER_THREAD = 50_000  # batch work (postings of its terms) per extra thread
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
@@ -185,6 +189,8 @@ class BM25Index:
         np.cumsum(np.bincount(post_terms, minlength=n_terms), out=self.indptr[1:])
         self.vocab = vocab
         self.doc_len = lens
+        # The filtered kernel reads a length per survivor: half the bytes of int64.
+        self._doc_len32 = lens.astype(np.uint32)
         self.n_docs = n_docs
         self.total_len = int(lens.sum())
         self.df = np.diff(self.indptr)
@@ -202,17 +208,62 @@ class BM25Index:
         np.divide(w, denom, out=w)
         self.w = w
         del counts, denom
+        self._build_bitsets()
         # Per-term maximum of w: the MaxScore upper bound of a term's contribution.
         self._w_max = np.zeros(n_terms, dtype=np.float64)
         nonempty = np.flatnonzero(self.df)
         if len(nonempty):
             self._w_max[nonempty] = np.maximum.reduceat(w, self.indptr[nonempty])
 
+    def _build_bitsets(self) -> None:
+        """Bitsets of the longest postings lists (df >= N/16) of a large corpus.
+
+        A filtered query needs each query term's df over the filter survivors. For a
+        long list that is a popcount of (list bits & filter bits) over N/64 words instead
+        of a pass over df postings; at df >= N/16 the bitset is at most half the size of
+        the list's int32 ids, and such terms are few.
+        """
+        n, n_terms = self.n_docs, len(self.vocab)
+        self._bit_row = np.full(n_terms, -1, np.int32)
+        dense = (np.flatnonzero(self.df * BITSET_DF_FRACTION >= n) if n >= BITSET_MIN_DOCS
+                 else np.zeros(0, np.int64))
+        words = (n + 63) // 64
+        self._bits = np.zeros((len(dense), words), np.uint64)
+        if not len(dense):
+            return
+        row = np.zeros(words * 64, np.bool_)
+        for r, t in enumerate(dense.tolist()):
+            row[:] = False
+            row[self.indices[self.indptr[t]:self.indptr[t + 1]]] = True
+            self._bits[r] = np.packbits(row, bitorder="little").view(np.uint64)
+        self._bit_row[dense] = np.arange(len(dense), dtype=np.int32)
+
+    def _survivor_df(self, tids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Per query token: its df over the mask's survivors when its list has a bitset,
+        else -1 (the kernel counts those from the postings)."""
+        out = np.full(len(tids), -1, np.int64)
+        rows = self._bit_row[tids]
+        if (rows < 0).all():
+            return out
+        words = self._bits.shape[1]
+        packed = np.zeros(words * 8, np.uint8)
+        bits = np.packbits(mask, bitorder="little")
+        packed[:len(bits)] = bits
+        mbits = packed.view(np.uint64)
+        seen: dict[int, int] = {}
+        for x, r in enumerate(rows.tolist()):
+            if r >= 0:
+                if r not in seen:
+                    seen[r] = int(np.bitwise_count(self._bits[r] & mbits).sum())
+                out[x] = seen[r]
+        return out
+
     @property
     def nbytes(self) -> int:
         return int(
             self.indices.nbytes + self.tf.nbytes + self.w.nbytes + self.indptr.nbytes + self.doc_len.nbytes
             + self._norm_full.nbytes + self._idf_full.nbytes + self.df.nbytes + self._w_max.nbytes
+            + self._bits.nbytes + self._bit_row.nbytes + self._doc_len32.nbytes
         )
 
     # ----------------------------------------------------------------- scoring
@@ -368,9 +419,21 @@ class BM25Index:
                                                    self._w_max, tids, self.k1 + 1.0, int(k),
                                                    sc.acc, sc.touched, self._exhaustive_docs)
         else:
-            ids, scores = self._kernels.search_filtered(self.indptr, self.indices, self.tf, self.doc_len,
-                                                        mask, tids, self.k1, self.b, int(k),
-                                                        sc.acc, sc.touched)
+            n = int(np.count_nonzero(mask))
+            if 0 < n * 64 <= self.n_docs:
+                # Few survivors: their positions give the total length by a gather and let
+                # long lists be galloped instead of scanned.
+                surv = np.flatnonzero(mask).astype(np.int32)
+                total = int(self._doc_len32[surv].sum(dtype=np.int64))
+                pre_df = np.full(len(tids), -1, np.int64)  # galloping the few is cheaper
+            else:
+                n, total = self._kernels.filter_stats(mask, self._doc_len32)
+                surv = np.zeros(0, np.int32)
+                pre_df = self._survivor_df(tids, mask)
+            ids, scores = self._kernels.search_filtered(self.indptr, self.indices, self.tf, self._doc_len32,
+                                                        mask, surv, n, total, tids, pre_df, self.k1, self.b,
+                                                        int(k), sc.acc, sc.touched, self._w_max,
+                                                        self.avgdl)
         return ScoredDocs(ids, scores)
 
     def _maxscore(self, query_tokens: Sequence[str], k: int) -> ScoredDocs | None:

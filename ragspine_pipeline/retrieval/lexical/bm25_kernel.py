@@ -19,9 +19,11 @@ pass and prune:
 * ``search_batch``: many queries in one call without the GIL (one scratch per call);
   ``BM25Index.search_batch`` runs chunks of a batch on threads.
 * ``search_filtered``: the spec's filtered semantics (N, df and avgdl over the filter
-  survivors). Per term it either scans the postings against the mask or, when the
-  survivors are few, gallops each survivor into the postings, so a selective filter
-  costs about as much as its survivors, not as the corpus.
+  survivors), MaxScore-pruned. A term's survivor df is a branchless count over its list
+  or, when the survivors are few, found by galloping each survivor into the list; terms
+  are then scored by descending bound until the rest cannot change the top k, and the
+  rest are looked up for the remaining candidates only. A selective filter costs about
+  as much as its survivors, a broad one about a count pass over the query's postings.
 
 Every kernel returns (doc positions, scores) ranked by (score desc, position asc) and
 keeps only scores > 0; scores equal the reference formula to 1e-9 (tests check this
@@ -54,12 +56,13 @@ class Kernels:
     search_one: Any
     search_batch: Any
     search_filtered: Any
+    filter_stats: Any
 
 
 def _compile() -> Kernels:
     from . import bm25_numba as nb
 
-    return Kernels(nb.search_one, nb.search_batch, nb.search_filtered)
+    return Kernels(nb.search_one, nb.search_batch, nb.search_filtered, nb.filter_stats)
 
 
 def _warm(k: Kernels) -> None:
@@ -74,8 +77,11 @@ def _warm(k: Kernels) -> None:
     for exhaustive_docs in (0, 1):  # both unfiltered routes
         k.search_one(indptr, indices, w, idf, w, q, 2.0, 1, acc, touched, exhaustive_docs)
     k.search_batch(indptr, indices, w, idf, w, q, np.array([0, 1], np.int64), 2.0, 1, 1, 1)
-    k.search_filtered(indptr, indices, np.ones(1, np.uint8), np.ones(1, np.int64), np.ones(1, np.bool_),
-                      q, 1.5, 0.75, 1, acc, touched)
+    mask, doc_len = np.ones(1, np.bool_), np.ones(1, np.uint32)
+    n, total = k.filter_stats(mask, doc_len)
+    # tf is uint8 on nearly every corpus (wider widths compile on first use, then cached).
+    k.search_filtered(indptr, indices, np.ones(1, np.uint8), doc_len, mask, np.zeros(1, np.int32), n, total,
+                      q, np.full(1, -1, np.int64), 1.5, 0.75, 1, acc, touched, w, 1.0)
 
 
 def load_kernels() -> Kernels | None:

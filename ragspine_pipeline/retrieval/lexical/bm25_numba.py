@@ -331,31 +331,44 @@ def search_batch(indptr, indices, w, idf, wmax, q_flat, q_ptr, k1p1, k, n_docs, 
 
 
 @njit(cache=True, nogil=True)
-def search_filtered(indptr, indices, tf, doc_len, mask, qtids, k1, b, k, acc, touched):
-    """Exact filtered top-k: N, df and avgdl over the mask's survivors.
-
-    Per query-token occurrence (in query order, as the reference sums) the
-    contribution of each surviving posting is added. acc is zero on entry and exit.
-    """
-    n_docs = mask.shape[0]
-    surv = np.empty(n_docs, np.int32)
+def filter_stats(mask, doc_len):
+    """(survivors, their summed length): one branchless pass the compiler vectorizes."""
     n = 0
     total = 0
-    for d in range(n_docs):
-        if mask[d]:
-            surv[n] = d
-            n += 1
-            total += doc_len[d]
+    for d in range(mask.shape[0]):
+        c = np.int64(mask[d])
+        n += c
+        total += doc_len[d] * c
+    return n, total
+
+
+@njit(cache=True, nogil=True)
+def search_filtered(indptr, indices, tf, doc_len, mask, surv, n, total, qtids, pre_df, k1, b, k, acc,
+                    touched, wmax, avgdl_all):
+    """Exact filtered top-k: N, df and avgdl over the mask's n survivors (the spec),
+    MaxScore-pruned like ``search_one``.
+
+    ``surv`` holds the survivors' positions when the caller found them few (else it is
+    empty): a term whose list is much longer than that is then gathered by galloping
+    each survivor into it. Every other term's survivor df is a branchless count over
+    its list, and its postings are scored only while it can still change the top k;
+    after that it is looked up for the remaining candidates alone. A term's bound is
+    ``pre_df[x] >= 0`` is token x's survivor df, already known (a bitset popcount).
+    idf over the survivors x (k1 + 1) x max(1, avgdl_f / avgdl) x its full-corpus
+    max tf/(tf + norm): with the survivors' avgdl_f the factor can grow by at most that
+    ratio. acc is zero on entry and exit.
+    """
     empty_i = np.zeros(0, np.int64)
     empty_s = np.zeros(0, np.float64)
     if n == 0 or total == 0 or qtids.shape[0] == 0:
         return empty_i, empty_s
     avgdl = total / n
+    can_gallop = surv.shape[0] == n
     m = qtids.shape[0]
-    # Distinct terms; each one's surviving postings gathered once (pos, tf).
     ut = np.empty(m, np.int64)
+    mult = np.zeros(m, np.float64)
+    known = np.full(m, -1, np.int64)
     nu = 0
-    tok_term = np.empty(m, np.int64)
     for x in range(m):
         t = qtids[x]
         found = -1
@@ -365,23 +378,29 @@ def search_filtered(indptr, indices, tf, doc_len, mask, qtids, k1, b, k, acc, to
                 break
         if found < 0:
             ut[nu] = t
-            found = nu
+            mult[nu] = 1.0
+            known[nu] = pre_df[x]
             nu += 1
-        tok_term[x] = found
+        else:
+            mult[found] += 1.0
+    # Survivor df per term; short-survivor terms gathered into (g_doc, g_tf).
+    dfs = np.zeros(nu, np.int64)
+    gathered = np.zeros(nu, np.bool_)
     cap = 0
     for y in range(nu):
-        cap += min(indptr[ut[y] + 1] - indptr[ut[y]], n)
+        df = indptr[ut[y] + 1] - indptr[ut[y]]
+        if can_gallop and n * 16 < df and known[y] < 0:
+            gathered[y] = True
+            cap += min(df, n)
     g_doc = np.empty(cap, np.int32)
     g_tf = np.empty(cap, np.float64)
-    g_ptr = np.zeros(nu + 1, np.int64)
+    g_lo = np.zeros(nu, np.int64)
     g = 0
     for y in range(nu):
-        t = ut[y]
-        s0 = indptr[t]
-        e0 = indptr[t + 1]
-        df = e0 - s0
-        if n * 16 < df:
-            # Few survivors: gallop each into the postings.
+        s0 = indptr[ut[y]]
+        e0 = indptr[ut[y] + 1]
+        if gathered[y]:
+            g_lo[y] = g
             lo = s0
             for x in range(n):
                 if lo >= e0:
@@ -392,38 +411,120 @@ def search_filtered(indptr, indices, tf, doc_len, mask, qtids, k1, b, k, acc, to
                     g_doc[g] = d
                     g_tf[g] = tf[lo]
                     g += 1
+            dfs[y] = g - g_lo[y]
+        elif known[y] >= 0:
+            dfs[y] = known[y]
         else:
+            c = 0
             for p in range(s0, e0):
+                c += np.int64(mask[indices[p]])
+            dfs[y] = c
+    k1p1 = k1 + 1.0
+    grow = max(1.0, avgdl / avgdl_all) if avgdl_all > 0 else 1.0
+    scale = np.zeros(nu, np.float64)
+    ub = np.zeros(nu, np.float64)
+    for y in range(nu):
+        if dfs[y] > 0:
+            scale[y] = np.log1p((n - dfs[y] + 0.5) / (dfs[y] + 0.5)) * k1p1 * mult[y]
+            ub[y] = scale[y] * wmax[ut[y]] * grow
+    order = np.argsort(-ub, kind="mergesort")
+    remaining = np.zeros(nu + 1, np.float64)
+    for j in range(nu - 1, -1, -1):
+        remaining[j] = remaining[j + 1] + ub[order[j]]
+    kb = 1.0 - b
+    bavg = b / avgdl
+    hs = np.empty(max(k, 1), np.float64)
+    hi = np.empty(max(k, 1), np.int64)
+    n_t = 0
+    top1 = 0.0
+    theta = -1.0
+    j = 0
+    while j < nu:
+        y = order[j]
+        if dfs[y] == 0:
+            break  # sorted by bound: every later term has no surviving posting either
+        if j > 0 and n_t >= k and remaining[j] * (1.0 + _SLACK) < top1 and 8 * dfs[y] >= n_t:
+            theta = _kth_score(acc, touched, n_t, k, hs, hi)
+            if remaining[j] * (1.0 + _SLACK) < theta:
+                break
+        sc = scale[y]
+        if gathered[y]:
+            for q in range(g_lo[y], g_lo[y] + dfs[y]):
+                d = g_doc[q]
+                f = g_tf[q]
+                v = acc[d]
+                if v == 0.0:
+                    touched[n_t] = d
+                    n_t += 1
+                v += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
+                acc[d] = v
+                if v > top1:
+                    top1 = v
+        else:
+            for p in range(indptr[ut[y]], indptr[ut[y] + 1]):
                 d = indices[p]
                 if mask[d]:
-                    g_doc[g] = d
-                    g_tf[g] = tf[p]
-                    g += 1
-        g_ptr[y + 1] = g
-    k1p1 = k1 + 1.0
-    n_t = 0
-    for x in range(m):
-        y = tok_term[x]
-        dfy = g_ptr[y + 1] - g_ptr[y]
-        if dfy == 0:
-            continue
-        idf = np.log1p((n - dfy + 0.5) / (dfy + 0.5))
-        for p in range(g_ptr[y], g_ptr[y + 1]):
-            d = g_doc[p]
-            f = g_tf[p]
-            norm = k1 * (1.0 - b + b * doc_len[d] / avgdl)
-            if acc[d] == 0.0:
-                touched[n_t] = d
-                n_t += 1
-            acc[d] += idf * (f * k1p1) / (f + norm)
+                    f = np.float64(tf[p])
+                    v = acc[d]
+                    if v == 0.0:
+                        touched[n_t] = d
+                        n_t += 1
+                    v += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
+                    acc[d] = v
+                    if v > top1:
+                        top1 = v
+        j += 1
+    if j < nu and dfs[order[j]] > 0:
+        # Lookup phase: candidates that can still reach theta, remaining terms looked up.
+        cand = np.empty(n_t, np.int32)
+        nc = 0
+        bound = remaining[j] * (1.0 + _SLACK)
+        for x in range(n_t):
+            d = touched[x]
+            if acc[d] + bound >= theta:
+                cand[nc] = d
+                nc += 1
+            else:
+                acc[d] = 0.0
+        cand = np.sort(cand[:nc])
+        for jj in range(j, nu):
+            y = order[jj]
+            if dfs[y] == 0:
+                break
+            sc = scale[y]
+            if gathered[y]:
+                for q in range(g_lo[y], g_lo[y] + dfs[y]):
+                    d = g_doc[q]
+                    if acc[d] != 0.0:
+                        f = g_tf[q]
+                        acc[d] += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
+            else:
+                lo = indptr[ut[y]]
+                e0 = indptr[ut[y] + 1]
+                df = e0 - lo
+                if nc * (4 + 2 * np.log2(df / max(nc, 1) + 1.0)) < df:
+                    for x in range(nc):
+                        if lo >= e0:
+                            break
+                        d = cand[x]
+                        lo = _gallop(indices, lo, e0, d)
+                        if lo < e0 and indices[lo] == d:
+                            f = np.float64(tf[lo])
+                            acc[d] += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
+                else:
+                    for p in range(lo, e0):
+                        d = indices[p]
+                        if acc[d] != 0.0:
+                            f = np.float64(tf[p])
+                            acc[d] += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
+        touched = cand
+        n_t = nc
     kk = min(k, n_t)
-    hs = np.empty(max(kk, 1), np.float64)
-    hi = np.empty(max(kk, 1), np.int64)
-    c = 0
+    nh = 0
     for x in range(n_t):
         d = touched[x]
-        sc = acc[d]
+        v = acc[d]
         acc[d] = 0.0
-        if sc > 0.0 and (c < kk or sc >= hs[0]):
-            c = _push(hs, hi, c, kk, sc, d)
-    return _drain(hs, hi, c)
+        if v > 0.0 and (nh < kk or v >= hs[0]):
+            nh = _push(hs, hi, nh, kk, v, d)
+    return _drain(hs, hi, nh)

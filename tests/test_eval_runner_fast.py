@@ -118,3 +118,30 @@ def test_cli_eval_json_prints_no_progress(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr()
     assert json.loads(out.out)["counts"]["queries"] == 6
     assert "query/s" not in out.err and "it/s" not in out.err
+
+
+@pytest.mark.parametrize("channels", [("bm25",), ("bm25", "dense")])
+def test_ranked_doc_ids_equal_ranked_chunks_with_restricted_and_multi_chunk_docs(channels):
+    # The array path of `ragspine eval` (label verdicts per distinct label, dedupe by
+    # document) must give exactly the doc ids of ranked_chunks, RESTRICTED ones dropped.
+    from ragspine_pipeline.eval.metrics import dedupe_keep_best
+    from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
+    from ragspine_pipeline.retrieval.vector.embedding_backends import DeterministicHashBackend
+
+    labels = ["PUBLIC", "RESTRICTED", "internal", "Confidential??", None]
+    chunks = [Chunk(chunk_id=f"c{i:03d}", doc_id=f"d{i // 3}", title="", text=f"common topic{i % 7} item{i % 5}",
+                    source_locator=SourceLocator(f"d{i // 3}", 0, 10), sensitivity=labels[i % len(labels)])
+              for i in range(90)]
+    backend = DeterministicHashBackend() if "dense" in channels else None
+    index = narrative_link.NarrativeIndex.from_chunks(chunks, channels=channels, embedding_backend=backend)
+    r = narrative_link.NarrativeIndexRetriever(index)
+    for q in ("common topic3 item3", "topic1", "item4 common", "absent"):
+        for depth in (1, 5, 40):
+            want = dedupe_keep_best([c.doc_id for c in r.ranked_chunks(q, top_k=3 * depth)])[:depth]
+            assert r.ranked_doc_ids(q, chunk_depth=3 * depth, depth=depth) == want
+    from ragspine_pipeline.sensitivity import is_restricted
+
+    assert sum(is_restricted(c.sensitivity) for c in chunks) == 54  # RESTRICTED, odd, None: fail closed
+    got = r.ranked_chunks("common", top_k=90)
+    assert len(got) == 36 and not any(is_restricted(c.sensitivity) for c in got)
+    assert len(r.ranked_doc_ids("common", chunk_depth=90, depth=90)) == len({c.doc_id for c in got})

@@ -18,7 +18,7 @@ from ..retrieval.chunking.chunk_store import ChunkStore
 from ..retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever
 from ..retrieval.vector.batching import tqdm_progress
 from .beir import BeirDataset, load_beir
-from .metrics import dedupe_keep_best, mean_metrics
+from .metrics import mean_metrics
 
 DOCUMENT_CHUNK_CHARS = 1_000_000  # "document" chunker: one chunk per document
 
@@ -83,7 +83,7 @@ def _progress(it, total: int, enabled: bool, desc: str):
 def ranked_doc_ids(retriever: NarrativeIndexRetriever, query: str, chunk_depth: int, depth: int) -> list[str]:
     """Document ids of one query, best chunk first: ranks only, no snippet dicts
     (building ~300 snippet dicts per query cost ~100x the index's own time)."""
-    return dedupe_keep_best([c.doc_id for c in retriever.ranked_chunks(query, top_k=chunk_depth)])[:depth]
+    return retriever.ranked_doc_ids(query, chunk_depth=chunk_depth, depth=depth)
 
 
 def evaluate_modes(folder: str, modes: list[str], embedding: str | None = None,

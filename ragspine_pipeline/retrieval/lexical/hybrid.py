@@ -22,6 +22,7 @@ every tie in every channel falls in chunk_id order.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -312,6 +313,49 @@ class HybridRetriever:
         if top_k <= 0:
             return []
         return [int(p) for p, _ in self._fused(query, filters, top_k, depth, mask)[0]]
+
+    def ranked_position_array(self, query: str, *, top_k: int = 10) -> np.ndarray:
+        """``ranked_positions(query, top_k=top_k)`` (unfiltered) as an int64 array.
+
+        A BM25-only search with no query rewriter is one ranking, which RRF keeps in
+        order, so its positions are the index's own top-k array with no per-hit Python
+        work; every other configuration goes through ``_fused``.
+        """
+        if top_k <= 0:
+            return np.zeros(0, np.int64)
+        if self.rewriter is None and tuple(self.channels) == ("bm25",):
+            depth = max(top_k, self.candidate_k)
+            hits = self.index.search(self.analyzer.analyze_query(query, self._languages), k=depth)
+            return hits.ids[:top_k]
+        return np.fromiter((p for p, _ in self._fused(query, None, top_k, None, None)[0]), np.int64)
+
+    @functools.cached_property
+    def label_codes(self) -> tuple[np.ndarray, list[Any]] | None:
+        """(code per chunk, distinct sensitivity labels), so a query can check each
+        distinct label once and mask every candidate in one gather; None when a label is
+        unhashable (callers then check per chunk)."""
+        codes: dict[tuple[type, Any], int] = {}
+        labels: list[Any] = []
+        out = np.empty(len(self.chunks), np.int32)
+        try:
+            for i, c in enumerate(self.chunks):
+                key = (type(c.sensitivity), c.sensitivity)
+                code = codes.get(key)
+                if code is None:
+                    code = codes[key] = len(labels)
+                    labels.append(c.sensitivity)
+                out[i] = code
+        except TypeError:
+            return None
+        return out, labels
+
+    @functools.cached_property
+    def doc_codes(self) -> tuple[np.ndarray, list[str]]:
+        """(document code per chunk, document ids): dedupe by document in numpy."""
+        codes: dict[str, int] = {}
+        out = np.fromiter((codes.setdefault(c.doc_id, len(codes)) for c in self.chunks), np.int64,
+                          count=len(self.chunks))
+        return out, list(codes)
 
     def _fused(self, query: str, filters: Any, top_k: int, depth: int | None, mask: np.ndarray | None):
         fmask = self.candidate_mask(filters)

@@ -22,8 +22,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from ...llm.provider import LLMProvider
 from ...sensitivity import RESTRICTED_SENSITIVITY, is_restricted
@@ -124,6 +127,10 @@ class NarrativeIndex:
 
     def __len__(self) -> int:
         return len(self.retriever)
+
+
+def _dedupe(ids: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(ids))
 
 
 class _LabelCheck:
@@ -274,6 +281,30 @@ class NarrativeIndexRetriever:
                 if len(out) == top_k:
                     break
         return out
+
+    def ranked_doc_ids(self, query: str, *, chunk_depth: int, depth: int) -> list[str]:
+        """Document ids of ``ranked_chunks(query, top_k=chunk_depth)``, each at its best
+        chunk's rank, first ``depth`` (``ragspine eval``'s run), computed on arrays.
+
+        The same rule as ``ranked_chunks``: every candidate's label is checked at query
+        time (once per distinct label) and RESTRICTED ones are dropped, as are chunks
+        marked restricted when the index was built. With a reranker, or unhashable
+        labels, it is ``ranked_chunks`` itself.
+        """
+        check_query(query)
+        if chunk_depth <= 0 or depth <= 0:
+            return []
+        r = self.index.retriever
+        labels = r.label_codes
+        if self.reranker is not None or labels is None:
+            return _dedupe([c.doc_id for c in self.ranked_chunks(query, top_k=chunk_depth)])[:depth]
+        codes, values = labels
+        pos = r.ranked_position_array(query, top_k=chunk_depth + int(r.restricted.sum()))
+        verdict = np.fromiter((is_restricted(v) for v in values), bool, count=len(values))
+        pos = pos[~(verdict[codes[pos]] | r.restricted[pos])][:chunk_depth]
+        doc_code, doc_ids = r.doc_codes
+        best = dict.fromkeys(doc_code[pos].tolist())  # first-seen order = best rank
+        return [doc_ids[d] for d in islice(best, depth)]
 
     def retrieve(self, query: str, *, filters: Mapping[str, Any] | Sequence[Any] | None = None,
                  top_k: int = DEFAULT_TOP_K) -> list[dict[str, Any]]:

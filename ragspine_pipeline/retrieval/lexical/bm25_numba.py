@@ -112,11 +112,13 @@ def _gallop(post, lo, hi_, d):
 
 
 @njit(cache=True, nogil=True)
-def _unique_terms(qtids, idf, wmax, k1p1):
-    """Distinct query terms (repeats multiply the scale), by descending upper bound."""
+def _distinct(qtids):
+    """(distinct term ids in first-seen order, how often each occurs, the query position
+    of each one's first occurrence). Queries are short: a linear scan beats hashing."""
     m = qtids.shape[0]
     ut = np.empty(m, np.int64)
     mult = np.zeros(m, np.float64)
+    first = np.empty(m, np.int64)
     nu = 0
     for x in range(m):
         t = qtids[x]
@@ -128,10 +130,18 @@ def _unique_terms(qtids, idf, wmax, k1p1):
         if found < 0:
             ut[nu] = t
             mult[nu] = 1.0
+            first[nu] = x
             nu += 1
         else:
             mult[found] += 1.0
-    ut = ut[:nu]
+    return ut[:nu], mult[:nu], first[:nu]
+
+
+@njit(cache=True, nogil=True)
+def _unique_terms(qtids, idf, wmax, k1p1):
+    """Distinct query terms (repeats multiply the scale), by descending upper bound."""
+    ut, mult, _first = _distinct(qtids)
+    nu = ut.shape[0]
     scale = np.empty(nu, np.float64)
     ub = np.empty(nu, np.float64)
     for y in range(nu):
@@ -364,25 +374,9 @@ def search_filtered(indptr, indices, tf, doc_len, mask, surv, n, total, qtids, p
         return empty_i, empty_s
     avgdl = total / n
     can_gallop = surv.shape[0] == n
-    m = qtids.shape[0]
-    ut = np.empty(m, np.int64)
-    mult = np.zeros(m, np.float64)
-    known = np.full(m, -1, np.int64)
-    nu = 0
-    for x in range(m):
-        t = qtids[x]
-        found = -1
-        for y in range(nu):
-            if ut[y] == t:
-                found = y
-                break
-        if found < 0:
-            ut[nu] = t
-            mult[nu] = 1.0
-            known[nu] = pre_df[x]
-            nu += 1
-        else:
-            mult[found] += 1.0
+    ut, mult, first = _distinct(qtids)
+    nu = ut.shape[0]
+    known = pre_df[first]
     # Survivor df per term; short-survivor terms gathered into (g_doc, g_tf).
     dfs = np.zeros(nu, np.int64)
     gathered = np.zeros(nu, np.bool_)

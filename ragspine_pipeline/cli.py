@@ -184,7 +184,7 @@ def build_demo_store(warehouse: Path, corpus_root: Path = DEMO_ROOT, *, quiet: b
 def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
                    analyzer: str | None = None, glossary: Path | None = None,
                    source: str = "auto", layers: dict[str, str | None] | None = None,
-                   chunker: str | None = None) -> Any:
+                   chunker: str | None = None, progress: bool = True) -> Any:
     """The retriever a command serves: the published snapshots when there are any
     (``source="auto"``), else — or with ``source="store"`` — the DuckDB chunk store.
 
@@ -197,6 +197,9 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
 
     ``chunker`` (published snapshots only) serves each library's newest snapshot built by
     that chunker (``layout``, or a full key) instead of the published one.
+
+    ``progress``: a bar on stderr while chunk vectors are embedded (only on a terminal;
+    commands pass False under ``--json``).
     """
     from .retrieval.lexical.glossary import GlossaryQueryRewriter
     from .retrieval.query import make_query_layers
@@ -235,7 +238,7 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
     if backend is not None:
         from .vector_cache import preload_cached_vectors
 
-        preload_cached_vectors(index.retriever, warehouse / VECTOR_CACHE_DIR)
+        preload_cached_vectors(index.retriever, warehouse / VECTOR_CACHE_DIR, progress=progress)
     # RAGSPINE_QUERY_TRANSFORM / _DECOMPOSE / _ADAPTIVE / _CORRECTIVE / _AUTO_FILTERS /
     # RAGSPINE_POSTPROCESSOR: the base itself when all are off (byte-identical output).
     return make_query_layers(NarrativeIndexRetriever(index, reranker=reranker), glossary=gl,
@@ -361,7 +364,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         build_demo_store(warehouse, quiet=True)
     retriever = open_retriever(warehouse, mode=args.mode, embedding=args.embedding,
                                layers={"transform": args.transform, "postprocessor": args.postprocess},
-                               chunker=args.chunker)
+                               chunker=args.chunker, progress=not args.json)
     check_filters_against(retriever, by_option)
     snippets = retriever.retrieve(args.query, filters=filters, top_k=args.top_k)
     report = getattr(snippets, "report", None)  # the query layers' account (refusals, status)

@@ -280,3 +280,25 @@ def test_engine_never_imports_dagster():
     offenders = [str(p) for p in pkg.rglob("*.py")
                  if re.search(r"^\s*(import dagster|from dagster)", p.read_text(encoding="utf-8"), re.M)]
     assert offenders == []
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_embedding_progress_bar_only_for_a_terminal_and_never_under_json(store_wh, monkeypatch, capsys, as_json):
+    # stderr is a terminal here; under --json nothing but the JSON may be printed, and the
+    # plain command shows the bar (tqdm writes "embedding chunks" to stderr).
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    import shutil
+
+    shutil.rmtree(store_wh / "engine_vectors", ignore_errors=True)  # a cold cache: chunks get embedded
+    err = Tty()
+    monkeypatch.setattr(sys, "stderr", err)
+    argv = ["query", "why close the Lyon plant", "--warehouse", str(store_wh), "--embedding", "deterministic",
+            "--mode", "hybrid", "--top-k", "1"] + (["--json"] if as_json else [])
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert ("embedding chunks" in err.getvalue()) is (not as_json)

@@ -205,3 +205,25 @@ def test_filtered_kernel_uses_survivor_statistics(frac, bitsets, monkeypatch):
         # Candidates given as positions mean the same filter.
         res_ids = BM25Index(docs, kernel="numba").search(q, k=10, candidates=pos)
         assert res_ids.ids.tolist() == res.ids.tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(docs_st, query_st, st.integers(1, 20), st.floats(0.0, 3.0), st.floats(0.0, 1.0), st.data())
+def test_filtered_kernels_equal_reference_over_survivors(docs, query, k, k1, b, data):
+    # Random filters, including all-pass and none-pass ones: the pruned filtered kernel
+    # (with and without bitsets) and the numpy path equal the reference over the survivors.
+    from ragspine_pipeline.retrieval.lexical import bm25
+
+    mask = np.array(data.draw(st.lists(st.booleans(), min_size=len(docs), max_size=len(docs))), dtype=bool)
+    pos = np.flatnonzero(mask)
+    ref_ids, ref_scores = expected_top_k(query, [docs[i] for i in pos], k, k1, b) if len(pos) else ([], [])
+    want = [int(pos[i]) for i in ref_ids]
+    for min_docs in (bm25.BITSET_MIN_DOCS, 0):
+        old = bm25.BITSET_MIN_DOCS
+        bm25.BITSET_MIN_DOCS = min_docs
+        try:
+            built = [make(docs, kernel, k1=k1, b=b) for kernel in KERNELS]
+        finally:
+            bm25.BITSET_MIN_DOCS = old
+        for idx in built:
+            assert_same(idx.search(query, k=k, candidates=mask), want, ref_scores)

@@ -9,6 +9,10 @@ is fed the same token lists (our analyzer's output), the same queries (empty one
 skipped) and the same k, with the same k1 and b (tantivy's fixed k1=1.2: those rows run
 ragspine at 1.2 too). Each peer runs at its documented defaults and in its fastest mode
 (bm25s: numpy and numba backends, default n_threads; batched at n_threads 0 and -1).
+Lucene runs at the same k1 and b when a JDK 21+ and Anserini's fat jar are found
+(``RAGSPINE_JAVA`` / ``RAGSPINE_ANSERINI_JAR``, else a ``java`` >= 21 on PATH or under
+/usr/lib/jvm and the jar inside an installed pyserini): ``benchmarks/lucene/LuceneBench.java``
+indexes the same tokens and times Lucene's own search loop after a JIT warm-up.
 Imports and first-call JIT are timed apart from build and queries. Each (engine, corpus)
 runs in its own subprocess (``nice -n 5``) so build memory is a real resident-set peak
 (VmHWM, reset before the build). Results are ratios to the best peer per row.
@@ -133,6 +137,66 @@ def _import_engine(engine: str):
     raise ValueError(engine)
 
 
+def _java_major(java: str) -> int:
+    try:
+        p = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    text = p.stderr + p.stdout
+    try:
+        v = text.split('"')[1]
+        return int(v.split(".")[0])
+    except (IndexError, ValueError):
+        return 0
+
+
+def lucene_setup() -> tuple[str, str] | str:
+    """(java, fat jar) for the Lucene row, or why it is skipped."""
+    import glob
+    import shutil
+
+    javas = [os.environ["RAGSPINE_JAVA"]] if os.environ.get("RAGSPINE_JAVA") else (
+        [j for j in [shutil.which("java")] if j] + sorted(glob.glob("/usr/lib/jvm/*/bin/java"), reverse=True))
+    java = next((j for j in javas if _java_major(j) >= 21), None)
+    if java is None:
+        return "skipped: needs a JDK 21+ (found: " + _java_version() + ")"
+    jar = os.environ.get("RAGSPINE_ANSERINI_JAR")
+    if not jar:
+        import site
+
+        found = [p for d in site.getsitepackages() for p in glob.glob(f"{d}/pyserini/resources/jars/anserini-*-fatjar.jar")]
+        jar = found[0] if found else None
+    if not jar or not Path(jar).is_file():
+        return ("skipped: needs Anserini's fat jar (RAGSPINE_ANSERINI_JAR; it sits in the pyserini sdist at "
+                "pyserini/resources/jars/)")
+    return java, jar
+
+
+def _lucene_worker(spec: dict, docs, queries) -> dict:
+    """Lucene's own index + search loop in a JVM (see LuceneBench.java), same tokens and k."""
+    import tempfile
+
+    java, jar = spec["lucene"]
+    javac = str(Path(java).with_name("javac"))
+    with tempfile.TemporaryDirectory(prefix="lucene_bench_") as tmp:
+        t = Path(tmp)
+        subprocess.run([javac, "-nowarn", "-cp", jar, "-d", str(t), str(ROOT / "benchmarks/lucene/LuceneBench.java")],
+                       check=True, capture_output=True, text=True)
+        (t / "docs.txt").write_text("\n".join(" ".join(d) for d in docs) + "\n")
+        (t / "queries.txt").write_text("\n".join(" ".join(q) for q in queries) + "\n")
+        t0 = time.perf_counter()
+        p = subprocess.run([java, "-Xms2g", "-Xmx8g", "-cp", f"{jar}:{t}", "LuceneBench", str(t / "docs.txt"),
+                            str(t / "queries.txt"), spec["ids_path"], str(spec["k1"]), str(B), str(min(spec["k"], len(docs)))],
+                           check=True, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        out = json.loads(p.stdout.strip().splitlines()[-1])
+    return {"engine": "lucene", "corpus": spec["corpus"], "k1": float(spec["k1"]), "b": B, "k": min(spec["k"], len(docs)),
+            "docs": len(docs), "queries": len(queries), "tokens": int(sum(len(d) for d in docs)),
+            "import_s": None, "warmup_s": out["warmup_s"], "build_s": out["build_s"], "qps": out["qps"],
+            "p50_ms": out["p50_ms"], "p95_ms": out["p95_ms"], "peak_build_mib": None, "resident_mib": None,
+            "jvm_wall_s": wall}
+
+
 def _build(engine: str, docs, k1: float):
     if engine == "ragspine":
         return BM25Index(docs, k1=k1, b=B)
@@ -226,6 +290,13 @@ def worker(spec: dict) -> dict:
     keep = [i for i, q in enumerate(queries) if any(t in vocab for t in q)]
     queries = [[t for t in queries[i] if t in vocab] for i in keep]
     del vocab
+    if engine == "lucene":
+        out = _lucene_worker(spec, docs, queries)
+        if ds is not None:
+            ranked = json.loads(Path(spec["ids_path"]).read_text())
+            runs = {qids[i]: [doc_ids[j] for j in r] for i, r in zip(keep, ranked, strict=True)}
+            out["ndcg@10"] = mean_metrics(runs, {qids[i]: ds.qrels[qids[i]] for i in keep})["ndcg@10"]
+        return out
     t0 = time.perf_counter()
     _import_engine(engine)
     import_s = time.perf_counter() - t0
@@ -364,9 +435,11 @@ def peers(args) -> None:
 
     sizes = [int(s) for s in args.sizes.split(",") if s]
     corpora = [s for s in args.sets.split(",") if s] + [f"synthetic:{n}" for n in sizes]
+    lucene = lucene_setup()
+    args.lucene_status = lucene if isinstance(lucene, str) else f"Lucene via {Path(lucene[1]).name} on {lucene[0]}"
     plan = []
     for c in corpora:
-        plan += [(c, K1, e) for e in ENGINES_MAIN]
+        plan += [(c, K1, e) for e in ENGINES_MAIN + (("lucene",) if not isinstance(lucene, str) else ())]
         plan += [(c, TANTIVY_K1, e) for e in ENGINES_TANTIVY]
     tmp = Path(tempfile.mkdtemp(prefix="bench_bm25_"))
     rows = []
@@ -375,6 +448,8 @@ def peers(args) -> None:
         big = corpus == f"synthetic:{max(sizes)}" if sizes else False
         spec = {"engine": eng, "corpus": corpus, "k1": k1, "k": args.k, "ids_path": str(tmp / f"{i}.json"),
                 "filters": bool(big and k1 == K1 and not args.no_filters)}
+        if eng == "lucene":
+            spec["lucene"] = list(lucene)
         r = run_worker(spec)
         r["_ids_path"] = spec["ids_path"]
         rows.append(r)
@@ -420,7 +495,7 @@ def _report(rows, sizes, args, final: bool) -> None:
     summary = _summary(rows)
     cmd = "python benchmarks/bench_bm25.py " + " ".join(sys.argv[1:])
     report = {"command": cmd, "complete": final, "machine": machine(), "b": B, "k": args.k, "summary": summary, "rows": rows,
-              "lucene": "skipped: needs a JDK 21+ (found: " + machine()["java"] + ")"}
+              "lucene": getattr(args, "lucene_status", "not run")}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "bm25_peers.json").write_text(json.dumps(report, indent=2))
     md = _markdown(report)
@@ -489,7 +564,7 @@ def _markdown(report) -> str:
             continue
         ag = r.get("agreement_with_reference", {})
         L.append(f"| {r['corpus']} | {r['k1']} | {r['engine']} | {r['docs']} | {_f(r.get('ndcg@10'), 4)} | "
-                 f"{r['import_s']:.2f} | {r['build_s']:.2f} | {r['warmup_s']:.3f} | {r['qps']:.0f} | "
+                 f"{_f(r['import_s'], 2)} | {r['build_s']:.2f} | {r['warmup_s']:.3f} | {r['qps']:.0f} | "
                  f"{r['p50_ms']:.3f} | {r['p95_ms']:.3f} | {_f(r.get('batch_qps'), 0)} | "
                  f"{_f(r['peak_build_mib'], 0)} | {_f(ag.get('identical_topk'), 3)} | {_f(ag.get('mean_overlap'), 3)} |")
     frows = [r for r in report["rows"] if r.get("filtered")]

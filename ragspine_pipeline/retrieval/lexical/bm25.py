@@ -49,6 +49,7 @@ KERNELS = ("auto", "numba", "numpy")
 # of BITSET_MIN_DOCS documents or more), so their survivor df is a popcount.
 BITSET_DF_FRACTION = 16
 BITSET_MIN_DOCS = 65_536
+BLOCK_SIZE = 128  # postings per block-max bound (bm25_numba._BLOCK)
 _POSTINGS_PER_THREAD = 50_000  # batch work (postings of its terms) per extra thread
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
@@ -209,11 +210,27 @@ class BM25Index:
         self.w = w
         del counts, denom
         self._build_bitsets()
+        self._build_block_max()
         # Per-term maximum of w: the MaxScore upper bound of a term's contribution.
         self._w_max = np.zeros(n_terms, dtype=np.float64)
         nonempty = np.flatnonzero(self.df)
         if len(nonempty):
             self._w_max[nonempty] = np.maximum.reduceat(w, self.indptr[nonempty])
+
+    def _build_block_max(self) -> None:
+        """Max w per block of BLOCK_SIZE postings of each term (``_bptr[t]``: the term's
+        first block), so the compiled kernel can skip whole blocks of a long list that
+        cannot reach the top k."""
+        n_blocks = (self.df + BLOCK_SIZE - 1) // BLOCK_SIZE
+        self._bptr = np.zeros(len(self.df) + 1, np.int64)
+        np.cumsum(n_blocks, out=self._bptr[1:])
+        total = int(self._bptr[-1])
+        if total == 0:
+            self._bmax = np.zeros(1, np.float64)
+            return
+        first = np.repeat(self.indptr[:-1], n_blocks)
+        nth = np.arange(total, dtype=np.int64) - np.repeat(self._bptr[:-1], n_blocks)
+        self._bmax = np.maximum.reduceat(self.w, first + nth * BLOCK_SIZE)
 
     def _build_bitsets(self) -> None:
         """Bitsets of the longest postings lists (df >= N/16) of a large corpus.
@@ -264,6 +281,7 @@ class BM25Index:
             self.indices.nbytes + self.tf.nbytes + self.w.nbytes + self.indptr.nbytes + self.doc_len.nbytes
             + self._norm_full.nbytes + self._idf_full.nbytes + self.df.nbytes + self._w_max.nbytes
             + self._bits.nbytes + self._bit_row.nbytes + self._doc_len32.nbytes
+            + self._bptr.nbytes + self._bmax.nbytes
         )
 
     # ----------------------------------------------------------------- scoring
@@ -397,7 +415,7 @@ class BM25Index:
             part_ptr = ptr[a:b + 1] - ptr[a]
             ids, sc, cnt = run(self.indptr, self.indices, self.w, self._idf_full, self._w_max,
                                flat[ptr[a]:ptr[b]], part_ptr, self.k1 + 1.0, int(k), self.n_docs,
-                               self._exhaustive_docs)
+                               self._exhaustive_docs, self._bptr, self._bmax)
             return [ScoredDocs(ids[i, :c], sc[i, :c]) for i, c in enumerate(cnt.tolist())]
 
         if len(chunks) == 1:
@@ -417,7 +435,8 @@ class BM25Index:
         if mask is None:
             ids, scores = self._kernels.search_one(self.indptr, self.indices, self.w, self._idf_full,
                                                    self._w_max, tids, self.k1 + 1.0, int(k),
-                                                   sc.acc, sc.touched, self._exhaustive_docs)
+                                                   sc.acc, sc.touched, self._exhaustive_docs,
+                                                   self._bptr, self._bmax)
         else:
             n = int(np.count_nonzero(mask))
             if 0 < n * 64 <= self.n_docs:

@@ -74,9 +74,10 @@ def _warm(k: Kernels) -> None:
     q = np.zeros(1, np.int64)
     acc = np.zeros(1, np.float64)
     touched = np.zeros(1, np.int32)
+    bptr = np.array([0, 1], np.int64)
     for exhaustive_docs in (0, 1):  # both unfiltered routes
-        k.search_one(indptr, indices, w, idf, w, q, 2.0, 1, acc, touched, exhaustive_docs)
-    k.search_batch(indptr, indices, w, idf, w, q, np.array([0, 1], np.int64), 2.0, 1, 1, 1)
+        k.search_one(indptr, indices, w, idf, w, q, 2.0, 1, acc, touched, exhaustive_docs, bptr, w)
+    k.search_batch(indptr, indices, w, idf, w, q, np.array([0, 1], np.int64), 2.0, 1, 1, 1, bptr, w)
     mask, doc_len = np.ones(1, np.bool_), np.ones(1, np.uint32)
     n, total = k.filter_stats(mask, doc_len)
     # tf is uint8 on nearly every corpus (wider widths compile on first use, then cached).

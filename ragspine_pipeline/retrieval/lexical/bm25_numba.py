@@ -9,6 +9,8 @@ compiled until a kernel is first called.
 import numpy as np
 from numba import njit
 
+# Postings per block of the block-max bounds (``BM25Index._bmax``; the same constant there).
+_BLOCK = 128
 # Relative slack on upper bounds when pruning: float sums of a few terms are exact to
 # ~1e-15 relative, so 1e-9 never drops a document that could tie or beat theta.
 _SLACK = 1e-9
@@ -181,7 +183,7 @@ def _exhaustive(indptr, indices, w, idf, qtids, k1p1, k, acc):
 
 
 @njit(cache=True, nogil=True)
-def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exhaustive_docs):
+def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exhaustive_docs, bptr, bmax):
     """Exact unfiltered top-k (see the module docstring).
 
     On a corpus of at most ``exhaustive_docs`` documents, when the query's postings
@@ -212,6 +214,35 @@ def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exha
     j = 0
     theta = -1.0
     top1 = 0.0  # best partial so far: theta <= top1, a free necessary test
+    if nu > 0 and k > 0:
+        # The first (highest-bound) term, block by block. acc is still empty, so a doc's
+        # final score is at most its block's max w x scale + the other terms' bounds;
+        # once k docs are seen, a block whose bound is below the k-th best so far cannot
+        # hold a top-k doc and is skipped whole (its docs may still be touched by later
+        # terms: their partial then lacks this term, and stays below a true top-k score).
+        t = ut[0]
+        s = scale[0]
+        rest = remaining[1] * (1.0 + _SLACK)
+        s0 = indptr[t]
+        e0 = indptr[t + 1]
+        b = bptr[t]
+        nh = 0
+        for p0 in range(s0, e0, _BLOCK):
+            if nh == k and bmax[b] * s * (1.0 + _SLACK) + rest < hs[0]:
+                b += 1
+                continue
+            b += 1
+            for p in range(p0, min(p0 + _BLOCK, e0)):
+                d = indices[p]
+                v = w[p] * s
+                touched[n_t] = d
+                n_t += 1
+                acc[d] = v
+                if v > top1:
+                    top1 = v
+                if nh < k or v > hs[0]:
+                    nh = _push(hs, hi, nh, k, v, d)
+        j = 1
     while j < nu:
         t = ut[j]
         s0 = indptr[t]
@@ -303,7 +334,7 @@ def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exha
 
 
 @njit(cache=True, nogil=True)
-def search_batch(indptr, indices, w, idf, wmax, q_flat, q_ptr, k1p1, k, n_docs, exhaustive_docs):
+def search_batch(indptr, indices, w, idf, wmax, q_flat, q_ptr, k1p1, k, n_docs, exhaustive_docs, bptr, bmax):
     """Top-k of queries q_ptr[i]:q_ptr[i+1] of q_flat, serially and without the GIL
     (callers run chunks on threads): (ids[nq, k] padded with -1, scores[nq, k], counts).
 
@@ -332,7 +363,7 @@ def search_batch(indptr, indices, w, idf, wmax, q_flat, q_ptr, k1p1, k, n_docs, 
                     kept[m] = q_t[x]
                     m += 1
             q_t = kept
-        ids, sc = search_one(indptr, indices, w, idf, wmax, q_t, k1p1, k, acc, touched, exhaustive_docs)
+        ids, sc = search_one(indptr, indices, w, idf, wmax, q_t, k1p1, k, acc, touched, exhaustive_docs, bptr, bmax)
         n = ids.shape[0]
         out_n[q] = n
         out_i[q, :n] = ids

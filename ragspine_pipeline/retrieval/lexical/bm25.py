@@ -55,6 +55,15 @@ _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
 
+def _usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. under taskset or a container's
+    cpuset), not the machine's count: more threads than that only take turns."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity API on this platform
+        return max(1, os.cpu_count() or 1)
+
+
 def _batch_pool() -> ThreadPoolExecutor:
     """One process-wide pool for ``search_batch`` (starting threads per call cost ~3 ms
     on a loaded 2-core machine, more than a small batch's whole search)."""
@@ -62,7 +71,7 @@ def _batch_pool() -> ThreadPoolExecutor:
     if _POOL is None:
         with _POOL_LOCK:
             if _POOL is None:
-                _POOL = ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1),
+                _POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1),
                                            thread_name_prefix="bm25-batch")
     return _POOL
 
@@ -390,7 +399,7 @@ class BM25Index:
         """``search(q, k)`` for each unfiltered query, in one call; results equal ``search``'s.
 
         The compiled kernel runs the whole batch without the GIL and without per-query
-        Python work; ``threads`` (default: the CPU count) splits the batch into that many
+        Python work; ``threads`` (default: the CPUs this process may use) splits the batch into at most that many
         chunks run on Python threads.
         """
         if k <= 0 or not queries:
@@ -404,7 +413,7 @@ class BM25Index:
         np.cumsum(np.fromiter(map(len, queries), np.int64, len(queries)), out=ptr[1:])
         # Threads only when the batch is big enough to pay for them (~0.1 ms each to start).
         work = int(self.df[flat[flat >= 0]].sum()) if len(flat) else 0
-        wanted = int(threads or os.cpu_count() or 1)
+        wanted = int(threads or _usable_cpus())
         n_thr = max(1, min(wanted, len(queries), work // _POSTINGS_PER_THREAD + 1))
         bounds = np.linspace(0, len(queries), n_thr + 1).astype(int)
         chunks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]

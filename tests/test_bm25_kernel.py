@@ -172,10 +172,15 @@ def test_batch_equals_single_query_for_both_kernels(monkeypatch):
         for threads in (None, 1, 2):
             got = idx.search_batch(queries, k=7, threads=threads)
             assert len(got) == len(queries)
-            for q, r in zip(queries, got, strict=True):
+            ids, scores, counts = idx.search_batch_arrays(queries, k=7, threads=threads)
+            assert ids.shape == scores.shape == (len(queries), 7)
+            for i, (q, r) in enumerate(zip(queries, got, strict=True)):
                 one = idx.search(q, k=7)
                 assert r.ids.tolist() == one.ids.tolist()
                 assert np.array_equal(r.scores, one.scores)
+                n = int(counts[i])
+                assert ids[i, :n].tolist() == one.ids.tolist() and (ids[i, n:] == -1).all()
+                assert np.array_equal(scores[i, :n], one.scores) and not scores[i, n:].any()
     assert BM25Index(docs).search_batch([], k=3) == []
 
 

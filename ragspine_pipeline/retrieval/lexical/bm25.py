@@ -399,40 +399,58 @@ class BM25Index:
         """``search(q, k)`` for each unfiltered query, in one call; results equal ``search``'s.
 
         The compiled kernel runs the whole batch without the GIL and without per-query
-        Python work; ``threads`` (default: the CPUs this process may use) splits the batch into at most that many
-        chunks run on Python threads.
+        Python work (``search_batch_arrays``); ``threads`` (default: the CPUs this process
+        may use) splits the batch into at most that many chunks run on Python threads.
         """
         if k <= 0 or not queries:
             return [ScoredDocs(np.zeros(0, np.int64), np.zeros(0, np.float64)) for _ in queries]
         if self._kernels is None or self.avgdl == 0:
             return [self.search(q, k) for q in queries]
-        # Token -> term id for the whole batch in C-level loops (-1: not in the vocabulary;
-        # the kernel skips those), one flat array plus offsets.
+        ids, sc, cnt = self.search_batch_arrays(queries, k, threads=threads)
+        return [ScoredDocs(ids[i, :c], sc[i, :c]) for i, c in enumerate(cnt.tolist())]
+
+    def search_batch_arrays(self, queries: Sequence[Sequence[str]], k: int = 10, *,
+                            threads: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The batch as arrays, for vectorized consumers: (ids[nq, k] padded with -1,
+        scores[nq, k] padded with 0, counts[nq]); row i equals ``search(queries[i], k)``.
+
+        Token -> term id for the whole batch runs in C-level loops (tokens outside the
+        vocabulary become -1 and the kernel skips them). Extra threads start only when the
+        batch's postings pay for them; the first chunk runs on the calling thread, the rest
+        on one process-wide pool.
+        """
+        nq = len(queries)
+        kk = max(int(k), 0)
+        if kk == 0 or nq == 0 or self.avgdl == 0:
+            return np.full((nq, kk), -1, np.int64), np.zeros((nq, kk)), np.zeros(nq, np.int64)
+        if self._kernels is None:
+            ids, sc, cnt = np.full((nq, kk), -1, np.int64), np.zeros((nq, kk)), np.zeros(nq, np.int64)
+            for i, q in enumerate(queries):
+                r = self.search(q, kk)
+                cnt[i] = n = len(r.ids)
+                ids[i, :n], sc[i, :n] = r.ids, r.scores
+            return ids, sc, cnt
         flat = np.fromiter(map(self.vocab.get, chain.from_iterable(queries), repeat(-1)), np.int64)
-        ptr = np.zeros(len(queries) + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, queries), np.int64, len(queries)), out=ptr[1:])
-        # Threads only when the batch is big enough to pay for them (~0.1 ms each to start).
+        ptr = np.zeros(nq + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, queries), np.int64, nq), out=ptr[1:])
         work = int(self.df[flat[flat >= 0]].sum()) if len(flat) else 0
         wanted = int(threads or _usable_cpus())
-        n_thr = max(1, min(wanted, len(queries), work // _POSTINGS_PER_THREAD + 1))
-        bounds = np.linspace(0, len(queries), n_thr + 1).astype(int)
+        n_thr = max(1, min(wanted, nq, work // _POSTINGS_PER_THREAD + 1))
+        bounds = np.linspace(0, nq, n_thr + 1).astype(int)
         chunks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
         run = self._kernels.search_batch
 
-        def one(span: tuple[int, int]) -> list[ScoredDocs]:
+        def one(span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             a, b = span
-            part_ptr = ptr[a:b + 1] - ptr[a]
-            ids, sc, cnt = run(self.indptr, self.indices, self.w, self._idf_full, self._w_max,
-                               flat[ptr[a]:ptr[b]], part_ptr, self.k1 + 1.0, int(k), self.n_docs,
-                               self._exhaustive_docs, self._bptr, self._bmax)
-            return [ScoredDocs(ids[i, :c], sc[i, :c]) for i, c in enumerate(cnt.tolist())]
+            return run(self.indptr, self.indices, self.w, self._idf_full, self._w_max,
+                       flat[ptr[a]:ptr[b]], ptr[a:b + 1] - ptr[a], self.k1 + 1.0, kk, self.n_docs,
+                       self._exhaustive_docs, self._bptr, self._bmax)
 
         if len(chunks) == 1:
             return one(chunks[0])
-        # The first chunk runs on the calling thread, the rest on the shared pool.
         rest = [_batch_pool().submit(one, c) for c in chunks[1:]]
-        first = one(chunks[0])
-        return first + [r for f in rest for r in f.result()]
+        parts = [one(chunks[0])] + [f.result() for f in rest]
+        return tuple(np.concatenate([p[x] for p in parts]) for x in range(3))  # type: ignore[return-value]
 
     def _search_compiled(self, query_tokens: Sequence[str], k: int, mask: np.ndarray | None) -> ScoredDocs:
         """Top-k through the compiled kernels (pruned unfiltered, or survivor statistics)."""

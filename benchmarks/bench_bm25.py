@@ -596,7 +596,7 @@ def plot(rows) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=110)
     syn = [r for r in rows if "error" not in r and str(r.get("corpus", "")).startswith("synthetic")]
     styles = {("ragspine", K1): "o-", ("bm25s_numpy", K1): "s--", ("bm25s_numba", K1): "D--",
-              ("ragspine", TANTIVY_K1): "o:", ("tantivy", TANTIVY_K1): "^:"}
+              ("lucene", K1): "v-.", ("ragspine", TANTIVY_K1): "o:", ("tantivy", TANTIVY_K1): "^:"}
     for (eng, k1), style in styles.items():
         for ax, key in zip(axes, ("qps", "batch_qps"), strict=True):
             pts = sorted((r["docs"], r[key]) for r in syn if r["engine"] == eng and r["k1"] == k1 and r.get(key))

@@ -583,8 +583,9 @@ def memory(args) -> None:
     (results / "dense_memory.json").write_text(json.dumps({"command": cmd, "machine": machine(), "rows": rows}, indent=1))
     lines = ["# Peak RSS of embedding per model (fresh process each; ru_maxrss)\n", f"Command: `{cmd}`  ",
              f"Machine: {machine()}\n",
-             f"{len(texts)} Cranfield chunks (whole abstracts). `streamed` = `embed_in_batches` (64 texts per "
-             "backend call, what the retriever and warehouse use); arena off = ONNX Runtime's CPU arena disabled.\n",
+             f"{len(texts)} Cranfield chunks (whole abstracts). `streamed` = `embed_in_batches` with 64 texts per "
+             "backend call (the retriever, eval and the warehouse stream 256 per call); arena off = ONNX Runtime's "
+             "CPU arena disabled.\n",
              "| model | precision | ONNX arena | streamed | RSS after load MiB | peak RSS MiB | seconds |",
              "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['precision']} | {r['arena']} | {r['streamed_batches']} | {r['rss_after_load_mib']} | "

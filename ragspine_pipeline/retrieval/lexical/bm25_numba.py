@@ -92,6 +92,35 @@ def _kth_score(acc, touched, n_t, k, hs, hi):
     return hs[0]
 
 
+@njit(cache=True, nogil=True)
+def _prune(acc, src, n, bound, theta, dst):
+    """Keep the docs of src[:n] whose partial score + bound can still reach theta, in
+    order, into dst (which may be src); zero the others' acc. Returns how many were kept."""
+    m = 0
+    for x in range(n):
+        d = src[x]
+        if acc[d] + bound >= theta:
+            dst[m] = d
+            m += 1
+        else:
+            acc[d] = 0.0
+    return m
+
+
+@njit(cache=True, nogil=True)
+def _take_top(acc, docs, n, k, hs, hi):
+    """Top-k of docs[:n] by (acc desc, position asc), zeroing their acc: the end of a query."""
+    kk = min(k, n)
+    c = 0
+    for x in range(n):
+        d = docs[x]
+        sc = acc[d]
+        acc[d] = 0.0
+        if sc > 0.0 and (c < kk or sc >= hs[0]):
+            c = _push(hs, hi, c, kk, sc, d)
+    return _drain(hs, hi, c)
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _gallop(post, lo, hi_, d):
     """First position p in post[lo:hi_] with post[p] >= d (exponential, then binary)."""
@@ -265,28 +294,12 @@ def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exha
                 top1 = v
         j += 1
     if j == nu:
-        kk = min(k, n_t)
-        n = 0
-        for x in range(n_t):
-            d = touched[x]
-            sc = acc[d]
-            acc[d] = 0.0
-            if sc > 0.0 and (n < kk or sc >= hs[0]):
-                n = _push(hs, hi, n, kk, sc, d)
-        return _drain(hs, hi, n)
+        return _take_top(acc, touched, n_t, k, hs, hi)
     # Lookup phase. Candidates keep their partial score in acc (everyone else is
     # zeroed); after each remaining term, theta is re-taken and candidates that can
     # no longer reach it are dropped, so later (longer, lower-bound) lists see few.
     cand = np.empty(n_t, np.int64)
-    nc = 0
-    bound = remaining[j] * (1.0 + _SLACK)
-    for x in range(n_t):
-        d = touched[x]
-        if acc[d] + bound >= theta:
-            cand[nc] = d
-            nc += 1
-        else:
-            acc[d] = 0.0
+    nc = _prune(acc, touched, n_t, remaining[j] * (1.0 + _SLACK), theta, cand)
     is_sorted = False  # galloping needs sorted candidates; sort only when it is chosen
     for jj in range(j, nu):
         t = ut[jj]
@@ -312,25 +325,8 @@ def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exha
                     acc[d] += w[p] * s
         if jj + 1 < nu and nc > k:
             theta = _kth_score(acc, cand, nc, k, hs, hi)
-            bound = remaining[jj + 1] * (1.0 + _SLACK)
-            m = 0
-            for x in range(nc):
-                d = cand[x]
-                if acc[d] + bound >= theta:
-                    cand[m] = d
-                    m += 1
-                else:
-                    acc[d] = 0.0
-            nc = m
-    kk = min(k, nc)
-    n = 0
-    for x in range(nc):
-        d = cand[x]
-        sc = acc[d]
-        acc[d] = 0.0
-        if sc > 0.0 and (n < kk or sc >= hs[0]):
-            n = _push(hs, hi, n, kk, sc, d)
-    return _drain(hs, hi, n)
+            nc = _prune(acc, cand, nc, remaining[jj + 1] * (1.0 + _SLACK), theta, cand)
+    return _take_top(acc, cand, nc, k, hs, hi)
 
 
 @njit(cache=True, nogil=True)
@@ -502,15 +498,7 @@ def search_filtered(indptr, indices, tf, doc_len, mask, surv, n, total, qtids, p
     if j < nu and dfs[order[j]] > 0:
         # Lookup phase: candidates that can still reach theta, remaining terms looked up.
         cand = np.empty(n_t, np.int32)
-        nc = 0
-        bound = remaining[j] * (1.0 + _SLACK)
-        for x in range(n_t):
-            d = touched[x]
-            if acc[d] + bound >= theta:
-                cand[nc] = d
-                nc += 1
-            else:
-                acc[d] = 0.0
+        nc = _prune(acc, touched, n_t, remaining[j] * (1.0 + _SLACK), theta, cand)
         cand = np.sort(cand[:nc])
         for jj in range(j, nu):
             y = order[jj]
@@ -542,14 +530,5 @@ def search_filtered(indptr, indices, tf, doc_len, mask, surv, n, total, qtids, p
                         if acc[d] != 0.0:
                             f = np.float64(tf[p])
                             acc[d] += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
-        touched = cand
-        n_t = nc
-    kk = min(k, n_t)
-    nh = 0
-    for x in range(n_t):
-        d = touched[x]
-        v = acc[d]
-        acc[d] = 0.0
-        if v > 0.0 and (nh < kk or v >= hs[0]):
-            nh = _push(hs, hi, nh, kk, v, d)
-    return _drain(hs, hi, nh)
+        return _take_top(acc, cand, nc, k, hs, hi)
+    return _take_top(acc, touched, n_t, k, hs, hi)

@@ -138,14 +138,9 @@ def _import_engine(engine: str):
 
 
 def _java_major(java: str) -> int:
+    """Major version of a java binary (0 when it does not run or says something odd)."""
     try:
-        p = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    text = p.stderr + p.stdout
-    try:
-        v = text.split('"')[1]
-        return int(v.split(".")[0])
+        return int(_java_version(java).split('"')[1].split(".")[0])
     except (IndexError, ValueError):
         return 0
 
@@ -402,9 +397,9 @@ def machine() -> dict:
             "java": _java_version()}
 
 
-def _java_version() -> str:
+def _java_version(java: str = "java") -> str:
     try:
-        p = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+        p = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
         return (p.stderr or p.stdout).splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         return "none"

@@ -129,10 +129,6 @@ class NarrativeIndex:
         return len(self.retriever)
 
 
-def _dedupe(ids: Sequence[str]) -> list[str]:
-    return list(dict.fromkeys(ids))
-
-
 class _LabelCheck:
     """``is_restricted`` answered once per distinct label within one query.
 
@@ -297,7 +293,7 @@ class NarrativeIndexRetriever:
         r = self.index.retriever
         labels = r.label_codes
         if self.reranker is not None or labels is None:
-            return _dedupe([c.doc_id for c in self.ranked_chunks(query, top_k=chunk_depth)])[:depth]
+            return list(islice(dict.fromkeys(c.doc_id for c in self.ranked_chunks(query, top_k=chunk_depth)), depth))
         codes, values = labels
         pos = r.ranked_position_array(query, top_k=chunk_depth + int(r.restricted.sum()))
         verdict = np.fromiter((is_restricted(v) for v in values), bool, count=len(values))

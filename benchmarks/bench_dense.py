@@ -46,13 +46,16 @@ GRID = ([("rrf", 1.0)] + [("weighted_rrf", w) for w in (0.25, 0.5, 0.75, 1.5)]
 DEPTH = 300  # what `ragspine eval` retrieves per query (depth 100 x 3 chunks)
 RRF_K = 60
 CACHE_DIR = Path(os.environ.get("RAGSPINE_BENCH_VECTORS", "/tmp/wt21/vectors"))
+_LOAD_AT_START = os.getloadavg()
 SAMPLE_EN = "The Lyon plant was closed in 2023 because energy costs tripled and the building needed renovation."
 SAMPLE_ZH = "2023年艾克美中国营业收入同比下降12.4%，主要原因是房地产市场低迷和价格战。"
 
 
 def machine() -> dict:
+    """Machine facts, with the load average when the run started: on a shared machine a high load
+    means absolute speeds are contended (compare ratios within a run)."""
     return {"cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "note": "2 cores shared by six sessions: absolute speeds are noisy; compare ratios within a run"}
+            "loadavg_at_start": [round(x, 2) for x in _LOAD_AT_START]}
 
 
 # --------------------------------------------------------------------------- data + cache
@@ -377,6 +380,7 @@ def speed(args) -> None:
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
         for short in (SAMPLE_EN, SAMPLE_ZH):
             b = FastEmbedBackend(key, threads=2, batch_size=16, precision=precision)
+            b.embed_texts([short])  # session start-up is not throughput
             t0 = time.perf_counter()
             b.embed_texts([f"{short} ({i})" for i in range(64)])
             rows.append({"model": key, "precision": precision, "threads": 2, "batch": 16, "length_sorted": True,

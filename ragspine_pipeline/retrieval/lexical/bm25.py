@@ -32,6 +32,7 @@ from itertools import chain, repeat
 
 import numpy as np
 
+from ...cpus import usable_cpus
 from . import bm25_kernel
 
 MAXSCORE_MIN_DOCS = 50_000
@@ -55,13 +56,7 @@ _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
 
-def _usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, e.g. under taskset or a container's
-    cpuset), not the machine's count: more threads than that only take turns."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # no affinity API on this platform
-        return max(1, os.cpu_count() or 1)
+_usable_cpus = usable_cpus  # the kernels' thread count (tests patch it)
 
 
 def _batch_pool() -> ThreadPoolExecutor:
@@ -264,18 +259,14 @@ class BM25Index:
             self._bits[r] = np.packbits(row, bitorder="little").view(np.uint64)
         self._bit_row[dense] = np.arange(len(dense), dtype=np.int32)
 
-    def _survivor_df(self, tids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """Per query token: its df over the mask's survivors when its list has a bitset,
-        else -1 (the kernel counts those from the postings)."""
+    def _survivor_df(self, tids: np.ndarray, mbits: np.ndarray) -> np.ndarray:
+        """Per query token: its df over the survivors (``mbits``: the packed mask as
+        uint64 words) when its list has a bitset, else -1 (the kernel counts those from
+        the postings)."""
         out = np.full(len(tids), -1, np.int64)
         rows = self._bit_row[tids]
         if (rows < 0).all():
             return out
-        words = self._bits.shape[1]
-        packed = np.zeros(words * 8, np.uint8)
-        bits = np.packbits(mask, bitorder="little")
-        packed[:len(bits)] = bits
-        mbits = packed.view(np.uint64)
         seen: dict[int, int] = {}
         for x, r in enumerate(rows.tolist()):
             if r >= 0:
@@ -465,19 +456,23 @@ class BM25Index:
                                                    sc.acc, sc.touched, self._exhaustive_docs,
                                                    self._bptr, self._bmax)
         else:
-            n = int(np.count_nonzero(mask))
-            if 0 < n * 64 <= self.n_docs:
-                # Few survivors: their positions give the total length by a gather and let
-                # long lists be galloped instead of scanned.
-                surv = np.flatnonzero(mask).astype(np.int32)
-                total = int(self._doc_len32[surv].sum(dtype=np.int64))
+            # One pass over the mask: survivor count and length, packed bits (padded to
+            # whole uint64 words for the bitset popcounts) and, when few, their positions.
+            n_docs = self.n_docs
+            bits = np.zeros(((n_docs + 63) // 64) * 8, np.uint8)
+            cap = n_docs // 64
+            surv = np.empty(cap + 1, np.int32)
+            n, total = self._kernels.mask_prepare(mask[: n_docs // 8 * 8].view(np.uint64), mask,
+                                                  self._doc_len32, bits, surv)
+            if 0 < n <= cap:
+                # Few survivors: long lists are galloped at their positions instead of scanned.
+                surv = surv[:n]
                 pre_df = np.full(len(tids), -1, np.int64)  # galloping the few is cheaper
             else:
-                n, total = self._kernels.filter_stats(mask, self._doc_len32)
-                surv = np.zeros(0, np.int32)
-                pre_df = self._survivor_df(tids, mask)
+                surv = surv[:0]
+                pre_df = self._survivor_df(tids, bits.view(np.uint64))
             ids, scores = self._kernels.search_filtered(self.indptr, self.indices, self.tf, self._doc_len32,
-                                                        mask, surv, n, total, tids, pre_df, self.k1, self.b,
+                                                        bits, surv, n, total, tids, pre_df, self.k1, self.b,
                                                         int(k), sc.acc, sc.touched, self._w_max,
                                                         self.avgdl)
         return ScoredDocs(ids, scores)

@@ -56,13 +56,13 @@ class Kernels:
     search_one: Any
     search_batch: Any
     search_filtered: Any
-    filter_stats: Any
+    mask_prepare: Any
 
 
 def _compile() -> Kernels:
     from . import bm25_numba as nb
 
-    return Kernels(nb.search_one, nb.search_batch, nb.search_filtered, nb.filter_stats)
+    return Kernels(nb.search_one, nb.search_batch, nb.search_filtered, nb.mask_prepare)
 
 
 def _warm(k: Kernels) -> None:
@@ -79,9 +79,10 @@ def _warm(k: Kernels) -> None:
         k.search_one(indptr, indices, w, idf, w, q, 2.0, 1, acc, touched, exhaustive_docs, bptr, w)
     k.search_batch(indptr, indices, w, idf, w, q, np.array([0, 1], np.int64), 2.0, 1, 1, 1, bptr, w)
     mask, doc_len = np.ones(1, np.bool_), np.ones(1, np.uint32)
-    n, total = k.filter_stats(mask, doc_len)
+    bits, surv = np.zeros(8, np.uint8), np.zeros(2, np.int32)
+    n, total = k.mask_prepare(np.zeros(0, np.uint64), mask, doc_len, bits, surv)
     # tf is uint8 on nearly every corpus (wider widths compile on first use, then cached).
-    k.search_filtered(indptr, indices, np.ones(1, np.uint8), doc_len, mask, np.zeros(1, np.int32), n, total,
+    k.search_filtered(indptr, indices, np.ones(1, np.uint8), doc_len, bits, surv[:1], n, total,
                       q, np.full(1, -1, np.int64), 1.5, 0.75, 1, acc, touched, w, 1.0)
 
 

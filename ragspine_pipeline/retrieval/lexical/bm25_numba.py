@@ -367,23 +367,65 @@ def search_batch(indptr, indices, w, idf, wmax, q_flat, q_ptr, k1p1, k, n_docs, 
     return out_i, out_s, out_n
 
 
+_PACK = np.uint64(0x0102040810204080)  # 8 bool bytes x this >> 56 = their 8 bits (little order)
+_SHIFT = np.uint64(56)
+
+
 @njit(cache=True, nogil=True)
-def filter_stats(mask, doc_len):
-    """(survivors, their summed length): one branchless pass the compiler vectorizes."""
+def mask_prepare(words, mask, doc_len, bits, surv):
+    """One pass over a filter mask, for a filtered query: (survivors n, their summed length).
+
+    ``words`` is the mask's first N//8 bytes read as uint64 (eight bools per word), so an
+    all-false stretch costs one compare per eight documents and never reads their
+    lengths. Fills ``bits`` (zeroed, uint8, little bit order: the packed mask the kernel
+    tests instead of the eight-times-larger bool array, and the bitset popcounts read)
+    and, while they fit, the survivors' positions into ``surv`` (``len(surv) - 1`` of
+    them: the caller uses them only when n fits).
+    """
+    cap = surv.shape[0] - 1
     n = 0
     total = 0
-    for d in range(mask.shape[0]):
-        c = np.int64(mask[d])
-        n += c
-        total += doc_len[d] * c
+    nw = words.shape[0]
+    wi = 0
+    while wi < nw and n <= cap:  # positions still fit: record them
+        if words[wi] != 0:
+            bits[wi] = np.uint8((words[wi] * _PACK) >> _SHIFT)
+            base = wi * 8
+            for i in range(8):
+                d = base + i
+                c = np.int64(mask[d])
+                surv[min(n, cap)] = d
+                n += c
+                total += np.int64(doc_len[d]) * c
+        wi += 1
+    while wi < nw:  # many survivors: counts and bits only
+        if words[wi] != 0:
+            bits[wi] = np.uint8((words[wi] * _PACK) >> _SHIFT)
+            base = wi * 8
+            for i in range(8):
+                c = np.int64(mask[base + i])
+                n += c
+                total += np.int64(doc_len[base + i]) * c
+        wi += 1
+    for d in range(nw * 8, mask.shape[0]):
+        if mask[d]:
+            bits[d >> 3] |= np.uint8(1 << (d & 7))
+            surv[min(n, cap)] = d
+            n += 1
+            total += np.int64(doc_len[d])
     return n, total
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _alive(bits, d):
+    return (bits[d >> 3] >> (d & 7)) & 1
+
+
 @njit(cache=True, nogil=True)
-def search_filtered(indptr, indices, tf, doc_len, mask, surv, n, total, qtids, pre_df, k1, b, k, acc,
+def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, pre_df, k1, b, k, acc,
                     touched, wmax, avgdl_all):
     """Exact filtered top-k: N, df and avgdl over the mask's n survivors (the spec),
-    MaxScore-pruned like ``search_one``.
+    MaxScore-pruned like ``search_one``. ``bits`` is the packed mask (``mask_prepare``).
 
     ``surv`` holds the survivors' positions when the caller found them few (else it is
     empty): a term whose list is much longer than that is then gathered by galloping
@@ -438,7 +480,7 @@ def search_filtered(indptr, indices, tf, doc_len, mask, surv, n, total, qtids, p
         else:
             c = 0
             for p in range(s0, e0):
-                c += np.int64(mask[indices[p]])
+                c += np.int64(_alive(bits, indices[p]))
             dfs[y] = c
     k1p1 = k1 + 1.0
     grow = max(1.0, avgdl / avgdl_all) if avgdl_all > 0 else 1.0
@@ -484,7 +526,7 @@ def search_filtered(indptr, indices, tf, doc_len, mask, surv, n, total, qtids, p
         else:
             for p in range(indptr[ut[y]], indptr[ut[y] + 1]):
                 d = indices[p]
-                if mask[d]:
+                if _alive(bits, d):
                     f = np.float64(tf[p])
                     v = acc[d]
                     if v == 0.0:

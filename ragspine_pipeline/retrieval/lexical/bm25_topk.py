@@ -1,0 +1,62 @@
+"""Deterministic numpy top-k selection shared by the numpy scoring path.
+
+Selection is kept apart from scoring (as bm25s does): both the sparse and the dense
+accumulators end here, and the tie rule (score descending, then doc position ascending)
+lives in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ScoredDocs:
+    """Top documents of one query: internal doc positions and their scores (desc)."""
+
+    ids: np.ndarray  # int64 doc positions
+    scores: np.ndarray  # float64
+
+
+def empty_scored() -> ScoredDocs:
+    """No match: the result of a query with no known term or no survivor."""
+    return ScoredDocs(np.zeros(0, np.int64), np.zeros(0, np.float64))
+
+
+# Sentinel ids: the accumulator returned a corpus-sized dense score vector instead.
+DENSE = np.zeros(0, np.int64)
+
+
+def top_k_dense(acc: np.ndarray, k: int) -> ScoredDocs:
+    """Top-k straight on a corpus-sized score vector (no gather of the matches first)."""
+    n = len(acc)
+    if k <= 0 or n == 0:
+        return empty_scored()
+    if k < n:
+        kth = acc[np.argpartition(acc, n - k)[n - k:]].min()
+        sel = np.flatnonzero(acc >= kth) if kth > 0 else np.flatnonzero(acc)
+    else:
+        sel = np.flatnonzero(acc)
+    return top_k(sel, acc[sel], k)
+
+
+def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> ScoredDocs:
+    """Deterministic top-k: score descending, then doc position ascending.
+
+    argpartition alone picks arbitrarily among ties at the cut; here every doc whose
+    score equals the k-th score is kept before the exact (score, id) sort.
+    """
+    pos = scores > 0
+    if not pos.all():
+        ids, scores = ids[pos], scores[pos]
+    if k <= 0 or len(ids) == 0:
+        return empty_scored()
+    if len(ids) > max(k, 512):
+        part = np.argpartition(-scores, k - 1)[:k]
+        kth = scores[part].min()
+        sel = np.flatnonzero(scores >= kth)
+        ids, scores = ids[sel], scores[sel]
+    order = np.lexsort((ids, -scores))[:k]
+    return ScoredDocs(ids[order].astype(np.int64), scores[order])

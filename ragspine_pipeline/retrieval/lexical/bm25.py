@@ -90,7 +90,10 @@ class BM25Index:
         self._adopt(postings, vocab, k1, b, kernel)
         return self
 
-    def _adopt(self, p: Postings, vocab: Any, k1: float, b: float, kernel: str) -> None:
+    def _adopt(self, p: Postings, vocab: Any, k1: float, b: float, kernel: str,
+               total_len: int | None = None) -> None:
+        """Take the arrays; ``total_len`` (the summed lengths) when known, so a mapped index
+        does not read every document length to open."""
         self.k1 = float(k1)
         self.b = float(b)
         self.vocab = vocab
@@ -99,7 +102,7 @@ class BM25Index:
         self._idf_full, self._w_max, self._bptr, self._bmax = p.idf, p.w_max, p.bptr, p.bmax
         self._bit_row, self._bits = p.bit_row, p.bits
         self.n_docs = int(len(p.doc_len))
-        self.total_len = int(p.doc_len.sum(dtype=np.int64))
+        self.total_len = int(p.doc_len.sum(dtype=np.int64)) if total_len is None else int(total_len)
         self.avgdl = self.total_len / self.n_docs if self.n_docs else 0.0
         compiled = None if kernel == "numpy" else bm25_kernel.load_kernels()
         if kernel == "numba" and compiled is None:

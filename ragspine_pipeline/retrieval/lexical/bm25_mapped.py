@@ -1,0 +1,264 @@
+"""Open a published BM25 index file memory-mapped: no rebuild, no Python token lists.
+
+``open_index(path)`` maps the file (``bm25_format`` describes it) read-only with
+``numpy.memmap`` and returns a ``MappedBM25Index``: a ``BM25Index`` whose arrays are views
+of the mapping, so every process serving the same snapshot shares the same page-cache
+pages and the kernels read exactly the bytes the build wrote (identical scores).
+
+Opening checks the header, version, size, footer, TOC and checksum table only (a few
+kilobytes). A data block's crc32 is checked the first time a query needs it: a query
+term's postings, per-term entries, block maxima and bitset row when the vocabulary first
+resolves that term; all document lengths on the first filtered query; the vocabulary's
+hash table on the first lookup. Each first check also bounds-checks what the compiled
+kernels will index with (positions < N, pointer ranges), so a damaged file is a
+``CorruptIndexError`` naming it, never a wrong answer or a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
+from .bm25 import BM25Index
+from .bm25_build import ARRAY_NAMES, BLOCK_SIZE, Postings
+from .bm25_format import (
+    BLOCK_BYTES,
+    HEADER_BYTES,
+    ArraySpec,
+    CorruptIndexError,
+    Toc,
+    read_toc,
+    term_hash,
+)
+
+_CACHE_MAX = 1 << 16  # resolved tokens kept per index (cleared when full)
+_MISS = object()
+
+
+class _Blocks:
+    """Lazy crc32 verification of the data region, one BLOCK_BYTES block at a time."""
+
+    def __init__(self, path: Path, buf: np.ndarray, toc: Toc) -> None:
+        self.path, self.buf, self.end = path, buf, toc.crc_offset
+        self.crcs = buf[toc.crc_offset:toc.crc_offset + 4 * toc.crc_count].view("<u4")
+        self.ok = np.zeros(toc.crc_count, np.bool_)
+
+    def check(self, lo: int, hi: int) -> None:
+        """Verify every block overlapping bytes [lo, hi) of the file (once each)."""
+        if hi <= lo:
+            return
+        b0, b1 = (lo - HEADER_BYTES) // BLOCK_BYTES, (hi - 1 - HEADER_BYTES) // BLOCK_BYTES + 1
+        if self.ok[b0:b1].all():
+            return
+        for blk in range(b0, b1):
+            if not self.ok[blk]:
+                start = HEADER_BYTES + blk * BLOCK_BYTES
+                if zlib.crc32(self.buf[start:min(start + BLOCK_BYTES, self.end)]) != int(self.crcs[blk]):
+                    raise CorruptIndexError(self.path, f"checksum mismatch in data block {blk} "
+                                                       f"(bytes {start}..{start + BLOCK_BYTES})")
+                self.ok[blk] = True
+
+    def elems(self, spec: ArraySpec, lo: int, hi: int) -> None:
+        """Verify elements [lo, hi) of an array (flat element numbers)."""
+        size = np.dtype(spec.dtype).itemsize
+        self.check(spec.offset + lo * size, spec.offset + hi * size)
+
+    def whole(self, spec: ArraySpec) -> None:
+        self.check(spec.offset, spec.offset + spec.nbytes)
+
+
+class MappedVocabulary:
+    """Token -> term id over the mapped hash table (``get`` like a dict's).
+
+    A term id is handed out only after its postings are verified (``on_term``); resolved
+    tokens, known or not, are cached so repeated query tokens cost a dict lookup.
+    """
+
+    def __init__(self, index: MappedBM25Index) -> None:
+        self._ix = index
+        self._cache: dict[str, int] = {}
+        self._table_ok = False
+
+    def __len__(self) -> int:
+        return self._ix.n_terms
+
+    def __contains__(self, token: object) -> bool:
+        return isinstance(token, str) and self.get(token) is not None
+
+    def get(self, token: str, default: int | None = None) -> int | None:
+        t = self._cache.get(token, _MISS)
+        if t is _MISS:
+            t = self._lookup(token)
+            if len(self._cache) >= _CACHE_MAX:
+                self._cache.clear()
+            self._cache[token] = t
+        return default if t < 0 else t  # type: ignore[operator,return-value]
+
+    def term(self, tid: int) -> str:
+        """The term string of a term id."""
+        ix = self._ix
+        ix._blocks.elems(ix._spec("vocab_off"), tid, tid + 2)
+        lo, hi = int(ix._vocab_off[tid]), int(ix._vocab_off[tid + 1])
+        if not (0 <= lo <= hi <= len(ix._vocab_blob)):
+            raise CorruptIndexError(ix.path, f"vocabulary offsets of term {tid} out of range")
+        ix._blocks.elems(ix._spec("vocab_blob"), lo, hi)
+        return ix._vocab_blob[lo:hi].tobytes().decode("utf-8", "surrogatepass")
+
+    def _lookup(self, token: str) -> int:
+        ix = self._ix
+        if not self._table_ok:
+            ix._blocks.whole(ix._spec("vocab_hash"))
+            ix._blocks.whole(ix._spec("vocab_tid"))
+            self._table_ok = True
+        hashes, h = ix._vocab_hash, np.uint64(term_hash(token))
+        i = int(np.searchsorted(hashes, h))
+        while i < len(hashes) and hashes[i] == h:  # equal hashes: compare the strings
+            tid = int(ix._vocab_tid[i])
+            if not 0 <= tid < ix.n_terms:
+                raise CorruptIndexError(ix.path, f"vocabulary entry {i} has term id {tid} out of range")
+            if self.term(tid) == token:
+                ix._verify_term(tid)
+                return tid
+            i += 1
+        return -1
+
+
+class MappedBM25Index(BM25Index):
+    """A ``BM25Index`` over a published file (``open_index``); same search API and results."""
+
+    path: Path
+    n_terms: int
+
+    def _spec(self, name: str) -> ArraySpec:
+        return self._toc.arrays[name]
+
+    def _doc_lengths_read(self) -> None:
+        if not self._lengths_ok:
+            self._blocks.whole(self._spec("doc_len"))
+            if int(self._doc_len32.sum(dtype=np.int64)) != self.total_len:
+                raise CorruptIndexError(self.path, "document lengths do not add up to the recorded total")
+            self._lengths_ok = True
+
+    def _verify_term(self, t: int) -> None:
+        """First use of term t: checksums and bounds of everything a query reads for it."""
+        with self._lock:
+            if self._term_ok[t]:
+                return
+            bl = self._blocks
+            for name in ("indptr", "bptr"):
+                bl.elems(self._spec(name), t, t + 2)
+            for name in ("df", "idf", "w_max", "bit_row"):
+                bl.elems(self._spec(name), t, t + 1)
+            s, e = int(self.indptr[t]), int(self.indptr[t + 1])
+            b0, b1 = int(self._bptr[t]), int(self._bptr[t + 1])
+            row = int(self._bit_row[t])
+            if not (0 <= s <= e <= len(self.indices) and int(self.df[t]) == e - s
+                    and b0 >= 0 and b1 - b0 == -(-(e - s) // BLOCK_SIZE) and b1 <= len(self._bmax)
+                    and -1 <= row < self._bits.shape[0]):
+                raise CorruptIndexError(self.path, f"postings pointers of term {t} are out of range")
+            for name in ("indices", "tf", "w"):
+                bl.elems(self._spec(name), s, e)
+            bl.elems(self._spec("bmax"), b0, b1)
+            if row >= 0:
+                words = self._bits.shape[1]
+                bl.elems(self._spec("bits"), row * words, (row + 1) * words)
+            if e > s:
+                post = self.indices[s:e]
+                if int(post.min()) < 0 or int(post.max()) >= self.n_docs:
+                    raise CorruptIndexError(self.path, f"postings of term {t} hold positions outside the index")
+            self._term_ok[t] = True
+
+    # ------------------------------------------------------------ doc ids
+    @property
+    def has_doc_ids(self) -> bool:
+        return "doc_id_off" in self._toc.arrays
+
+    def doc_ids(self, positions: Iterable[int]) -> list[str]:
+        """The doc ids recorded at publish for these positions (their tie order)."""
+        if not self.has_doc_ids:
+            raise KeyError(f"{self.path}: no doc ids were written with this index")
+        off, blob, bl = self._doc_id_off, self._doc_id_blob, self._blocks
+        out = []
+        for p in positions:
+            p = int(p)
+            if not 0 <= p < self.n_docs:
+                raise IndexError(f"doc position {p} outside 0..{self.n_docs - 1}")
+            bl.elems(self._spec("doc_id_off"), p, p + 2)
+            lo, hi = int(off[p]), int(off[p + 1])
+            if not 0 <= lo <= hi <= len(blob):
+                raise CorruptIndexError(self.path, f"doc id offsets of position {p} out of range")
+            bl.elems(self._spec("doc_id_blob"), lo, hi)
+            out.append(blob[lo:hi].tobytes().decode("utf-8", "surrogatepass"))
+        return out
+
+    # ------------------------------------------------------------ full check
+    def verify(self) -> None:
+        """Every checksum and the whole structure (what publishing runs before the rename)."""
+        self._blocks.check(HEADER_BYTES, self._blocks.end)
+        self._lengths_ok = False
+        self._doc_lengths_read()
+        a, n, nt = self.indptr, self.n_docs, self.n_terms
+        p = len(self.indices)
+        nblk = -(-np.diff(a) // BLOCK_SIZE) if nt else np.zeros(0, np.int64)
+        ok = (len(a) == nt + 1 and a[0] == 0 and a[-1] == p and (np.diff(a) >= 0).all()
+              and len(self.tf) == p and len(self.w) == p and (p == 0 or (int(self.indices.min()) >= 0
+                                                                         and int(self.indices.max()) < n))
+              and np.array_equal(self.df, np.diff(a)) and len(self._bptr) == nt + 1 and self._bptr[0] == 0
+              and np.array_equal(np.diff(self._bptr), nblk) and self._bptr[-1] <= len(self._bmax)
+              and len(self._idf_full) == nt and len(self._w_max) == nt and len(self._bit_row) == nt
+              and (self._bit_row >= -1).all() and (self._bit_row < self._bits.shape[0]).all()
+              and self._bits.shape[1] == (n + 63) // 64)
+        ok = ok and _strings_ok(self._vocab_off, len(self._vocab_blob), nt)
+        ok = ok and (np.diff(self._vocab_hash.astype(np.uint64)) >= 0).all() and np.array_equal(
+            np.sort(self._vocab_tid), np.arange(nt))
+        if self.has_doc_ids:
+            ok = ok and _strings_ok(self._doc_id_off, len(self._doc_id_blob), n)
+        if not ok:
+            raise CorruptIndexError(self.path, "index structure is inconsistent")
+        self._term_ok[:] = True
+        self.vocab._table_ok = True
+
+
+def _strings_ok(off: np.ndarray, blob_len: int, n: int) -> bool:
+    return bool(len(off) == n + 1 and off[0] == 0 and off[-1] == blob_len and (np.diff(off) >= 0).all())
+
+
+def open_index(path: str | os.PathLike[str], *, kernel: str = "auto") -> MappedBM25Index:
+    """Map a published BM25 index file; raises ``IndexFormatError`` subclasses naming it.
+
+    k1 and b are the ones the file was built with (its ``w`` depends on them).
+    """
+    path = Path(path)
+    try:
+        buf = np.memmap(path, dtype=np.uint8, mode="r")
+    except (OSError, ValueError) as exc:  # missing, unreadable, or empty (mmap of 0 bytes)
+        raise CorruptIndexError(path, f"cannot map the file: {exc}") from exc
+    toc = read_toc(path, buf)
+
+    def arr(name: str) -> np.ndarray:
+        a = toc.arrays.get(name)
+        if a is None:
+            raise CorruptIndexError(path, f"array {name!r} missing from the table of contents")
+        # A plain ndarray view of the mapping (not the memmap subclass): the kernels see an
+        # ordinary read-only array.
+        return np.asarray(buf[a.offset:a.offset + a.nbytes]).view(a.dtype).reshape(a.shape)
+
+    postings = Postings(**{name: arr(name) for name in ARRAY_NAMES})
+    if len(postings.doc_len) != toc.n_docs or len(postings.df) != toc.n_terms:
+        raise CorruptIndexError(path, "array sizes do not match the recorded counts")
+    ix = MappedBM25Index.__new__(MappedBM25Index)
+    ix.path, ix._toc, ix.n_terms = path, toc, toc.n_terms
+    ix._blocks = _Blocks(path, buf, toc)
+    ix._term_ok = np.zeros(toc.n_terms, np.bool_)
+    ix._lengths_ok = False
+    ix._lock = threading.Lock()
+    for name in ("vocab_hash", "vocab_tid", "vocab_off", "vocab_blob") + (
+            ("doc_id_off", "doc_id_blob") if "doc_id_off" in toc.arrays else ()):
+        setattr(ix, f"_{name}", arr(name))
+    ix._adopt(postings, MappedVocabulary(ix), toc.k1, toc.b, kernel, total_len=toc.total_len)
+    return ix

@@ -7,151 +7,130 @@ never deleted, so ``iter_chunks(as_of=T)`` answers "what was active at time T".
 
 Only parameterized SQL touches data. ``execute_read`` runs a single read-only statement
 inside a transaction that is always rolled back, so it cannot modify anything.
+
+The spec's chunk store is SQLite: ``ChunkStore(path)`` on an existing SQLite chunk file
+migrates it once, through Python's ``sqlite3``, into ``<path>.duckdb`` beside it and uses
+that (``sqlite_migration``); the SQLite file itself is never written. The row schema
+(columns, ``StoredChunk``, conversions) lives in ``chunk_schema`` and is re-exported here.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
-from .chunking import METADATA_FIELDS, Chunk, SourceLocator
+from .chunk_schema import (
+    CHUNK_COLUMNS,
+    DOC_VERSION_COLUMNS,
+    SCHEMA_VERSION,
+    StoredChunk,
+    as_table,
+    chunk_fingerprint,
+    chunk_rows_table,
+    row_to_chunk,
+    timestamp_after,
+)
+from .chunking import Chunk
+from .sqlite_migration import (
+    SqliteMigrationError,
+    is_sqlite_file,
+    migrated_path,
+    read_sqlite_store,
+    source_stamp,
+)
 
-SCHEMA_VERSION = 2
+__all__ = ["CHUNK_COLUMNS", "DOC_VERSION_COLUMNS", "SCHEMA_VERSION", "ChunkStore", "ReadOnlyQueryError",
+           "SqliteMigrationError", "StoredChunk", "chunk_fingerprint", "chunk_rows_table", "row_to_chunk",
+           "timestamp_after"]
 
-# column -> (DuckDB type, default for rows written by an older schema)
-CHUNK_COLUMNS: dict[str, tuple[str, str]] = {
-    "chunk_id": ("VARCHAR NOT NULL", ""),
-    "doc_id": ("VARCHAR NOT NULL", ""),
-    "title": ("VARCHAR", "''"),
-    "text": ("VARCHAR", "''"),
-    "source_path": ("VARCHAR", "''"),
-    "start_char": ("INTEGER", "0"),
-    "end_char": ("INTEGER", "0"),
-    "ordinal": ("INTEGER", "0"),
-    "topic": ("VARCHAR", "''"),
-    "entity": ("VARCHAR", "''"),
-    "geography": ("VARCHAR", "''"),
-    "period": ("VARCHAR", "''"),
-    "language": ("VARCHAR", "''"),
-    "sensitivity": ("VARCHAR", "'INTERNAL'"),
-    "parent_id": ("VARCHAR", "''"),
-    "heading": ("VARCHAR", "''"),
-    "window_text": ("VARCHAR", "''"),
-    "parent_start": ("INTEGER", "NULL"),
-    "parent_end": ("INTEGER", "NULL"),
-    "chunker": ("VARCHAR", "'paragraph'"),
-    "valid_as_of": ("VARCHAR", "''"),
-    "ingested_at": ("TIMESTAMP", "TIMESTAMP '1970-01-01 00:00:00'"),
-    "superseded_at": ("TIMESTAMP", "NULL"),
-    "version": ("INTEGER", "1"),
-    "active": ("BOOLEAN", "TRUE"),
-}
-
-DOC_VERSION_COLUMNS: dict[str, str] = {
-    "doc_id": "VARCHAR NOT NULL",
-    "version": "INTEGER NOT NULL",
-    "content_hash": "VARCHAR",
-    "n_chunks": "INTEGER",
-    "withdrawn": "BOOLEAN",
-    "ingested_at": "TIMESTAMP",
-    "source_hash": "VARCHAR",
-}
+_log = logging.getLogger(__name__)
 
 
 class ReadOnlyQueryError(ValueError):
     """``execute_read`` was given something other than one read-only statement."""
 
 
-@dataclass(frozen=True)
-class StoredChunk(Chunk):
-    """A chunk as stored: the chunk plus its version lineage."""
+def _connect(path: str, *, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection that never installs or autoloads an extension (offline engine).
 
-    valid_as_of: str = ""
-    ingested_at: datetime | None = None
-    version: int = 1
-    active: bool = True
-
-
-def timestamp_after(latest: datetime | None) -> datetime:
-    """Now (naive UTC), or 1 µs after ``latest`` if the clock has not passed it: ingest
-    timestamps stay strictly increasing, so as_of reads are unambiguous."""
-    now = datetime.now(UTC).replace(tzinfo=None)
-    if latest is not None and now <= latest:
-        now = latest + timedelta(microseconds=1)
-    return now
-
-
-def chunk_rows_table(rows: Sequence[Chunk], row_version: Sequence[int], valid_as_of: str,
-                     now: datetime, *, lineage_columns: bool = True) -> Any:
-    """Chunks as Arrow rows of the ``chunks`` table (CHUNK_COLUMNS order).
-
-    ``lineage_columns=False`` leaves out ``superseded_at`` and ``active``: the warehouse
-    derives them from the document versions instead of rewriting old rows.
+    Set after connecting, not as ``connect(config=...)``: another connection to the same
+    file in this process (a notebook's ``duckdb.connect(path)``) must not meet a
+    configuration mismatch. A SQLite file never reaches DuckDB (``ChunkStore.__init__``
+    routes it through ``sqlite3``), so no connect-time autoload can be triggered here.
     """
-    import pyarrow as pa
-
-    n = len(rows)
-    i32, s = pa.int32(), pa.string()
-    cols = {
-        "chunk_id": pa.array([c.chunk_id for c in rows], s),
-        "doc_id": pa.array([c.doc_id for c in rows], s),
-        "title": pa.array([c.title for c in rows], s),
-        "text": pa.array([c.text for c in rows], s),
-        "source_path": pa.array([c.source_locator.source_path for c in rows], s),
-        "start_char": pa.array([c.start for c in rows], i32),
-        "end_char": pa.array([c.end for c in rows], i32),
-        "ordinal": pa.array([c.ordinal for c in rows], i32),
-        **{f: pa.array([getattr(c, f) for c in rows], s) for f in METADATA_FIELDS},
-        "sensitivity": pa.array([c.sensitivity for c in rows], s),
-        "parent_id": pa.array([c.parent_id for c in rows], s),
-        "heading": pa.array([c.heading for c in rows], s),
-        "window_text": pa.array([c.window_text for c in rows], s),
-        "parent_start": pa.array([c.parent_locator.start if c.parent_locator else None for c in rows], i32),
-        "parent_end": pa.array([c.parent_locator.end if c.parent_locator else None for c in rows], i32),
-        "chunker": pa.array([c.chunker for c in rows], s),
-        "valid_as_of": pa.array([valid_as_of] * n, s),
-        "ingested_at": pa.array([now] * n, pa.timestamp("us")),
-        "superseded_at": pa.array([None] * n, pa.timestamp("us")),
-        "version": pa.array(list(row_version), i32),
-        "active": pa.array([True] * n, pa.bool_()),
-    }
-    names = [c for c in CHUNK_COLUMNS if lineage_columns or c not in ("superseded_at", "active")]
-    return pa.table({name: cols[name] for name in names})
-
-
-def chunk_fingerprint(chunks: Sequence[Chunk]) -> str:
-    """Hash of a document's chunk list: equal lists mean "same content, same version"."""
-    h = hashlib.sha256()
-    for c in chunks:
-        row = [c.chunk_id, c.doc_id, c.title, c.text, c.start, c.end, c.source_locator.source_path,
-               c.ordinal, c.sensitivity, c.parent_id, c.heading, c.window_text, c.chunker,
-               *(getattr(c, f) for f in METADATA_FIELDS)]
-        h.update(json.dumps(row, ensure_ascii=False).encode())
-        h.update(b"\x1e")
-    return h.hexdigest()
+    con = duckdb.connect(path, read_only=read_only)
+    con.execute("SET autoinstall_known_extensions = false")
+    con.execute("SET autoload_known_extensions = false")
+    return con
 
 
 class ChunkStore:
     """DuckDB-backed, versioned chunk table. Thread-safe within one process."""
 
     def __init__(self, db_path: str | os.PathLike[str] = ":memory:", *, read_only: bool = False):
-        self.db_path = str(db_path)
         self.read_only = read_only
-        if self.db_path != ":memory:" and not read_only:
-            Path(self.db_path).parent.mkdir(parents=True, exist_ok=True)
-        self._con = duckdb.connect(self.db_path, read_only=read_only)
         self._lock = threading.RLock()
-        if not read_only:
+        #: The SQLite chunk file this store was migrated from (None for a DuckDB store).
+        self.migrated_from: str | None = None
+        path = str(db_path)
+        pending = None  # tables of a SQLite store to load into a fresh in-memory store
+        if path != ":memory:" and is_sqlite_file(path):
+            self.migrated_from, path = path, str(migrated_path(path))
+            if read_only and not Path(path).exists():  # nothing may be written: migrate in memory
+                pending, path = read_sqlite_store(self.migrated_from), ":memory:"
+            elif not Path(path).exists():
+                self._migrate(self.migrated_from, path)  # later opens use the migrated store
+        self.db_path = path
+        if path != ":memory:" and not read_only:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._con = _connect(path, read_only=read_only and pending is None)
+        if not read_only or pending is not None:
             self.init_schema()
+        if pending is not None:
+            self._load_tables(*pending)
+        elif self.migrated_from is not None:
+            self._warn_if_source_changed()
+
+    @staticmethod
+    def _migrate(sqlite_path: str, target: str) -> None:
+        """Write the DuckDB store for ``sqlite_path`` at ``target``, atomically.
+
+        Built under a temporary name and published with ``os.link``, which never replaces
+        an existing file: if another process migrated the same file first, its (equal)
+        store wins and this one is discarded, so no open connection loses its file.
+        """
+        chunks, versions = read_sqlite_store(sqlite_path)
+        tmp = f"{target}.tmp-{os.getpid()}-{threading.get_ident()}"
+        try:
+            with ChunkStore(tmp) as store:
+                store._load_tables(chunks, versions)
+                store._run("INSERT OR REPLACE INTO store_meta VALUES ('migrated_from', ?), "
+                           "('migrated_source_stamp', ?)", [sqlite_path, source_stamp(sqlite_path)])
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                pass  # another process published first
+            except OSError:  # a filesystem without hard links
+                os.replace(tmp, target)
+        finally:
+            for leftover in (tmp, f"{tmp}.wal"):
+                Path(leftover).unlink(missing_ok=True)
+        _log.info("migrated the SQLite chunk store %s (%d rows) to %s", sqlite_path, chunks.num_rows, target)
+
+    def _warn_if_source_changed(self) -> None:
+        """A SQLite file changed after its migration is not read again: say so on open."""
+        with self._lock:
+            rows = self._run("SELECT value FROM store_meta WHERE key = 'migrated_source_stamp'")
+        if rows and self.migrated_from and rows[0][0] != source_stamp(self.migrated_from):
+            _log.warning("%s changed after it was migrated to %s; the migrated store is used "
+                         "(remove it to migrate again)", self.migrated_from, self.db_path)
 
     def _run(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         """Execute and drain the result (DuckDB 2 refuses new work on an unfinished one)."""
@@ -420,12 +399,15 @@ class ChunkStore:
                 f"SELECT {', '.join(CHUNK_COLUMNS)} FROM chunks ORDER BY doc_id, version, ordinal").to_arrow_table()
             versions = self._con.sql(
                 f"SELECT {', '.join(DOC_VERSION_COLUMNS)} FROM doc_versions ORDER BY doc_id, version").to_arrow_table()
-        return {"chunks": _as_table(chunks), "doc_versions": _as_table(versions)}
+        return {"chunks": as_table(chunks), "doc_versions": as_table(versions)}
 
     def import_arrow(self, chunks: Any, doc_versions: Any) -> None:
         """Load tables written by ``export_arrow`` (into an empty store)."""
         if self.read_only:
             raise PermissionError("ChunkStore opened read_only")
+        self._load_tables(chunks, doc_versions)
+
+    def _load_tables(self, chunks: Any, doc_versions: Any) -> None:
         with self._lock:
             if self._run("SELECT count(*) FROM chunks")[0][0] or self._run("SELECT count(*) FROM doc_versions")[0][0]:
                 raise ValueError("import_arrow needs an empty store")
@@ -468,43 +450,3 @@ class ChunkStore:
                 return self._con.execute(sql, list(params or [])).fetchall()
             finally:
                 self._run("ROLLBACK")
-
-
-def _as_table(obj: Any) -> Any:
-    """An Arrow Table whether DuckDB handed back a Table or a RecordBatchReader."""
-    import pyarrow as pa
-
-    return obj.read_all() if isinstance(obj, pa.RecordBatchReader) else obj
-
-
-def row_to_chunk(r: dict[str, Any]) -> StoredChunk:
-    """A stored row (a ``chunks`` table row as a dict) as a StoredChunk."""
-    parent = None
-    if r.get("parent_start") is not None and r.get("parent_end") is not None:
-        # A locator points into the *document's* source (like source_locator): its doc_id
-        # is the document, never the parent chunk's id.
-        parent = SourceLocator(r["doc_id"], r["parent_start"], r["parent_end"], r["source_path"] or "")
-    return StoredChunk(
-        chunk_id=r["chunk_id"],
-        doc_id=r["doc_id"],
-        title=r["title"] or "",
-        text=r["text"] or "",
-        source_locator=SourceLocator(r["doc_id"], r["start_char"] or 0, r["end_char"] or 0,
-                                     r["source_path"] or ""),
-        ordinal=r["ordinal"] or 0,
-        topic=r["topic"] or "",
-        entity=r["entity"] or "",
-        geography=r["geography"] or "",
-        period=r["period"] or "",
-        language=r["language"] or "",
-        sensitivity=r["sensitivity"] or "INTERNAL",
-        parent_id=r["parent_id"] or "",
-        heading=r["heading"] or "",
-        window_text=r["window_text"] or "",
-        parent_locator=parent,
-        chunker=r["chunker"] or "paragraph",
-        valid_as_of=r["valid_as_of"] or "",
-        ingested_at=r["ingested_at"],
-        version=r["version"] if r["version"] is not None else 1,
-        active=bool(r["active"]) if r.get("active") is not None else True,
-    )

@@ -16,7 +16,7 @@ from assets import (  # noqa: E402
     LIBRARY_ASSETS,
     RERANK_ASSETS,
     ask,
-    daily_refresh,
+    build_refresh_schedule,
     library_partitions,
     library_sensor,
     refresh_job,
@@ -27,7 +27,7 @@ defs = dg.Definitions(
     assets=[*LIBRARY_ASSETS, *RERANK_ASSETS],
     jobs=[refresh_job, ask],
     sensors=[library_sensor],
-    schedules=[daily_refresh],
+    schedules=[build_refresh_schedule()],  # RAGSPINE_REFRESH_* read now, not at import
     resources={"warehouse": WarehouseResource(), "retrieval": RetrievalResource()},
     executor=dg.in_process_executor,
 )
@@ -47,8 +47,8 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def run_demo(questions: int = 4, top_k: int = 3) -> int:
-    from ragspine_pipeline.cli import format_snippet
     from ragspine_pipeline.corpus import load_golden
+    from ragspine_pipeline.snippet_format import format_snippet
 
     warehouse = WarehouseResource()
     instance = dg.DagsterInstance.get() if _has_home() else dg.DagsterInstance.ephemeral()

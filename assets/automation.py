@@ -1,11 +1,17 @@
-"""Refresh job, the library sensor (new folders + changed files) and the daily schedule."""
+"""Refresh job, the library sensor (new folders + changed files) and the daily schedule.
+
+The schedule is built by ``build_refresh_schedule()`` when the Definitions are built, not
+at import: its cron and time zone (``RAGSPINE_REFRESH_CRON`` / ``RAGSPINE_REFRESH_TZ``)
+are read then, so importing this module never fails on a bad value and a test or a
+deployment that sets them after import is honoured.
+"""
 
 import hashlib
 import json
-import os
 
 import dagster as dg
 
+from ragspine_pipeline import settings
 from ragspine_pipeline.warehouse.raw import scan_library
 from resources import WarehouseResource
 
@@ -45,10 +51,19 @@ def library_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseReso
     )
 
 
-@dg.schedule(job=refresh_job, cron_schedule=os.environ.get("RAGSPINE_REFRESH_CRON", "0 3 * * *"),
-             execution_timezone=os.environ.get("RAGSPINE_REFRESH_TZ", "UTC"),
-             description="Daily refresh of every registered library (cron: RAGSPINE_REFRESH_CRON).")
 def daily_refresh(context: dg.ScheduleEvaluationContext):
+    """One run per registered library, keyed by the scheduled minute (a retry is a no-op)."""
     stamp = context.scheduled_execution_time.strftime("%Y-%m-%dT%H:%M") if context.scheduled_execution_time else "now"
     return [dg.RunRequest(partition_key=lib, run_key=f"daily:{stamp}:{lib}")
             for lib in context.instance.get_dynamic_partitions(library_partitions.name)]
+
+
+def build_refresh_schedule() -> dg.ScheduleDefinition:
+    """The daily refresh of every registered library, on ``RAGSPINE_REFRESH_CRON`` (default
+    ``0 3 * * *``) in ``RAGSPINE_REFRESH_TZ`` (default UTC), read now; a bad value is a
+    SettingsError naming the variable."""
+    return dg.schedule(job=refresh_job, name="daily_refresh",
+                       cron_schedule=settings.get("RAGSPINE_REFRESH_CRON"),
+                       execution_timezone=settings.get("RAGSPINE_REFRESH_TZ"),
+                       description="Daily refresh of every registered library (cron: RAGSPINE_REFRESH_CRON).",
+                       )(daily_refresh)

@@ -7,11 +7,11 @@ check results. Every table is an immutable Parquet version under
 (No ``from __future__ import annotations`` here: Dagster reads the context annotation.)
 """
 
-import os
 from pathlib import Path
 
 import dagster as dg
 
+from ragspine_pipeline import settings
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine_pipeline.warehouse import pipeline as P
 from resources import WarehouseResource
@@ -242,7 +242,7 @@ def retrieval_snapshot(context: dg.AssetExecutionContext, warehouse: WarehouseRe
     if needs_golden or served["restricted_chunks"]:
         retriever = NarrativeIndexRetriever(P.load_snapshot_index(wh, lib, glossary=DEMO / "glossary.json"))
     quality = golden_eval(retriever, lib, golden_path) if needs_golden else {"queries": 0}
-    floor = quality_floor(Path(os.environ.get("RAGSPINE_QUALITY_FLOOR_FILE", DEMO / "quality_floor.json")), lib)
+    floor = quality_floor(Path(settings.get("RAGSPINE_QUALITY_FLOOR_FILE") or DEMO / "quality_floor.json"), lib)
     ndcg = quality.get("ndcg@10")
     passed = floor is None or ndcg is None or ndcg >= floor
     leak = P.restricted_leak_check(wh, lib, retriever) if retriever is not None else None

@@ -13,10 +13,10 @@ and .page_images). Both are opt-in and do nothing unless configured.
 (No ``from __future__ import annotations`` here: Dagster reads the context annotation.)
 """
 
-import os
 
 import dagster as dg
 
+from ragspine_pipeline import settings
 from resources import WarehouseResource
 
 from .library_assets import OWNERS, TAGS, retrieval_snapshot
@@ -54,11 +54,11 @@ def rerank_document_vectors(context: dg.AssetExecutionContext, config: RerankVec
     )
 
     lib = context.partition_key
-    names = _names(config.rerankers or os.environ.get(VECTORS_ENV, ""))
+    names = _names(config.rerankers or settings.get(VECTORS_ENV, error=dg.Failure) or "")
     bad = [n for n in names if n not in PRECOMPUTABLE]
     if bad:
         raise dg.Failure(f"{VECTORS_ENV}: {bad} have no document vectors; use {', '.join(PRECOMPUTABLE)}")
-    libs = _names(config.libraries or os.environ.get(VECTOR_LIBRARIES_ENV, ""))
+    libs = _names(config.libraries or ",".join(settings.get(VECTOR_LIBRARIES_ENV) or ()))
     wh = warehouse.tables()
     if not names or (libs and lib.lower() not in libs):
         check = restricted_never_encoded_check(wh, lib)

@@ -1,25 +1,26 @@
 """WarehouseResource: where the corpus and the versioned warehouse live."""
 
-import os
 from pathlib import Path
 
 import dagster as dg
 
-from ragspine_pipeline.warehouse.versioned import DEFAULT_RETAIN_FOR_S, VersionedTables
+from ragspine_pipeline import settings
+from ragspine_pipeline.warehouse.versioned import VersionedTables
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def default_warehouse_root() -> str:
-    return os.environ.get("RAGSPINE_WAREHOUSE", str(REPO_ROOT / "data" / "warehouse"))
+    return settings.get("RAGSPINE_WAREHOUSE") or str(REPO_ROOT / "data" / "warehouse")
 
 
 def default_corpus_root() -> str:
-    return os.environ.get("RAGSPINE_CORPUS_ROOT", str(REPO_ROOT / "data" / "demo"))
+    return settings.get("RAGSPINE_CORPUS_ROOT") or str(REPO_ROOT / "data" / "demo")
 
 
 def default_retain_for() -> float:
-    return float(os.environ.get("RAGSPINE_RETAIN_FOR_S", "") or DEFAULT_RETAIN_FOR_S)
+    """``RAGSPINE_RETAIN_FOR_S`` (declared default: DEFAULT_RETAIN_FOR_S)."""
+    return settings.get("RAGSPINE_RETAIN_FOR_S")
 
 
 class WarehouseResource(dg.ConfigurableResource):

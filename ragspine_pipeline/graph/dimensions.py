@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..retrieval.lexical.glossary import GlossaryGroup
 
 DIMENSIONS_ENV = "RAGSPINE_GRAPH_DIMENSIONS"
@@ -123,7 +124,7 @@ def parse_dimensions(raw: Any, where: str = "dimensions") -> Dimensions:
 
 def load_dimensions(path: str | os.PathLike[str] | None = None) -> Dimensions:
     """The dimensions file at ``path``, else ``RAGSPINE_GRAPH_DIMENSIONS``, else the shipped demo one."""
-    p = Path(path or os.environ.get(DIMENSIONS_ENV, "").strip() or DEFAULT_DIMENSIONS)
+    p = Path(path or (settings.get(DIMENSIONS_ENV) or "").strip() or DEFAULT_DIMENSIONS)
     try:
         raw = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:

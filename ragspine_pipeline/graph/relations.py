@@ -19,12 +19,12 @@ roll-up, a peer comparison or a trace; they are context for multi-hop exploratio
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from .. import settings
 from ..sensitivity import is_restricted
 from .dimensions import Dimensions
 from .extract import _alias_re
@@ -170,7 +170,8 @@ def make_relation_extractor(spec: str | None = None, *, provider: Any = None,
                             gate: Any = None) -> RelationExtractor | None:
     """``none`` | ``cooccurrence`` | ``llm`` (``spec``, else ``RAGSPINE_RELATION_EXTRACTOR``);
     None for ``none``. ``llm`` uses ``provider``, else the service LLM (``RAGSPINE_LLM_BASE_URL``)."""
-    choice = (spec if spec is not None else os.environ.get(EXTRACTOR_ENV, "")).strip().lower() or "none"
+    choice = ((spec.strip().lower() or "none") if spec is not None
+              else settings.get(EXTRACTOR_ENV, error=RelationExtractorError))
     if choice in ("none", "off"):
         return None
     if choice == "cooccurrence":

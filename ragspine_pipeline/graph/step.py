@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..retrieval.lexical.glossary import load_glossary
 from ..retrieval.link.narrative_link import default_glossary_path
 from ..warehouse.chunk_tables import published_chunks, served_chunks
@@ -64,7 +65,7 @@ def build_relation_graph(wh: VersionedTables, library: str, chunks_version: str 
     extractor = (relation_extractor if relation_extractor is not None and not isinstance(relation_extractor, str)
                  else make_relation_extractor(relation_extractor, provider=provider))
     if communities is None:
-        communities = os.environ.get(COMMUNITIES_ENV, "off").strip().lower() in ("1", "on", "true", "yes")
+        communities = settings.get(COMMUNITIES_ENV)  # on-words on, anything else off (as always)
     if communities and provider is None:
         from ..llm.provider import provider_from_env
 

@@ -8,10 +8,11 @@ order. ``RAGSPINE_GRAPH_STORE=memory|networkx`` picks one.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+
+from .. import settings
 
 STORE_ENV = "RAGSPINE_GRAPH_STORE"
 STORES = ("memory", "networkx")
@@ -119,7 +120,7 @@ class NetworkxGraphStore:
 
 def make_graph_store(name: str | None = None) -> GraphStore:
     """A new empty store: ``name``, else ``RAGSPINE_GRAPH_STORE``, else ``memory``."""
-    choice = (name if name is not None else os.environ.get(STORE_ENV, "")).strip().lower() or "memory"
+    choice = (name.strip().lower() or "memory") if name is not None else settings.get(STORE_ENV, error=GraphStoreError)
     if choice == "memory":
         return MemoryGraphStore()
     if choice == "networkx":

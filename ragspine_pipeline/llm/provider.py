@@ -11,11 +11,11 @@ generation settings (``max_tokens``, ``temperature``, ...) passed through to the
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from .. import settings
 from .http import HTTPServiceError, post_json
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -82,9 +82,9 @@ class OpenAICompatibleProvider:
     @classmethod
     def from_env(cls) -> OpenAICompatibleProvider:
         return cls(
-            base_url=os.environ.get("RAGSPINE_LLM_BASE_URL", cls.base_url),
-            model=os.environ.get("RAGSPINE_LLM_MODEL", cls.model),
-            api_key=os.environ.get("RAGSPINE_LLM_API_KEY"),
+            base_url=settings.get("RAGSPINE_LLM_BASE_URL") or cls.base_url,
+            model=settings.get("RAGSPINE_LLM_MODEL"),
+            api_key=settings.get("RAGSPINE_LLM_API_KEY"),
         )
 
     def chat(self, messages: Sequence[Mapping[str, str]], **options: Any) -> str:
@@ -109,13 +109,8 @@ def provider_from_env() -> OpenAICompatibleProvider | None:
     """The service's LLM: an OpenAI-compatible endpoint when ``RAGSPINE_LLM_BASE_URL`` is
     set (``RAGSPINE_LLM_MODEL``, ``RAGSPINE_LLM_API_KEY``, ``RAGSPINE_LLM_TIMEOUT`` seconds),
     else None — nothing is contacted at run time unless configured."""
-    if not os.environ.get(LLM_BASE_URL_ENV, "").strip():
+    if not settings.get(LLM_BASE_URL_ENV):
         return None
     p = OpenAICompatibleProvider.from_env()
-    raw = os.environ.get("RAGSPINE_LLM_TIMEOUT", "").strip()
-    if raw:
-        try:
-            p.timeout = float(raw)
-        except ValueError:
-            raise ValueError(f"RAGSPINE_LLM_TIMEOUT={raw!r} is not a number of seconds") from None
+    p.timeout = settings.get("RAGSPINE_LLM_TIMEOUT")  # seconds; a bad value is a SettingsError
     return p

@@ -9,7 +9,7 @@ instead of being cut silently.
 
 from __future__ import annotations
 
-import os
+from .. import settings
 
 MAX_QUERY_CHARS_ENV = "RAGSPINE_MAX_QUERY_CHARS"
 DEFAULT_MAX_QUERY_CHARS = 4000
@@ -20,11 +20,8 @@ class QueryTooLong(ValueError):
 
 
 def max_query_chars() -> int:
-    raw = os.environ.get(MAX_QUERY_CHARS_ENV, "").strip()
-    try:
-        return int(raw) if raw else DEFAULT_MAX_QUERY_CHARS
-    except ValueError:
-        raise ValueError(f"{MAX_QUERY_CHARS_ENV}={raw!r} is not an integer") from None
+    """``RAGSPINE_MAX_QUERY_CHARS`` (read per query), else DEFAULT_MAX_QUERY_CHARS."""
+    return settings.get(MAX_QUERY_CHARS_ENV)
 
 
 def check_query(query: object) -> str:

@@ -13,9 +13,9 @@ fields from ``HEADER_FIELDS`` in the order wanted (``title,heading``).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 
+from ... import settings
 from .chunking import Chunk
 
 CONTEXTUAL_ENV = "RAGSPINE_CONTEXTUAL"
@@ -35,7 +35,7 @@ def plain_index_text(chunk: Chunk) -> str:
 
 def contextual_fields(spec: str | None = None) -> tuple[str, ...]:
     """The header fields ``spec`` (``RAGSPINE_CONTEXTUAL`` when None) asks for; () is off."""
-    raw = (spec if spec is not None else os.environ.get(CONTEXTUAL_ENV, "")).strip().lower()
+    raw = (spec if spec is not None else settings.get(CONTEXTUAL_ENV)).strip().lower()
     if raw in _OFF:
         return ()
     if raw in _ON:
@@ -43,7 +43,7 @@ def contextual_fields(spec: str | None = None) -> tuple[str, ...]:
     fields = tuple(f.strip() for f in raw.split(",") if f.strip())
     bad = [f for f in fields if f not in HEADER_FIELDS]
     if bad or not fields:
-        raise ValueError(f"{CONTEXTUAL_ENV}={spec if spec is not None else os.environ.get(CONTEXTUAL_ENV)!r}: "
+        raise ValueError(f"{CONTEXTUAL_ENV}={spec if spec is not None else settings.raw(CONTEXTUAL_ENV)!r}: "
                          f"use on/off or a comma list of {', '.join(HEADER_FIELDS)} (unknown: {', '.join(bad)})")
     return fields
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ... import settings
 from ...sensitivity import is_restricted
 from ..lexical.analyzer import normalize
 from ..lexical.glossary import GlossaryGroup
@@ -154,12 +155,11 @@ def make_router(spec: str | None, retrievers: Mapping[str, Any], *, glossary: An
                 provider: Any = None) -> Callable[[str], list[str]] | None:
     """``rules`` (default) | ``llm`` (the model, rules as fallback) | ``none`` (search all), from
     ``spec`` or ``RAGSPINE_ROUTER``. ``glossary``: a glossary JSON path for the rules."""
-    import os
     from pathlib import Path
 
     from ..lexical.glossary import load_glossary
 
-    choice = (spec if spec is not None else os.environ.get(ROUTER_ENV, "")).strip().lower() or "rules"
+    choice = (spec.strip().lower() or "rules") if spec is not None else settings.get(ROUTER_ENV)
     if choice not in ROUTERS:
         raise ValueError(f"unknown router {choice!r} ({ROUTER_ENV}); expected one of {ROUTERS}")
     if choice == "none":

@@ -33,6 +33,7 @@ import dataclasses
 import os
 from typing import Any
 
+from ... import settings
 from ...filter_input import hybrid_retrievers
 from ...llm.provider import LLM_BASE_URL_ENV, provider_from_env
 from ..postprocess import IndexVectorLookup, make_postprocessor
@@ -56,7 +57,9 @@ _ON = ("1", "on", "true", "yes", "heuristic", "auto")
 
 
 def _spec(value: str | None, env: str) -> tuple[str, str]:
-    raw = value if value is not None else os.environ.get(env, "")
+    """(text, folded name) of a layer's spec: ``value``, else the variable (checked by the
+    settings registry: a bad one is a SettingsError naming it), else its default."""
+    raw = value if value is not None else settings.get(env)
     if not isinstance(raw, str):
         raise TypeError(f"{env.removeprefix('RAGSPINE_').lower()} spec must be a string or None "
                         f"(got {type(raw).__name__})")

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ... import settings
 from ..filters import FilterError, compile_filters
 from ..lexical.analyzer import normalize
 from ..lexical.hybrid import FILTER_FIELDS
@@ -125,12 +126,12 @@ class SecurityGate:
         """``RAGSPINE_SECURITY_CONFIG`` + the glossary's competitor groups +
         ``RAGSPINE_COMPETITORS``."""
         paths: list[str | os.PathLike[str]] = []
-        cfg = os.environ.get(SECURITY_CONFIG_ENV, "").strip()
+        cfg = (settings.get(SECURITY_CONFIG_ENV) or "").strip()
         if cfg:
             paths.append(cfg)
         if glossary is not None and Path(glossary).is_file():
             paths.append(glossary)
-        extra = [n.strip() for n in os.environ.get(COMPETITORS_ENV, "").split(",") if n.strip()]
+        extra = list(settings.get(COMPETITORS_ENV) or ())
         return cls.from_config(*paths, extra=extra)
 
     def competitor_in(self, text: str) -> str | None:

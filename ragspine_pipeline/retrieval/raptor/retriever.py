@@ -14,10 +14,10 @@ filtered with ``is_restricted`` again before any snippet exists (defence in dept
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ... import settings
 from ...sensitivity import is_restricted
 from ..chunking.chunking import Chunk, SourceLocator
 from ..lexical.analyzer import Analyzer
@@ -26,8 +26,6 @@ from ..limits import check_query
 from ..link.narrative_link import build_snippet
 from ..vector.embedding_backends import EmbeddingBackend
 from .tree import (
-    DEFAULT_DEPTH,
-    DEFAULT_THRESHOLD,
     RaptorError,
     RaptorNode,
     RaptorTree,
@@ -46,7 +44,9 @@ DEFAULT_MODE = "collapsed"
 
 def raptor_enabled(value: str | None = None) -> bool:
     """``RAGSPINE_RAPTOR`` (or ``value``): on / 1 / true, or off (the default)."""
-    raw = (value if value is not None else os.environ.get(RAPTOR_ENV, "")).strip().lower()
+    if value is None:  # the variable, checked by the settings registry (same words)
+        return settings.get(RAPTOR_ENV, error=RaptorError)
+    raw = value.strip().lower()
     if raw in ("", "0", "off", "false", "no", "none"):
         return False
     if raw in ("1", "on", "true", "yes"):
@@ -57,14 +57,11 @@ def raptor_enabled(value: str | None = None) -> bool:
 def raptor_settings(mode: str | None = None, depth: int | None = None,
                     threshold: float | None = None) -> tuple[str, int, float]:
     """(mode, depth, threshold): the arguments, else ``RAGSPINE_RAPTOR_*``, else defaults."""
-    m = (mode if mode is not None else os.environ.get(MODE_ENV, DEFAULT_MODE)).strip().lower() or DEFAULT_MODE
+    m = (mode.strip().lower() or DEFAULT_MODE) if mode is not None else settings.get(MODE_ENV, error=RaptorError)
     if m not in MODES:
         raise RaptorError(f"RAPTOR mode must be one of {', '.join(MODES)}, not {m!r}")
-    try:
-        d = depth if depth is not None else int(os.environ.get(DEPTH_ENV, "") or DEFAULT_DEPTH)
-        t = threshold if threshold is not None else float(os.environ.get(THRESHOLD_ENV, "") or DEFAULT_THRESHOLD)
-    except ValueError:
-        raise RaptorError(f"{DEPTH_ENV} must be an integer and {THRESHOLD_ENV} a number") from None
+    d = depth if depth is not None else settings.get(DEPTH_ENV, error=RaptorError)
+    t = threshold if threshold is not None else settings.get(THRESHOLD_ENV, error=RaptorError)
     return m, d, t
 
 

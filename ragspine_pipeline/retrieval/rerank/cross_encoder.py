@@ -24,9 +24,9 @@ so ``RAGSPINE_RERANKER`` means the same thing on every path.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
+from ... import settings
 from ...llm.provider import OpenAICompatibleProvider
 from .errors import RerankerUnavailable
 from .listwise_rerank import ListwiseReranker, ProviderListwiseJudge, Reranker
@@ -70,7 +70,7 @@ def _make_local(name: str) -> Reranker:
 
 def make_reranker(spec: str | None = None) -> Reranker | None:
     """Reranker for ``spec`` (``RAGSPINE_RERANKER`` when None; unset means none)."""
-    raw = spec if spec is not None else os.environ.get(RERANKER_ENV, "none")
+    raw = spec if spec is not None else settings.get(RERANKER_ENV)  # a bad variable: SettingsError
     if not isinstance(raw, str):
         raise TypeError(f"reranker spec must be a string or None (got {type(raw).__name__})")
     name = raw.strip().lower()
@@ -92,4 +92,4 @@ def make_reranker(spec: str | None = None) -> Reranker | None:
 
 def reranker_from_env() -> Reranker | None:
     """The reranker the service wiring uses: ``RAGSPINE_RERANKER`` (default none)."""
-    return make_reranker(os.environ.get(RERANKER_ENV, "none"))
+    return make_reranker(settings.get(RERANKER_ENV))

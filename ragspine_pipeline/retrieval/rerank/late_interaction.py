@@ -18,13 +18,13 @@ scoring function the visual slot reuses for page-patch embeddings.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from ... import settings
 from .errors import RerankerUnavailable
 from .onnx_cross_encoder import load_tokenizer, model_max_length, onnx_session
 from .scoring import DEFAULT_BATCH_SIZE, DEFAULT_RERANK_TOP_N, PassageCache, ScoringReranker
@@ -89,7 +89,7 @@ _LOCK = threading.Lock()
 
 def _default_encoder(max_length: int | None) -> TokenEncoder:
     """RAGSPINE_COLBERT_MODEL's folder when set, else the shipped e5's token states."""
-    env = os.environ.get(COLBERT_ENV, "").strip()
+    env = (settings.get(COLBERT_ENV) or "").strip()
     key = f"{env or 'e5'}|{max_length}"
     with _LOCK:
         if key in _ENCODERS:

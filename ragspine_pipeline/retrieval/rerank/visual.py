@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ... import settings
 from ...sensitivity import is_restricted
 from .late_interaction import maxsim
 
@@ -127,14 +128,14 @@ class DeterministicPatchEmbedder:
 
 def make_visual_embedder(spec: str | None = None) -> VisualEmbedder | None:
     """``RAGSPINE_VISUAL_EMBEDDER``: none (default) | deterministic | colpali | colqwen2."""
-    raw = spec if spec is not None else os.environ.get(VISUAL_ENV, "none")
+    raw = spec if spec is not None else settings.get(VISUAL_ENV)
     name = str(raw).strip().lower()
     if name in ("", "none", "off"):
         return None
     if name == "deterministic":
         return DeterministicPatchEmbedder()
     if name in ("colpali", "colqwen2", "colqwen"):
-        folder = os.environ.get(VISUAL_MODEL_ENV, "").strip()
+        folder = (settings.get(VISUAL_MODEL_ENV) or "").strip()
         missing = []
         if not folder or not Path(folder).is_dir():
             missing.append(f"the {name} weights ({VISUAL_MODEL_ENV}=<local folder>; no package here "

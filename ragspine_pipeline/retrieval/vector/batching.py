@@ -8,12 +8,13 @@ total)`` after each batch -- the CLI wires tqdm to it, the Dagster step its logg
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
+from ... import settings
 
 ProgressHook = Callable[[int, int], None]
 DEFAULT_STREAM_BATCH = 256
@@ -47,7 +48,7 @@ def tqdm_progress(desc: str, *, enabled: bool = True, stream: Any = None) -> Pro
     """A tqdm bar on stderr as a progress hook; None (silent) when disabled, when stderr is
     not a terminal (logs, pipes, ``--json`` runs) or when ``RAGSPINE_PROGRESS=0``."""
     out = stream if stream is not None else sys.stderr
-    if not enabled or os.environ.get("RAGSPINE_PROGRESS", "1") == "0":
+    if not enabled or not settings.get("RAGSPINE_PROGRESS"):
         return None
     if stream is None and not (hasattr(out, "isatty") and out.isatty()):
         return None

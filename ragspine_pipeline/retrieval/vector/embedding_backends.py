@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ... import settings
 from ...llm.http import HTTPServiceError, post_json
 from ..lexical.analyzer import tokenize
 
@@ -73,8 +74,8 @@ def embedding_spec_from_env(default: str = "none") -> str:
     ``default`` applies when neither is set: ``none`` for the library, ``auto`` for the
     service wiring.
     """
-    main = os.environ.get(EMBEDDING_ENV)
-    alias = os.environ.get(EMBEDDING_ENV_ALIAS)
+    main = settings.raw(EMBEDDING_ENV)  # exact text: set-but-empty still counts as set here
+    alias = settings.raw(EMBEDDING_ENV_ALIAS)
     if main is not None and alias is not None and main.strip().lower() != alias.strip().lower():
         raise ValueError(f"{EMBEDDING_ENV}={main!r} and {EMBEDDING_ENV_ALIAS}={alias!r} disagree; "
                          f"set only {EMBEDDING_ENV} ({EMBEDDING_ENV_ALIAS} is its alias)")
@@ -178,7 +179,7 @@ class SentenceTransformerEmbeddingBackend:
             raise EmbeddingBackendUnavailable(
                 "backend 'st' needs the sentence-transformers package (not installed)"
             )
-        path = model_path or os.environ.get("RAGSPINE_ST_MODEL_PATH")
+        path = model_path or settings.get("RAGSPINE_ST_MODEL_PATH")
         if not path or not os.path.isdir(path):
             raise EmbeddingBackendUnavailable(
                 "backend 'st' needs a local model folder: set RAGSPINE_ST_MODEL_PATH or use 'st:/path'"
@@ -258,9 +259,9 @@ def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
         return DeterministicHashBackend(dim=int(arg) if arg else 256)
     if name == "openai":
         return OpenAIEmbeddingBackend(
-            base_url=os.environ.get("RAGSPINE_EMBED_BASE_URL", OpenAIEmbeddingBackend.base_url),
-            model=arg or os.environ.get("RAGSPINE_EMBED_MODEL", OpenAIEmbeddingBackend.model),
-            api_key=os.environ.get("RAGSPINE_EMBED_API_KEY"),
+            base_url=settings.get("RAGSPINE_EMBED_BASE_URL"),
+            model=arg or settings.get("RAGSPINE_EMBED_MODEL"),
+            api_key=settings.get("RAGSPINE_EMBED_API_KEY"),
         )
     if name in ("st", "sentence-transformers", "qwen3"):
         return _make_st(arg or None)

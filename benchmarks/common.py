@@ -16,6 +16,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from ragspine_pipeline import settings
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "eval"
 COMMITTED_RESULTS = ROOT / "benchmarks" / "results"
@@ -24,7 +26,8 @@ DATA_ENV = "RAGSPINE_BENCH_DATA"
 
 
 def data_root() -> Path:
-    return Path(os.environ.get(DATA_ENV) or DEFAULT_DATA)
+    """``--data`` (handed to workers as $RAGSPINE_BENCH_DATA), else ../shared/eval."""
+    return Path(settings.get(DATA_ENV) or DEFAULT_DATA)
 
 
 def add_io_args(ap, *, data: bool = True) -> None:

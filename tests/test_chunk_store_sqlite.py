@@ -178,6 +178,9 @@ def test_sqlite_chunk_store_migrates_beside_and_reads_back_equal(tmp_path, schem
         assert all("Board-only" not in s["text"] for s in retriever.retrieve("Lyon plant sale price", top_k=10))
     finally:
         store.close()
+    with ChunkStore(db, read_only=True) as ro:  # read-only opens use the migrated store too
+        assert ro.db_path == str(sibling) and len(ro.iter_chunks(doc_id="pr_eu_lyon")) == 1
+        assert_offline(ro)
     assert (db.read_bytes(), db.stat().st_mtime_ns) == before
 
 

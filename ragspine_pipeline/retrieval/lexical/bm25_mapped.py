@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +33,7 @@ from .bm25_format import (
     CorruptIndexError,
     Toc,
     read_toc,
+    strings_to_blob,
     term_hash,
 )
 
@@ -195,6 +196,15 @@ class MappedBM25Index(BM25Index):
             bl.elems(self._spec("doc_id_blob"), lo, hi)
             out.append(blob[lo:hi].tobytes().decode("utf-8", "surrogatepass"))
         return out
+
+    def same_doc_ids(self, ids: Sequence[str]) -> bool:
+        """Whether the recorded doc ids are exactly ``ids``, in order (one vectorized compare)."""
+        if not self.has_doc_ids or len(ids) != self.n_docs:
+            return False
+        off, blob = strings_to_blob(ids)
+        self._blocks.whole(self._spec("doc_id_off"))
+        self._blocks.whole(self._spec("doc_id_blob"))
+        return bool(np.array_equal(off, self._doc_id_off) and np.array_equal(blob, self._doc_id_blob))
 
     # ------------------------------------------------------------ full check
     def verify(self) -> None:

@@ -74,6 +74,15 @@ def _check_channels(channels: Sequence[str]) -> None:
         raise ValueError(f"channels must be a non-empty subset of ('bm25', 'dense'), got {channels!r}")
 
 
+def _check_prebuilt(index: BM25Index, chunk_ids: list[str]) -> None:
+    """A given index must cover exactly the retriever's chunks, position = chunk_id order
+    (checked against its recorded doc ids when it has them, e.g. a published file)."""
+    same = getattr(index, "same_doc_ids", None)
+    if index.n_docs != len(chunk_ids) or (callable(same) and not same(chunk_ids)):
+        raise ValueError(f"bm25_index indexes {index.n_docs} documents, not these {len(chunk_ids)} chunks "
+                         "in chunk_id order")
+
+
 @dataclass
 class _VectorCache:
     """Position-aligned unit vectors, filled lazily; shared by ``with_channels`` views."""
@@ -113,6 +122,7 @@ class HybridRetriever:
         channels: Sequence[str] = ("bm25", "dense"),
         fusion: FusionConfig | None = None,
         embed_progress: Callable[[int, int], None] | None = None,
+        bm25_index: BM25Index | None = None,
     ) -> None:
         _check_channels(channels)
         if "bm25" not in channels and embedding_backend is None:
@@ -146,7 +156,12 @@ class HybridRetriever:
         self.rrf_k = rrf_k
         self.candidate_k = candidate_k
         self.index_text = index_text
-        if docs_tokens is not None:
+        if bm25_index is not None:
+            # A published index (e.g. memory-mapped): nothing is tokenized or rebuilt. Its own
+            # k1 and b hold; it must index exactly these chunks, in chunk_id order.
+            _check_prebuilt(bm25_index, [c.chunk_id for c in self.chunks])
+            self.index = bm25_index
+        elif docs_tokens is not None:
             if len(docs_tokens) != len(chunks):
                 raise ValueError("docs_tokens must align with chunks")
             order = sorted(range(len(chunks)), key=lambda i: chunks[i].chunk_id)
@@ -154,7 +169,8 @@ class HybridRetriever:
         else:
             # Each chunk by its document's language metadata (the analyzer records its rule).
             toks = [self.analyzer.analyze(index_text(c), c.language or None) for c in self.chunks]
-        self.index = BM25Index(toks, k1=k1, b=b)
+        if bm25_index is None:
+            self.index = BM25Index(toks, k1=k1, b=b)
         # Queries are analyzed for every document language of the index (see analyze_query).
         self._languages = sorted({c.language for c in self.chunks if c.language})
         self._columns: dict[str, np.ndarray] = {}

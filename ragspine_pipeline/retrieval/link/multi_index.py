@@ -23,10 +23,10 @@ libraries (idf is per library), so the gate is a heuristic: it is off unless ask
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ... import settings
 from ..lexical.fusion import DEFAULT_RRF_K, rrf_fuse
 from ..limits import check_query
 from .narrative_link import NarrativeIndexRetriever
@@ -37,21 +37,10 @@ DEFAULT_MIN_RELATIVE_STRENGTH = 0.0  # the spec fuses every selected library
 
 
 def min_strength_from_env() -> float:
-    """``RAGSPINE_LIBRARY_MIN_STRENGTH`` as a fraction in [0, 1]; unset or empty is 0 (off).
-
-    Read when a retriever is built, never at import; a bad value is a ValueError naming
-    the variable and what it accepts.
-    """
-    raw = (os.environ.get(MIN_STRENGTH_ENV) or "").strip()
-    if not raw:
-        return DEFAULT_MIN_RELATIVE_STRENGTH
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 <= value <= 1.0:  # NaN fails too
-        raise ValueError(f"{MIN_STRENGTH_ENV}={raw!r}: use a number from 0 (off, the default) to 1")
-    return value
+    """``RAGSPINE_LIBRARY_MIN_STRENGTH`` through the settings registry: a fraction in [0, 1],
+    unset or empty is 0 (off). Read when a retriever is built, never at import; a bad
+    value is one ``SettingsError`` (a ValueError) naming the variable and the range."""
+    return float(settings.get(MIN_STRENGTH_ENV))
 
 
 def _without_relaxation(retriever: NarrativeIndexRetriever) -> NarrativeIndexRetriever:

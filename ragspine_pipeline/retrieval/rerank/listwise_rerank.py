@@ -3,8 +3,11 @@
 Restricted candidates never reach a judge or a reranker: they keep their RRF position
 and only the open candidates are permuted among the open slots. If every candidate in
 the head is restricted the judge is not called. A judge that raises, times out or
-answers something that is not a permutation leaves the order as it was: reranking is an
-improvement layer and must never lose or reorder results on failure.
+answers something that is not a permutation -- or an object that is no judge at all --
+leaves the order as it was, with a logged warning: ``listwise_rerank`` never raises (the
+spec), because reranking is an improvement layer and must never lose or reorder results
+on failure. The wiring points (``ListwiseReranker``, ``require_judge``) still refuse a
+wrong shape with a TypeError where it is assembled.
 """
 
 from __future__ import annotations

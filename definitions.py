@@ -47,8 +47,8 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def run_demo(questions: int = 4, top_k: int = 3) -> int:
-    from ragspine_pipeline.cli import format_snippet
     from ragspine_pipeline.corpus import load_golden
+    from ragspine_pipeline.snippet_format import format_snippet
 
     warehouse = WarehouseResource()
     instance = dg.DagsterInstance.get() if _has_home() else dg.DagsterInstance.ephemeral()

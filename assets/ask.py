@@ -12,10 +12,10 @@ import json
 import dagster as dg
 from pydantic import Field
 
-from ragspine_pipeline.cli import preview, snippet_channels
 from ragspine_pipeline.filter_input import check_filter_values, coerce_operand
 from ragspine_pipeline.retrieval.filters import OPERATORS, FilterError
 from ragspine_pipeline.retrieval.lexical.hybrid import FILTER_FIELDS
+from ragspine_pipeline.snippet_format import snippet_markdown
 from resources import RetrievalResource
 from resources.retrieval import LAYER_FIELDS
 
@@ -80,12 +80,7 @@ def ask_question(context: dg.OpExecutionContext, config: AskConfig, retrieval: R
     snippets = retrieval.ask(config.query, filters=triples or None, top_k=config.top_k, **layers)
     report = getattr(snippets, "report", None)  # refusals and routes of the query layers, when any ran
     lines = [f"**Q:** {config.query}", ""]
-    for s in snippets:
-        loc = s["source_locator"]
-        lines.append(f"{s['rank']}. **{s['title']}** — `{s['doc_id']}` chars {loc['start']}–{loc['end']} "
-                     f"(v{s['version']}, {s['sensitivity']}, fused {s['scores']['fused']:.4f}, "
-                     f"{snippet_channels(s)}{', filters relaxed' if s.get('filters_relaxed') else ''})  \n"
-                     f"   {preview(s['text'], 300)}")
+    lines += [snippet_markdown(s) for s in snippets]
     return dg.Output(
         snippets,
         metadata={"answer": dg.MetadataValue.md("\n".join(lines) if snippets else "no matching snippets"),

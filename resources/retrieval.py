@@ -27,35 +27,20 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from ragspine_pipeline.modes import RetrievalModeError
+from ragspine_pipeline import serving
+from ragspine_pipeline.modes import RetrievalModeError, retrieval_mode
+from ragspine_pipeline.retrieval.lexical.glossary import GlossaryError
+from ragspine_pipeline.retrieval.link.assembly import LAYER_KEYS, glossary_file, serving_reranker
 from ragspine_pipeline.retrieval.link.multi_index import MultiIndexRetriever
-from ragspine_pipeline.retrieval.link.narrative_link import (
-    NarrativeIndexRetriever,
-    default_glossary_path,
-)
-from ragspine_pipeline.retrieval.link.published import load_published_index, retrieval_mode
-from ragspine_pipeline.retrieval.query import (
-    LayeredRetriever,
-    SecurityConfigError,
-    make_query_layers,
-)
-from ragspine_pipeline.retrieval.rerank.cross_encoder import (
-    RERANKER_ENV,
-    make_reranker,
-    reranker_from_env,
-)
-from ragspine_pipeline.warehouse.pipeline import (
-    SNAPSHOT,
-    published_libraries,
-    select_snapshot,
-    serving_retriever,
-)
-from ragspine_pipeline.warehouse.rerank_vectors import attach_library_vectors
+from ragspine_pipeline.retrieval.link.narrative_index import NarrativeIndexRetriever
+from ragspine_pipeline.retrieval.query import LayeredRetriever, SecurityConfigError
+from ragspine_pipeline.retrieval.rerank.cross_encoder import RERANKER_ENV
+from ragspine_pipeline.warehouse.pipeline import SNAPSHOT, published_libraries, select_snapshot
 from ragspine_pipeline.warehouse.versioned import VersionedTables, WarehouseError
 
 from .warehouse import default_warehouse_root
 
-LAYER_FIELDS = ("transform", "decompose", "adaptive", "corrective", "auto_filters", "postprocessor")
+LAYER_FIELDS = LAYER_KEYS  # the make_query_layers keywords, as fields of the same names
 
 
 class RetrievalResource(dg.ConfigurableResource):
@@ -96,15 +81,25 @@ class RetrievalResource(dg.ConfigurableResource):
         except RetrievalModeError as exc:
             raise dg.Failure(str(exc)) from None
 
+    def _glossary(self) -> Path | None:
+        """The one glossary file (field, else RAGSPINE_GLOSSARY, else the demo glossary)."""
+        try:
+            return glossary_file(self.glossary_path or None)
+        except GlossaryError as exc:
+            raise dg.Failure(str(exc)) from None
+
     def _reranker(self):
-        """One reranker per resource and spec (building one may load a model)."""
+        """One reranker per resource and spec (building one may load a model), resolved by
+        the assembly: the field, else RAGSPINE_RERANKER."""
         spec = self.reranker or os.environ.get(RERANKER_ENV, "none")
         hit = self._cache.get(("reranker",))
         if hit is None or hit[0] != spec:
-            self._cache[("reranker",)] = (spec, make_reranker(self.reranker) if self.reranker else reranker_from_env())
+            self._cache[("reranker",)] = (spec, serving_reranker(self.reranker or None))
         return self._cache[("reranker",)][1]
 
     def retriever_for(self, library: str) -> NarrativeIndexRetriever:
+        """One library's retriever (``serving.library_retriever``), cached until its
+        published snapshot (or the mode, or the reranker) changes."""
         wh = self._tables()
         snap = wh.latest(SNAPSHOT, library)
         if snap is None:
@@ -115,28 +110,27 @@ class RetrievalResource(dg.ConfigurableResource):
             except WarehouseError as exc:
                 raise dg.Failure(str(exc)) from None
         mode = self._mode()
+        glossary = self._glossary()
         with self._lock:
             reranker = self._reranker()
             # The current snapshot id too: an older chunking is served less what it now hides.
             current = wh.latest(SNAPSHOT, library).manifest["metadata"]["snapshot_id"]
-            attach_library_vectors(reranker, wh.root, [library])  # precomputed passage vectors, if any
-            key = (snap.manifest["metadata"]["snapshot_id"], current, mode, id(reranker))
+            key = (snap.manifest["metadata"]["snapshot_id"], current, mode, id(reranker), glossary)
             hit = self._cache.get(library)
             if hit is None or hit[0] != key:
-                glossary = Path(self.glossary_path) if self.glossary_path else default_glossary_path()
                 try:
-                    index = load_published_index(wh, library, mode=mode, glossary=glossary,
-                                                 chunker=self.chunker or None)
+                    r = serving.library_retriever(wh, library, reranker=reranker, mode=mode, glossary=glossary,
+                                                  chunker=self.chunker or None)
                 except RetrievalModeError as exc:
                     raise dg.Failure(str(exc)) from None
-                self._cache[library] = (key, NarrativeIndexRetriever(index, reranker=reranker))
+                self._cache[library] = (key, r)
             return self._cache[library][1]
 
     def retriever(self, **layers: str) -> NarrativeIndexRetriever | MultiIndexRetriever | LayeredRetriever:
-        """The served retriever (one library or a MultiIndexRetriever) with the configured
-        query layers around it; the base itself when every layer is off. ``layers``
-        (transform, decompose, adaptive, corrective, auto_filters, postprocessor) override
-        the resource's fields for one call, e.g. from the ``ask`` job's run config."""
+        """The served retriever (one library, or a MultiIndexRetriever with the router) with
+        the configured query layers around it; the base itself when every layer is off.
+        ``layers`` (transform, decompose, adaptive, corrective, auto_filters, postprocessor)
+        override the resource's fields for one call, e.g. from the ``ask`` job's run config."""
         unknown = set(layers) - set(LAYER_FIELDS)
         if unknown:
             raise TypeError(f"unknown query layer option(s): {sorted(unknown)}; use {', '.join(LAYER_FIELDS)}")
@@ -144,10 +138,9 @@ class RetrievalResource(dg.ConfigurableResource):
         libs = self.published_libraries()
         if not libs:
             raise dg.Failure(f"no published snapshots under {Path(self.warehouse_root or default_warehouse_root())}")
-        base = self._routed({lib: self.retriever_for(lib) for lib in libs})
-        glossary = Path(self.glossary_path) if self.glossary_path else default_glossary_path()
+        retrievers = {lib: self.retriever_for(lib) for lib in libs}
         try:
-            return make_query_layers(base, **pick, glossary=glossary)
+            return serving.serve(retrievers, router=self.router or None, glossary=self._glossary(), layers=pick)
         except (ValueError, TypeError, SecurityConfigError) as exc:
             raise dg.Failure(f"query layers: {exc}") from None
 
@@ -167,20 +160,7 @@ class RetrievalResource(dg.ConfigurableResource):
     def ask(self, query: str, *, filters: Any = None, top_k: int = 5, **layers: str) -> list[dict[str, Any]]:
         return self.retriever(**layers).retrieve(query, filters=filters, top_k=top_k)
 
-    # ------------------------------------------------------------ routing and the graph channel
-    def _routed(self, retrievers: dict[str, NarrativeIndexRetriever]) -> Any:
-        """One library as it is; several in a MultiIndexRetriever with the configured router."""
-        if len(retrievers) == 1:
-            return serving_retriever(retrievers)
-        from ragspine_pipeline.retrieval.link.routing import make_router
-
-        glossary = Path(self.glossary_path) if self.glossary_path else default_glossary_path()
-        try:
-            router = make_router(self.router or None, retrievers, glossary=glossary)
-        except ValueError as exc:
-            raise dg.Failure(f"router: {exc}") from None
-        return MultiIndexRetriever(retrievers, router=router)
-
+    # ------------------------------------------------------------ the graph channel
     def graph_channel(self, library: str):
         """The ``GraphChannel`` over the relation graph the library's snapshot names (cached per version)."""
         from ragspine_pipeline.graph.channel import GraphChannel
@@ -194,7 +174,7 @@ class RetrievalResource(dg.ConfigurableResource):
         with self._lock:
             hit = self._cache.get(("graph", library))
             if hit is None or hit[0] != version:
-                glossary = Path(self.glossary_path) if self.glossary_path else default_glossary_path()
+                glossary = self._glossary()
                 self._cache[("graph", library)] = (version, GraphChannel(
                     load_relation_graph(wh, library, version), resolve_dimensions(glossary=glossary)))
             return self._cache[("graph", library)][1]

@@ -14,7 +14,7 @@ from dagster_fixtures import demo_warehouse  # noqa: E402
 
 import definitions  # noqa: E402
 from ragspine_pipeline.cli import main  # noqa: E402
-from ragspine_pipeline.retrieval.link.published import open_published_retriever  # noqa: E402
+from ragspine_pipeline.serving import open_published_retriever  # noqa: E402
 from ragspine_pipeline.warehouse import pipeline as P  # noqa: E402
 from resources import RetrievalResource  # noqa: E402
 

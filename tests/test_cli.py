@@ -12,7 +12,6 @@ from ragspine_pipeline.cli import (
     build_demo_store,
     main,
     parse_filter_args,
-    preview,
 )
 from ragspine_pipeline.retrieval.chunking.chunking import chunk_document
 from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
@@ -20,6 +19,7 @@ from ragspine_pipeline.retrieval.vector.embedding_backends import (
     DeterministicHashBackend,
     make_embedding_backend,
 )
+from ragspine_pipeline.snippet_format import preview
 from ragspine_pipeline.vector_cache import cache_file, preload_cached_vectors
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "eval"
@@ -225,20 +225,20 @@ def test_query_engine_only_writes_the_vector_cache(store_wh, capsys):
     assert files[0].stat().st_mtime_ns == mtime  # warm cache: nothing embedded, nothing rewritten
 
 
-def test_query_json_prints_snippet_dicts(tmp_path, capsys):
+def test_query_json_prints_snippet_dicts(store_wh, capsys):
     rc = main(["query", "为什么营收下滑", "--filter", "entity=ACME_CN", "--top-k", "5", "--json",
-               "--warehouse", str(tmp_path)])
+               "--warehouse", str(store_wh)])
     assert rc == 0
     snippets = json.loads(capsys.readouterr().out)
     assert len(snippets) == 5 and all(s["entity"] == "ACME_CN" for s in snippets)
     assert all(s["sensitivity"] != "RESTRICTED" for s in snippets)
 
 
-def test_query_text_output_and_bad_filter(tmp_path, capsys):
-    assert main(["query", "why close the Lyon plant", "--warehouse", str(tmp_path), "--mode", "bm25"]) == 0
+def test_query_text_output_and_bad_filter(store_wh, capsys):
+    assert main(["query", "why close the Lyon plant", "--warehouse", str(store_wh), "--mode", "bm25"]) == 0
     out = capsys.readouterr().out
     assert "[1]" in out and "cite:" in out and "chars" in out
-    assert main(["query", "x", "--filter", "colour=red", "--warehouse", str(tmp_path)]) == 2
+    assert main(["query", "x", "--filter", "colour=red", "--warehouse", str(store_wh)]) == 2
     assert "colour" in capsys.readouterr().err
 
 

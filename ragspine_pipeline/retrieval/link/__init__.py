@@ -1,4 +1,6 @@
-"""Cited retrieval: NarrativeIndex, NarrativeIndexRetriever (exit #2), builders."""
+"""Cited retrieval: NarrativeIndex, NarrativeIndexRetriever (exit #2), the layer assembly,
+builders. The published warehouse is served from ``ragspine_pipeline.serving`` (above
+``retrieval``: this package never imports the warehouse)."""
 
 from .multi_index import MultiIndexRetriever
 from .narrative_link import (
@@ -9,8 +11,6 @@ from .narrative_link import (
     build_snippet,
     retriever_for_index,
 )
-from .published import NoPublishedSnapshot, open_published_retriever
 
-__all__ = ["MultiIndexRetriever", "NarrativeIndex", "NarrativeIndexRetriever", "NoPublishedSnapshot",
-           "Postprocessor", "build_narrative_retriever", "build_snippet", "open_published_retriever",
-           "retriever_for_index"]
+__all__ = ["MultiIndexRetriever", "NarrativeIndex", "NarrativeIndexRetriever", "Postprocessor",
+           "build_narrative_retriever", "build_snippet", "retriever_for_index"]

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import os
 
-from ..link.narrative_link import Postprocessor
 from ..vector.embedding_backends import EmbeddingBackend
-from .base import LAYERS_KEY, PostprocessorChain, mark_layer
+from .base import LAYERS_KEY, Postprocessor, PostprocessorChain, mark_layer
 from .compress import DEFAULT_COMPRESS_CHARS, ExtractiveCompressor, split_sentences
 from .lost_in_middle import LostInTheMiddle, lost_in_middle_order
 from .mmr import (

@@ -11,11 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ...sensitivity import is_restricted
 
 LAYERS_KEY = "layers"
+
+
+@runtime_checkable
+class Postprocessor(Protocol):
+    """Reorders/trims snippets, or adds ``prompt_text``; never sees restricted text.
+
+    It lives here, beside the chain, so the link layer (which runs one per index) and the
+    query layers (which run one after fusion) both import it downwards.
+    """
+
+    def process(self, query: str, snippets: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
 
 
 def mark_layer(snippet: dict[str, Any], name: str, **updates: Any) -> dict[str, Any]:

@@ -1,0 +1,58 @@
+"""Snippet dicts as text for people: the CLI's plain output, the ``ask`` job's markdown
+and the demo's printout share these, so a snippet reads the same wherever it is shown.
+
+Formatting only: it never changes a snippet, and it reads nothing but the dict.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_CJK = re.compile(r"[\u3000-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")
+
+
+def preview(text: str, width: int = 220) -> str:
+    """``text`` on one line, at most ``width`` characters; cut at a word boundary when the
+    text is spaced (English …), at the character for CJK, which has no spaces."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    cut = flat[:width]
+    space = cut.rfind(" ")
+    if space > width // 2 and not _CJK.search(flat[width - 1: width + 1]):
+        cut = cut[:space]
+    return cut.rstrip() + " …"
+
+
+def snippet_channels(s: dict[str, Any]) -> str:
+    """Which channels served a snippet: bm25 when it matched lexically, dense when the
+    vector channel ran for it."""
+    sc = s.get("scores", {})
+    used = [name for name, on in (("bm25", (sc.get("bm25") or 0) > 0), ("dense", sc.get("vector") is not None)) if on]
+    return "+".join(used) or "none"
+
+
+def format_snippet(s: dict[str, Any], width: int = 220) -> str:
+    """A snippet as four lines of plain text: rank and title, citation, scores, preview."""
+    loc = s["source_locator"]
+    sc = s["scores"]
+    vec = "" if sc["vector"] is None else f" vector={sc['vector']:.3f}"
+    meta = " ".join(f"{k}={s[k]}" for k in ("entity", "period", "topic", "language") if s.get(k))
+    return (f"[{s['rank']}] {s['title']}\n"
+            f"    cite: {s['doc_id']} chars {loc['start']}-{loc['end']} (v{s['version']}, {s['sensitivity']}; {meta})\n"
+            f"    score: fused={sc['fused']:.4f} bm25={sc['bm25']:.3f}{vec}  channels={snippet_channels(s)}"
+            f"{'  [filters relaxed: no match under the filter]' if s.get('filters_relaxed') else ''}\n"
+            f"    {preview(s['text'], width)}")
+
+
+def snippet_markdown(s: dict[str, Any], width: int = 300) -> str:
+    """A snippet as one markdown list item (the ``ask`` job's answer in the Dagster UI)."""
+    loc = s["source_locator"]
+    return (f"{s['rank']}. **{s['title']}** — `{s['doc_id']}` chars {loc['start']}–{loc['end']} "
+            f"(v{s['version']}, {s['sensitivity']}, fused {s['scores']['fused']:.4f}, "
+            f"{snippet_channels(s)}{', filters relaxed' if s.get('filters_relaxed') else ''})  \n"
+            f"   {preview(s['text'], width)}")
+
+
+__all__ = ["format_snippet", "preview", "snippet_channels", "snippet_markdown"]

@@ -325,14 +325,10 @@ def _import_time_env_reads(path: Path) -> list[int]:
     return hits
 
 
-# cli.py:39 (DEFAULT_WAREHOUSE) is migrated by the serving/CLI work of issue 26; remove it here then.
-IMPORT_TIME_ALLOWED = {"ragspine_pipeline/cli.py"}
-
-
 def test_no_module_reads_the_environment_at_import():
     found = {str(f.relative_to(ROOT)): lines for f in _py_files()
              if "benchmarks" not in f.parts and (lines := _import_time_env_reads(f))}
-    assert set(found) <= IMPORT_TIME_ALLOWED, found
+    assert not found, found
 
 
 def test_settings_import_nothing_from_the_package():

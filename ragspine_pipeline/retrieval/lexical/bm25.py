@@ -282,14 +282,19 @@ class BM25Index:
         if candidates is None:
             return None
         self._doc_lengths_read()
-        cand = np.asarray(candidates)
-        if cand.dtype == bool:
-            if cand.shape != (self.n_docs,):
-                raise ValueError("candidate mask must have one entry per indexed document")
-            return cand
-        mask = np.zeros(self.n_docs, dtype=bool)
-        mask[cand.astype(np.int64)] = True
-        return mask
+        return candidate_mask(candidates, self.n_docs)
+
+
+def candidate_mask(candidates: np.ndarray, n_docs: int) -> np.ndarray:
+    """A filter as a bool mask over ``n_docs`` positions (given as a mask or as positions)."""
+    cand = np.asarray(candidates)
+    if cand.dtype == bool:
+        if cand.shape != (n_docs,):
+            raise ValueError("candidate mask must have one entry per indexed document")
+        return cand
+    mask = np.zeros(n_docs, dtype=bool)
+    mask[cand.astype(np.int64)] = True
+    return mask
 
 
 def _check_params(k1: float, b: float, kernel: str) -> None:

@@ -55,13 +55,25 @@ class Postings:
 ARRAY_NAMES = tuple(f.name for f in fields(Postings))
 
 
+@dataclass(frozen=True)
+class CorpusStats:
+    """Corpus-wide statistics for a segment that holds only part of the corpus: its ``w``
+    and ``idf`` are then those of the whole corpus, so its scores are the corpus's."""
+
+    n_docs: int
+    total_len: int
+    df: dict[str, int]  # term -> documents of the whole corpus holding it
+
+
 def build_postings(
-    docs_tokens: Sequence[Sequence[str]], k1: float, b: float, bitset_min_docs: int
+    docs_tokens: Sequence[Sequence[str]], k1: float, b: float, bitset_min_docs: int,
+    corpus: CorpusStats | None = None,
 ) -> tuple[Postings, dict[str, int]]:
     """(postings, vocabulary term -> id) by one in-place sort of (term, doc) keys.
 
     Term ids go into a compact ``array('i')`` (4 bytes each) rather than a list of Python
-    ints (~36 bytes each), which bounds peak build memory.
+    ints (~36 bytes each), which bounds peak build memory. ``corpus``: statistics of the
+    whole corpus when these documents are one segment of it (default: these documents).
     """
     vocab: dict[str, int] = {}
     setdefault = vocab.setdefault
@@ -95,8 +107,13 @@ def build_postings(
     indptr = np.zeros(n_terms + 1, dtype=np.int64)
     np.cumsum(np.bincount(post_terms, minlength=n_terms), out=indptr[1:])
     df = np.diff(indptr)
-    avgdl = float(lens.sum()) / n_docs if n_docs else 0.0
-    idf = bm25_idf(n_docs, df.astype(np.float64)) if n_terms else np.zeros(0)
+    if corpus is None:
+        avgdl = float(lens.sum()) / n_docs if n_docs else 0.0
+        idf = bm25_idf(n_docs, df.astype(np.float64)) if n_terms else np.zeros(0)
+    else:
+        avgdl = corpus.total_len / corpus.n_docs if corpus.n_docs else 0.0
+        corpus_df = np.fromiter((corpus.df[t] for t in vocab), np.float64, n_terms)
+        idf = bm25_idf(corpus.n_docs, corpus_df) if n_terms else np.zeros(0)
     # Exact float64 tf-saturation factor per posting for the unfiltered path:
     # score = sum_t idf_t * (k1 + 1) * w[t, d]. Filtered queries recompute from tf.
     safe = avgdl if avgdl > 0 else 1.0

@@ -37,11 +37,14 @@ each data block's crc32 the first time a query reads it; every block and the str
 into place (temp file + fsync + rename + fsync of the folder: a reader sees the whole
 file or none).
 
-Segments: the TOC records ``bucket`` / ``buckets``. A library published as B segments
-puts each doc in segment ``doc_bucket(doc_id, B)``; a shard maps only its segments.
-Exact BM25 needs corpus-wide N, df and avgdl, so a sharded reader adds the segments'
-per-term df and doc counts (small arrays) before scoring. Version 1 writers publish
-one segment (bucket 0 of 1); the reader already rejects nothing about B > 1.
+Segments (``bm25_segments``): the TOC records ``bucket`` / ``buckets``. A corpus published
+as B segments puts each doc in segment ``doc_bucket(doc_id, B)``; each segment file holds
+its documents' postings with ``w`` and ``idf`` computed from the corpus-wide N, df and
+avgdl (``corpus_docs`` / ``corpus_len`` in the TOC), and ``global_pos``: each local
+document's position in the corpus order. A shard maps only its segments and its
+unfiltered scores are the corpus's own, so merging the shards' top-k by (score, global
+position) is the corpus top-k. A filtered query needs the survivors' N, df and length
+over the whole corpus: the segments each count theirs and the counts are summed first.
 """
 
 from __future__ import annotations
@@ -115,6 +118,10 @@ class Toc:
     crc_offset: int
     crc_count: int
     crc_crc32: int
+    # A segment of a larger corpus (``bm25_segments``): the corpus's document count and
+    # summed length, which its w and idf were computed with (0: the file is the corpus).
+    corpus_docs: int = 0
+    corpus_len: int = 0
 
     def to_json(self) -> bytes:
         d: dict[str, Any] = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "arrays"}

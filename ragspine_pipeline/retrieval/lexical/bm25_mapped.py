@@ -228,6 +228,10 @@ class MappedBM25Index(BM25Index):
             np.sort(self._vocab_tid), np.arange(nt))
         if self.has_doc_ids:
             ok = ok and _strings_ok(self._doc_id_off, len(self._doc_id_blob), n)
+        if "global_pos" in self._toc.arrays:  # a segment: its documents' corpus positions
+            g = self._global_pos
+            ok = ok and len(g) == n and (n == 0 or (int(g[0]) >= 0 and int(g[-1]) < self._toc.corpus_docs
+                                                    and bool((np.diff(g) > 0).all())))
         if not ok:
             raise CorruptIndexError(self.path, "index structure is inconsistent")
         self._term_ok[:] = True
@@ -267,8 +271,8 @@ def open_index(path: str | os.PathLike[str], *, kernel: str = "auto") -> MappedB
     ix._term_ok = np.zeros(toc.n_terms, np.bool_)
     ix._lengths_ok = False
     ix._lock = threading.Lock()
-    for name in ("vocab_hash", "vocab_tid", "vocab_off", "vocab_blob") + (
-            ("doc_id_off", "doc_id_blob") if "doc_id_off" in toc.arrays else ()):
+    optional = tuple(n for n in ("doc_id_off", "doc_id_blob", "global_pos") if n in toc.arrays)
+    for name in ("vocab_hash", "vocab_tid", "vocab_off", "vocab_blob") + optional:
         setattr(ix, f"_{name}", arr(name))
     ix._adopt(postings, MappedVocabulary(ix), toc.k1, toc.b, kernel, total_len=toc.total_len)
     return ix

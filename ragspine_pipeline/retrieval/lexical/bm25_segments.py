@@ -1,0 +1,191 @@
+"""A BM25 corpus published as hash-bucket segments, so a shard maps only its part.
+
+Why: one machine (or one Ray actor) should serve a part of a large corpus without
+rebuilding anything. ``write_segments`` puts each document in segment
+``doc_bucket(doc_id, B)`` (``bm25_format``) and writes every segment with corpus-wide
+statistics (idf from the corpus df, ``w`` from the corpus avgdl). A segment's scores are
+therefore the corpus's own: ``open_segments(folder, buckets)`` maps any subset of the
+segments and its unfiltered top-k is exactly the corpus top-k restricted to those
+documents; merged by (score, corpus position), the shards' top-k lists give the corpus
+top-k, ties by position as in one index.
+
+Filtered queries follow the spec: N, df and avgdl over the survivors of the whole corpus.
+With every segment mapped, ``search(..., candidates=...)`` counts each segment's survivors
+and sums them before scoring (numpy, exact). A shard holding only some segments cannot
+know the other survivors' statistics and says so (``ValueError``); a distributed caller
+runs the same two steps (``survivor_stats`` on every shard, sum, then ``search`` with
+``stats=``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import bm25
+from .bm25 import BM25Index, candidate_mask
+from .bm25_build import CorpusStats, build_postings
+from .bm25_format import CorruptIndexError, doc_bucket
+from .bm25_mapped import MappedBM25Index, open_index
+from .bm25_publish import write_index
+from .bm25_reference import DEFAULT_B, DEFAULT_K1, bm25_idf
+from .bm25_topk import ScoredDocs, empty_scored, top_k
+
+
+def segment_name(bucket: int, buckets: int) -> str:
+    return f"bm25-{bucket:04d}-of-{buckets:04d}.rsbm25"
+
+
+def write_segments(folder: str | os.PathLike[str], docs_tokens: Sequence[Sequence[str]], doc_ids: Sequence[str],
+                   *, buckets: int, k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> list[Path]:
+    """Publish the corpus as ``buckets`` segment files in ``folder`` (each atomic, verified).
+
+    Corpus positions are the order of ``docs_tokens``; a segment may be empty.
+    """
+    if buckets < 1:
+        raise ValueError(f"buckets must be >= 1 (got {buckets})")
+    if len(doc_ids) != len(docs_tokens):
+        raise ValueError(f"{len(doc_ids)} doc ids for {len(docs_tokens)} documents")
+    df: Counter[str] = Counter()
+    for toks in docs_tokens:
+        df.update(set(toks))
+    stats = CorpusStats(len(docs_tokens), sum(map(len, docs_tokens)), dict(df))
+    bucket_of = np.fromiter((doc_bucket(d, buckets) for d in doc_ids), np.int64, len(doc_ids))
+    paths = []
+    for bk in range(buckets):
+        pos = np.flatnonzero(bucket_of == bk)
+        postings, vocab = build_postings([docs_tokens[i] for i in pos.tolist()], float(k1), float(b),
+                                         bm25.BITSET_MIN_DOCS, corpus=stats)
+        part = BM25Index.from_postings(postings, vocab, k1=k1, b=b, kernel="numpy")
+        paths.append(write_index(part, Path(folder) / segment_name(bk, buckets),
+                                 doc_ids=[doc_ids[i] for i in pos.tolist()], bucket=bk, buckets=buckets,
+                                 global_pos=pos, corpus=(stats.n_docs, stats.total_len)))
+    return paths
+
+
+@dataclass(frozen=True)
+class SurvivorStats:
+    """A filter's survivors in some segments: count, summed length, df per query token."""
+
+    n: int
+    total_len: int
+    df: np.ndarray  # int64, one per query token
+
+    def __add__(self, other: SurvivorStats) -> SurvivorStats:
+        return SurvivorStats(self.n + other.n, self.total_len + other.total_len, self.df + other.df)
+
+
+class SegmentedBM25:
+    """Some (or all) segments of a published corpus; positions are corpus positions."""
+
+    def __init__(self, segments: list[MappedBM25Index]) -> None:
+        if not segments:
+            raise ValueError("no segments to serve")
+        first = segments[0]._toc
+        self.buckets_total = first.buckets
+        self.n_docs = first.corpus_docs
+        self.k1, self.b = first.k1, first.b
+        for seg in segments:
+            t = seg._toc
+            if (t.buckets, t.corpus_docs, t.corpus_len, t.k1, t.b) != (
+                    first.buckets, first.corpus_docs, first.corpus_len, first.k1, first.b) or not hasattr(
+                    seg, "_global_pos"):
+                raise CorruptIndexError(seg.path, "not a segment of the same corpus as " + str(segments[0].path))
+            seg._blocks.whole(seg._spec("global_pos"))
+            g = seg._global_pos
+            if len(g) and (int(g[0]) < 0 or int(g[-1]) >= self.n_docs or (np.diff(g) <= 0).any()):
+                raise CorruptIndexError(seg.path, "corpus positions out of range or out of order")
+        self.segments = sorted(segments, key=lambda s: s._toc.bucket)
+        self.buckets = [s._toc.bucket for s in self.segments]
+
+    def search(self, query_tokens: Sequence[str], k: int = 10, candidates: np.ndarray | None = None, *,
+               stats: SurvivorStats | None = None) -> ScoredDocs:
+        """Top-k over the mapped segments by (score desc, corpus position asc).
+
+        ``candidates``: a bool mask over the corpus positions, or corpus positions; then
+        the survivors' statistics are the corpus's (summed over all segments, or ``stats``).
+        """
+        if k <= 0:
+            return empty_scored()
+        if candidates is None:
+            parts = [seg.search(query_tokens, k) for seg in self.segments]
+            ids = np.concatenate([seg._global_pos[p.ids] for seg, p in zip(self.segments, parts, strict=True)])
+            return top_k(ids, np.concatenate([p.scores for p in parts]), k)
+        mask = self._mask(candidates)
+        if stats is None:
+            if len(self.segments) != self.buckets_total:
+                missing = sorted(set(range(self.buckets_total)) - set(self.buckets))
+                raise ValueError(f"a filtered query needs every segment's survivor statistics; this shard lacks "
+                                 f"buckets {missing}: pass stats= (the sum of survivor_stats over all shards)")
+            stats = self.survivor_stats(query_tokens, mask)
+        return self._filtered(query_tokens, k, mask, stats)
+
+    def survivor_stats(self, query_tokens: Sequence[str], candidates: np.ndarray) -> SurvivorStats:
+        """This shard's part of a filter's statistics (summed across shards by the caller)."""
+        mask = self._mask(candidates)
+        total = SurvivorStats(0, 0, np.zeros(len(query_tokens), np.int64))
+        for seg in self.segments:
+            local = mask[seg._global_pos]
+            seg._doc_lengths_read()
+            df = np.zeros(len(query_tokens), np.int64)
+            for x, q in enumerate(query_tokens):
+                t = seg.vocab.get(q)
+                if t is not None:
+                    df[x] = int(np.count_nonzero(local[seg.indices[seg.indptr[t]:seg.indptr[t + 1]]]))
+            total = total + SurvivorStats(int(np.count_nonzero(local)),
+                                          int(seg._doc_len32[local].sum(dtype=np.int64)), df)
+        return total
+
+    def _filtered(self, query_tokens: Sequence[str], k: int, mask: np.ndarray, stats: SurvivorStats) -> ScoredDocs:
+        """The reference formula over the survivors, per posting (numpy), in query order."""
+        if stats.n == 0 or stats.total_len == 0:
+            return empty_scored()
+        avgdl = stats.total_len / stats.n
+        k1, b = self.k1, self.b
+        ids, contrib = [], []
+        for seg in self.segments:
+            local = mask[seg._global_pos]
+            seg._doc_lengths_read()
+            for x, q in enumerate(query_tokens):
+                t = seg.vocab.get(q)
+                if t is None or stats.df[x] == 0:
+                    continue
+                sl = slice(seg.indptr[t], seg.indptr[t + 1])
+                keep = local[seg.indices[sl]]
+                d = seg.indices[sl][keep]
+                f = seg.tf[sl][keep].astype(np.float64)
+                idf = bm25_idf(stats.n, float(stats.df[x]))
+                norm = k1 * (1.0 - b + b * seg._doc_len32[d] / avgdl)
+                ids.append(seg._global_pos[d])
+                contrib.append((x, idf * (f * (k1 + 1.0)) / (f + norm)))
+        if not ids:
+            return empty_scored()
+        all_ids = np.concatenate(ids)
+        order = np.lexsort((np.concatenate([np.full(len(c), x) for x, c in contrib]), all_ids))
+        si = all_ids[order]
+        starts = np.flatnonzero(np.r_[True, si[1:] != si[:-1]])
+        vals = np.concatenate([c for _, c in contrib])[order]
+        return top_k(si[starts], np.add.reduceat(vals, starts), k)
+
+    def _mask(self, candidates: np.ndarray) -> np.ndarray:
+        return candidate_mask(candidates, self.n_docs)
+
+
+def open_segments(folder: str | os.PathLike[str], buckets: Iterable[int] | None = None, *,
+                  kernel: str = "auto") -> SegmentedBM25:
+    """Map the segments of ``folder`` (all, or only ``buckets``) without rebuilding."""
+    files = sorted(Path(folder).glob("bm25-*-of-*.rsbm25"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no BM25 segment files")
+    total = int(files[0].name.rsplit("-of-", 1)[1].split(".")[0])
+    wanted = range(total) if buckets is None else sorted(set(buckets))
+    paths = [Path(folder) / segment_name(bk, total) for bk in wanted]
+    for p in paths:
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: segment missing")
+    return SegmentedBM25([open_index(p, kernel=kernel) for p in paths])

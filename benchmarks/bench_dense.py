@@ -409,9 +409,9 @@ def _pct(xs: list[float], q: float) -> float:
 def latency(args) -> None:
     """Query embedding latency (cold = first query after load, warm = median of the next),
     and end-to-end hybrid latency p50/p95 through NarrativeIndexRetriever.retrieve."""
+    from ragspine_pipeline.retrieval.link.assembly import index_retriever
     from ragspine_pipeline.retrieval.link.narrative_link import (
         NarrativeIndex,
-        NarrativeIndexRetriever,
     )
 
     results = out_dir(args.out)
@@ -447,7 +447,7 @@ def latency(args) -> None:
                 kind = "random unit vectors (corpus not embedded in this run)"
             idx = NarrativeIndex.from_chunks(chunks, embedding_backend=be, library_id=cname)
             idx.retriever.preload_vectors(vecs, chunk_ids=[c.chunk_id for c in chunks])
-            r = NarrativeIndexRetriever(idx)
+            r = index_retriever(idx)
             r.retrieve(queries[0], top_k=10)
             lat = []
             for q in queries:
@@ -498,9 +498,9 @@ def demo(args) -> None:
     """The demo libraries' golden-question nDCG@10 (the Dagster check's metric) per
     backend, against data/demo/quality_floor.json."""
     from assets.quality import golden_eval
+    from ragspine_pipeline.retrieval.link.assembly import index_retriever
     from ragspine_pipeline.retrieval.link.narrative_link import (
         NarrativeIndex,
-        NarrativeIndexRetriever,
     )
 
     results = out_dir(args.out)
@@ -518,7 +518,7 @@ def demo(args) -> None:
             else:
                 be = cached_backend(spec, progress=False)
             idx = NarrativeIndex.from_chunks(chunks, embedding_backend=be, library_id=lib)
-            r = golden_eval(NarrativeIndexRetriever(idx), lib, DEMO / "golden_queries.json")
+            r = golden_eval(index_retriever(idx), lib, DEMO / "golden_queries.json")
             fusion = idx.retriever.fusion_info() if be is not None else None
             rows.append({"library": lib, "embedding": spec, "queries": r.get("queries"),
                          "ndcg@10": round(r.get("ndcg@10", 0.0), 4), "floor": floors.get(lib),

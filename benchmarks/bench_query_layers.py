@@ -32,8 +32,8 @@ from ragspine_pipeline.eval.metrics import dedupe_keep_best, ndcg_at_k  # noqa: 
 from ragspine_pipeline.eval.runner import EvalConfig, _chunker, beir_documents  # noqa: E402
 from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore  # noqa: E402
 from ragspine_pipeline.retrieval.lexical.glossary import GlossaryQueryRewriter  # noqa: E402
-from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever  # noqa: E402
-from ragspine_pipeline.retrieval.query import make_query_layers  # noqa: E402
+from ragspine_pipeline.retrieval.link.assembly import index_retriever, with_layers  # noqa: E402
+from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndex  # noqa: E402
 
 CONFIGS = {
     "plain": {},
@@ -70,11 +70,11 @@ def beir_set(folder: Path, analyzer: str | None):
 
 def run(name, index, queries, k=10):
     rows = []
-    base = NarrativeIndexRetriever(index)
+    base = index_retriever(index)  # the serving assembly, with the layers set explicitly per config
     for cfg_name, cfg in CONFIGS.items():
         if ("auto_filters" in cfg_name or "rag_fusion" in cfg_name) and not name.startswith("demo"):
             continue  # the BEIR sets carry no metadata to filter on and have no glossary
-        layered = make_query_layers(base, **{**OFF, **cfg})
+        layered = with_layers(base, layers={**OFF, **cfg})
         scores, refused = [], 0
         t0 = time.perf_counter()
         for q, flt, qrels in queries:

@@ -40,7 +40,8 @@ from ragspine_pipeline.eval.beir import load_beir  # noqa: E402
 from ragspine_pipeline.eval.metrics import dedupe_keep_best, mean_metrics  # noqa: E402
 from ragspine_pipeline.eval.runner import EvalConfig, _chunker, beir_documents  # noqa: E402
 from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore  # noqa: E402
-from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever  # noqa: E402
+from ragspine_pipeline.retrieval.link.assembly import index_retriever  # noqa: E402
+from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndex  # noqa: E402
 from ragspine_pipeline.retrieval.rerank import RerankerUnavailable, make_reranker  # noqa: E402
 
 DEPTH = 100
@@ -89,7 +90,7 @@ def build_index(folder: Path, dense: bool, cache: Path | None = None):
 
 def run(ds, index, qids, reranker) -> tuple[dict, list[float]]:
     timed = Timed(reranker) if reranker is not None else None
-    retriever = NarrativeIndexRetriever(index, reranker=timed)
+    retriever = index_retriever(index, reranker=timed)
     runs = {q: dedupe_keep_best([s["doc_id"] for s in retriever.retrieve(ds.queries[q], top_k=DEPTH)])[:DEPTH]
             for q in qids}
     return mean_metrics(runs, {q: ds.qrels[q] for q in qids}), (timed.seconds if timed else [])

@@ -5,6 +5,11 @@ Each call checks the libraries' published snapshot ids and rebuilds an index onl
 one changed, so a refresh is picked up without a restart, and a query sees one whole
 snapshot (the one it resolved), never a mix of versions.
 
+A thin adapter over ``ragspine_pipeline.serving``, the one assembly the CLI and the
+Python API serve too (same settings, byte-identical snippets; ``tests/test_one_door.py``):
+``serving.library_retriever`` per library (cached here by snapshot id), ``serving.serve``
+for the router (``RAGSPINE_ROUTER``, default rules) and the layers around the whole.
+
 The service variables mean here what they mean in the CLI: ``RAGSPINE_RETRIEVAL_MODE``
 (``economy`` / ``bm25`` / ``lexical`` build no embedding backend and load no vectors;
 ``auto`` serves what the snapshot has), ``RAGSPINE_EMBEDDING_BACKEND`` (for ``hybrid`` /

@@ -68,3 +68,17 @@ def test_missing_or_mismatched_file_falls_back_and_damage_is_an_error(tmp_path):
         open_bm25_file(tmp_path, sorted(ids))
     with pytest.raises(ValueError, match="unique"):
         write_bm25_file(tmp_path, ["a", "a"], [["x"], ["y"]])
+
+
+def test_narrative_index_passes_a_published_index_through(tmp_path):
+    from ragspine_pipeline.retrieval.link.narrative_index import NarrativeIndex
+
+    chunks, tokens = corpus(120, seed=2)
+    write_bm25_file(tmp_path, [c.chunk_id for c in chunks], tokens)
+    mapped = open_bm25_file(tmp_path, sorted(c.chunk_id for c in chunks))
+    served = NarrativeIndex.from_chunks(chunks, bm25_index=mapped, channels=("bm25",))
+    rebuilt = NarrativeIndex.from_chunks(chunks, docs_tokens=tokens, channels=("bm25",))
+    assert served.retriever.index is mapped
+    for q in ("revenue margin", "营收"):
+        a = [(h.chunk.chunk_id, h.bm25) for h in served.retriever.search(q, top_k=5)]
+        assert a == [(h.chunk.chunk_id, h.bm25) for h in rebuilt.retriever.search(q, top_k=5)] and a

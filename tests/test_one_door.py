@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the code location (resources/, assets/)
 
 from ragspine_pipeline.cli import main  # noqa: E402
+from ragspine_pipeline.retrieval.vector.embedding_backends import DeterministicHashBackend  # noqa: E402
 from ragspine_pipeline.serving import open_published_retriever  # noqa: E402
 
 QUESTIONS = [
@@ -159,3 +160,64 @@ def test_custom_glossary_reaches_every_door(published_demo, custom_glossary, cap
     cli = via_cli(published_demo, capsys, "zorblat", None)
     assert json.loads(cli) and cli == via_api(published_demo, "zorblat", None) == \
         via_resource(published_demo, "zorblat", None)
+
+
+def test_one_resolution_of_the_retrieval_mode(monkeypatch):
+    """``modes.resolve_retrieval`` is the only place a mode is read. ``auto``: the index's
+    own vectors, else a backend asked for, else — where the source records no embedding
+    choice (a chunk store) — the configured one; a snapshot published without vectors
+    stays BM25. hybrid / vector need vectors or fail."""
+    from ragspine_pipeline import modes
+
+    built = []
+
+    def factory(spec=None):
+        built.append(spec)
+        return None if spec == "none" else DeterministicHashBackend()
+
+    monkeypatch.setattr(modes, "make_embedding_backend", factory)
+    monkeypatch.setenv("RAGSPINE_EMBEDDING_BACKEND", "deterministic")
+    assert modes.resolve_retrieval("auto", stored_vectors=True) == (None, ("bm25", "dense"))
+    assert modes.resolve_retrieval("vector", stored_vectors=True) == (None, ("dense",))
+    assert modes.resolve_retrieval("auto", stored_vectors=False) == (None, ("bm25",))
+    assert modes.resolve_retrieval("bm25", "deterministic") == (None, ("bm25",))
+    assert built == []  # none of these builds a backend
+    given = DeterministicHashBackend()
+    assert modes.resolve_retrieval("auto", given, stored_vectors=False) == (given, ("bm25", "dense"))
+    assert modes.resolve_retrieval("auto")[1] == ("bm25", "dense") and built == ["deterministic"]
+    assert modes.resolve_retrieval("hybrid", stored_vectors=False)[1] == ("bm25", "dense")
+    with pytest.raises(modes.RetrievalModeError, match="needs an embedding backend"):
+        modes.resolve_retrieval("vector", "none", stored_vectors=False)
+    monkeypatch.setenv("RAGSPINE_RETRIEVAL_MODE", "sideways")
+    with pytest.raises(modes.RetrievalModeError, match="RAGSPINE_RETRIEVAL_MODE"):
+        modes.resolve_retrieval()
+
+
+@pytest.fixture(scope="module")
+def unembedded(tmp_path_factory):
+    """One demo library published without vectors (the pipeline ran with no backend)."""
+    from ragspine_pipeline.corpus import DEMO_ROOT
+    from ragspine_pipeline.warehouse import pipeline as P
+    from ragspine_pipeline.warehouse.versioned import VersionedTables
+
+    root = tmp_path_factory.mktemp("unembedded")
+    wh = VersionedTables(root)
+    P.build_raw_documents(wh, DEMO_ROOT, "acme_reports")
+    P.build_chunks(wh, "acme_reports")
+    P.build_lexical_index(wh, "acme_reports")
+    P.publish_snapshot(wh, "acme_reports")
+    return root
+
+
+def test_auto_over_a_snapshot_without_vectors_is_bm25_at_every_door(unembedded, capsys, monkeypatch):
+    """Before, the CLI built the configured backend and embedded such a snapshot lazily
+    while the API and the resource served BM25: ``auto`` meant two things."""
+    monkeypatch.setenv("RAGSPINE_EMBEDDING_BACKEND", "deterministic")
+    q, flt = QUESTIONS[0]
+    answers = {via_cli(unembedded, capsys, q, flt), via_api(unembedded, q, flt), via_resource(unembedded, q, flt)}
+    assert len(answers) == 1
+    snippets = json.loads(answers.pop())
+    assert snippets and all(s["scores"]["vector"] is None for s in snippets)
+    monkeypatch.setenv("RAGSPINE_RETRIEVAL_MODE", "hybrid")  # asked for: every door embeds lazily
+    hybrid = {via_cli(unembedded, capsys, q, flt), via_api(unembedded, q, flt), via_resource(unembedded, q, flt)}
+    assert len(hybrid) == 1 and all(s["scores"]["vector"] is not None for s in json.loads(hybrid.pop()))

@@ -245,3 +245,62 @@ def test_unknown_or_newer_format_version_names_both(tmp_path):
         msg = str(err.value)
         assert str(path) in msg and f"version {version}" in msg and f"version {FORMAT_VERSION}" in msg
         assert (err.value.found, err.value.supported) == (version, FORMAT_VERSION)
+
+
+def test_concurrent_first_queries_verify_once_and_agree(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    docs, queries = zipf_corpus(3000, seed=8)
+    built, path = publish(tmp_path, docs)
+    mapped = open_index(path)
+    with ThreadPoolExecutor(4) as pool:  # terms are first resolved (and verified) concurrently
+        results = list(pool.map(lambda q: mapped.search(q, k=10), queries * 3))
+    for q, r in zip(queries * 3, results, strict=True):
+        same(r, built.search(q, k=10))
+
+
+_HOLDER = """
+import sys, json
+from pathlib import Path
+from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+
+def uss():
+    v = {}
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]:
+        k, _, rest = line.partition(":")
+        v[k] = int(rest.split()[0])
+    return (v["Private_Clean"] + v["Private_Dirty"]) * 1024
+
+open_index(sys.argv[2]).search(["w1"], k=3)  # kernels and their read-only variants loaded
+before = uss()
+ix = open_index(sys.argv[1])
+ix.verify()  # reads every page of the file
+ix.search(["w1", "w2"], k=10)
+print(json.dumps(uss() - before), flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="needs Linux smaps_rollup")
+def test_a_second_process_shares_the_mapped_pages(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    docs, _ = zipf_corpus(40_000, n_vocab=3000, seed=10, max_len=60)
+    _built, path = publish(tmp_path, docs)
+    _small, warm = publish(tmp_path, docs[:50], name="warm.bm25")
+    size = path.stat().st_size
+    script = tmp_path / "holder.py"
+    script.write_text(_HOLDER)
+    cmd = [sys.executable, str(script), str(path), str(warm)]
+    first = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        alone = json.loads(first.stdout.readline())
+        second = subprocess.run(cmd, input="\n", capture_output=True, text=True, timeout=120)
+        assert second.returncode == 0, second.stderr
+        shared = json.loads(second.stdout)
+    finally:
+        first.communicate("\n", timeout=60)
+    assert alone > 0.8 * size  # alone, the mapped pages are this process's own
+    assert shared < 0.1 * size, (shared, size)  # a second process adds under 10% of the index

@@ -73,20 +73,89 @@ class _Blocks:
         self.check(spec.offset, spec.offset + spec.nbytes)
 
 
+class _MappedFile:
+    """The mapping, its table of contents and what has been verified so far.
+
+    Shared by the index and its vocabulary, and holding neither, so dropping the index
+    unmaps the file at once (no reference cycle waiting for the garbage collector).
+    """
+
+    def __init__(self, path: Path, buf: np.ndarray, toc: Toc) -> None:
+        self.path, self.toc, self.blocks = path, toc, _Blocks(path, buf, toc)
+        self.arrays: dict[str, np.ndarray] = {}
+        for name, a in toc.arrays.items():
+            # A plain ndarray view of the mapping (not the memmap subclass): the kernels see
+            # an ordinary read-only array.
+            self.arrays[name] = np.asarray(buf[a.offset:a.offset + a.nbytes]).view(a.dtype).reshape(a.shape)
+        self.term_ok = np.zeros(toc.n_terms, np.bool_)
+        self.lock = threading.Lock()
+
+    def array(self, name: str) -> np.ndarray:
+        a = self.arrays.get(name)
+        if a is None:
+            raise CorruptIndexError(self.path, f"array {name!r} missing from the table of contents")
+        return a
+
+    def elems(self, name: str, lo: int, hi: int) -> None:
+        self.blocks.elems(self.toc.arrays[name], lo, hi)
+
+    def whole(self, name: str) -> None:
+        self.blocks.whole(self.toc.arrays[name])
+
+    def verify_term(self, t: int) -> None:
+        """First use of term t: checksums and bounds of everything a query reads for it."""
+        with self.lock:
+            if self.term_ok[t]:
+                return
+            a = self.arrays
+            for name in ("indptr", "bptr"):
+                self.elems(name, t, t + 2)
+            for name in ("df", "idf", "w_max", "bit_row"):
+                self.elems(name, t, t + 1)
+            s, e = int(a["indptr"][t]), int(a["indptr"][t + 1])
+            b0, b1 = int(a["bptr"][t]), int(a["bptr"][t + 1])
+            row = int(a["bit_row"][t])
+            if not (0 <= s <= e <= len(a["indices"]) and int(a["df"][t]) == e - s
+                    and b0 >= 0 and b1 - b0 == -(-(e - s) // BLOCK_SIZE) and b1 <= len(a["bmax"])
+                    and -1 <= row < a["bits"].shape[0]):
+                raise CorruptIndexError(self.path, f"postings pointers of term {t} are out of range")
+            for name in ("indices", "tf", "w"):
+                self.elems(name, s, e)
+            self.elems("bmax", b0, b1)
+            if row >= 0:
+                words = a["bits"].shape[1]
+                self.elems("bits", row * words, (row + 1) * words)
+            if e > s:
+                post = a["indices"][s:e]
+                if int(post.min()) < 0 or int(post.max()) >= self.toc.n_docs:
+                    raise CorruptIndexError(self.path, f"postings of term {t} hold positions outside the index")
+            self.term_ok[t] = True
+
+    def string(self, prefix: str, i: int) -> str:
+        """String i of a (``{prefix}_off``, ``{prefix}_blob``) pair, verified."""
+        off, blob = self.arrays[f"{prefix}_off"], self.arrays[f"{prefix}_blob"]
+        self.elems(f"{prefix}_off", i, i + 2)
+        lo, hi = int(off[i]), int(off[i + 1])
+        if not (0 <= lo <= hi <= len(blob)):
+            raise CorruptIndexError(self.path, f"{prefix} offsets of entry {i} out of range")
+        self.elems(f"{prefix}_blob", lo, hi)
+        return blob[lo:hi].tobytes().decode("utf-8", "surrogatepass")
+
+
 class MappedVocabulary:
     """Token -> term id over the mapped hash table (``get`` like a dict's).
 
-    A term id is handed out only after its postings are verified (``on_term``); resolved
-    tokens, known or not, are cached so repeated query tokens cost a dict lookup.
+    A term id is handed out only after its postings are verified; resolved tokens, known
+    or not, are cached so repeated query tokens cost a dict lookup.
     """
 
-    def __init__(self, index: MappedBM25Index) -> None:
-        self._ix = index
+    def __init__(self, file: _MappedFile) -> None:
+        self._f = file
         self._cache: dict[str, int] = {}
         self._table_ok = False
 
     def __len__(self) -> int:
-        return self._ix.n_terms
+        return self._f.toc.n_terms
 
     def __contains__(self, token: object) -> bool:
         return isinstance(token, str) and self.get(token) is not None
@@ -102,28 +171,22 @@ class MappedVocabulary:
 
     def term(self, tid: int) -> str:
         """The term string of a term id."""
-        ix = self._ix
-        ix._blocks.elems(ix._spec("vocab_off"), tid, tid + 2)
-        lo, hi = int(ix._vocab_off[tid]), int(ix._vocab_off[tid + 1])
-        if not (0 <= lo <= hi <= len(ix._vocab_blob)):
-            raise CorruptIndexError(ix.path, f"vocabulary offsets of term {tid} out of range")
-        ix._blocks.elems(ix._spec("vocab_blob"), lo, hi)
-        return ix._vocab_blob[lo:hi].tobytes().decode("utf-8", "surrogatepass")
+        return self._f.string("vocab", tid)
 
     def _lookup(self, token: str) -> int:
-        ix = self._ix
+        f = self._f
         if not self._table_ok:
-            ix._blocks.whole(ix._spec("vocab_hash"))
-            ix._blocks.whole(ix._spec("vocab_tid"))
+            f.whole("vocab_hash")
+            f.whole("vocab_tid")
             self._table_ok = True
-        hashes, h = ix._vocab_hash, np.uint64(term_hash(token))
+        hashes, tids, h = f.arrays["vocab_hash"], f.arrays["vocab_tid"], np.uint64(term_hash(token))
         i = int(np.searchsorted(hashes, h))
         while i < len(hashes) and hashes[i] == h:  # equal hashes: compare the strings
-            tid = int(ix._vocab_tid[i])
-            if not 0 <= tid < ix.n_terms:
-                raise CorruptIndexError(ix.path, f"vocabulary entry {i} has term id {tid} out of range")
+            tid = int(tids[i])
+            if not 0 <= tid < f.toc.n_terms:
+                raise CorruptIndexError(f.path, f"vocabulary entry {i} has term id {tid} out of range")
             if self.term(tid) == token:
-                ix._verify_term(tid)
+                f.verify_term(tid)
                 return tid
             i += 1
         return -1
@@ -140,39 +203,10 @@ class MappedBM25Index(BM25Index):
 
     def _doc_lengths_read(self) -> None:
         if not self._lengths_ok:
-            self._blocks.whole(self._spec("doc_len"))
+            self._file.whole("doc_len")
             if int(self._doc_len32.sum(dtype=np.int64)) != self.total_len:
                 raise CorruptIndexError(self.path, "document lengths do not add up to the recorded total")
             self._lengths_ok = True
-
-    def _verify_term(self, t: int) -> None:
-        """First use of term t: checksums and bounds of everything a query reads for it."""
-        with self._lock:
-            if self._term_ok[t]:
-                return
-            bl = self._blocks
-            for name in ("indptr", "bptr"):
-                bl.elems(self._spec(name), t, t + 2)
-            for name in ("df", "idf", "w_max", "bit_row"):
-                bl.elems(self._spec(name), t, t + 1)
-            s, e = int(self.indptr[t]), int(self.indptr[t + 1])
-            b0, b1 = int(self._bptr[t]), int(self._bptr[t + 1])
-            row = int(self._bit_row[t])
-            if not (0 <= s <= e <= len(self.indices) and int(self.df[t]) == e - s
-                    and b0 >= 0 and b1 - b0 == -(-(e - s) // BLOCK_SIZE) and b1 <= len(self._bmax)
-                    and -1 <= row < self._bits.shape[0]):
-                raise CorruptIndexError(self.path, f"postings pointers of term {t} are out of range")
-            for name in ("indices", "tf", "w"):
-                bl.elems(self._spec(name), s, e)
-            bl.elems(self._spec("bmax"), b0, b1)
-            if row >= 0:
-                words = self._bits.shape[1]
-                bl.elems(self._spec("bits"), row * words, (row + 1) * words)
-            if e > s:
-                post = self.indices[s:e]
-                if int(post.min()) < 0 or int(post.max()) >= self.n_docs:
-                    raise CorruptIndexError(self.path, f"postings of term {t} hold positions outside the index")
-            self._term_ok[t] = True
 
     # ------------------------------------------------------------ doc ids
     @property
@@ -183,18 +217,12 @@ class MappedBM25Index(BM25Index):
         """The doc ids recorded at publish for these positions (their tie order)."""
         if not self.has_doc_ids:
             raise KeyError(f"{self.path}: no doc ids were written with this index")
-        off, blob, bl = self._doc_id_off, self._doc_id_blob, self._blocks
         out = []
         for p in positions:
             p = int(p)
             if not 0 <= p < self.n_docs:
                 raise IndexError(f"doc position {p} outside 0..{self.n_docs - 1}")
-            bl.elems(self._spec("doc_id_off"), p, p + 2)
-            lo, hi = int(off[p]), int(off[p + 1])
-            if not 0 <= lo <= hi <= len(blob):
-                raise CorruptIndexError(self.path, f"doc id offsets of position {p} out of range")
-            bl.elems(self._spec("doc_id_blob"), lo, hi)
-            out.append(blob[lo:hi].tobytes().decode("utf-8", "surrogatepass"))
+            out.append(self._file.string("doc_id", p))
         return out
 
     def same_doc_ids(self, ids: Sequence[str]) -> bool:
@@ -202,8 +230,8 @@ class MappedBM25Index(BM25Index):
         if not self.has_doc_ids or len(ids) != self.n_docs:
             return False
         off, blob = strings_to_blob(ids)
-        self._blocks.whole(self._spec("doc_id_off"))
-        self._blocks.whole(self._spec("doc_id_blob"))
+        self._file.whole("doc_id_off")
+        self._file.whole("doc_id_blob")
         return bool(np.array_equal(off, self._doc_id_off) and np.array_equal(blob, self._doc_id_blob))
 
     # ------------------------------------------------------------ full check
@@ -234,7 +262,7 @@ class MappedBM25Index(BM25Index):
                                                     and bool((np.diff(g) > 0).all())))
         if not ok:
             raise CorruptIndexError(self.path, "index structure is inconsistent")
-        self._term_ok[:] = True
+        self._file.term_ok[:] = True
         self.vocab._table_ok = True
 
 
@@ -253,26 +281,17 @@ def open_index(path: str | os.PathLike[str], *, kernel: str = "auto") -> MappedB
     except (OSError, ValueError) as exc:  # missing, unreadable, or empty (mmap of 0 bytes)
         raise CorruptIndexError(path, f"cannot map the file: {exc}") from exc
     toc = read_toc(path, buf)
-
-    def arr(name: str) -> np.ndarray:
-        a = toc.arrays.get(name)
-        if a is None:
-            raise CorruptIndexError(path, f"array {name!r} missing from the table of contents")
-        # A plain ndarray view of the mapping (not the memmap subclass): the kernels see an
-        # ordinary read-only array.
-        return np.asarray(buf[a.offset:a.offset + a.nbytes]).view(a.dtype).reshape(a.shape)
-
-    postings = Postings(**{name: arr(name) for name in ARRAY_NAMES})
+    f = _MappedFile(path, buf, toc)
+    postings = Postings(**{name: f.array(name) for name in ARRAY_NAMES})
     if len(postings.doc_len) != toc.n_docs or len(postings.df) != toc.n_terms:
         raise CorruptIndexError(path, "array sizes do not match the recorded counts")
     ix = MappedBM25Index.__new__(MappedBM25Index)
-    ix.path, ix._toc, ix.n_terms = path, toc, toc.n_terms
-    ix._blocks = _Blocks(path, buf, toc)
-    ix._term_ok = np.zeros(toc.n_terms, np.bool_)
+    ix.path, ix._toc, ix.n_terms, ix._file, ix._blocks = path, toc, toc.n_terms, f, f.blocks
     ix._lengths_ok = False
-    ix._lock = threading.Lock()
-    optional = tuple(n for n in ("doc_id_off", "doc_id_blob", "global_pos") if n in toc.arrays)
-    for name in ("vocab_hash", "vocab_tid", "vocab_off", "vocab_blob") + optional:
-        setattr(ix, f"_{name}", arr(name))
-    ix._adopt(postings, MappedVocabulary(ix), toc.k1, toc.b, kernel, total_len=toc.total_len)
+    for name in ("vocab_hash", "vocab_tid", "vocab_off", "vocab_blob"):
+        setattr(ix, f"_{name}", f.array(name))
+    for name in ("doc_id_off", "doc_id_blob", "global_pos"):
+        if name in f.arrays:
+            setattr(ix, f"_{name}", f.arrays[name])
+    ix._adopt(postings, MappedVocabulary(f), toc.k1, toc.b, kernel, total_len=toc.total_len)
     return ix

@@ -96,7 +96,7 @@ class SegmentedBM25:
                     first.buckets, first.corpus_docs, first.corpus_len, first.k1, first.b) or not hasattr(
                     seg, "_global_pos"):
                 raise CorruptIndexError(seg.path, "not a segment of the same corpus as " + str(segments[0].path))
-            seg._blocks.whole(seg._spec("global_pos"))
+            seg._file.whole("global_pos")
             g = seg._global_pos
             if len(g) and (int(g[0]) < 0 or int(g[-1]) >= self.n_docs or (np.diff(g) <= 0).any()):
                 raise CorruptIndexError(seg.path, "corpus positions out of range or out of order")

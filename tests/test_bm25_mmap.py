@@ -129,10 +129,15 @@ def test_empty_and_degenerate_indexes(tmp_path):
 def test_vocabulary_lookup_and_hash_collisions(tmp_path, monkeypatch):
     from ragspine_pipeline.retrieval.lexical import bm25_format, bm25_mapped
 
-    # Every term hashing alike: lookups must still compare the strings, never mix terms.
-    monkeypatch.setattr(bm25_format, "term_hash", lambda t: 7)
-    monkeypatch.setattr(bm25_mapped, "term_hash", lambda t: 7)
     docs = [["x", "y"], ["y", "z", "z"], ["q"]]
+    # A writer whose hashes are not the reader's is caught at publish, not served.
+    monkeypatch.setattr(bm25_format, "term_hash", lambda t: 7)
+    with pytest.raises(CorruptIndexError, match="structure"):
+        publish(tmp_path, docs, name="bad.bm25")
+    assert not list(tmp_path.iterdir())
+    # Every term hashing alike: lookups must still compare the strings, never mix terms.
+    monkeypatch.setattr(bm25_mapped, "term_hash", lambda t: 7)
+    monkeypatch.setattr(bm25_mapped, "bytes_hash", lambda b: 7)
     built, path = publish(tmp_path, docs)
     mapped = open_index(path)
     assert {t: mapped.vocab.get(t) for t in ("x", "y", "z", "q", "nope")} == {**built.vocab, "nope": None}

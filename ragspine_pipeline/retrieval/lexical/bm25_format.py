@@ -141,8 +141,12 @@ class Toc:
 
 def term_hash(token: str) -> int:
     """Stable 64-bit hash of a term (Python's ``hash`` changes per process)."""
-    return int.from_bytes(hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                          "little")
+    return bytes_hash(token.encode("utf-8", "surrogatepass"))
+
+
+def bytes_hash(data: bytes) -> int:
+    """``term_hash`` of a term's UTF-8 bytes."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
 def doc_bucket(doc_id: str, buckets: int) -> int:

@@ -32,6 +32,7 @@ from .bm25_format import (
     ArraySpec,
     CorruptIndexError,
     Toc,
+    bytes_hash,
     read_toc,
     strings_to_blob,
     term_hash,
@@ -252,8 +253,7 @@ class MappedBM25Index(BM25Index):
               and (self._bit_row >= -1).all() and (self._bit_row < self._bits.shape[0]).all()
               and self._bits.shape[1] == (n + 63) // 64)
         ok = ok and _strings_ok(self._vocab_off, len(self._vocab_blob), nt)
-        ok = ok and (np.diff(self._vocab_hash.astype(np.uint64)) >= 0).all() and np.array_equal(
-            np.sort(self._vocab_tid), np.arange(nt))
+        ok = ok and np.array_equal(np.sort(self._vocab_tid), np.arange(nt)) and self._hashes_ok()
         if self.has_doc_ids:
             ok = ok and _strings_ok(self._doc_id_off, len(self._doc_id_blob), n)
         if "global_pos" in self._toc.arrays:  # a segment: its documents' corpus positions
@@ -264,6 +264,14 @@ class MappedBM25Index(BM25Index):
             raise CorruptIndexError(self.path, "index structure is inconsistent")
         self._file.term_ok[:] = True
         self.vocab._table_ok = True
+
+
+    def _hashes_ok(self) -> bool:
+        """The hash table is sorted and each entry is its term's hash (lookups depend on both)."""
+        hashes, off, raw = self._vocab_hash, self._vocab_off.tolist(), self._vocab_blob.tobytes()
+        want = np.fromiter((bytes_hash(raw[off[t]:off[t + 1]]) for t in self._vocab_tid.tolist()), np.uint64,
+                           len(hashes))
+        return bool((hashes[1:] >= hashes[:-1]).all() and np.array_equal(hashes, want))
 
 
 def _strings_ok(off: np.ndarray, blob_len: int, n: int) -> bool:

@@ -27,8 +27,8 @@ DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 
 # Bump a code_version when the step's logic changes: the UI marks downstream assets stale
 # and a backfill over every library partition rebuilds them.
-CODE = {"raw_documents": "3", "chunks": "3", "lexical_index": "3", "embeddings": "3", "retrieval_snapshot": "4",
-        "catalog": "3"}
+CODE = {"raw_documents": "3", "chunks": "3", "lexical_index": "4", "embeddings": "3", "retrieval_snapshot": "4",
+        "catalog": "4"}
 
 
 class RawConfig(dg.Config):
@@ -266,7 +266,8 @@ def retrieval_snapshot(context: dg.AssetExecutionContext, warehouse: WarehouseRe
     code_version=CODE["catalog"], kinds={"duckdb"}, deps=[retrieval_snapshot],
     description="DuckDB catalog (data/warehouse/catalog.duckdb): a view per published table of every "
                 "library, swapped in atomically, for notebooks: duckdb.connect(path, read_only=True). "
-                "RESTRICTED text, tokens and vectors are redacted; catalog_restricted.duckdb (unredacted) is "
+                "RESTRICTED and withheld documents have no row in any view (withheld_documents counts them "
+                "per library; docs/security.md); catalog_restricted.duckdb (unredacted) is "
                 "built only when the warehouse resource's restricted_catalog is set.",
 )
 def catalog(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:

@@ -98,6 +98,7 @@ def test_redacted_catalog_leaves_out_graph_rows_of_hidden_documents(tmp_path, mo
     import duckdb
 
     import definitions
+    from ragspine_pipeline.warehouse import catalog as C
     from ragspine_pipeline.warehouse import pipeline as P
 
     corpus = tmp_path / "corpus"
@@ -114,7 +115,7 @@ def test_redacted_catalog_leaves_out_graph_rows_of_hidden_documents(tmp_path, mo
             "WHERE type = 'fact' GROUP BY d ORDER BY d LIMIT 1").fetchone()
         total_facts = con.execute(f"SELECT count(*) FROM \"graph_nodes_{LIB}\" WHERE type = 'fact'").fetchone()[0]
     real = P.redacted_doc_ids
-    monkeypatch.setattr(P, "redacted_doc_ids", lambda *a, **k: real(*a, **k) | {target})
+    monkeypatch.setattr(C, "redacted_doc_ids", lambda *a, **k: real(*a, **k) | {target})
     path.with_suffix(".json").unlink()  # same snapshots: force the rebuild
     P.build_catalog(wh, [LIB], path)
     with duckdb.connect(str(path), read_only=True) as con:

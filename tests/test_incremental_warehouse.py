@@ -15,6 +15,8 @@ import pytest
 from ragspine_pipeline.corpus import ingest_folder, make_chunker
 from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore
 from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer
+from ragspine_pipeline.sensitivity import is_restricted
+from ragspine_pipeline.warehouse import catalog as C
 from ragspine_pipeline.warehouse import pipeline as P
 from ragspine_pipeline.warehouse.versioned import Append, Inherit, VersionedTables, WarehouseError
 
@@ -94,7 +96,9 @@ def _state(wh):
     chunks = P.sorted_active_chunks(wh, LIB, wh.latest(P.CHUNKS, LIB).version)
     tok = wh.read(P.LEXICAL, LIB, "tokens")
     tokens = dict(zip(tok.column("chunk_id").to_pylist(), tok.column("tokens").to_pylist(), strict=True))
-    return {c.chunk_id: (c.doc_id, c.text, c.sensitivity, c.start, c.end, tokens[c.chunk_id]) for c in chunks}
+    # RESTRICTED chunks have no tokens: the lexical index is a published table (docs/security.md).
+    assert all((c.chunk_id in tokens) != is_restricted(c.sensitivity) for c in chunks)
+    return {c.chunk_id: (c.doc_id, c.text, c.sensitivity, c.start, c.end, tokens.get(c.chunk_id)) for c in chunks}
 
 
 def _edit(corpus):
@@ -186,21 +190,21 @@ def test_catalog_views_derive_active_and_superseded_at(tmp_path, corpus):
     P.publish_snapshot(wh, LIB)
     P.build_catalog(wh, [LIB], tmp_path / "c2.duckdb")
     con = duckdb.connect(str(tmp_path / "c2.duckdb"), read_only=True)
+    # The default catalog leaves restricted documents out entirely (the rest are all there).
+    hidden = C.redacted_doc_ids(wh, LIB, wh.latest(P.SNAPSHOT, LIB).manifest["metadata"])
     active = {r[0] for r in con.execute(f"SELECT chunk_id FROM chunks_{LIB} WHERE active").fetchall()}
-    assert active == {c.chunk_id for c in P.active_chunks(wh, LIB)}
+    assert hidden and active == {c.chunk_id for c in P.active_chunks(wh, LIB) if c.doc_id not in hidden}
     t0 = con.execute(f"SELECT min(ingested_at) FROM chunks_{LIB}").fetchone()[0]
     then = {r[0] for r in con.execute(
         f"SELECT chunk_id FROM chunks_{LIB} WHERE ingested_at <= ? AND (superseded_at IS NULL OR superseded_at > ?)",
         [t0, t0]).fetchall()}
     v1 = wh.get(P.CHUNKS, LIB, "v000001")
-    assert then == {c.chunk_id for c in P.active_chunks(wh, LIB, v1.version)}
+    assert then == {c.chunk_id for c in P.active_chunks(wh, LIB, v1.version) if c.doc_id not in hidden}
     docs = dict(con.execute(f"SELECT doc_id, text FROM documents_{LIB}").fetchall())
     assert f"{LIB}/pr_eu_lyon" not in docs and "orders doubled" in docs[f"{LIB}/pr_us_datacenter"]
-    assert len(docs) == 27
+    assert len(docs) == 27 - len(hidden) and not set(docs) & hidden
     n_tok = con.execute(f"SELECT count(*) FROM lexical_tokens_{LIB}").fetchone()[0]
-    # The default catalog leaves the tokens of restricted documents out (the rest are all there).
-    redacted = {r[0] for r in con.execute(f"SELECT chunk_id FROM chunks_{LIB} WHERE active AND redacted").fetchall()}
-    assert redacted and n_tok == len(active - redacted)
+    assert n_tok == len(active)
     con.close()
     # The first catalog still answers from its own (immutable) version.
     con = duckdb.connect(str(tmp_path / "c1.duckdb"), read_only=True)

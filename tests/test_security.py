@@ -272,8 +272,7 @@ def test_catalog_redacts_every_version_of_restricted_documents(tmp_path):
     con = duckdb.connect(str(tmp_path / "catalog.duckdb"), read_only=True)
     rows = con.execute(f"SELECT doc_id, version, text, redacted FROM chunks_{LIB} ORDER BY doc_id, version").fetchall()
     con.close()
-    assert {(d, v, t, r) for d, v, t, r in rows if d.endswith("memo")} == {(f"{LIB}/memo", 1, None, True),
-                                                                           (f"{LIB}/memo", 2, None, True)}
+    assert rows and not [r for r in rows if r[0].endswith(("memo", "board"))]  # no row of it, in any version
     # The unredacted catalog is opt-in, under its own name.
     P.build_catalog(wh, [LIB], tmp_path / "catalog_restricted.duckdb", include_restricted=True)
     assert "QUARTZBOARD" in _catalog_blob(tmp_path / "catalog_restricted.duckdb")

@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from ..sensitivity import is_restricted
 from .versioned import Published
 
 RAW, CHUNKS, LEXICAL, SNAPSHOT = "raw_documents", "chunks", "lexical_index", "retrieval_snapshot"
@@ -37,3 +39,10 @@ def last_row_per_key(table: pa.Table, key: str) -> pa.Table:
     for i, k in enumerate(table.column(key).to_pylist()):
         last[k] = i
     return table.take(pa.array(sorted(last.values()), pa.int64()))
+
+
+def restricted_mask(labels: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Which rows carry a restricted label, ``is_restricted`` judged once per distinct label
+    (a library of millions of chunks has a handful of labels); None counts as restricted."""
+    bad = [v for v in pc.unique(labels).to_pylist() if is_restricted(v)]
+    return pc.is_in(labels, value_set=pa.array(bad, labels.type), skip_nulls=False)

@@ -24,12 +24,10 @@ import hashlib
 import json
 import os
 import time
-import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,6 +38,7 @@ from ..retrieval.lexical.analyzer import make_analyzer
 from ..retrieval.lexical.glossary import GlossaryQueryRewriter
 from ..retrieval.link.narrative_link import NarrativeIndex
 from ..sensitivity import is_restricted
+from .catalog import CATALOG_LOCK, build_catalog, quote_ident, redacted_doc_ids, view_name
 from .chunk_tables import (
     active_chunk_table,
     active_chunks,
@@ -50,7 +49,6 @@ from .chunk_tables import (
     restricted_probes,
     served_chunks,
     sorted_active_chunks,
-    withheld_docs,
 )
 from .common import (
     CHUNKS,
@@ -61,6 +59,7 @@ from .common import (
     CheckOutcome,
     StepResult,
     last_row_per_key,
+    restricted_mask,
 )
 from .raw import build_raw_documents, raw_state, table_documents
 from .versioned import (
@@ -68,14 +67,13 @@ from .versioned import (
     Published,
     VersionedTables,
     WarehouseError,
-    fail_before_publish,
     library_step,
     read_segments,
-    write_json_atomic,
 )
 
 __all__ = ["CHUNKS", "EMBEDDINGS", "LEXICAL", "RAW", "SNAPSHOT", "CheckOutcome", "StepResult", "active_chunks",
            "build_chunks", "build_embeddings", "build_lexical_index", "build_raw_documents", "build_catalog",
+           "CATALOG_LOCK", "quote_ident", "redacted_doc_ids", "view_name",
            "load_snapshot_index", "publish_snapshot", "published_chunkings", "published_libraries", "raw_state",
            "select_snapshot", "snapshot_protected",
            "serving_retriever", "snapshot_summary", "sorted_active_chunks", "table_documents"]
@@ -83,9 +81,9 @@ __all__ = ["CHUNKS", "EMBEDDINGS", "LEXICAL", "RAW", "SNAPSHOT", "CheckOutcome",
 
 def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, same_config: bool, *,
                     skip_restricted: bool = False,
-                    index_text: IndexTextFn = plain_index_text) -> tuple[dict[str, tuple[str, str]], bool]:
+                    index_text: IndexTextFn = plain_index_text) -> tuple[dict[str, tuple[str, str]], bool, bool]:
     """(chunk_id -> (index text, language) of the active chunks without a row in ``prev``'s
-    ``table``, whether to append to ``prev``).
+    ``table``, whether to append to ``prev``, whether to purge ``prev``'s rows now).
 
     The index text is what BM25 analyzes and the model embeds: the chunk text, or with
     contextual retrieval on (``index_text`` from ``make_index_text_fn``) the metadata
@@ -96,7 +94,10 @@ def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, s
     appended segments to the one ``prev`` was built from, only those segments' rows can be
     new: they are the only rows read (the refresh costs what changed, not the library).
     ``skip_restricted`` leaves RESTRICTED chunks out (their text must never reach a model,
-    and the served index never holds them).
+    and the served index never holds them, so no published index table needs their tokens
+    or vectors). A chunk stored while open that is RESTRICTED now (a relabel keeps the
+    chunk id) asks for a purge: the appended table is compacted at once, without it, so
+    no segment keeps it (and nothing else is recomputed).
     """
     fields = list(getattr(index_text, "fields", ()))
 
@@ -113,33 +114,50 @@ def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, s
 
     cols = ["text", "sensitivity", "language", *(f for f in fields if f not in ("text", "sensitivity", "language"))]
     if prev is None or not same_config:
-        return as_dict(active_chunk_table(pub_chunks, columns=cols)), False
+        return as_dict(active_chunk_table(pub_chunks, columns=cols)), False, False
     seen = prev.manifest["metadata"].get("chunks_segments")
     cur = pub_chunks.segments("chunks")
     if seen is not None and cur[: len(seen)] == seen and "doc_state" in pub_chunks.manifest["tables"]:
         paths = pub_chunks.table_paths("chunks")[len(seen):]
         if not paths:
-            return {}, True
+            return {}, True, False
         cand = pa.concat_tables([pq.read_table(p, columns=["chunk_id", "doc_id", "version", *cols]) for p in paths])
         state = doc_state(pub_chunks, set(cand.column("doc_id").to_pylist()), columns=["version", "withdrawn"])
         cand = cand.filter(active_mask(cand, state))
     else:
         cand = active_chunk_table(pub_chunks, columns=cols)
+    purge = skip_restricted and _stored_now_restricted(cand, prev, table)
     if fields:
         # The header comes from metadata a chunk id does not hash (a new title keeps the
         # ids): a row counts as present only with the same index-text hash.
         rows = read_segments(prev, table, columns=["chunk_id", "text_hash"])
         stored = set(zip(rows.column("chunk_id").to_pylist(), rows.column("text_hash").to_pylist(), strict=True))
-        return {cid: v for cid, v in as_dict(cand).items() if (cid, _text_hash(v[0])) not in stored}, True
+        return {cid: v for cid, v in as_dict(cand).items() if (cid, _text_hash(v[0])) not in stored}, True, purge
     have = read_segments(prev, table, columns=["chunk_id"]).column("chunk_id").combine_chunks()
     cand = cand.filter(pc.invert(pc.is_in(cand.column("chunk_id"), value_set=have)))
-    return as_dict(cand), True
+    return as_dict(cand), True, purge
+
+
+def _stored_now_restricted(cand: pa.Table, prev: Published, table: str) -> bool:
+    """Whether a RESTRICTED chunk among ``cand`` already has a row in ``prev``'s ``table``."""
+    ids = pc.filter(cand.column("chunk_id"), restricted_mask(cand.column("sensitivity")))
+    if not len(ids):
+        return False
+    have = read_segments(prev, table, columns=["chunk_id"]).column("chunk_id").combine_chunks()
+    return bool(pc.any(pc.is_in(ids, value_set=have)).as_py())
+
+
+def _index_spec(table: pa.Table, append: bool, purge: bool, pub_chunks: Published) -> pa.Table | Append:
+    """How an index step writes its new rows: whole, or appended to the parent's segments
+    (compacted now when ``purge``: a stored chunk turned RESTRICTED must leave)."""
+    return Append(table, compact=_compact_to_active(pub_chunks), now=purge) if append else table
 
 
 def _compact_to_active(pub_chunks: Published):
-    """A compaction filter: drop rows of chunks no longer active (and any repeats)."""
+    """A compaction filter: drop rows of chunks no longer active or RESTRICTED (and any repeats)."""
     def compact(t: pa.Table) -> pa.Table:
-        ids = active_chunk_table(pub_chunks, columns=["chunk_id"]).column("chunk_id")
+        act = active_chunk_table(pub_chunks, columns=["chunk_id", "sensitivity"])
+        ids = pc.filter(act.column("chunk_id"), pc.invert(restricted_mask(act.column("sensitivity"))))
         t = t.filter(pc.is_in(t.column("chunk_id"), value_set=ids.combine_chunks()))
         return last_row_per_key(t, "chunk_id")
     return compact
@@ -155,39 +173,51 @@ def _contextual(contextual: str | None) -> tuple[IndexTextFn, str]:
 @library_step
 def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None = None,
                         chunks_version: str | None = None, *, contextual: str | None = None) -> StepResult:
-    """BM25 tokens of the active chunks' index text (``contextual``: header fields, default
-    ``RAGSPINE_CONTEXTUAL``; off: the chunk text, exactly as before)."""
+    """BM25 tokens of the active, non-RESTRICTED chunks' index text (``contextual``: header
+    fields, default ``RAGSPINE_CONTEXTUAL``; off: the chunk text, exactly as before).
+
+    RESTRICTED chunks get no tokens: the served index never holds them, and the lexical
+    index is a published table, readable beside the catalog (docs/security.md)."""
     t0 = time.perf_counter()
     pub_chunks = published_chunks(wh, library, chunks_version)
     an = make_analyzer(analyzer)
     index_text, ctx = _contextual(contextual)
     prev = wh.latest(LEXICAL, library)
+    # ``open_only``: an index from before RESTRICTED chunks were left out is rewritten once.
     same = prev is not None and prev.manifest["metadata"].get("analyzer") == an.name \
-        and prev.manifest["metadata"].get("contextual", "") == ctx
+        and prev.manifest["metadata"].get("contextual", "") == ctx and prev.manifest["metadata"].get("open_only")
     if same and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version:
         return StepResult(prev, {"analyzer": an.name, "chunks_version": pub_chunks.version, "version": prev.version,
                                  "reused": True, "chunks_analyzed": 0, "bytes_written": 0,
                                  **({"contextual": ctx} if ctx else {}),
                                  "seconds": round(time.perf_counter() - t0, 3)})
-    texts, append = _missing_chunks(pub_chunks, prev, "tokens", same, index_text=index_text)
+    texts, append, purge = _missing_chunks(pub_chunks, prev, "tokens", same, skip_restricted=True,
+                                           index_text=index_text)
     todo = sorted(texts)
     table = pa.table({"chunk_id": pa.array(todo, pa.string()),
                       "tokens": pa.array([an.analyze(texts[c][0], texts[c][1] or None) for c in todo],
                                          pa.list_(pa.string()))})
     if ctx:  # what the header was, so a metadata change re-indexes the chunk (off: no column)
         table = table.append_column("text_hash", pa.array([_text_hash(texts[c][0]) for c in todo], pa.string()))
-    meta = {"analyzer": an.name, "chunks_version": pub_chunks.version, "chunks_segments": pub_chunks.segments("chunks")}
+    meta = {"analyzer": an.name, "chunks_version": pub_chunks.version, "chunks_segments": pub_chunks.segments("chunks"),
+            "open_only": True}
     if ctx:
         meta["contextual"] = ctx
-    spec = Append(table, compact=_compact_to_active(pub_chunks)) if append else table
-    pub = wh.write(LEXICAL, library, {"tokens": spec}, meta, parent=prev if append else None)
+    pub = wh.write(LEXICAL, library, {"tokens": _index_spec(table, append, purge, pub_chunks)}, meta,
+                   parent=prev if append else None)
     meta.pop("chunks_segments")
-    return StepResult(pub, {**meta, "chunks_indexed": pub_chunks.manifest["metadata"].get("active_chunks"),
+    return StepResult(pub, {**meta, "chunks_indexed": _open_chunks(pub_chunks),
                             "chunks_analyzed": len(todo),
                             "tokens_written": int(sum(len(t) for t in table.column("tokens").to_pylist())),
                             "segments": len(pub.segments("tokens")), "version": pub.version, "reused": False,
                             "bytes_written": pub.manifest.get("bytes_written", 0),
                             "seconds": round(time.perf_counter() - t0, 3)})
+
+
+def _open_chunks(pub_chunks: Published) -> int:
+    """Active chunks less RESTRICTED ones: the rows an index table holds."""
+    meta = pub_chunks.manifest["metadata"]
+    return (meta.get("active_chunks") or 0) - (meta.get("restricted_chunks") or 0)
 
 
 def _text_hash(text: str) -> str:
@@ -227,7 +257,8 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
                                  "count": prev.manifest["metadata"].get("count", prev.rows("vectors")),
                                  "bytes_written": 0, "seconds": round(time.perf_counter() - t0, 3)},
                           {"restricted_never_embedded": restricted_embedded_check(prev, pub_chunks)})
-    texts, append = _missing_chunks(pub_chunks, prev, "vectors", same, skip_restricted=True, index_text=index_text)
+    texts, append, purge = _missing_chunks(pub_chunks, prev, "vectors", same, skip_restricted=True,
+                                           index_text=index_text)
     todo = sorted(texts)
     t1 = time.perf_counter()
     fresh = embed_with_progress(backend, [texts[c][0] for c in todo], library, log)
@@ -237,13 +268,12 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
                       "text_hash": pa.array([_text_hash(texts[c][0]) for c in todo], pa.string()),
                       "vector": _vector_column(fresh, dim)})
     meta = {"model_id": model_id, "spec": spec, "dim": dim, "chunks_version": pub_chunks.version,
-            "count": (pub_chunks.manifest["metadata"].get("active_chunks") or 0)
-            - (pub_chunks.manifest["metadata"].get("restricted_chunks") or 0),  # restricted chunks get no vector
+            "count": _open_chunks(pub_chunks),  # restricted chunks get no vector
             "chunks_segments": pub_chunks.segments("chunks"), **auto_meta}
     if ctx:
         meta["contextual"] = ctx
-    tspec = Append(table, compact=_compact_to_active(pub_chunks)) if append else table
-    pub = wh.write(EMBEDDINGS, library, {"vectors": tspec}, meta, parent=prev if append else None)
+    pub = wh.write(EMBEDDINGS, library, {"vectors": _index_spec(table, append, purge, pub_chunks)}, meta,
+                   parent=prev if append else None)
     meta.pop("chunks_segments")
     return StepResult(pub, {**meta, "version": pub.version, "reused": False, "embedded": len(todo),
                             "sentences_per_s": round(len(todo) / embed_s, 1) if todo and embed_s else None,
@@ -499,231 +529,6 @@ def serving_retriever(retrievers: dict[str, Any]):
     if not retrievers:
         raise WarehouseError("no published snapshots to serve")
     return next(iter(retrievers.values())) if len(retrievers) == 1 else MultiIndexRetriever(retrievers)
-
-
-def _sql_list(paths: list[Path]) -> str:
-    # A view body cannot take parameters: paths are quoted as SQL literals.
-    return "[" + ", ".join("'" + p.resolve().as_posix().replace("'", "''") + "'" for p in paths) + "]"
-
-
-def _newest_rows_sql(paths: list[Path], key: str) -> str:
-    """SELECT of the newest row per ``key`` across append-only segments (later files win)."""
-    order = ", ".join(f"({_sql_list([p])[1:-1]}, {i})" for i, p in enumerate(paths))
-    return (f"SELECT * EXCLUDE (_seg, _row) FROM (SELECT d.* EXCLUDE (filename, "
-            f"file_row_number), s.seg AS _seg, d.file_row_number AS _row FROM read_parquet({_sql_list(paths)}, "
-            f"filename = true, file_row_number = true, union_by_name = true) d JOIN (VALUES {order}) s(fname, seg) "
-            f"ON d.filename = s.fname QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY _seg DESC, _row DESC) = 1)")
-
-
-# Columns that carry a document's words: what the redacted catalog blanks.
-_CHUNK_TEXT_COLUMNS = ("title", "text", "heading", "window_text")
-_DOC_TEXT_COLUMNS = ("title", "text", "metadata", "structure")  # structure: where its headings sit
-REDACTED_DOCS = "redacted_documents"
-
-
-def view_name(table: str, library: str) -> str:
-    """``<table>_<library>`` with the library id escaped injectively and case-safely.
-
-    Letters a-z, digits, ``_`` and ``-`` stay; anything else (space, ``%``, upper case,
-    non-ASCII) becomes ``%XX`` of its UTF-8 bytes, so ``a b``, ``a%b`` and ``a_b`` get
-    three names, and DuckDB's case-insensitive identifiers cannot merge ``A`` and ``a``.
-    Always quote the result in SQL: ``quote_ident(view_name(...))``.
-    """
-    keep = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
-    safe = "".join(ch if ch in keep else "".join(f"%{b:02X}" for b in ch.encode()) for ch in library)
-    return f"{table}_{safe}"
-
-
-def quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _sql_str(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def redacted_doc_ids(wh: VersionedTables, lib: str, meta: dict[str, Any]) -> set[str]:
-    """Documents whose text the default catalog hides, in every version (fail closed).
-
-    A document is hidden when its current raw row is RESTRICTED, unparseable (its label
-    is unknown) or has a label problem, when any stored chunk row of it is RESTRICTED
-    (an as-of read must not show an older version of a now-restricted document, nor a
-    restricted version of a now-public one), or when it is withheld.
-    """
-    hidden: set[str] = set()
-    if meta.get("raw_documents") not in (None, "None"):
-        raw = wh.get(RAW, lib, meta["raw_documents"])
-        cur = raw_state(raw, columns=["doc_id", "sensitivity", "parse_error"])
-        cols = [cur.column(c).to_pylist() if c in cur.column_names else [None] * cur.num_rows
-                for c in ("doc_id", "sensitivity", "parse_error")]
-        hidden.update(d for d, sens, err in zip(*cols, strict=True) if err or is_restricted(sens))
-    chunks = wh.get(CHUNKS, lib, meta["chunks"])
-    t = read_segments(chunks, "chunks", columns=["doc_id", "sensitivity"])
-    hidden.update(d for d, sens in zip(t.column("doc_id").to_pylist(), t.column("sensitivity").to_pylist(),
-                                       strict=True) if is_restricted(sens))
-    hidden.update(withheld_docs(chunks))
-    return hidden
-
-
-def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], *, redact: bool) -> dict[str, str]:
-    """view name -> SELECT over the Parquet segments the library's snapshot names.
-
-    With ``redact`` (the default catalog), the text columns of every row of a document in
-    ``redacted_documents`` read as NULL, and its tokens and vectors are left out.
-    """
-    views: dict[str, str] = {}
-    hidden = f"(SELECT doc_id FROM {REDACTED_DOCS} WHERE library = {_sql_str(lib)})"
-
-    def blank(cols: tuple[str, ...], have: set[str] | None = None) -> str:
-        """REPLACE list nulling ``cols`` (those the table has) for hidden documents."""
-        return ", ".join(f"CASE WHEN doc_id IN {hidden} THEN NULL ELSE {c} END AS {c}" for c in cols
-                         if have is None or c in have)
-
-    chunks = wh.get(CHUNKS, lib, meta["chunks"])
-    if meta.get("raw_documents") not in (None, "None"):
-        raw = wh.get(RAW, lib, meta["raw_documents"])
-        paths = raw.table_paths("documents")
-        if len(paths) == 1 and "deleted" not in pq.read_schema(paths[0]).names:
-            body = f"SELECT * FROM read_parquet({_sql_list(paths)})"
-        else:  # the newest row per file, tombstones removed
-            body = (f"SELECT * EXCLUDE (deleted) FROM ({_newest_rows_sql(paths, 'source_path')}) "
-                    f"WHERE NOT coalesce(deleted, false)")
-        have = {n for p in paths for n in pq.read_schema(p).names}
-        views["documents"] = (f"SELECT * REPLACE ({blank(_DOC_TEXT_COLUMNS, have)}) FROM ({body})" if redact else body)
-    if "doc_state" in chunks.manifest["tables"]:
-        from ..retrieval.chunking.chunk_store import CHUNK_COLUMNS
-
-        cols = ", ".join("dv.superseded_at" if c == "superseded_at" else
-                         "coalesce(c.version = st.version AND NOT st.withdrawn, false) AS active" if c == "active"
-                         else f"c.{c}" for c in CHUNK_COLUMNS)
-        body = (
-            f"SELECT {cols} FROM read_parquet({_sql_list(chunks.table_paths('chunks'))}, union_by_name = true) c "
-            f"LEFT JOIN (SELECT doc_id, version, lead(ingested_at) OVER (PARTITION BY doc_id ORDER BY version) "
-            f"AS superseded_at FROM read_parquet({_sql_list(chunks.table_paths('doc_versions'))})) dv "
-            f"ON dv.doc_id = c.doc_id AND dv.version = c.version "
-            f"LEFT JOIN ({_newest_rows_sql(chunks.table_paths('doc_state'), 'doc_id')}) st ON st.doc_id = c.doc_id")
-        views["doc_state"] = _newest_rows_sql(chunks.table_paths("doc_state"), "doc_id")
-    else:
-        body = f"SELECT * FROM read_parquet({_sql_list(chunks.table_paths('chunks'))})"
-    flag = f"doc_id IN {hidden}" if redact else "false"
-    views["chunks"] = (f"SELECT * REPLACE ({blank(_CHUNK_TEXT_COLUMNS)}), {flag} AS redacted FROM ({body})"
-                       if redact else f"SELECT *, false AS redacted FROM ({body})")
-    views["doc_versions"] = f"SELECT * FROM read_parquet({_sql_list(chunks.table_paths('doc_versions'))})"
-    active = f"(SELECT chunk_id FROM {quote_ident(view_name('chunks', lib))} WHERE active AND NOT redacted)"
-    lex = wh.get(LEXICAL, lib, meta["lexical_index"])
-    views["lexical_tokens"] = (f"SELECT * FROM read_parquet({_sql_list(lex.table_paths('tokens'))}) "
-                               f"WHERE chunk_id IN {active}")
-    if meta.get("raptor_tree") not in (None, "None"):
-        from .raptor_tables import RAPTOR
-
-        tree = wh.get(RAPTOR, lib, meta["raptor_tree"])
-        body = f"SELECT * FROM read_parquet({_sql_list(tree.table_paths('nodes'))})"
-        # The tree never holds a RESTRICTED chunk; a node over a document hidden since is left out.
-        views["raptor_nodes"] = (f"SELECT * FROM ({body}) WHERE NOT list_has_any(doc_ids, coalesce((SELECT "
-                                 f"list(doc_id) FROM {REDACTED_DOCS} WHERE library = {_sql_str(lib)}), []))"
-                                 if redact else body)
-    if meta.get("embeddings") not in (None, "None"):
-        emb = wh.get(EMBEDDINGS, lib, meta["embeddings"])
-        views["embeddings"] = (f"SELECT * FROM read_parquet({_sql_list(emb.table_paths('vectors'))}) "
-                               f"WHERE chunk_id IN {active}")
-    if meta.get("relation_graph") not in (None, "None"):
-        graph = wh.get("relation_graph", lib, meta["relation_graph"])
-        nodes = f"SELECT * FROM read_parquet({_sql_list(graph.table_paths('nodes'))})"
-        edges = f"SELECT * FROM read_parquet({_sql_list(graph.table_paths('edges'))})"
-        if redact:
-            # The graph holds served chunks only, but the redacted catalog hides more (a document
-            # with any restricted stored row, or hidden since): leave out every node and edge that
-            # cites such a document (doc_id / doc_ids in attrs) and every edge touching such a node.
-            hidden_list = f"coalesce((SELECT list(doc_id) FROM {REDACTED_DOCS} WHERE library = {_sql_str(lib)}), [])"
-            cites = (f"(coalesce(json_extract_string(attrs, '$.doc_id') IN {hidden}, false) OR "
-                     f"coalesce(list_has_any(CAST(json_extract(attrs, '$.doc_ids') AS VARCHAR[]), {hidden_list}), "
-                     f"false))")
-            gone = f"(SELECT id FROM ({nodes}) WHERE {cites})"
-            nodes = f"SELECT * FROM ({nodes}) WHERE NOT {cites}"
-            edges = f"SELECT * FROM ({edges}) WHERE NOT {cites} AND src NOT IN {gone} AND dst NOT IN {gone}"
-        views["graph_nodes"], views["graph_edges"] = nodes, edges
-    return views
-
-
-CATALOG_LOCK = ".catalog"  # library ids never start with a dot: no clash
-
-
-def build_catalog(wh: VersionedTables, libraries: list[str], path: Path, *,
-                  include_restricted: bool = False) -> dict[str, Any]:
-    """A DuckDB file with one view per published table, swapped in atomically.
-
-    Views point at the immutable Parquet segments of each library's snapshot (``active``
-    and ``superseded_at`` of chunks derived from the document versions), so a notebook
-    holding the catalog read-only keeps a consistent picture while refreshes publish
-    (the retention window keeps those files for at least ``retain_for``).
-
-    The catalog is a trust boundary: by default it redacts the text, tokens and vectors
-    of every restricted document (``redacted_doc_ids``). ``include_restricted=True``
-    builds the unredacted catalog — write it to a separate, explicitly named path that
-    only readers cleared for RESTRICTED can open. One library that fails to build its
-    views is reported in ``errors`` and left out; the others are still published.
-    """
-    with wh.lock(CATALOG_LOCK):
-        return _build_catalog(wh, libraries, path, include_restricted)
-
-
-def _build_catalog(wh: VersionedTables, libraries: list[str], path: Path, include_restricted: bool) -> dict[str, Any]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    snaps = {lib: snap.manifest["metadata"]["snapshot_id"] for lib in libraries
-             if (snap := wh.latest(SNAPSHOT, lib)) is not None}
-    index = path.with_suffix(".json")
-    redact = not include_restricted
-    if path.exists() and index.exists():
-        old = json.loads(index.read_text(encoding="utf-8"))
-        if old.get("snapshots") == snaps and old.get("redacted", True) == redact and not old.get("errors"):
-            return {"views": old["views"], "path": str(path), "rebuilt": False, "errors": {}, "redacted": redact}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    con = duckdb.connect(str(tmp))
-    views, rows, errors = [], [], {}
-    try:
-        con.execute(f"CREATE TABLE {REDACTED_DOCS} (library VARCHAR, doc_id VARCHAR)")
-        con.execute("CREATE TABLE catalog_views (library VARCHAR, table_name VARCHAR, view_name VARCHAR)")
-        for lib in libraries:
-            snap = wh.latest(SNAPSHOT, lib)
-            if snap is None:
-                continue
-            meta = snap.manifest["metadata"]
-            con.begin()
-            try:
-                if redact:
-                    hidden = sorted(redacted_doc_ids(wh, lib, meta))
-                    if hidden:
-                        con.executemany(f"INSERT INTO {REDACTED_DOCS} VALUES (?, ?)", [(lib, d) for d in hidden])
-                made = []
-                for name, body in _catalog_views(wh, lib, meta, redact=redact).items():
-                    view = view_name(name, lib)
-                    con.execute(f"CREATE VIEW {quote_ident(view)} AS {body}")
-                    con.execute("INSERT INTO catalog_views VALUES (?, ?, ?)", [lib, name, view])
-                    made.append(view)
-                con.commit()
-            except (WarehouseError, OSError, duckdb.Error, KeyError, pa.ArrowException) as exc:
-                con.rollback()
-                errors[lib] = f"{type(exc).__name__}: {exc}"[:500]
-                continue
-            views.extend(made)
-            rows.append((lib, meta["snapshot_id"]))
-        con.execute("CREATE TABLE snapshots (library VARCHAR, snapshot_id VARCHAR)")
-        if rows:
-            con.executemany("INSERT INTO snapshots VALUES (?, ?)", rows)
-        con.execute("CHECKPOINT")
-    except BaseException:
-        con.close()
-        tmp.unlink(missing_ok=True)
-        raise
-    con.close()
-    try:
-        fail_before_publish("catalog", str(path))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    write_json_atomic(index, {"views": views, "libraries": libraries, "snapshots": snaps, "redacted": redact,
-                              "errors": errors})
-    return {"views": views, "path": str(path), "rebuilt": True, "errors": errors, "redacted": redact}
 
 
 def restricted_leak_check(wh: VersionedTables, library: str, retriever) -> CheckOutcome:

@@ -29,6 +29,11 @@ immutable and readable on its own, and ``prune`` deletes a file only when no kep
 version references it. Past ``max_segments`` an append compacts the table into one
 file (optionally dropping rows that can no longer be read, e.g. tokens of withdrawn
 chunks), which bounds read amplification at an amortized 1/max_segments rewrite.
+
+Owner-only assets (``OWNER_ONLY_ASSETS``: raw documents and chunks) hold every
+document's text, RESTRICTED ones included: they are the operator's source of truth.
+Their folders are written mode 0700 and their files 0600 whatever the umask, and an
+older, wider folder is narrowed on the next write (docs/security.md).
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ DEFAULT_LOCK_TIMEOUT_S = 600.0
 DEFAULT_RETAIN_FOR_S = 3600.0
 TMP_GRACE_S = 3600.0  # a temp folder younger than this may belong to a live writer
 LOCKS_DIR = ".locks"
+# Tables that hold restricted text (the raw and chunk tables): readable by the owner only.
+OWNER_ONLY_ASSETS = frozenset({"raw_documents", "chunks"})
 
 
 class WarehouseError(RuntimeError):
@@ -162,9 +169,11 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json_atomic(path: Path, payload: Mapping[str, Any]) -> None:
+def write_json_atomic(path: Path, payload: Mapping[str, Any], *, private: bool = False) -> None:
+    """Write ``payload`` as JSON to a temp file, fsync, rename over ``path``; ``private``:
+    mode 0600 from the moment the file exists."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with _create(tmp, private) as fh:
         json.dump(payload, fh, ensure_ascii=False, indent=2, default=str)
         fh.flush()
         os.fsync(fh.fileno())
@@ -210,11 +219,14 @@ class Append:
     """Rows added on top of the parent version's segments of the same table.
 
     ``compact`` (optional) filters the whole table when the segment count forces a
-    compaction: it drops rows no reader of the new version can reach.
+    compaction: it drops rows no reader of the new version can reach. ``now`` compacts
+    whatever the segment count: rows that must not stay in any segment of the new
+    version (an index row of a chunk turned RESTRICTED) leave at once.
     """
 
     table: pa.Table
     compact: Callable[[pa.Table], pa.Table] | None = None
+    now: bool = False
 
 
 @dataclass(frozen=True)
@@ -288,9 +300,13 @@ class VersionedTables:
                max_segments: int) -> Published:
         d = self._dir(asset, library)
         d.mkdir(parents=True, exist_ok=True)
+        private = asset in OWNER_ONLY_ASSETS
+        if private:  # the asset folder first: from here on nothing below is reachable by others
+            for folder in (d.parent, d):
+                os.chmod(folder, 0o700)
         version = self._next_version(d)
         tmp = d / f".tmp-{version}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
+        tmp.mkdir(mode=0o700 if private else 0o777)
         now = time.time()
         manifest = {"asset": asset, "library": library, "version": version,
                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "created_epoch": now,
@@ -305,19 +321,19 @@ class VersionedTables:
                     if parent is None:
                         raise WarehouseError(f"{asset}/{library}: {type(spec).__name__} of {name!r} needs a parent")
                     files, rows = parent.segments(name), parent.rows(name)
-                if isinstance(spec, Append) and spec.table.num_rows and len(files) + 1 > max_segments:
+                if isinstance(spec, Append) and (spec.now or spec.table.num_rows and len(files) + 1 > max_segments):
                     whole = pa.concat_tables([read_segments(parent, name), spec.table], promote_options="permissive")
                     spec = spec.compact(whole) if spec.compact else whole  # compaction: one file again
                     files, rows = [], 0
                 if not (isinstance(spec, Inherit) or isinstance(spec, Append) and spec.table.num_rows == 0):
                     table = spec.table if isinstance(spec, Append) else spec
                     fname = f"{name}.parquet"
-                    written += _write_parquet(table, tmp / fname)
+                    written += _write_parquet(table, tmp / fname, private=private)
                     files = files + [f"{version}/{fname}"]
                     rows += table.num_rows
                 manifest["tables"][name] = {"rows": rows, "files": files}
             manifest["bytes_written"] = written
-            write_json_atomic(tmp / VERSION_META, manifest)
+            write_json_atomic(tmp / VERSION_META, manifest, private=private)
             os.rename(tmp, d / version)
             _fsync_dir(d)
         except BaseException:
@@ -330,7 +346,8 @@ class VersionedTables:
 
     def publish(self, pub: Published) -> None:
         fail_before_publish(pub.asset, f"{pub.asset}/{pub.library}@{pub.version}")
-        write_json_atomic(self._dir(pub.asset, pub.library) / MANIFEST, pub.manifest)
+        write_json_atomic(self._dir(pub.asset, pub.library) / MANIFEST, pub.manifest,
+                          private=pub.asset in OWNER_ONLY_ASSETS)
 
     def prune(self, asset: str, library: str, keep: int, protect: set[str] | None = None,
               retain_for: float = DEFAULT_RETAIN_FOR_S) -> list[str]:
@@ -389,7 +406,18 @@ def _version_dirs(d: Path) -> list[Path]:
     return [p for p in d.iterdir() if p.is_dir() and p.name.startswith("v") and p.name[1:].isdigit()]
 
 
-def _write_parquet(table: pa.Table, path: Path) -> int:
+def _create(path: Path, private: bool):
+    """A new text file opened for writing: mode 0600 when ``private``, else as the umask says."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o666)
+    if private:
+        os.fchmod(fd, 0o600)  # O_CREAT's mode only applies to a file that did not exist
+    return os.fdopen(fd, "w", encoding="utf-8")
+
+
+def _write_parquet(table: pa.Table, path: Path, *, private: bool = False) -> int:
+    if private:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        os.chmod(path, 0o600)
     pq.write_table(table, path)
     with open(path, "rb") as fh:
         os.fsync(fh.fileno())

@@ -50,13 +50,20 @@ DEMO_ROOT = Path(__file__).resolve().parents[1] / "data" / "demo"
 
 
 def iter_library_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES
-                  and not p.name.startswith("."))
+    """The supported files under ``folder``, as the pipeline's scan finds them: hidden
+    files and folders skipped, linked folders not descended into (a linked file is listed;
+    ``read_document`` decides whether it may be read)."""
+    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file()
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
 
 
 def load_library(folder: str | os.PathLike[str], library: str | None = None
                  ) -> tuple[list[Document], list[DocumentError]]:
-    """All readable documents of a library folder, plus the files that failed."""
+    """All readable documents of a library folder, plus the files that failed.
+
+    Same bounds as the pipeline's ``raw_documents``: a file or sidecar that resolves
+    outside ``folder`` (another library) or outside its parent (the corpus root) is a
+    failure, never read."""
     root = Path(folder)
     if not root.is_dir():
         raise CorpusError(f"library folder not found: {root}")
@@ -65,7 +72,7 @@ def load_library(folder: str | os.PathLike[str], library: str | None = None
     errors: list[DocumentError] = []
     for p in iter_library_files(root):
         try:
-            docs.append(read_document(p, lib, root=root.parent))
+            docs.append(read_document(p, lib, root=root.parent, folder=root))
         except CorpusError as exc:
             errors.append(DocumentError(str(p), str(exc)))
     return docs, errors

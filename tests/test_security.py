@@ -80,8 +80,13 @@ UNKNOWN = ["\u0420UBLIC", "PUBLIC?", "PUBLIK", "", "  ", "SECRET", ["PUBLIC"], [
 
 
 @pytest.mark.parametrize("label", ODD)
-def test_odd_spellings_of_restricted_normalise_to_restricted(label):
-    assert normalize_label(label) == RESTRICTED_SENSITIVITY and is_restricted(label)
+def test_odd_spellings_of_restricted_stay_restricted(label):
+    # Issue 25: only the plain spelling (ASCII case, ASCII spaces) is a label; the rest is
+    # RESTRICTED and reported.
+    assert is_restricted(label) and resolve_label([label], default="INTERNAL").restricted
+    plain = label.strip(" ").upper() == RESTRICTED_SENSITIVITY
+    assert (normalize_label(label) == RESTRICTED_SENSITIVITY) == plain
+    assert bool(resolve_label([label], default="INTERNAL").problem) != plain
 
 
 @pytest.mark.parametrize("label", UNKNOWN, ids=repr)
@@ -93,7 +98,7 @@ def test_unknown_or_malformed_labels_count_as_restricted(label):
 
 
 def test_known_labels_in_any_spelling_and_configurable_set(monkeypatch):
-    assert normalize_label("ｐｕｂｌｉｃ") == "PUBLIC" and not is_restricted("Internal ")
+    assert normalize_label("ｐｕｂｌｉｃ") is None and not is_restricted(" Internal ")  # issue 25: plain spellings only
     assert resolve_label(["PUBLIC", "confidential", "INTERNAL"], default="INTERNAL").label == "CONFIDENTIAL"
     assert resolve_label([], default="INTERNAL").label == "INTERNAL"
     assert resolve_label([], default=None).restricted  # the library requires a label

@@ -45,7 +45,9 @@ def test_no_restricted_text_in_metadata_checks_or_logs(tmp_path, monkeypatch, ca
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
     assert checks["restricted_never_served"].passed
     assert checks["restricted_never_served"].metadata["restricted_probed"].value >= 2
-    assert checks["sensitivity_labels_valid"].passed  # both labels are known spellings
+    # Issue 25: a zero-width space inside the label is not a known spelling: reported.
+    assert not checks["sensitivity_labels_valid"].passed
+    assert [f.split(":")[0] for f in checks["sensitivity_labels_valid"].metadata["files"].value] == ["hr_note.md"]
     text = _all_event_text(instance)
     assert "board_minutes" in text  # the event log does describe the run ...
     assert MARKER not in text  # ... but never with the restricted words

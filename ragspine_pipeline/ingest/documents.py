@@ -1,16 +1,22 @@
 """One document as the engine sees it: text, title, metadata and its resolved label.
 
 Metadata comes from every source a user would write it in — the ``<name>.meta.json``
-sidecar, YAML front matter of a markdown file, ``<meta name=…>`` of an HTML page — with
-the known keys matched case-insensitively (``Sensitivity`` is ``sensitivity``). The
-sensitivity label is resolved fail-closed (``sensitivity.resolve_label``): an unknown
-or malformed label, or conflicting labels, give the most restrictive reading, and the
-reason is kept on the document for the ``sensitivity_labels_valid`` check.
+sidecar, YAML front matter of a markdown file, ``<meta name|property|http-equiv=…>`` of
+an HTML page — with the known keys matched as written, ASCII case-insensitively
+(``Sensitivity`` is ``sensitivity``; see ``metadata_keys``). A key that only imitates a
+known key (zero-width or look-alike characters) makes the document RESTRICTED. The
+sensitivity label is resolved fail-closed (``sensitivity.resolve_label``): an unknown,
+oddly spelt or malformed label, or conflicting labels, give the most restrictive
+reading, and the reason is kept on the document for the ``sensitivity_labels_valid``
+check.
 
-A file is refused (``CorpusError``, reported as a parse failure) when it is a symlink
-that leaves the corpus root, when it is larger than the configured limit, or when a
-metadata value cannot be read as written (a dict, list or NaN where a string is
-expected): nothing is coerced silently.
+A file is refused (``CorpusError``, reported as a parse failure, so the document is
+withheld and the rest of the library still builds) when it or its sidecar is a symlink
+that leaves its library folder (or the corpus root) or cannot be resolved, when the
+sidecar cannot be read (a directory, a FIFO, an I/O or permission error), when it is
+larger than the configured limit, or when a metadata value cannot be read as written (a
+dict, list or NaN where a string is expected): nothing is coerced silently. A symlink
+followed inside its library takes the stricter of its own label and its target's.
 """
 
 from __future__ import annotations
@@ -19,18 +25,19 @@ import hashlib
 import json
 import math
 import os
+import stat
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
 from ..retrieval.lexical.analyzer import LanguageError, resolve_language
-from ..sensitivity import resolve_label
-from .parsers import ParseError, StructureMark, parse_source
+from ..sensitivity import RESTRICTED_SENSITIVITY, resolve_label, strictest
+from .metadata_keys import SENSITIVITY_KEY, match_key
+from .parsers import ParseError, StructureMark, check_size, parse_source
 
 TITLE_MAX_CHARS = 300
 SIDECAR_SUFFIX = ".meta.json"
-KNOWN_KEYS = ("title", "entity", "period", "geography", "topic", "language", "sensitivity")
 DEFAULT_LABEL_ENV = "RAGSPINE_DEFAULT_SENSITIVITY"  # "required": a missing label counts as RESTRICTED
 DEFAULT_LABEL = "INTERNAL"
 
@@ -115,8 +122,24 @@ def _reject_constant(name: str) -> Any:
 
 
 def read_sidecar(path: Path) -> dict[str, Any]:
+    """The sidecar's JSON object; CorpusError for anything that is not a readable one.
+
+    A directory, FIFO or device in place of the sidecar, a dangling link, a permission or
+    I/O error: the label cannot be read, so the document must not be served — but only
+    that document (the caller records a parse failure and goes on with the library).
+    The file type is checked before opening: reading a FIFO would block the build.
+    """
     try:
-        meta = json.loads(path.read_bytes().decode("utf-8-sig"), parse_constant=_reject_constant)
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise CorpusError(f"{path.name}: metadata sidecar is not a regular file")
+        check_size(path)
+        data = path.read_bytes()
+    except ParseError as exc:
+        raise CorpusError(f"{path.name}: {exc}") from None
+    except OSError as exc:
+        raise CorpusError(f"{path.name}: cannot read metadata sidecar ({exc.strerror or type(exc).__name__})") from None
+    try:
+        meta = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise CorpusError(f"{path.name}: invalid metadata sidecar ({exc})") from None
     if not isinstance(meta, dict):
@@ -139,22 +162,29 @@ def merge_metadata(sources: list[tuple[str, dict[str, list[Any]]]], *, default: 
                    ) -> tuple[dict[str, Any], str]:
     """(metadata, label problem) from metadata sources, highest precedence first.
 
-    Known keys are matched case-insensitively. ``sensitivity`` collects every value of
-    every source (the most restrictive wins); any other known key takes the first
-    source's value, and two different values for it in one source are an error.
-    Unknown keys are kept as written (first source wins).
+    Known keys are matched as written, ASCII case-insensitively (``match_key``).
+    ``sensitivity`` collects every value of every source (the most restrictive wins); any
+    other known key takes the first source's value, and two different values for it in
+    one source are an error. A key that imitates a known key is dropped with its value
+    and makes the document RESTRICTED (reported). Unknown keys are kept as written
+    (first source wins).
     """
     known: dict[str, str] = {}
     labels: list[Any] = []
     extra: dict[str, Any] = {}
+    key_problems: list[str] = []
     for where, meta in sources:
         seen: dict[str, str] = {}
         for key, values in meta.items():
-            fold = key.strip().casefold()
-            if fold == "sensitivity":
+            match = match_key(key)
+            fold = match.known
+            if match.misspelt:
+                key_problems.append(f"{where}: metadata key {ascii(key)[:80]} is not written exactly as {fold!r}")
+                continue
+            if fold == SENSITIVITY_KEY:
                 labels.extend(values)
                 continue
-            if fold in KNOWN_KEYS:
+            if fold:
                 for v in values:
                     text = _scalar(key, v, where)
                     if fold in seen and seen[fold] != text:
@@ -174,43 +204,91 @@ def merge_metadata(sources: list[tuple[str, dict[str, list[Any]]]], *, default: 
         for k, v in seen.items():
             known.setdefault(k, v)
     verdict = resolve_label(labels, default=default)
-    out = {**{k: v for k, v in extra.items() if k.strip().casefold() not in KNOWN_KEYS}, **known,
-           "sensitivity": verdict.label}
-    return out, verdict.problem
+    label = RESTRICTED_SENSITIVITY if key_problems else verdict.label
+    out = {**extra, **known, SENSITIVITY_KEY: label}
+    return out, "; ".join([*key_problems, *filter(None, [verdict.problem])])
 
 
-def _inside(path: Path, root: Path) -> bool:
+def _inside(resolved: Path, root: Path) -> bool:
+    return resolved.is_relative_to(root.resolve())
+
+
+def _check_bounds(p: Path, root: Path | None, folder: Path | None, library: str) -> None:
+    """Refuse ``p`` when it resolves outside the corpus root or outside its own library
+    folder: a link from one library into another would publish the other's documents
+    under this library's labels."""
+    if not (p.is_symlink() or p.exists()):
+        return
     try:
-        path.resolve(strict=True).relative_to(root.resolve())
-    except (ValueError, OSError):
-        return False
-    return True
+        resolved = p.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise CorpusError(f"{p.name}: symlink cannot be resolved (dangling or a loop); refused") from None
+    if root is not None and not _inside(resolved, root):
+        raise CorpusError(f"{p.name}: symlink points outside the corpus root; refused")
+    if folder is not None and not _inside(resolved, folder):
+        raise CorpusError(f"{p.name}: symlink points outside the corpus library {library!r}; refused")
 
 
-def read_document(path: Path, library: str, *, root: Path | None = None) -> Document:
+def _has_sidecar(sidecar: Path) -> bool:
+    return sidecar.is_symlink() or sidecar.exists()
+
+
+def _metadata_sources(sidecar: Path, where: str, in_file: dict[str, list[Any]]
+                      ) -> list[tuple[str, dict[str, list[Any]]]]:
+    sources: list[tuple[str, dict[str, list[Any]]]] = []
+    if _has_sidecar(sidecar):
+        sources.append((sidecar.name, {k: [v] for k, v in read_sidecar(sidecar).items()}))
+    if in_file:
+        sources.append((where, in_file))
+    return sources
+
+
+def _target_label(path: Path, in_file: dict[str, list[Any]], root: Path | None, folder: Path | None,
+                  library: str) -> tuple[str, str] | None:
+    """(label, problem) the target of symlink ``path`` has on its own (its sidecar and its
+    in-file metadata), or None when ``path`` is not a link. A link must never be more
+    visible than what it points at."""
+    target = path.resolve(strict=True)
+    if target == path.parent.resolve() / path.name:
+        return None
+    tside = sidecar_path(target)
+    _check_bounds(tside, root, folder, library)
+    meta, problem = merge_metadata(_metadata_sources(tside, target.name, in_file), default=default_label())
+    return meta[SENSITIVITY_KEY], (f"link target {target.name}: {problem}" if problem else "")
+
+
+def read_document(path: Path, library: str, *, root: Path | None = None, folder: Path | None = None
+                  ) -> Document:
     """One document (.md .txt .html .pdf) + its sidecar; CorpusError if it cannot be read.
 
-    ``root`` (the corpus root) bounds where the file and its sidecar may live: a symlink
-    that resolves outside it is refused, never followed.
+    ``root`` (the corpus root) and ``folder`` (the library folder; ``root / library`` when
+    only ``root`` is given) bound where the file and its sidecar may resolve: a symlink
+    leaving either is refused, never followed. Any OS error while reading is a
+    CorpusError for this document alone.
     """
     path = Path(path)
+    if folder is None and root is not None:
+        folder = Path(root) / library
+    try:
+        return _read_document(path, library, root, folder)
+    except OSError as exc:
+        raise CorpusError(f"{path.name}: cannot read ({exc.strerror or type(exc).__name__})") from None
+
+
+def _read_document(path: Path, library: str, root: Path | None, folder: Path | None) -> Document:
     where = path.name
     sidecar = sidecar_path(path)
-    if root is not None:
+    if root is not None or folder is not None:
         for p in (path, sidecar):
-            if (p.exists() or p.is_symlink()) and not _inside(p, root):
-                raise CorpusError(f"{p.name}: symlink points outside the corpus root; refused")
+            _check_bounds(p, root, folder, library)
     try:
         parsed = parse_source(path)
     except ParseError as exc:
         raise CorpusError(f"{where}: {exc}") from None
-    except OSError as exc:
-        raise CorpusError(f"{where}: cannot read ({exc.strerror or exc})") from None
-    sources: list[tuple[str, dict[str, list[Any]]]] = []
-    if sidecar.exists():
-        sources.append((sidecar.name, {k: [v] for k, v in read_sidecar(sidecar).items()}))
-    if parsed.metadata:
-        sources.append((where, parsed.metadata))
-    meta, problem = merge_metadata(sources, default=default_label())
+    meta, problem = merge_metadata(_metadata_sources(sidecar, where, parsed.metadata), default=default_label())
+    linked = _target_label(path, parsed.metadata, root, folder, library)
+    if linked is not None:
+        meta[SENSITIVITY_KEY] = strictest([meta[SENSITIVITY_KEY], linked[0]])
+        problem = "; ".join(filter(None, [problem, linked[1]]))
     title = cap_title(meta.pop("title", "") or "") or title_from_text(parsed.text, path.stem)
     return Document(f"{library}/{path.stem}", title, parsed.text, meta, str(path), problem, parsed.structure)

@@ -1,9 +1,9 @@
 """Document parsers by file type: .md/.txt, .html (BeautifulSoup), .pdf (pypdf).
 
 A parser returns the document text and the metadata the file itself declares (YAML front
-matter of a markdown file, ``<meta name=… content=…>`` of an HTML page); it raises
-``ParseError`` with a reason for files it cannot read. Callers record the failure and
-carry on with the rest of the library.
+matter of a markdown file, ``<meta name|property|http-equiv|itemprop=… content=…>`` of
+an HTML page); it raises ``ParseError`` with a reason for files it cannot read. Callers
+record the failure and carry on with the rest of the library.
 
 Text files are UTF-8 (a UTF-8 byte-order mark is dropped); a UTF-16 or UTF-32 file is
 accepted when it starts with its byte-order mark, as editors on Windows write them.
@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .metadata_keys import match_key
 
 
 class ParseError(ValueError):
@@ -253,11 +255,7 @@ def parse_html(path: Path) -> ParsedFile:
     except ImportError:
         raise ParseError("HTML parsing needs beautifulsoup4 (the [pipeline] extra)") from None
     soup = BeautifulSoup(parse_text(path), "html.parser")
-    meta: dict[str, list[Any]] = {}
-    for tag in soup.find_all("meta"):
-        name = tag.get("name")
-        if isinstance(name, str) and tag.has_attr("content"):
-            meta.setdefault(name, []).append(tag.get("content"))
+    meta = _html_meta(soup)
     for tag in soup(["script", "style", "noscript"]):
         tag.decompose()
     parts: list[str] = []
@@ -280,6 +278,26 @@ def parse_html(path: Path) -> ParsedFile:
 
 
 _HTML_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+# Every attribute a <meta> tag names its key with: a label declared in any of these forms
+# is a label (reading fewer forms would let ``property="sensitivity"`` drop one silently).
+HTML_META_KEY_ATTRS = ("name", "property", "http-equiv", "itemprop")
+
+
+def _html_meta(soup: Any) -> dict[str, list[Any]]:
+    """Key -> values of the page's ``<meta>`` tags, in every key form. A tag whose key is
+    (or imitates) a known metadata key but has no ``content`` gives None, which the
+    document reader refuses or counts as RESTRICTED; other content-less tags are skipped."""
+    meta: dict[str, list[Any]] = {}
+    for tag in soup.find_all("meta"):
+        for attr in HTML_META_KEY_ATTRS:
+            key = tag.get(attr)
+            if not isinstance(key, str):
+                continue
+            if tag.has_attr("content"):
+                meta.setdefault(key, []).append(tag.get("content"))
+            elif match_key(key).known:
+                meta.setdefault(key, []).append(None)
+    return meta
 
 
 def parse_pdf(path: Path) -> ParsedFile:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -24,7 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..ingest.documents import SIDECAR_SUFFIX, CorpusError, Document, DocumentError, read_document
-from ..ingest.parsers import SUFFIXES, structure_from_json, structure_to_json
+from ..ingest.parsers import SUFFIXES, max_file_bytes, structure_from_json, structure_to_json
 from ..sensitivity import is_restricted
 from .common import RAW, CheckOutcome, StepResult, last_row_per_key
 from .versioned import (
@@ -52,12 +53,23 @@ def _sig(st: os.stat_result) -> str:
 
 
 def _sidecar_sig(entry: os.DirEntry) -> str:
-    """Stat signature plus a hash of the content: sidecars are small and carry the labels."""
+    """Stat signature plus a hash of the content: sidecars are small and carry the labels.
+
+    Never raises and never blocks: a dangling link, a directory, a FIFO or an unreadable
+    file gets a signature of what can be seen (the link itself), and the document reader
+    then withholds that one document instead of the scan failing the whole library.
+    """
+    try:
+        st = entry.stat()
+    except OSError:
+        return f"{_sig(entry.stat(follow_symlinks=False))}:unresolvable"
+    if not stat.S_ISREG(st.st_mode) or st.st_size > max_file_bytes():
+        return f"{_sig(st)}:{stat.S_IFMT(st.st_mode):o}"
     try:
         digest = hashlib.sha1(Path(entry.path).read_bytes()).hexdigest()[:16]
     except OSError:
         digest = "unreadable"
-    return f"{_sig(entry.stat())}:{digest}"
+    return f"{_sig(st)}:{digest}"
 
 
 def scan_library(folder: Path) -> dict[str, str]:
@@ -170,7 +182,7 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
         n_changed += p in known
         n_new += p not in known
         try:
-            doc = read_document(path, library, root=Path(corpus_root))
+            doc = read_document(path, library, root=Path(corpus_root), folder=folder)
         except CorpusError as exc:
             rows.append(_row(None, DocumentError(p, str(exc)), doc_id=doc_id, source_path=p, sig=files[p],
                              version=version_hint))

@@ -279,3 +279,46 @@ def test_an_unreadable_sidecar_withholds_its_document_and_the_library_builds(tmp
     assert failing_files(raw, "parse_failures_zero") == [f"{n}.md" for n in names]
     labels, errors = engine_view(folder)
     assert labels == {f"{LIB}/open": "PUBLIC"} and errors == [f"{n}.md" for n in names]
+
+
+# ------------------------------------------------------------------ all four through the Dagster code location
+def test_round3_holes_through_the_dagster_code_location(tmp_path, monkeypatch, capfd):
+    """A demo library with one of each hole: the run succeeds, both checks fail naming the
+    files, and the canary is in no event, log line, output or answer."""
+    dg = pytest.importorskip("dagster")
+    import shutil
+
+    from test_security_pipeline import ROOT, _all_event_text
+
+    import definitions
+    from resources import RetrievalResource, WarehouseResource
+
+    lib = "acme_policies"
+    corpus = tmp_path / "corpus"
+    folder = shutil.copytree(ROOT / "data" / "demo" / lib, corpus / lib)
+    write_lib(corpus, {"s.md": SECRET_TEXT, "s.meta.json": meta(sensitivity="RESTRICTED", topic=CANARY)},
+              lib="secret")
+    write_lib(corpus, {"across.meta.json": meta(sensitivity="PUBLIC"),
+                       "zw_key.md": SECRET_TEXT, "zw_key.meta.json": meta(**{"sensitiv\u200bity": "RESTRICTED"}),
+                       "odd_label.md": SECRET_TEXT, "odd_label.meta.json": meta(sensitivity="ＰＵＢＬＩＣ"),
+                       "prop.html": _html('<meta property="sensitivity" content="RESTRICTED">', SECRET_TEXT),
+                       "dir_side.md": SECRET_TEXT}, lib=lib)
+    (folder / "across.md").symlink_to(Path("..") / "secret" / "s.md")
+    (folder / "dir_side.meta.json").mkdir()
+    monkeypatch.setenv("RAGSPINE_EMBEDDING", "none")
+    monkeypatch.setenv("RAGSPINE_EMBEDDING_BACKEND", "none")
+    instance = dg.DagsterInstance.ephemeral()
+    wh = WarehouseResource(root=str(tmp_path / "wh"), corpus_root=str(corpus))
+    result = definitions.materialize_library(lib, instance, wh)
+    assert result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    refused = sorted(f.split(":")[0] for f in checks["parse_failures_zero"].metadata["files"].value)
+    invalid = sorted(f.split(":")[0] for f in checks["sensitivity_labels_valid"].metadata["files"].value)
+    assert refused == ["across.md", "dir_side.md"] and not checks["parse_failures_zero"].passed
+    assert invalid == ["odd_label.md", "zw_key.md"] and not checks["sensitivity_labels_valid"].passed
+    assert checks["restricted_never_served"].passed
+    assert CANARY not in _all_event_text(instance)
+    out, err = capfd.readouterr()
+    assert CANARY not in out and CANARY not in err
+    snippets = RetrievalResource(warehouse_root=str(tmp_path / "wh")).ask(f"{CANARY} board Lyon plant sale", top_k=20)
+    assert snippets and all(CANARY not in json.dumps(s, ensure_ascii=False) for s in snippets)

@@ -281,6 +281,25 @@ def test_an_unreadable_sidecar_withholds_its_document_and_the_library_builds(tmp
     assert labels == {f"{LIB}/open": "PUBLIC"} and errors == [f"{n}.md" for n in names]
 
 
+def test_a_folder_that_cannot_be_listed_withholds_its_documents_and_the_library_builds(tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus"
+    write_lib(corpus, {"open.md": OPEN_TEXT, "locked/s.md": SECRET_TEXT, "locked/s.meta.json": meta(sensitivity="PUBLIC")})
+    wh, raw, out = build(tmp_path, corpus)
+    assert CANARY in out and raw.checks["parse_failures_zero"].passed
+    real_scandir = os.scandir
+
+    def failing_scandir(path):
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied")
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", failing_scandir)
+    for _ in range(2):  # the second refresh changes nothing on disk: still reported
+        raw = refresh(wh, corpus)
+        assert_no_canary(raw, json.dumps([served(wh).retrieve(q, top_k=20) for q in QUERIES]))
+        assert served_doc_ids(wh) == {f"{LIB}/open"}
+        assert failing_files(raw, "parse_failures_zero") == ["locked/"]
+
 # ------------------------------------------------------------------ all four through the Dagster code location
 def test_round3_holes_through_the_dagster_code_location(tmp_path, monkeypatch, capfd):
     """A demo library with one of each hole: the run succeeds, both checks fail naming the

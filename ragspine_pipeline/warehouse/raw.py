@@ -72,12 +72,21 @@ def _sidecar_sig(entry: os.DirEntry) -> str:
     return f"{_sig(st)}:{digest}"
 
 
-def scan_library(folder: Path) -> dict[str, str]:
+def _doc_sig(entry: os.DirEntry) -> str:
+    try:
+        return _sig(entry.stat())
+    except OSError as exc:  # gone or unreadable since the listing: the reader reports it
+        return f"unreadable:{exc.errno}"
+
+
+def scan_library(folder: Path, folder_errors: list[str] | None = None) -> dict[str, str]:
     """source_path -> signature of every supported file under ``folder`` (recursive).
 
     The signature is size, mtime, ctime and inode of the file, and of its ``.meta.json``
     sidecar plus a hash of the sidecar's bytes: one ``scandir`` pass, one stat per file,
-    and only the (small) sidecars are read.
+    and only the (small) sidecars are read. A subfolder that cannot be listed is skipped
+    (its documents count as gone, so none of them is served) and named in
+    ``folder_errors``: one unreadable folder must not stop the library's build.
     """
     if not folder.is_dir():
         raise WarehouseError(f"library folder not found: {folder}")
@@ -87,22 +96,31 @@ def scan_library(folder: Path) -> dict[str, str]:
     while stack:
         d = stack.pop()
         docs, sidecars = [], {}
-        with os.scandir(d) as it:
-            for e in it:
-                name = e.name
-                if name[0] == ".":
-                    continue
-                dot = name.rfind(".")
-                ext = name[dot:].lower() if dot > 0 else ""
-                if ext in suffixes and e.is_file():
-                    docs.append((e, name[:dot]))
-                elif ext == ".json" and name.endswith(SIDECAR_SUFFIX):
-                    sidecars[name[: -len(SIDECAR_SUFFIX)]] = e
-                elif e.is_dir(follow_symlinks=False):
-                    stack.append(e.path)
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except OSError as exc:
+            if d == str(folder):
+                raise
+            if folder_errors is not None:
+                folder_errors.append(f"{relative_name(d, folder)}/: cannot list folder "
+                                     f"({exc.strerror or type(exc).__name__}); its documents are withheld")
+            continue
+        for e in entries:
+            name = e.name
+            if name[0] == ".":
+                continue
+            dot = name.rfind(".")
+            ext = name[dot:].lower() if dot > 0 else ""
+            if ext in suffixes and e.is_file():
+                docs.append((e, name[:dot]))
+            elif ext == ".json" and name.endswith(SIDECAR_SUFFIX):
+                sidecars[name[: -len(SIDECAR_SUFFIX)]] = e
+            elif e.is_dir(follow_symlinks=False):
+                stack.append(e.path)
         for e, stem in docs:
             side = sidecars.get(stem)
-            found[e.path] = f"{_sig(e.stat())}|{_sidecar_sig(side) if side is not None else '-'}"
+            found[e.path] = f"{_doc_sig(e)}|{_sidecar_sig(side) if side is not None else '-'}"
     return dict(sorted(found.items()))
 
 
@@ -165,7 +183,8 @@ def _current_map(pub: Published | None) -> dict[str, tuple[str, str, str | None,
 def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *, rescan: bool = False) -> StepResult:
     t0 = time.perf_counter()
     folder = Path(corpus_root) / library
-    files = scan_library(folder)
+    folder_errors: list[str] = []
+    files = scan_library(folder, folder_errors)
     prev = wh.latest(RAW, library)
     known = None if rescan else _current_map(prev)
     whole = known is None
@@ -204,12 +223,13 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
             current[r["source_path"]] = (r["doc_id"], r["file_sig"], r["parse_error"], r["sensitivity"],
                                          r["label_problem"])
     errors = sorted((p, v[2]) for p, v in current.items() if v[2])
+    failed = [f"{relative_name(p, folder)}: {e}" for p, e in errors] + folder_errors
     label_problems = sorted((relative_name(p, folder), v[4]) for p, v in current.items() if not v[2] and v[4])
-    counts = {"documents": len(current) - len(errors), "parse_failures": len(errors),
+    counts = {"documents": len(current) - len(errors), "parse_failures": len(failed),
               "restricted_documents": sum(1 for v in current.values() if not v[2] and is_restricted(v[3])),
               "label_problems": len(label_problems)}
     meta = {"parsed": len(todo), "new_files": n_new, "changed_files": n_changed, "deleted_files": len(gone), **counts,
-            "failed_files": [f"{relative_name(p, folder)}: {e}" for p, e in errors[:100]],
+            "failed_files": failed[:100],
             "invalid_labels": [f"{p}: {e}" for p, e in label_problems[:100]]}
     if prev is not None and not rows and not rescan:
         pub = prev  # nothing changed on disk: keep the published version
@@ -217,7 +237,7 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
         pub = wh.write(RAW, library, {"documents": _rows_table([r for r in rows if not r["deleted"]])}, meta)
     else:
         pub = wh.write(RAW, library, {"documents": Append(_rows_table(rows), compact=_current_rows)}, meta, parent=prev)
-    md = {**meta, "failed_files": [f"{relative_name(p, folder)}: {e}" for p, e in errors],
+    md = {**meta, "failed_files": failed,
           "invalid_labels": [f"{p}: {e}" for p, e in label_problems],
           "previous_version": prev.version if prev else None, "version": pub.version,
           "reused": prev is not None and pub.version == prev.version,
@@ -226,7 +246,7 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
     checks = {
         # A file that fails to parse is withheld from serving until it parses again (see
         # chunk_tables): the check names every such file.
-        "parse_failures_zero": CheckOutcome(not errors, {"failures": len(errors), "files": md["failed_files"]}),
+        "parse_failures_zero": CheckOutcome(not failed, {"failures": len(failed), "files": md["failed_files"]}),
         "sensitivity_labels_valid": CheckOutcome(not label_problems, {"invalid": len(label_problems),
                                                                       "files": md["invalid_labels"]}),
     }

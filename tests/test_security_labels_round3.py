@@ -176,14 +176,16 @@ def test_misspelt_keys_and_every_meta_form_fail_closed_through_the_pipeline(tmp_
         "html_prop.html": _html('<meta property="sensitivity" content="RESTRICTED">', SECRET_TEXT),
         "html_equiv.html": _html('<meta http-equiv="Sensitivity" content="RESTRICTED">', SECRET_TEXT),
         "html_nocontent.html": _html('<meta name="sensitivity" value="PUBLIC">', SECRET_TEXT),
+        # A key given by an attribute that only looks like ``name``: unreadable, so RESTRICTED.
+        "html_attr.html": _html('<meta n\u0430me="sensitivity" content="PUBLIC">', SECRET_TEXT),
     }
     write_lib(corpus, files)
     wh, raw, out = build(tmp_path, corpus)
     assert_no_canary(raw, out)
     assert served_doc_ids(wh) == {f"{LIB}/open"}
     assert failing_files(raw, "sensitivity_labels_valid") == [
-        "cyr.md", "ent.md", "fm.md", "fm_title.md", "html_name.html", "html_nocontent.html", "nul.md", "wide.md",
-        "zw.md"]
+        "cyr.md", "ent.md", "fm.md", "fm_title.md", "html_attr.html", "html_name.html", "html_nocontent.html",
+        "nul.md", "wide.md", "zw.md"]
     assert raw.checks["parse_failures_zero"].passed
     labels, errors = engine_view(corpus / LIB)
     assert errors == [] and {k for k, v in labels.items() if not is_restricted(v)} == {f"{LIB}/open"}

@@ -34,7 +34,7 @@ from typing import Any
 from ..retrieval.lexical.analyzer import LanguageError, resolve_language
 from ..sensitivity import RESTRICTED_SENSITIVITY, resolve_label, strictest
 from .metadata_keys import SENSITIVITY_KEY, match_key
-from .parsers import ParseError, StructureMark, check_size, parse_source
+from .parsers import ParsedFile, ParseError, StructureMark, check_size, parse_source
 
 TITLE_MAX_CHARS = 300
 SIDECAR_SUFFIX = ".meta.json"
@@ -158,21 +158,21 @@ def _scalar(key: str, value: Any, where: str) -> str:
     return str(value)
 
 
-def merge_metadata(sources: list[tuple[str, dict[str, list[Any]]]], *, default: str | None
-                   ) -> tuple[dict[str, Any], str]:
+def merge_metadata(sources: list[tuple[str, dict[str, list[Any]]]], *, default: str | None,
+                   problems: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
     """(metadata, label problem) from metadata sources, highest precedence first.
 
     Known keys are matched as written, ASCII case-insensitively (``match_key``).
     ``sensitivity`` collects every value of every source (the most restrictive wins); any
     other known key takes the first source's value, and two different values for it in
     one source are an error. A key that imitates a known key is dropped with its value
-    and makes the document RESTRICTED (reported). Unknown keys are kept as written
-    (first source wins).
+    and makes the document RESTRICTED (reported), as do ``problems`` (metadata a parser
+    saw but could not read as a key). Unknown keys are kept as written (first source wins).
     """
     known: dict[str, str] = {}
     labels: list[Any] = []
     extra: dict[str, Any] = {}
-    key_problems: list[str] = []
+    key_problems: list[str] = list(problems)
     for where, meta in sources:
         seen: dict[str, str] = {}
         for key, values in meta.items():
@@ -243,7 +243,7 @@ def _metadata_sources(sidecar: Path, where: str, in_file: dict[str, list[Any]]
     return sources
 
 
-def _target_label(path: Path, in_file: dict[str, list[Any]], root: Path | None, folder: Path | None,
+def _target_label(path: Path, parsed: ParsedFile, root: Path | None, folder: Path | None,
                   library: str) -> tuple[str, str] | None:
     """(label, problem) the target of symlink ``path`` has on its own (its sidecar and its
     in-file metadata), or None when ``path`` is not a link. A link must never be more
@@ -253,7 +253,8 @@ def _target_label(path: Path, in_file: dict[str, list[Any]], root: Path | None, 
         return None
     tside = sidecar_path(target)
     _check_bounds(tside, root, folder, library)
-    meta, problem = merge_metadata(_metadata_sources(tside, target.name, in_file), default=default_label())
+    meta, problem = merge_metadata(_metadata_sources(tside, target.name, parsed.metadata), default=default_label(),
+                                   problems=parsed.metadata_problems)
     return meta[SENSITIVITY_KEY], (f"link target {target.name}: {problem}" if problem else "")
 
 
@@ -285,8 +286,9 @@ def _read_document(path: Path, library: str, root: Path | None, folder: Path | N
         parsed = parse_source(path)
     except ParseError as exc:
         raise CorpusError(f"{where}: {exc}") from None
-    meta, problem = merge_metadata(_metadata_sources(sidecar, where, parsed.metadata), default=default_label())
-    linked = _target_label(path, parsed.metadata, root, folder, library)
+    meta, problem = merge_metadata(_metadata_sources(sidecar, where, parsed.metadata), default=default_label(),
+                                   problems=parsed.metadata_problems)
+    linked = _target_label(path, parsed, root, folder, library)
     if linked is not None:
         meta[SENSITIVITY_KEY] = strictest([meta[SENSITIVITY_KEY], linked[0]])
         problem = "; ".join(filter(None, [problem, linked[1]]))

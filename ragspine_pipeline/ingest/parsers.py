@@ -86,12 +86,14 @@ def structure_from_json(raw: str | None) -> tuple[StructureMark, ...]:
 @dataclass(frozen=True)
 class ParsedFile:
     """What a parser read: the text, metadata declared inside the file (lists of values
-    per key as written; keys as written — the document reader matches them), and the
-    structure marks it saw, as offsets into ``text`` (sorted by start)."""
+    per key as written; keys as written — the document reader matches them), the
+    structure marks it saw, as offsets into ``text`` (sorted by start), and metadata it
+    saw but could not read as a key (the reader makes such a document RESTRICTED)."""
 
     text: str
     metadata: dict[str, list[Any]] = field(default_factory=dict)
     structure: tuple[StructureMark, ...] = ()
+    metadata_problems: tuple[str, ...] = ()
 
 
 _CN_NUM = "[0-9０-９一二三四五六七八九十百千零〇两]+"
@@ -255,7 +257,7 @@ def parse_html(path: Path) -> ParsedFile:
     except ImportError:
         raise ParseError("HTML parsing needs beautifulsoup4 (the [pipeline] extra)") from None
     soup = BeautifulSoup(parse_text(path), "html.parser")
-    meta = _html_meta(soup)
+    meta, problems = _html_meta(soup)
     for tag in soup(["script", "style", "noscript"]):
         tag.decompose()
     parts: list[str] = []
@@ -273,8 +275,8 @@ def parse_html(path: Path) -> ParsedFile:
         pos += len(block)
     text = "\n\n".join(parts)
     if not text:
-        return ParsedFile(" ".join(soup.get_text(" ", strip=True).split()), meta)
-    return ParsedFile(text, meta, _merge_marks(marks, text_structure(text)))
+        return ParsedFile(" ".join(soup.get_text(" ", strip=True).split()), meta, (), problems)
+    return ParsedFile(text, meta, _merge_marks(marks, text_structure(text)), problems)
 
 
 _HTML_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
@@ -283,21 +285,28 @@ _HTML_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 HTML_META_KEY_ATTRS = ("name", "property", "http-equiv", "itemprop")
 
 
-def _html_meta(soup: Any) -> dict[str, list[Any]]:
-    """Key -> values of the page's ``<meta>`` tags, in every key form. A tag whose key is
-    (or imitates) a known metadata key but has no ``content`` gives None, which the
+def _html_meta(soup: Any) -> tuple[dict[str, list[Any]], tuple[str, ...]]:
+    """Key -> values of the page's ``<meta>`` tags, in every key form, and the tags that
+    name a known key some other way (``<meta nаme=…>`` with a Cyrillic ``а``,
+    ``data-name=…``): those cannot be read, so they are problems, not skipped. A tag whose
+    key is (or imitates) a known metadata key but has no ``content`` gives None, which the
     document reader refuses or counts as RESTRICTED; other content-less tags are skipped."""
     meta: dict[str, list[Any]] = {}
+    problems: list[str] = []
     for tag in soup.find_all("meta"):
-        for attr in HTML_META_KEY_ATTRS:
-            key = tag.get(attr)
-            if not isinstance(key, str):
-                continue
+        keys = [tag.get(attr) for attr in HTML_META_KEY_ATTRS if isinstance(tag.get(attr), str)]
+        for key in keys:
             if tag.has_attr("content"):
                 meta.setdefault(key, []).append(tag.get("content"))
             elif match_key(key).known:
                 meta.setdefault(key, []).append(None)
-    return meta
+        if keys:
+            continue
+        for attr, value in tag.attrs.items():
+            if attr != "content" and isinstance(value, str) and match_key(value).known:
+                problems.append(f"<meta {ascii(attr)[:40]}=…> names {match_key(value).known!r} "
+                                f"but {'/'.join(HTML_META_KEY_ATTRS)} is how a key is given")
+    return meta, tuple(problems)
 
 
 def parse_pdf(path: Path) -> ParsedFile:

@@ -120,6 +120,19 @@ def test_a_link_inside_one_library_takes_the_stricter_label(tmp_path):
     assert read_document(folder / "alias.md", LIB).metadata["topic"] == "alias"  # the link's own metadata kept
 
 
+def test_relabelling_a_link_target_reaches_the_link_on_the_next_refresh(tmp_path):
+    corpus = tmp_path / "corpus"
+    folder = write_lib(corpus, {"t.md": SECRET_TEXT, "t.meta.json": meta(sensitivity="PUBLIC"),
+                                "l.meta.json": meta(sensitivity="PUBLIC"), "open.md": OPEN_TEXT})
+    (folder / "l.md").symlink_to("t.md")
+    wh, raw, out = build(tmp_path, corpus)
+    assert served_doc_ids(wh) == {f"{LIB}/t", f"{LIB}/l", f"{LIB}/open"}
+    (folder / "t.meta.json").write_text(meta(sensitivity="RESTRICTED"), encoding="utf-8")  # only the target's sidecar
+    raw = refresh(wh, corpus)
+    assert raw.metadata["parsed"] == 2  # the target and the link: both re-read, nothing else
+    assert served_doc_ids(wh) == {f"{LIB}/open"}
+    assert_no_canary(raw, json.dumps([served(wh).retrieve(q, top_k=20) for q in QUERIES]))
+
 def test_a_link_whose_target_has_a_bad_label_is_reported(tmp_path):
     corpus = tmp_path / "corpus"
     folder = write_lib(corpus, {"t.md": SECRET_TEXT, "t.meta.json": meta(sensitivity="PUB\u200bLIC"),

@@ -52,7 +52,7 @@ def _sig(st: os.stat_result) -> str:
     return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
 
 
-def _sidecar_sig(entry: os.DirEntry) -> str:
+def _sidecar_sig(path: str) -> str:
     """Stat signature plus a hash of the content: sidecars are small and carry the labels.
 
     Never raises and never blocks: a dangling link, a directory, a FIFO or an unreadable
@@ -60,16 +60,26 @@ def _sidecar_sig(entry: os.DirEntry) -> str:
     then withholds that one document instead of the scan failing the whole library.
     """
     try:
-        st = entry.stat()
+        st = os.stat(path)
     except OSError:
-        return f"{_sig(entry.stat(follow_symlinks=False))}:unresolvable"
+        try:
+            return f"{_sig(os.lstat(path))}:unresolvable"
+        except OSError:
+            return "-"
     if not stat.S_ISREG(st.st_mode) or st.st_size > max_file_bytes():
         return f"{_sig(st)}:{stat.S_IFMT(st.st_mode):o}"
     try:
-        digest = hashlib.sha1(Path(entry.path).read_bytes()).hexdigest()[:16]
+        digest = hashlib.sha1(Path(path).read_bytes()).hexdigest()[:16]
     except OSError:
         digest = "unreadable"
     return f"{_sig(st)}:{digest}"
+
+
+def _link_target_sig(path: str) -> str:
+    """The signature of a linked document's *target's* sidecar: the link takes the
+    stricter of both labels, so relabelling the target must re-read the link too."""
+    target = os.path.realpath(path)
+    return _sidecar_sig(os.path.splitext(target)[0] + SIDECAR_SUFFIX)
 
 
 def _doc_sig(entry: os.DirEntry) -> str:
@@ -83,8 +93,8 @@ def scan_library(folder: Path, folder_errors: list[str] | None = None) -> dict[s
     """source_path -> signature of every supported file under ``folder`` (recursive).
 
     The signature is size, mtime, ctime and inode of the file, and of its ``.meta.json``
-    sidecar plus a hash of the sidecar's bytes: one ``scandir`` pass, one stat per file,
-    and only the (small) sidecars are read. A subfolder that cannot be listed is skipped
+    sidecar plus a hash of the sidecar's bytes (for a linked file, of its target's sidecar
+    too): one ``scandir`` pass, one stat per file, and only the (small) sidecars are read. A subfolder that cannot be listed is skipped
     (its documents count as gone, so none of them is served) and named in
     ``folder_errors``: one unreadable folder must not stop the library's build.
     """
@@ -120,7 +130,8 @@ def scan_library(folder: Path, folder_errors: list[str] | None = None) -> dict[s
                 stack.append(e.path)
         for e, stem in docs:
             side = sidecars.get(stem)
-            found[e.path] = f"{_doc_sig(e)}|{_sidecar_sig(side) if side is not None else '-'}"
+            sig = f"{_doc_sig(e)}|{_sidecar_sig(side.path) if side is not None else '-'}"
+            found[e.path] = f"{sig}|{_link_target_sig(e.path)}" if e.is_symlink() else sig
     return dict(sorted(found.items()))
 
 

@@ -45,7 +45,7 @@ from .retrieval.link.multi_index import MultiIndexRetriever
 from .retrieval.link.narrative_index import NarrativeIndex, NarrativeIndexRetriever
 from .retrieval.link.routing import make_router
 from .retrieval.postprocess.base import Postprocessor
-from .retrieval.vector.embedding_backends import EmbeddingBackend
+from .retrieval.vector.base import EmbeddingBackend
 from .vector_cache import preload_cached_vectors
 from .warehouse.pipeline import SNAPSHOT, load_snapshot_index, published_libraries, select_snapshot
 from .warehouse.rerank_vectors import attach_library_vectors

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...sensitivity import is_restricted
-from ..vector.embedding_backends import EmbeddingBackend, backend_model_id
+from ..vector.base import EmbeddingBackend, backend_model_id
 from .chunking import (
     DEFAULT_CHUNK_CHARS,
     Chunk,

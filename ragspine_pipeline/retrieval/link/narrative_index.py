@@ -38,13 +38,9 @@ from ..lexical.glossary import GlossaryQueryRewriter
 from ..lexical.hybrid import HybridRetriever, RetrievalHit
 from ..limits import check_query
 from ..postprocess.base import Postprocessor
-from ..rerank.listwise_rerank import (
-    Reranker,
-    annotate_snippet,
-    guarded_rerank,
-    require_reranker,
-)
-from ..vector.embedding_backends import EmbeddingBackend
+from ..rerank.base import Reranker, annotate_snippet, guarded_rerank
+from ..rerank.listwise_rerank import require_reranker
+from ..vector.base import EmbeddingBackend
 
 DEFAULT_TOP_K = 50
 # Both exits use the one constant (and ``is_restricted``) from ``ragspine_pipeline.sensitivity``.

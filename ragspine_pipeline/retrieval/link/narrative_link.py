@@ -24,8 +24,9 @@ from ...sensitivity import RESTRICTED_SENSITIVITY
 from ..chunking.chunk_store import ChunkStore
 from ..lexical.analyzer import Analyzer
 from ..postprocess.base import Postprocessor
-from ..rerank.listwise_rerank import ListwiseJudge, ProviderListwiseJudge, Reranker
-from ..vector.embedding_backends import EmbeddingBackend
+from ..rerank.base import Reranker
+from ..rerank.listwise_rerank import ListwiseJudge, ProviderListwiseJudge
+from ..vector.base import EmbeddingBackend
 from .assembly import (
     GLOSSARY_ENV,
     GlossarySpec,

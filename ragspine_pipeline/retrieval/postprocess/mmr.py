@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..lexical.analyzer import tokenize
-from ..vector.embedding_backends import EmbeddingBackend
+from ..vector.base import EmbeddingBackend
 from .base import mark_layer
 
 DEFAULT_MMR_LAMBDA = 0.5

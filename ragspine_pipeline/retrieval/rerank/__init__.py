@@ -1,10 +1,12 @@
 """Rerankers: the listwise LLM judge and the local model rerankers (cross-encoder, late
-interaction, SPLADE), all behind one ``Reranker`` seam and exit #1 (``guarded_rerank``).
+interaction, SPLADE), all behind one ``Reranker`` seam and exit #1 (``guarded_rerank``),
+both in ``base``.
 
 The model modules load lazily (``make_reranker`` imports what it builds), so importing
 this package needs neither onnxruntime nor any model file.
 """
 
+from .base import Reranker, annotate_snippet, guarded_rerank
 from .cross_encoder import (
     CrossEncoderReranker,
     RerankerUnavailable,
@@ -15,10 +17,7 @@ from .listwise_rerank import (
     ListwiseJudge,
     ListwiseReranker,
     ProviderListwiseJudge,
-    Reranker,
-    annotate_snippet,
     build_listwise_prompt,
-    guarded_rerank,
     listwise_rerank,
     parse_listwise_response,
 )

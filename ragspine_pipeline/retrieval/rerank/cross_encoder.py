@@ -28,8 +28,9 @@ from collections.abc import Callable
 
 from ... import settings
 from ...llm.provider import OpenAICompatibleProvider
+from .base import Reranker
 from .errors import RerankerUnavailable
-from .listwise_rerank import ListwiseReranker, ProviderListwiseJudge, Reranker
+from .listwise_rerank import ListwiseReranker, ProviderListwiseJudge
 from .onnx_cross_encoder import MODEL_ENV, CrossEncoderReranker
 
 RERANKER_ENV = "RAGSPINE_RERANKER"

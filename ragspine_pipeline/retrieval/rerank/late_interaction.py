@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from ... import settings
+from ..vector.base import EmbeddingBackendUnavailable
+from ..vector.onnx_backend import MODELS, prepare_model
 from .errors import RerankerUnavailable
 from .onnx_cross_encoder import load_tokenizer, model_max_length, onnx_session
 from .scoring import DEFAULT_BATCH_SIZE, DEFAULT_RERANK_TOP_N, PassageCache, ScoringReranker
@@ -102,11 +104,6 @@ def _default_encoder(max_length: int | None) -> TokenEncoder:
                                           f"(a ColBERT ONNX export needs {' + '.join(COLBERT_FILES)})")
             enc = TokenEncoder(folder, max_length=max_length, model_id=f"colbert:{folder.name}")
         else:
-            try:
-                from ..vector.embedding_backends import EmbeddingBackendUnavailable
-                from ..vector.onnx_backend import MODELS, prepare_model
-            except ImportError as exc:  # pragma: no cover - the engine always has these modules
-                raise RerankerUnavailable(f"late interaction needs the shipped e5 model ({exc})") from None
             spec = MODELS["e5"]
             try:
                 folder, digest = prepare_model(spec)

@@ -13,7 +13,6 @@ wrong shape with a TypeError where it is assembled.
 from __future__ import annotations
 
 import logging
-import math
 import numbers
 import re
 from collections.abc import Mapping, Sequence
@@ -21,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ...llm.provider import LLMProvider
 from ...sensitivity import RESTRICTED_SENSITIVITY, is_restricted
+from .base import Reranker, annotate_snippet, guarded_rerank
 from .scoring import candidate_field
 
 _log = logging.getLogger(__name__)
@@ -36,20 +36,6 @@ class ListwiseJudge(Protocol):
     """Orders candidate texts for a query; returns a permutation of range(len(candidates))."""
 
     def judge(self, query: str, candidates: list[str]) -> list[int]: ...
-
-
-@runtime_checkable
-class Reranker(Protocol):
-    """Scores candidate records (dicts with at least chunk_id, text and sensitivity).
-
-    ``rerank(query, candidates)`` returns one float per candidate, aligned, higher is
-    better (the model rerankers: ``scoring.ScoringReranker``). For the listwise judge, and
-    for rerankers written before scores, returning the candidates themselves reordered is
-    also accepted. Either way only ``guarded_rerank`` turns the answer into an order, so
-    exit #1 holds for every reranker.
-    """
-
-    def rerank(self, query: str, candidates: Sequence[Mapping[str, Any]]) -> Sequence[float] | list[Mapping[str, Any]]: ...
 
 
 def _not_a_judge(judge: Any) -> str | None:
@@ -141,90 +127,6 @@ def listwise_rerank(query: str, results: Sequence[Any], judge: ListwiseJudge, *,
         _log.warning("listwise_rerank: %s failed (%s: %s); the RRF order is kept",
                      type(judge).__name__, type(exc).__name__, exc)
         return items
-
-
-def _reranker_name(reranker: Any) -> str:
-    name = getattr(reranker, "name", None)
-    return name if isinstance(name, str) and name else type(reranker).__name__
-
-
-def _is_scores(out: Sequence[Any], n: int) -> bool:
-    """Exactly ``n`` finite real numbers (bools are not scores)."""
-    return len(out) == n and all(
-        isinstance(s, numbers.Real) and not isinstance(s, bool) and math.isfinite(float(s)) for s in out)
-
-
-def _annotated(c: Any, **fields: Any) -> Any:
-    """A copy of a dict candidate with ``fields`` added (other candidates as they are)."""
-    return {**c, **fields} if isinstance(c, Mapping) else c
-
-
-def guarded_rerank(query: str, candidates: Sequence[Mapping[str, Any]], reranker: Reranker) -> list[Mapping[str, Any]]:
-    """Exit #1 for *any* reranker: only open candidates are shown, restricted keep slots.
-
-    The reranker answers either scores aligned with the open candidates (the ``Reranker``
-    protocol: the model rerankers) or, as the listwise judge does, the open candidates
-    reordered (accepted only if it is exactly them, by chunk_id). Open candidates are
-    ordered by score (ties keep the incoming order) and placed back into the open slots.
-    Scored dict candidates come back as copies carrying ``rerank_score`` and ``reranker``
-    (and ``rerank_detail`` when the reranker explains itself), which the snippet records;
-    the listwise form leaves the candidates as they are (its snippets stay as the spec has them).
-    A reranker that raises or answers anything else leaves the incoming order; the
-    failure is logged and, on dict candidates, recorded as ``rerank_error`` — never raised.
-    """
-    items = list(candidates)
-    open_slots = [i for i, c in enumerate(items) if not is_restricted(candidate_field(c, "sensitivity"))]
-    if len(open_slots) < 2:
-        return items
-    shown = [items[i] for i in open_slots]
-    name = _reranker_name(reranker)
-
-    def failed(why: str) -> list[Any]:
-        _log.warning("reranker %s failed (%s); the fused order is kept", name, why)
-        return [_annotated(c, reranker=name, rerank_error=why) if k in open_slots else c
-                for k, c in enumerate(items)]
-
-    try:
-        answer = reranker.rerank(query, shown)
-        details = getattr(answer, "details", None)  # RerankScores' explanations, if any
-        out = list(answer)
-    except Exception as exc:  # noqa: BLE001 - a model failure degrades, never raises
-        return failed(type(exc).__name__)
-    if _is_scores(out, len(shown)):
-        if details is not None and len(details) != len(out):
-            details = None
-        order = sorted(range(len(shown)), key=lambda j: (-float(out[j]), j))
-        ranked = []
-        for j in order:
-            extra = {"rerank_score": float(out[j]), "reranker": name}
-            if details is not None and details[j] is not None:
-                extra["rerank_detail"] = details[j]
-            ranked.append(_annotated(shown[j], **extra))
-    elif sorted(str(candidate_field(c, "chunk_id")) for c in out) == sorted(str(candidate_field(c, "chunk_id")) for c in shown):
-        # The listwise form: an order, no score; candidates as they are (the judge's own
-        # failures already fall back to the identity order inside listwise_rerank).
-        ranked = out
-    else:
-        return failed("answer was neither scores nor a permutation of the candidates")
-    merged = list(items)
-    for slot, c in zip(open_slots, ranked, strict=True):
-        merged[slot] = c
-    return merged
-
-
-def annotate_snippet(snippet: dict[str, Any], candidate: Mapping[str, Any]) -> dict[str, Any]:
-    """Record in a snippet what the reranker did to its candidate: ``scores.rerank`` and
-    ``reranker`` (plus ``rerank_detail`` / ``rerank_error``). A candidate no reranker saw
-    leaves the snippet unchanged, so output is byte-identical with reranking off."""
-    if not isinstance(candidate, Mapping) or "reranker" not in candidate:
-        return snippet
-    snippet["reranker"] = candidate["reranker"]
-    if "rerank_score" in candidate:
-        snippet.setdefault("scores", {})["rerank"] = candidate["rerank_score"]
-    for key in ("rerank_detail", "rerank_error"):
-        if key in candidate:
-            snippet[key] = candidate[key]
-    return snippet
 
 
 def build_listwise_prompt(query: str, candidates: Sequence[str], *,

@@ -1,9 +1,8 @@
 """Dense channel: embedding backends and vector stores."""
 
+from .base import EmbeddingBackend, EmbeddingBackendUnavailable, backend_model_id
 from .embedding_backends import (
     DeterministicHashBackend,
-    EmbeddingBackend,
-    EmbeddingBackendUnavailable,
     OpenAIEmbeddingBackend,
     make_embedding_backend,
 )
@@ -12,5 +11,5 @@ from .store import InProcessVectorStore, VectorHit, VectorStore
 __all__ = [
     "DeterministicHashBackend", "EmbeddingBackend", "EmbeddingBackendUnavailable",
     "InProcessVectorStore", "OpenAIEmbeddingBackend", "VectorHit", "VectorStore",
-    "make_embedding_backend",
+    "backend_model_id", "make_embedding_backend",
 ]

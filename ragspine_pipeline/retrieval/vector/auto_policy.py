@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..lexical.fusion import DEFAULT_RRF_K, FusionConfig
+from .base import backend_model_id
 from .language_profile import GROUPS, LanguageProfile, profile
 
 POLICY_FILE = Path(__file__).with_name("auto_policy.json")
@@ -226,8 +227,6 @@ class AutoEmbeddingBackend:
 
     @property
     def model_id(self) -> str:
-        from .embedding_backends import backend_model_id
-
         return backend_model_id(self.fallback)
 
     def embed_texts(self, texts: Sequence[str]) -> list[list[float]]:

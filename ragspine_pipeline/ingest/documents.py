@@ -121,6 +121,17 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a valid metadata value")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all distinct: ``json`` keeps the last of two equal keys,
+    which would let a second ``"sensitivity"`` silently replace the first."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError("an object repeats a key (the last would silently win)")
+        out[key] = value
+    return out
+
+
 def read_sidecar(path: Path) -> dict[str, Any]:
     """The sidecar's JSON object; CorpusError for anything that is not a readable one.
 
@@ -139,7 +150,7 @@ def read_sidecar(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise CorpusError(f"{path.name}: cannot read metadata sidecar ({exc.strerror or type(exc).__name__})") from None
     try:
-        meta = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant)
+        meta = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
         raise CorpusError(f"{path.name}: invalid metadata sidecar ({exc})") from None
     if not isinstance(meta, dict):

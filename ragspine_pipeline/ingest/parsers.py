@@ -22,6 +22,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -227,6 +228,27 @@ def parse_text(path: Path) -> str:
 _FRONT_MATTER = re.compile(r"---[ \t]*\r?\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S | re.M)
 
 
+@lru_cache(maxsize=1)
+def _unique_key_loader() -> type:
+    """PyYAML's SafeLoader, refusing a mapping that repeats a key: ``safe_load`` keeps the
+    last one, which would let a second ``sensitivity:`` silently replace the first."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, list | dict):
+                    continue  # unhashable: the base class reports it
+                if key in seen:
+                    raise ParseError("YAML front matter repeats a key (the last would silently win)")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
 def split_front_matter(text: str) -> tuple[str, dict[str, Any]]:
     """(body, metadata) of a markdown text that opens with a ``---`` YAML block."""
     m = _FRONT_MATTER.match(text) if text.startswith("---") else None
@@ -236,7 +258,7 @@ def split_front_matter(text: str) -> tuple[str, dict[str, Any]]:
     import yaml
 
     try:
-        meta = yaml.safe_load(block)
+        meta = yaml.load(block, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         raise ParseError(f"invalid YAML front matter ({exc.__class__.__name__})") from None
     if meta is None:

@@ -20,13 +20,9 @@ the same thing everywhere:
 
 from __future__ import annotations
 
-import os
-
-from .retrieval.vector.embedding_backends import (
-    EmbeddingBackend,
-    embedding_spec_from_env,
-    make_embedding_backend,
-)
+from . import settings
+from .retrieval.vector.base import EmbeddingBackend
+from .retrieval.vector.embedding_backends import embedding_spec_from_env, make_embedding_backend
 
 MODE_ENV = "RAGSPINE_RETRIEVAL_MODE"
 LEXICAL_MODES = ("economy", "bm25", "lexical")
@@ -38,15 +34,15 @@ class RetrievalModeError(ValueError):
 
 
 def retrieval_mode(mode: str | None = None) -> str:
-    """``mode`` (None or empty: ``RAGSPINE_RETRIEVAL_MODE``, default ``auto``), normalized
-    and validated; the error names the variable when the value came from it."""
-    source = mode if mode else os.environ.get(MODE_ENV, "")
-    m = source.strip().lower() or "auto"
-    if m not in VECTOR_MODES + LEXICAL_MODES:
-        where = "" if mode else f"{MODE_ENV}: "
-        raise RetrievalModeError(f"{where}unknown retrieval mode {source!r}; use one of "
-                                 f"{', '.join(VECTOR_MODES + LEXICAL_MODES)}")
-    return m
+    """``mode`` (None or blank: ``RAGSPINE_RETRIEVAL_MODE``, default ``auto``), normalized
+    and validated through the settings registry; the error names the variable when the
+    value came from it."""
+    try:
+        return settings.get(MODE_ENV, mode)
+    except settings.SettingsError as exc:
+        where = f"{MODE_ENV}: " if exc.source == settings.ENVIRONMENT else ""
+        raise RetrievalModeError(f"{where}unknown retrieval mode {exc.value!r}; use one of "
+                                 f"{', '.join(VECTOR_MODES + LEXICAL_MODES)}") from None
 
 
 def resolve_retrieval(mode: str | None = None, embedding: str | EmbeddingBackend | None = None, *,

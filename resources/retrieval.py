@@ -24,7 +24,6 @@ with any on it returns a ``RetrievalResult`` (a list of snippet dicts with ``.re
 refusals, status, route, filters).
 """
 
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from ragspine_pipeline import serving
+from ragspine_pipeline import serving, settings
 from ragspine_pipeline.modes import RetrievalModeError, retrieval_mode
 from ragspine_pipeline.retrieval.lexical.glossary import GlossaryError
 from ragspine_pipeline.retrieval.link.assembly import LAYER_KEYS, glossary_file, serving_reranker
@@ -96,7 +95,7 @@ class RetrievalResource(dg.ConfigurableResource):
     def _reranker(self):
         """One reranker per resource and spec (building one may load a model), resolved by
         the assembly: the field, else RAGSPINE_RERANKER."""
-        spec = self.reranker or os.environ.get(RERANKER_ENV, "none")
+        spec = self.reranker or settings.get(RERANKER_ENV)
         hit = self._cache.get(("reranker",))
         if hit is None or hit[0] != spec:
             self._cache[("reranker",)] = (spec, serving_reranker(self.reranker or None))

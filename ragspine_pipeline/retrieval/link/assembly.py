@@ -26,19 +26,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ... import settings
 from ...corpus import DEMO_ROOT
 from ...llm.provider import LLMProvider
 from ..lexical.glossary import GlossaryError, GlossaryQueryRewriter
 from ..postprocess.base import Postprocessor
 from ..query import make_query_layers
+from ..rerank.base import Reranker
 from ..rerank.cross_encoder import make_reranker, reranker_from_env
 from ..rerank.listwise_rerank import (
     ListwiseJudge,
     ListwiseReranker,
     ProviderListwiseJudge,
-    Reranker,
 )
-from ..vector.embedding_backends import EmbeddingBackend
+from ..vector.base import EmbeddingBackend
 from .narrative_index import NarrativeIndex, NarrativeIndexRetriever
 
 GLOSSARY_ENV = "RAGSPINE_GLOSSARY"
@@ -53,7 +54,7 @@ RerankerSpec = Reranker | ListwiseJudge | str | None
 def default_glossary_path() -> Path | None:
     """The glossary the default chain uses: ``RAGSPINE_GLOSSARY`` (a path, or none/off to
     disable), else the demo corpus glossary when it is there."""
-    env = os.environ.get(GLOSSARY_ENV)
+    env = settings.raw(GLOSSARY_ENV)  # exact text: set-but-empty disables, as none/off do
     if env is not None:
         if env.strip().lower() in _OFF:
             return None

@@ -19,12 +19,14 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ... import settings
+from ...llm.provider import provider_from_env
 from ...sensitivity import is_restricted
 from ..lexical.analyzer import normalize
-from ..lexical.glossary import GlossaryGroup
+from ..lexical.glossary import GlossaryGroup, load_glossary
 
 # Words that name a topic in a question, per topic value found in the metadata.
 DEFAULT_TOPIC_WORDS: dict[str, tuple[str, ...]] = {
@@ -155,10 +157,6 @@ def make_router(spec: str | None, retrievers: Mapping[str, Any], *, glossary: An
                 provider: Any = None) -> Callable[[str], list[str]] | None:
     """``rules`` (default) | ``llm`` (the model, rules as fallback) | ``none`` (search all), from
     ``spec`` or ``RAGSPINE_ROUTER``. ``glossary``: a glossary JSON path for the rules."""
-    from pathlib import Path
-
-    from ..lexical.glossary import load_glossary
-
     choice = (spec.strip().lower() or "rules") if spec is not None else settings.get(ROUTER_ENV)
     if choice not in ROUTERS:
         raise ValueError(f"unknown router {choice!r} ({ROUTER_ENV}); expected one of {ROUTERS}")
@@ -169,8 +167,6 @@ def make_router(spec: str | None, retrievers: Mapping[str, Any], *, glossary: An
     if choice == "rules":
         return rules
     if provider is None:
-        from ...llm.provider import provider_from_env
-
         provider = provider_from_env()
     if provider is None:
         raise ValueError(f"{ROUTER_ENV}=llm needs an LLM provider (set RAGSPINE_LLM_BASE_URL)")

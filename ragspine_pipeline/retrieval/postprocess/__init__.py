@@ -16,9 +16,8 @@
 
 from __future__ import annotations
 
-import os
-
-from ..vector.embedding_backends import EmbeddingBackend
+from ... import settings
+from ..vector.base import EmbeddingBackend
 from .base import LAYERS_KEY, Postprocessor, PostprocessorChain, mark_layer
 from .compress import DEFAULT_COMPRESS_CHARS, ExtractiveCompressor, split_sentences
 from .lost_in_middle import LostInTheMiddle, lost_in_middle_order
@@ -52,7 +51,7 @@ def make_postprocessor(spec: str | None = None, *,
     """A post-processor chain from a comma-separated spec; None when off. ``vectors``
     (an ``IndexVectorLookup``) gives MMR the served index's cached vectors; an
     ``embedding_backend`` is its second choice; token sets otherwise."""
-    raw = spec if spec is not None else os.environ.get(POSTPROCESSOR_ENV, "")
+    raw = spec if spec is not None else settings.get(POSTPROCESSOR_ENV)  # a bad variable: SettingsError
     if not isinstance(raw, str):
         raise TypeError(f"postprocessor spec must be a string or None (got {type(raw).__name__})")
     steps = []

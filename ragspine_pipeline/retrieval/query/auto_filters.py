@@ -15,12 +15,14 @@ search — the pipeline falls back to the unfiltered candidate set, never wider.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..lexical.analyzer import normalize
 from ..lexical.glossary import GlossaryQueryRewriter
+from .llm_text import LayerFailure, ask, require_provider
 
 _YEAR = re.compile(r"(?:(?<![a-z0-9])fy\s?)?(?<!\d)((?:19|20)\d{2})(?!\d)")
 _SUBPERIOD = re.compile(r"上半年|下半年|[一二三四]季度|(?<![a-z0-9])(?:h[12]|q[1-4])(?![a-z0-9])")
@@ -91,15 +93,9 @@ class LLMFilterExtractor:
     name: str = "auto_filters"
 
     def __post_init__(self) -> None:
-        from .llm_text import require_provider
-
         require_provider(self.provider, "auto_filters")
 
     def extract(self, query: str) -> tuple[dict[str, Any], list[str]]:
-        import json
-
-        from .llm_text import LayerFailure, ask
-
         filters, notes = self.fallback.extract(query)
         try:
             text = ask(self.provider, "Extract metadata filters from the question as one JSON object with "

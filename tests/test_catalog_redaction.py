@@ -213,7 +213,9 @@ def test_no_published_file_and_no_catalog_byte_holds_the_canary(tmp_path):
     # The restricted document is really there, in the owner's tables (and the unredacted catalog).
     assert CANARY in json.dumps(wh.read(P.CHUNKS, LIB, "chunks").column("text").to_pylist())
     P.build_catalog(wh, [LIB], tmp_path / "catalog_restricted.duckdb", include_restricted=True)
-    assert CANARY in _dump(catalog_content(tmp_path / "catalog_restricted.duckdb"))
+    unredacted = catalog_content(tmp_path / "catalog_restricted.duckdb")
+    assert CANARY in _dump(unredacted) and C.OPEN_DOCS not in unredacted["objects"]
+    assert unredacted[C.WITHHELD_COUNTS]["rows"] == [(LIB, 0)]
 
 
 def _index_rows(wh: VersionedTables, asset: str, table: str) -> list[dict]:

@@ -290,7 +290,8 @@ def _fill_catalog(con: duckdb.DuckDBPyConnection, wh: VersionedTables, libraries
     views: list[str] = []
     rows: list[tuple[str, str]] = []
     errors: dict[str, str] = {}
-    con.execute(f"CREATE TABLE {OPEN_DOCS} (library VARCHAR, doc_id VARCHAR)")
+    if redact:  # the unredacted catalog shows everything: no allow-list (it withholds 0 documents)
+        con.execute(f"CREATE TABLE {OPEN_DOCS} (library VARCHAR, doc_id VARCHAR)")
     con.execute(f"CREATE TABLE {WITHHELD_COUNTS} (library VARCHAR, documents BIGINT)")
     con.execute("CREATE TABLE catalog_views (library VARCHAR, table_name VARCHAR, view_name VARCHAR)")
     for lib in libraries:

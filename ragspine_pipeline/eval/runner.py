@@ -12,10 +12,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..corpus import Document, ingest_documents, paragraph_chunker
+from ..corpus import Document, ingest_documents
 from ..modes import resolve_retrieval
 from ..retrieval.chunking.chunk_store import ChunkStore
+from ..retrieval.chunking.chunking import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
+from ..retrieval.chunking.factory import paragraph_chunker
 from ..retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever
+from ..retrieval.rerank.cross_encoder import make_reranker
 from ..retrieval.vector.batching import tqdm_progress
 from .beir import BeirDataset, load_beir
 from .metrics import mean_metrics
@@ -47,8 +50,6 @@ def beir_documents(ds: BeirDataset) -> list[Document]:
 
 
 def _chunker(cfg: EvalConfig):
-    from ..retrieval.chunking.chunking import DEFAULT_CHUNK_CHARS, DEFAULT_OVERLAP_CHARS
-
     if cfg.chunker == "document":
         return paragraph_chunker(DOCUMENT_CHUNK_CHARS, 0)
     if cfg.chunker != "paragraph":
@@ -135,8 +136,6 @@ def evaluate_dataset(folder: str, cfg: EvalConfig | None = None) -> dict[str, An
     index.retriever.embed_progress = tqdm_progress(f"embed {ds.name}", enabled=cfg.progress)
     reranker = None
     if cfg.reranker:
-        from ..retrieval.rerank import make_reranker
-
         reranker = make_reranker(cfg.reranker)
     retriever = NarrativeIndexRetriever(index, reranker=reranker)
     t_index = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Chunkers, the Chunk record and the versioned chunk store."""
+"""Chunkers, their factory (``make_chunker``), the Chunk record and the versioned chunk store."""
 
 from .chunk_store import ChunkStore, ReadOnlyQueryError, StoredChunk
 from .chunking import (
@@ -9,8 +9,10 @@ from .chunking import (
     SourceLocator,
     chunk_document,
 )
+from .factory import CHUNKER_SPECS, KeyedChunker, ParagraphChunker, make_chunker, paragraph_chunker
 
 __all__ = [
-    "DEFAULT_CHUNK_CHARS", "DEFAULT_OVERLAP_CHARS", "METADATA_FIELDS", "Chunk", "ChunkStore",
-    "ReadOnlyQueryError", "SourceLocator", "StoredChunk", "chunk_document",
+    "CHUNKER_SPECS", "DEFAULT_CHUNK_CHARS", "DEFAULT_OVERLAP_CHARS", "METADATA_FIELDS", "Chunk", "ChunkStore",
+    "KeyedChunker", "ParagraphChunker", "ReadOnlyQueryError", "SourceLocator", "StoredChunk", "chunk_document",
+    "make_chunker", "paragraph_chunker",
 ]

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from ...ingest.parsers import StructureMark, text_structure
 from ...sensitivity import effective_label
+from ...text_spans import line_spans, trim_span
 from .chunking import (
     DEFAULT_CHUNK_CHARS,
     DEFAULT_OVERLAP_CHARS,
@@ -108,29 +109,16 @@ def document_marks(doc: DocumentLike) -> tuple[StructureMark, ...]:
     return text_structure(doc.text, markdown=not path or path.endswith(".md"))
 
 
-def _trim(text: str, s: int, e: int) -> tuple[int, int]:
-    while s < e and text[s].isspace():
-        s += 1
-    while e > s and text[e - 1].isspace():
-        e -= 1
-    return s, e
-
-
 def question_marks(text: str) -> list[StructureMark]:
     """Lines that ask a question — ``Q:`` / ``问：`` / ``问:`` prefixes, or a short line
     ending in ``?`` / ``？`` — as ``question`` marks below every heading level."""
     out: list[StructureMark] = []
-    pos = 0
-    n = len(text)
-    while pos < n:
-        nl = text.find("\n", pos)
-        end = n if nl < 0 else nl
-        s, e = _trim(text, pos, end)
+    for ls, le in line_spans(text):
+        s, e = trim_span(text, ls, le)
         if e > s:
             line = text[s:e].lstrip("#").strip()
             if _QUESTION_PREFIX.match(line) or (len(line) <= MAX_QUESTION_LINE and line.endswith(("?", "？"))):
                 out.append(StructureMark(s, e, QUESTION_LEVEL, "question"))
-        pos = end + 1
     return out
 
 
@@ -170,10 +158,10 @@ def sections(text: str, marks: Sequence[StructureMark], kinds: frozenset[str] = 
     carry: int | None = None  # start of a heading-only section waiting for its body
     for i, (start, head_end, path) in enumerate(cuts):
         nxt = cuts[i + 1][0] if i + 1 < len(cuts) else len(text)
-        s, e = _trim(text, carry if carry is not None else start, nxt)
+        s, e = trim_span(text, carry if carry is not None else start, nxt)
         if e <= s:
             continue
-        body_s, _ = _trim(text, max(head_end, start), nxt)
+        body_s, _ = trim_span(text, max(head_end, start), nxt)
         if body_s >= e and i + 1 < len(cuts):  # heading only: open the next section here
             carry = s if carry is None else carry
             continue

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ragspine_pipeline.corpus import DEMO_ROOT
 from ragspine_pipeline.graph.step import build_relation_graph
 from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer
 from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend
@@ -350,7 +351,7 @@ def test_through_dagster_no_published_file_catalog_or_event_holds_the_canary(tmp
 
     lib = "acme_policies"
     corpus = tmp_path / "corpus"
-    shutil.copytree(ROOT / "data" / "demo" / lib, corpus / lib)
+    shutil.copytree(DEMO_ROOT / lib, corpus / lib)
     (corpus / lib / "board_minutes.md").write_text(f"# Board\n\nThe board approved {CANARY} sale. " * 3,
                                                    encoding="utf-8")
     (corpus / lib / "board_minutes.meta.json").write_text(

@@ -20,12 +20,12 @@ from __future__ import annotations
 import codecs
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ..text_spans import line_spans, trim_span
 from .metadata_keys import match_key
 
 
@@ -114,24 +114,6 @@ _MD_LIST = re.compile(r"\d{1,3}[.)][ \t]")
 MAX_HEADING_LINE = 80  # a numbered "heading" longer than this is a numbered paragraph
 
 
-def _lines(text: str) -> Iterator[tuple[int, int]]:
-    pos = 0
-    n = len(text)
-    while pos < n:
-        nl = text.find("\n", pos)
-        end = n if nl < 0 else nl
-        yield pos, end
-        pos = end + 1
-
-
-def _trim(text: str, s: int, e: int) -> tuple[int, int]:
-    while s < e and text[s].isspace():
-        s += 1
-    while e > s and text[e - 1].isspace():
-        e -= 1
-    return s, e
-
-
 def line_heading(line: str) -> tuple[str, int, int] | None:
     """(kind, level, heading length) when ``line`` (stripped) opens with a numbered or
     legal heading. An article line that goes on with its body (``第十二条 用人单位应当…。``)
@@ -159,8 +141,8 @@ def text_structure(text: str, *, markdown: bool = False) -> tuple[StructureMark,
     outside code fences when ``markdown``), one mark per line that opens with one."""
     marks: list[StructureMark] = []
     in_fence = False
-    for ls, le in _lines(text):
-        s, e = _trim(text, ls, le)
+    for ls, le in line_spans(text):
+        s, e = trim_span(text, ls, le)
         if s == e:
             continue
         line = text[s:e]

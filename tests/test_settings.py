@@ -125,6 +125,25 @@ def test_configuration_doc_is_what_the_generator_writes_now():
     assert r.returncode == 0, r.stderr
 
 
+def test_readme_configuration_table_is_the_registry():
+    """The README's table is generated from the registry (every non-benchmark variable, once)."""
+    from ragspine_pipeline.settings.markdown import (
+        README_END,
+        README_START,
+        readme_table,
+        with_readme_table,
+    )
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme == with_readme_table(readme), "README.md's table is stale: run python tools/gen_config_table.py"
+    block = readme[readme.index(README_START):readme.index(README_END)]
+    assert readme_table() in block
+    names = [line.split("`")[1] for line in block.splitlines() if line.startswith("| `RAGSPINE_")]
+    assert names == [s.name for s in settings.SETTINGS if s.group != "benchmark"]
+    with pytest.raises(ValueError, match="markers"):
+        with_readme_table("# no table here\n")
+
+
 def test_markdown_table_has_one_row_per_variable():
     table = settings.markdown_table()
     rows = [line for line in table.splitlines() if line.startswith("| `RAGSPINE_")]

@@ -1,7 +1,8 @@
-"""Write docs/configuration.md from the settings registry (``--check``: exit 1 if stale).
+"""Write the configuration tables from the settings registry: docs/configuration.md and the
+block between the markers in README.md (``--check``: exit 1 if either is stale).
 
-The table is generated so it cannot drift from the defaults and accepted values the code
-reads; tests/test_settings.py fails when the committed file differs from this output.
+The tables are generated so they cannot drift from the defaults and accepted values the
+code reads; tests/test_settings.py fails when a committed file differs from this output.
 """
 
 from __future__ import annotations
@@ -13,25 +14,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ragspine_pipeline.settings import configuration_markdown  # noqa: E402
+from ragspine_pipeline.settings.markdown import (  # noqa: E402
+    configuration_markdown,
+    with_readme_table,
+)
 
 TARGET = ROOT / "docs" / "configuration.md"
+README = ROOT / "README.md"
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="only compare; exit 1 when the file is stale")
+    p.add_argument("--check", action="store_true", help="only compare; exit 1 when a file is stale")
     p.add_argument("--out", type=Path, default=TARGET)
+    p.add_argument("--readme", type=Path, default=README)
     args = p.parse_args(argv)
-    text = configuration_markdown()
+    readme = args.readme.read_text(encoding="utf-8") if args.readme.is_file() else ""
+    wanted = {args.out: configuration_markdown(), args.readme: with_readme_table(readme)}
+    stale = [path for path, text in wanted.items()
+             if (path.read_text(encoding="utf-8") if path.is_file() else "") != text]
     if args.check:
-        current = args.out.read_text(encoding="utf-8") if args.out.is_file() else ""
-        if current != text:
-            print(f"{args.out} is stale: run python tools/gen_config_table.py", file=sys.stderr)
-            return 1
-        return 0
-    args.out.write_text(text, encoding="utf-8")
-    print(f"wrote {args.out}")
+        for path in stale:
+            print(f"{path} is stale: run python tools/gen_config_table.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(wanted[path], encoding="utf-8")
+        print(f"wrote {path}")
     return 0
 
 

@@ -368,3 +368,22 @@ def test_through_dagster_no_published_file_catalog_or_event_holds_the_canary(tmp
     assert CANARY.lower() not in content.lower() and "board_minutes" not in content and "2031Q1" not in content
     hits = [str(p) for p, text in _published_text(tmp_path / "wh") if CANARY.lower() in text.lower()]
     assert not hits, hits
+
+
+def test_step_metadata_shows_no_chunk_id_of_a_restricted_chunk(tmp_path):
+    """A chunk id embeds a hash of the chunk's text: the chunks step's preview and check
+    examples (Dagster UI metadata) show a RESTRICTED chunk only by its document."""
+    corpus, _ = _library(tmp_path, {"open.md": "# Open\n\nzebra revenue\n"},
+                         {"s_board": ("margin fell from 40.0% to 30.0%", "RESTRICTED", "Project Nightjar")})
+    wh = VersionedTables(tmp_path / "wh")
+    P.build_raw_documents(wh, corpus, LIB)
+    step = P.build_chunks(wh, LIB)
+    rows = wh.read(P.CHUNKS, LIB, "chunks").to_pylist()
+    secret = {r["chunk_id"] for r in rows if r["doc_id"] != f"{LIB}/open"}
+    opened = {r["chunk_id"] for r in rows if r["doc_id"] == f"{LIB}/open"}
+    blob = _dump({"metadata": step.metadata, "checks": {k: v.metadata for k, v in step.checks.items()}})
+    assert secret and opened
+    for cid in secret:
+        assert cid not in blob and cid.split("#", 1)[1] not in blob
+    assert any(cid in blob for cid in opened)  # the preview still shows open chunks
+    assert f"{LIB}/s_board#[redacted" in blob and "30.0%" not in blob

@@ -46,7 +46,7 @@ from ..retrieval.chunking.chunk_store import (
     timestamp_after,
 )
 from ..retrieval.chunking.chunking import Chunk
-from ..sensitivity import is_restricted, redact
+from ..sensitivity import REDACTED, is_restricted, redact
 from .common import CHUNKS, RAW, CheckOutcome, StepResult, last_row_per_key
 from .raw import fetch_documents, raw_delta, raw_state
 from .versioned import (
@@ -374,10 +374,17 @@ def _restricted_counts(t: pa.Table | None, state: dict[str, dict[str, Any]], doc
     return {d: {**state[d], "n_restricted": counts[d]} for d in doc_ids}
 
 
+def shown_chunk_id(c: Chunk) -> str:
+    """The chunk id as Dagster metadata may show it: a RESTRICTED chunk's id embeds a hash
+    of its text (``<doc_id>#<sha1 prefix>``), which would confirm a guessed text, so only
+    its document part is shown."""
+    return f"{c.doc_id}#{REDACTED}" if is_restricted(c.sensitivity) else c.chunk_id
+
+
 def _metadata(pub: Published, report: dict[str, Any], key: str, rows: list[Chunk],
               row_version: list[int], new: list[str], changed: list[str], gone: list[str], t0: float, *,
               reused: bool) -> dict[str, Any]:
-    preview = "\n".join(f"| {c.chunk_id} | v{v} | {c.sensitivity} | {redact(' '.join(c.text[:400].split())[:60], c.sensitivity)} |"
+    preview = "\n".join(f"| {shown_chunk_id(c)} | v{v} | {c.sensitivity} | {redact(' '.join(c.text[:400].split())[:60], c.sensitivity)} |"
                         for c, v in list(zip(rows, row_version, strict=True))[:5])
     return {**report, "chunker": key, "rows_total": pub.rows("chunks"), "version": pub.version, "reused": reused,
             "segments": len(pub.segments("chunks")),
@@ -415,11 +422,11 @@ def _checks(pub: Published, raw_pub: Published, new_rows: list[Chunk], docs: dic
         # (withheld, or served by the opt-out): not an orphan.
         orphans = sorted(d for d, s in touched.items()
                          if not s["withdrawn"] and s["n_chunks"] and d not in present and d not in failed)
-    bad_span = [c.chunk_id for c in rows if c.doc_id in docs and docs[c.doc_id].text[c.start:c.end] != c.text]
+    bad_span = [shown_chunk_id(c) for c in rows if c.doc_id in docs and docs[c.doc_id].text[c.start:c.end] != c.text]
     ids = [c.chunk_id for c in rows]
     dupes = sorted(i for i, n in Counter(ids).items() if n > 1)
     foreign = [c.chunk_id for c in rows if not c.chunk_id.startswith(f"{c.doc_id}#")]
-    leaked = [c.chunk_id for c in rows if c.doc_id in docs
+    leaked = [f"{c.doc_id}#{REDACTED}" for c in rows if c.doc_id in docs
               and is_restricted(docs[c.doc_id].metadata.get("sensitivity")) and not is_restricted(c.sensitivity)]
     return {
         "chunk_text_is_source_substring": CheckOutcome(not bad_span, {**scope, "violations": len(bad_span),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from ragspine_pipeline import settings
+from ragspine_pipeline import paths, settings
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine_pipeline.warehouse import pipeline as P
 from resources import WarehouseResource
@@ -23,7 +23,7 @@ from .raptor_assets import raptor_tree
 
 OWNERS = ["team:ragspine"]
 TAGS = {"domain": "retrieval"}
-DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
+DEMO = paths.DEMO_ROOT  # the demo corpus ships inside the package
 
 # Bump a code_version when the step's logic changes: the UI marks downstream assets stale
 # and a backfill over every library partition rebuilds them.

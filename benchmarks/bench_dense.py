@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import add_io_args, out_dir, require_sets, say_written, use_data  # noqa: E402
 from ragspine_pipeline.eval.metrics import mean_metrics  # noqa: E402
+from ragspine_pipeline.paths import DEMO_ROOT  # noqa: E402
 from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend  # noqa: E402
 
 SETS = ("scifact", "cranfield", "cmrc2018-trial", "xquad-de", "xquad-ru", "xquad-ar", "xquad-th")
@@ -475,7 +476,7 @@ def latency(args) -> None:
     say_written([results / "dense_latency.json", results / "dense_latency.md"])
 
 
-DEMO = ROOT / "data" / "demo"
+DEMO = DEMO_ROOT
 DEMO_LIBRARIES = ("acme_reports", "acme_policies")
 
 
@@ -496,7 +497,7 @@ def demo_chunks(lib: str) -> list:
 
 def demo(args) -> None:
     """The demo libraries' golden-question nDCG@10 (the Dagster check's metric) per
-    backend, against data/demo/quality_floor.json."""
+    backend, against the demo corpus's quality_floor.json."""
     from assets.quality import golden_eval
     from ragspine_pipeline.retrieval.link.assembly import index_retriever
     from ragspine_pipeline.retrieval.link.narrative_link import (
@@ -526,7 +527,7 @@ def demo(args) -> None:
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     cmd = "python benchmarks/bench_dense.py " + " ".join(sys.argv[1:])
     (results / "dense_demo.json").write_text(json.dumps({"command": cmd, "rows": rows}, indent=1))
-    lines = ["# Demo libraries: golden-question nDCG@10 per embedding (floor: data/demo/quality_floor.json)\n",
+    lines = ["# Demo libraries: golden-question nDCG@10 per embedding (floor: demo_corpus/quality_floor.json)\n",
              f"Command: `{cmd}`\n", "| library | embedding | queries | nDCG@10 | floor | at/above floor | fusion |",
              "|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -44,6 +44,7 @@ import dagster as dg  # noqa: E402
 import definitions  # noqa: E402
 from benchmarks.common import add_io_args, data_root, out_dir, require_sets, say_written, use_data  # noqa: E402
 from ragspine_pipeline.eval.beir import load_beir  # noqa: E402
+from ragspine_pipeline.paths import DEMO_ROOT  # noqa: E402
 from resources import WarehouseResource  # noqa: E402
 
 SHARED_EVAL = data_root()  # set from --data in main()
@@ -55,7 +56,7 @@ WORK_KEYS = {"raw_documents": ("parsed", "bytes_written"), "chunks": ("rows_writ
 
 def write_library(folder: Path, name: str) -> int:
     if name == "demo":
-        shutil.copytree(ROOT / "data" / "demo" / "acme_reports", folder, dirs_exist_ok=True)
+        shutil.copytree(DEMO_ROOT / "acme_reports", folder, dirs_exist_ok=True)
         return len(list(folder.glob("*.md")))
     base, _, times = name.partition("-x")
     ds = load_beir(SHARED_EVAL / base)

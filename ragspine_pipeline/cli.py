@@ -1,9 +1,10 @@
-"""``ragspine`` console script: demo, query, eval, graph.
+"""``ragspine`` console script: demo, query, eval, graph, config.
 
 ``ragspine demo`` ingests the embedded demo corpus into the warehouse chunk store
 (incrementally: unchanged documents keep their version) and answers sample questions
 with cited snippets. ``ragspine query`` asks one question; ``ragspine eval`` scores the
-retrieval stack on a BEIR-layout dataset.
+retrieval stack on a BEIR-layout dataset. ``ragspine config`` prints the effective
+``RAGSPINE_*`` settings and where each came from (``settings.config_main``).
 
 Every input error is one line on stderr that names the option, with exit code 2.
 """
@@ -20,8 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import serving
-from .corpus import DEMO_ROOT, ingest_folder, list_libraries, load_golden
+from . import paths, serving, settings
+from .corpus import ingest_folder, list_libraries, load_golden
 from .filter_input import (
     FilterValueError,
     Triple,
@@ -45,9 +46,10 @@ VECTOR_CACHE_DIR = serving.VECTOR_CACHE_DIR
 
 
 def default_warehouse() -> Path:
-    """``RAGSPINE_WAREHOUSE``, else ``data/warehouse`` beside the demo corpus; read when a
-    command line is parsed, never at import."""
-    return Path(os.environ.get("RAGSPINE_WAREHOUSE") or DEMO_ROOT.parent / "warehouse")
+    """``paths.default_warehouse()``: ``RAGSPINE_WAREHOUSE``, else ``data/warehouse`` in a
+    checkout, else ``./ragspine-warehouse``; read when a command line is parsed, never at
+    import."""
+    return paths.default_warehouse()
 
 
 class CLIInputError(ValueError):
@@ -144,27 +146,24 @@ def check_filters_against(retriever: Any, by_option: dict[str, list[Triple]]) ->
 def _check_choice_args(args: argparse.Namespace) -> None:
     """--mode and --embedding (and the variables they default to) checked up front."""
     mode = getattr(args, "mode", None)
-    env_mode = os.environ.get("RAGSPINE_RETRIEVAL_MODE")
-    if mode is None and env_mode is not None and env_mode.strip().lower() not in VECTOR_MODES + LEXICAL_MODES:
-        raise CLIInputError("RAGSPINE_RETRIEVAL_MODE", f"unknown retrieval mode {env_mode!r}; use one of "
-                            f"{', '.join(VECTOR_MODES + LEXICAL_MODES)}")
-    if mode is not None and mode.strip().lower() not in VECTOR_MODES + LEXICAL_MODES:
+    if mode is None:  # the variable, checked by the registry (a SettingsError names it)
+        settings.get("RAGSPINE_RETRIEVAL_MODE")
+    elif mode.strip().lower() not in VECTOR_MODES + LEXICAL_MODES:
         raise CLIInputError("--mode", f"unknown retrieval mode {mode!r}; use one of "
                             f"{', '.join(VECTOR_MODES + LEXICAL_MODES)}")
-    for option, value in (("--embedding", getattr(args, "embedding", None)),
-                          ("RAGSPINE_EMBEDDING_BACKEND", os.environ.get("RAGSPINE_EMBEDDING_BACKEND")),
-                          ("RAGSPINE_EMBEDDING", os.environ.get("RAGSPINE_EMBEDDING"))):
-        if value is not None:
-            name = value.strip().partition(":")[0].lower()
-            known = {s.split("[")[0] for s in EMBEDDING_SPECS} | {""}
-            if name not in known:
-                raise CLIInputError(option, f"unknown embedding backend spec {value!r}; accepted: "
-                                    f"{', '.join(EMBEDDING_SPECS)}")
-        if option == "--embedding" and value is not None:
-            break  # the option wins over the variable
+    embedding = getattr(args, "embedding", None)
+    if embedding is None:  # the option wins over the variables
+        for name in ("RAGSPINE_EMBEDDING_BACKEND", "RAGSPINE_EMBEDDING"):
+            settings.get(name)
+        return
+    head = embedding.strip().partition(":")[0].lower()
+    if head not in {s.split("[")[0] for s in EMBEDDING_SPECS} | {""}:
+        raise CLIInputError("--embedding", f"unknown embedding backend spec {embedding!r}; accepted: "
+                            f"{', '.join(EMBEDDING_SPECS)}")
 
 
-def build_demo_store(warehouse: Path, corpus_root: Path = DEMO_ROOT, *, quiet: bool = False) -> dict[str, Any]:
+def build_demo_store(warehouse: Path, corpus_root: Path = paths.DEMO_ROOT, *, quiet: bool = False
+                     ) -> dict[str, Any]:
     """Ingest every library folder of ``corpus_root`` into the warehouse store (``ragspine
     demo`` only: no other command creates a warehouse)."""
     summary: dict[str, Any] = {}
@@ -233,15 +232,16 @@ def _dagster_demo(warehouse: Path, questions: int, top_k: int) -> int | None:
     """Run the Dagster materialization of the demo (definitions.py at the repo root).
 
     Loaded by file path on purpose: the engine package never imports Dagster itself; the
-    code location does. Returns None when Dagster or the code location is not there. The
+    code location does. Returns None when Dagster or the code location is not there (an
+    installed wheel has no ``definitions.py``: only a checkout does). The
     warehouse is handed over as ``RAGSPINE_WAREHOUSE`` (what the resources read); with
     ``DAGSTER_HOME`` set the runs are recorded in that instance, so ``dagster dev`` shows
     the first build's history.
     """
     import importlib.util
 
-    defs_path = DEMO_ROOT.parents[1] / "definitions.py"
-    if importlib.util.find_spec("dagster") is None or not defs_path.exists():
+    defs_path = paths.definitions_file()
+    if importlib.util.find_spec("dagster") is None or defs_path is None or not defs_path.exists():
         return None
     with _env(RAGSPINE_WAREHOUSE=str(warehouse.resolve())):
         spec = importlib.util.spec_from_file_location("ragspine_definitions", defs_path)
@@ -259,15 +259,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         rc = _dagster_demo(warehouse, args.questions, args.top_k)
         if rc is not None:
             return rc
-        print("(Dagster is not installed: install the [pipeline] extra for the asset pipeline; "
-              "running the engine-only demo)")
+        print("(no Dagster code location: the asset pipeline needs the [pipeline] extra and a source "
+              "checkout (definitions.py); running the engine-only demo)")
     elif not args.engine_only:
         print("(--mode/--embedding given: running the engine-only demo over the DuckDB chunk store)")
-    print(f"RAGSpine demo: ingesting {DEMO_ROOT} into {serving.store_path(warehouse)}")
+    print(f"RAGSpine demo: ingesting {paths.DEMO_ROOT} into {serving.store_path(warehouse)}")
     build_demo_store(warehouse)
     retriever = open_retriever(warehouse, mode=args.mode, embedding=args.embedding, source="store")
     print(describe_retriever(retriever))
-    for g in load_golden()[: args.questions]:
+    for g in load_golden(paths.DEMO_GOLDEN)[: args.questions]:
         flt = g.get("filters")
         print(f"\nQ: {g['query']}" + (f"   filters={json.dumps(flt, ensure_ascii=False)}" if flt else ""))
         for s in retriever.retrieve(g["query"], filters=flt, top_k=args.top_k):
@@ -446,10 +446,27 @@ def build_parser() -> argparse.ArgumentParser:
         gq.add_argument("--store", default=None, help="graph store: memory, networkx (RAGSPINE_GRAPH_STORE)")
         gq.add_argument("--json", action="store_true", help="print the cited rows as JSON")
         gq.set_defaults(func=cmd_graph)
+
+    # Listed for --help only: main() hands everything after "config" to settings.config_main,
+    # which owns its options (--set, --group, --changed, --json).
+    sub.add_parser("config", add_help=False, help="print the effective RAGSPINE_* settings and where each "
+                   "came from (default, environment, argument), secrets masked; exit 2 on a bad value")
     return p
 
 
+def cmd_config(argv: list[str]) -> int:
+    """``ragspine config ...``: the settings registry's own command (its argparse exit
+    codes kept: --help 0, a bad option 2)."""
+    try:
+        return settings.config_main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["config"]:
+        return cmd_config(argv[1:])
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse's own exit (--help: 0, input error: 2)

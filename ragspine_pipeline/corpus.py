@@ -24,6 +24,7 @@ from .ingest.documents import (
     read_document,
 )
 from .ingest.parsers import SUFFIXES
+from .paths import DEMO_ROOT  # the packaged demo corpus, re-exported here (the spec's path)
 from .retrieval.chunking.chunk_store import ChunkStore
 from .retrieval.chunking.chunking import (
     DEFAULT_CHUNK_CHARS,
@@ -45,8 +46,6 @@ from .retrieval.vector.embedding_backends import (
     embedding_spec_from_env,
     make_embedding_backend,
 )
-
-DEMO_ROOT = Path(__file__).resolve().parents[1] / "data" / "demo"
 
 
 def iter_library_files(folder: Path) -> list[Path]:

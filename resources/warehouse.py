@@ -4,18 +4,19 @@ from pathlib import Path
 
 import dagster as dg
 
-from ragspine_pipeline import settings
+from ragspine_pipeline import paths, settings
 from ragspine_pipeline.warehouse.versioned import VersionedTables
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def default_warehouse_root() -> str:
-    return settings.get("RAGSPINE_WAREHOUSE") or str(REPO_ROOT / "data" / "warehouse")
+    """``paths.default_warehouse()``, the one definition the CLI shares: RAGSPINE_WAREHOUSE,
+    else data/warehouse in a checkout, else ./ragspine-warehouse."""
+    return str(paths.default_warehouse())
 
 
 def default_corpus_root() -> str:
-    return settings.get("RAGSPINE_CORPUS_ROOT") or str(REPO_ROOT / "data" / "demo")
+    """RAGSPINE_CORPUS_ROOT, else the demo corpus shipped in the package."""
+    return str(paths.default_corpus_root())
 
 
 def default_retain_for() -> float:
@@ -31,8 +32,8 @@ class WarehouseResource(dg.ConfigurableResource):
     can finish). ``restricted_catalog`` also builds ``catalog_restricted.duckdb`` with the
     RESTRICTED text unredacted — only for readers cleared for it."""
 
-    root: str = ""  # empty: RAGSPINE_WAREHOUSE or data/warehouse
-    corpus_root: str = ""  # empty: RAGSPINE_CORPUS_ROOT or data/demo
+    root: str = ""  # empty: paths.default_warehouse() (RAGSPINE_WAREHOUSE, data/warehouse, ./ragspine-warehouse)
+    corpus_root: str = ""  # empty: RAGSPINE_CORPUS_ROOT or the packaged demo corpus
     keep_versions: int = 5
     retain_for_seconds: float = -1.0  # negative: RAGSPINE_RETAIN_FOR_S or 3600
     restricted_catalog: bool = False

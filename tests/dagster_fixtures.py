@@ -15,7 +15,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the code location (assets/, resources/, definitions.py)
     sys.path.insert(0, str(ROOT))
-DEMO = ROOT / "data" / "demo"
+
+from ragspine_pipeline.paths import DEMO_ROOT  # noqa: E402
+
+DEMO = DEMO_ROOT
 DEMO_LIBRARIES = ("acme_policies", "acme_reports")
 
 

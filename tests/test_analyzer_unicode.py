@@ -346,12 +346,12 @@ def test_quality_benchmark_meets_bm25s_default_on_every_set(tmp_path):
 def test_manifest_records_the_analyzer_a_new_one_retokenizes_and_old_snapshots_load(tmp_path, monkeypatch):
     import shutil
 
+    from ragspine_pipeline.paths import DEMO_ROOT
     from ragspine_pipeline.warehouse import pipeline as P
     from ragspine_pipeline.warehouse.versioned import VersionedTables
 
     lib = "acme_reports"
-    root = Path(__file__).resolve().parents[1]
-    shutil.copytree(root / "data" / "demo" / lib, tmp_path / "corpus" / lib)
+    shutil.copytree(DEMO_ROOT / lib, tmp_path / "corpus" / lib)
     wh = VersionedTables(tmp_path / "wh")
     P.build_raw_documents(wh, tmp_path / "corpus", lib)
     P.build_chunks(wh, lib)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ragspine_pipeline.paths import DEMO_ROOT
 from ragspine_pipeline.retrieval.chunking.chunking import Chunk as _Chunk
 from ragspine_pipeline.retrieval.chunking.chunking import SourceLocator
 from ragspine_pipeline.retrieval.lexical.fusion import (
@@ -350,7 +351,7 @@ def test_warehouse_auto_records_the_choice_and_the_snapshot_serves_it(tmp_path):
     from ragspine_pipeline.warehouse.versioned import VersionedTables
 
     lib = "acme_policies"
-    shutil.copytree(ROOT / "data" / "demo" / lib, tmp_path / "corpus" / lib)
+    shutil.copytree(DEMO_ROOT / lib, tmp_path / "corpus" / lib)
     wh = VersionedTables(tmp_path / "wh")
     P.build_raw_documents(wh, tmp_path / "corpus", lib)
     P.build_chunks(wh, lib)

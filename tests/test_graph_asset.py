@@ -15,6 +15,7 @@ from assets.graph_assets import GRAPH_ASSETS, relation_graph  # noqa: E402
 from assets.library_assets import chunks, raw_documents  # noqa: E402
 from ragspine_pipeline.graph import trace  # noqa: E402
 from ragspine_pipeline.graph.step import load_relation_graph  # noqa: E402
+from ragspine_pipeline.paths import DEMO_ROOT  # noqa: E402
 from ragspine_pipeline.warehouse.versioned import VersionedTables  # noqa: E402
 from resources import WarehouseResource  # noqa: E402
 
@@ -23,7 +24,7 @@ LIB = "acme_reports"
 
 def test_relation_graph_asset_materializes_and_reuses(tmp_path, monkeypatch):
     corpus = tmp_path / "corpus"
-    shutil.copytree(ROOT / "data" / "demo" / LIB, corpus / LIB)
+    shutil.copytree(DEMO_ROOT / LIB, corpus / LIB)
     wh_root = tmp_path / "warehouse"
     monkeypatch.setenv("RAGSPINE_WAREHOUSE", str(wh_root))
     monkeypatch.setenv("RAGSPINE_CORPUS_ROOT", str(corpus))
@@ -59,7 +60,7 @@ def test_relation_graph_in_the_code_location_snapshot_and_catalog(tmp_path, monk
     from assets import refresh_job
 
     corpus = tmp_path / "corpus"
-    shutil.copytree(ROOT / "data" / "demo" / LIB, corpus / LIB)
+    shutil.copytree(DEMO_ROOT / LIB, corpus / LIB)
     wh_root = tmp_path / "warehouse"
     monkeypatch.setenv("RAGSPINE_WAREHOUSE", str(wh_root))
     monkeypatch.setenv("RAGSPINE_CORPUS_ROOT", str(corpus))
@@ -102,7 +103,7 @@ def test_redacted_catalog_leaves_out_graph_rows_of_hidden_documents(tmp_path, mo
     from ragspine_pipeline.warehouse import pipeline as P
 
     corpus = tmp_path / "corpus"
-    shutil.copytree(ROOT / "data" / "demo" / LIB, corpus / LIB)
+    shutil.copytree(DEMO_ROOT / LIB, corpus / LIB)
     wh_root = tmp_path / "warehouse"
     warehouse = WarehouseResource(root=str(wh_root), corpus_root=str(corpus))
     definitions.materialize_library(LIB, dg.DagsterInstance.ephemeral(), warehouse, definitions.QUIET)

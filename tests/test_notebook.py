@@ -19,10 +19,11 @@ sys.path.insert(0, str(ROOT))
 
 def test_notebook_executes(tmp_path, monkeypatch):
     import definitions
+    from ragspine_pipeline.paths import DEMO_ROOT
     from resources import WarehouseResource
 
     corpus = tmp_path / "corpus"
-    shutil.copytree(ROOT / "data" / "demo" / "acme_reports", corpus / "acme_reports")
+    shutil.copytree(DEMO_ROOT / "acme_reports", corpus / "acme_reports")
     monkeypatch.setenv("RAGSPINE_WAREHOUSE", str(tmp_path / "wh"))
     wh = WarehouseResource(root=str(tmp_path / "wh"), corpus_root=str(corpus))
     definitions.materialize_library("acme_reports", dg.DagsterInstance.ephemeral(), wh, definitions.QUIET)

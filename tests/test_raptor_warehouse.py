@@ -4,19 +4,18 @@ reuse when nothing changed, and summaries reused after a small refresh."""
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
+from ragspine_pipeline.paths import DEMO_ROOT
 from ragspine_pipeline.warehouse import pipeline as P
 from ragspine_pipeline.warehouse.raptor_tables import RAPTOR, build_raptor_step, load_tree
 from ragspine_pipeline.warehouse.versioned import VersionedTables
 
-ROOT = Path(__file__).resolve().parents[1]
 LIB = "acme_reports"  # holds RESTRICTED board minutes
 
 
 def test_raptor_step_builds_from_served_chunks_and_reuses(tmp_path):
     corpus = tmp_path / "corpus"
-    shutil.copytree(ROOT / "data" / "demo" / LIB, corpus / LIB)
+    shutil.copytree(DEMO_ROOT / LIB, corpus / LIB)
     wh = VersionedTables(tmp_path / "wh")
     P.build_raw_documents(wh, corpus, LIB)
     ch = P.build_chunks(wh, LIB)

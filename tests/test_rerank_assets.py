@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from ragspine_pipeline.paths import DEMO_ROOT
 from ragspine_pipeline.retrieval.rerank.late_interaction import (
     LateInteractionReranker,
     TokenEncoder,
@@ -166,7 +167,7 @@ def env(tmp_path, monkeypatch):
     from resources import WarehouseResource
 
     corpus = tmp_path / "corpus"
-    shutil.copytree(ROOT / "data" / "demo" / LIB, corpus / LIB)
+    shutil.copytree(DEMO_ROOT / LIB, corpus / LIB)
     wh_root = tmp_path / "warehouse"
     monkeypatch.setenv("RAGSPINE_WAREHOUSE", str(wh_root))
     monkeypatch.setenv("RAGSPINE_CORPUS_ROOT", str(corpus))

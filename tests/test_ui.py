@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from ragspine_pipeline.paths import DEMO_ROOT
+
 pytest.importorskip("dagster")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,7 +126,7 @@ def test_rechunk_backfill_from_the_ui_then_raptor_tree_metadata(tmp_path):
 
     corpus = tmp_path / "corpus"
     for lib in LIBRARIES:
-        shutil.copytree(ROOT / "data" / "demo" / lib, corpus / lib)
+        shutil.copytree(DEMO_ROOT / lib, corpus / lib)
     port = _free_port()
     home = tmp_path / "dagster_home"
     home.mkdir()

@@ -1,7 +1,7 @@
-"""Source of the embedded demo corpus (fictional ACME Group). Run to (re)write data/demo/.
+"""Source of the embedded demo corpus (fictional ACME Group). Run to (re)write ragspine_pipeline/demo_corpus/.
 
 Kept as one reviewable file so the corpus and its metadata change together; the written
-files under data/demo/ are what the product reads.
+files under ragspine_pipeline/demo_corpus/ (package data, shipped in the wheel) are what the product reads.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1] / "data" / "demo"
+ROOT = Path(__file__).resolve().parents[1] / "ragspine_pipeline" / "demo_corpus"
 
 R, INT, P = "RESTRICTED", "INTERNAL", "PUBLIC"
 

@@ -2,7 +2,7 @@
 
 Why a separate file: the graph must be deterministic and auditable, so which names count
 as an entity or a metric, who owns whom and how a ratio is derived are declared data,
-not guesses. The glossary (``data/demo/glossary.json``) adds aliases to these; it does
+not guesses. The glossary (``demo_corpus/glossary.json`` in the package) adds aliases to these; it does
 not create new entities or metrics (it has no parent or unit information).
 """
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from ragspine_pipeline.corpus import ingest_folder, make_chunker
+from ragspine_pipeline.paths import DEMO_ROOT
 from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore
 from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer
 from ragspine_pipeline.sensitivity import is_restricted
@@ -81,7 +82,7 @@ def test_prune_keeps_segments_that_kept_versions_reference(tmp_path):
 @pytest.fixture
 def corpus(tmp_path):
     root = tmp_path / "corpus"
-    shutil.copytree(ROOT / "data" / "demo" / LIB, root / LIB)
+    shutil.copytree(DEMO_ROOT / LIB, root / LIB)
     return root
 
 

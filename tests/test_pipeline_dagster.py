@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))
 
 import definitions  # noqa: E402
 from assets import library_sensor  # noqa: E402
+from ragspine_pipeline.paths import DEMO_ROOT  # noqa: E402
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever  # noqa: E402
 from ragspine_pipeline.sensitivity import is_restricted  # noqa: E402
 from ragspine_pipeline.warehouse import pipeline as P  # noqa: E402
@@ -31,7 +32,7 @@ LIB = "acme_reports"
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     corpus = tmp_path / "corpus"
-    shutil.copytree(ROOT / "data" / "demo" / LIB, corpus / LIB)
+    shutil.copytree(DEMO_ROOT / LIB, corpus / LIB)
     wh_root = tmp_path / "warehouse"
     monkeypatch.setenv("RAGSPINE_WAREHOUSE", str(wh_root))
     monkeypatch.setenv("RAGSPINE_CORPUS_ROOT", str(corpus))

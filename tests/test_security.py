@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from ragspine_pipeline.corpus import load_library
 from ragspine_pipeline.ingest.documents import TITLE_MAX_CHARS, read_document
 from ragspine_pipeline.ingest.parsers import ParseError, decode_text, parse_file
+from ragspine_pipeline.paths import DEMO_ROOT
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine_pipeline.sensitivity import (
     LABELS_ENV,
@@ -500,7 +501,7 @@ def test_duplicate_ids_are_named_by_path_in_the_library(tmp_path):
 def test_hostile_corpus_copy_of_the_demo_still_builds(tmp_path):
     """The demo corpus plus one of each hostile file: the library still publishes."""
     corpus = tmp_path / "corpus"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "data" / "demo" / "acme_reports", corpus / LIB)
+    shutil.copytree(DEMO_ROOT / "acme_reports", corpus / LIB)
     write_lib(corpus, {"bom.md": "\ufeffzebra".encode(), "bad.txt": b"\xc3\x28", "nan.md": "zebra",
                        "nan.meta.json": '{"entity": NaN}', "line.txt": "营收" * 50_000})
     wh = VersionedTables(tmp_path / "wh")

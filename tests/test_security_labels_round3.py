@@ -23,6 +23,7 @@ from test_security import meta, refresh, served, served_doc_ids, write_lib
 from ragspine_pipeline.corpus import load_library
 from ragspine_pipeline.ingest.documents import read_document
 from ragspine_pipeline.ingest.metadata_keys import match_key
+from ragspine_pipeline.paths import DEMO_ROOT
 from ragspine_pipeline.sensitivity import (
     LABELS_ENV,
     LabelConfigError,
@@ -338,14 +339,14 @@ def test_round3_holes_through_the_dagster_code_location(tmp_path, monkeypatch, c
     dg = pytest.importorskip("dagster")
     import shutil
 
-    from test_security_pipeline import ROOT, _all_event_text
+    from test_security_pipeline import _all_event_text
 
     import definitions
     from resources import RetrievalResource, WarehouseResource
 
     lib = "acme_policies"
     corpus = tmp_path / "corpus"
-    folder = shutil.copytree(ROOT / "data" / "demo" / lib, corpus / lib)
+    folder = shutil.copytree(DEMO_ROOT / lib, corpus / lib)
     write_lib(corpus, {"s.md": SECRET_TEXT, "s.meta.json": meta(sensitivity="RESTRICTED", topic=CANARY)},
               lib="secret")
     write_lib(corpus, {"across.meta.json": meta(sensitivity="PUBLIC"),

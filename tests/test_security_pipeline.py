@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import definitions  # noqa: E402
+from ragspine_pipeline.paths import DEMO_ROOT  # noqa: E402
 from resources import WarehouseResource  # noqa: E402
 
 LIB = "acme_policies"
@@ -29,7 +30,7 @@ def _all_event_text(instance: "dg.DagsterInstance") -> str:
 
 def test_no_restricted_text_in_metadata_checks_or_logs(tmp_path, monkeypatch, capfd):
     corpus = tmp_path / "corpus"
-    shutil.copytree(ROOT / "data" / "demo" / LIB, corpus / LIB)
+    shutil.copytree(DEMO_ROOT / LIB, corpus / LIB)
     body = f"# {MARKER} board minutes\n\n{MARKER} the board approved the sale of the Lyon plant. " * 3
     (corpus / LIB / "board_minutes.md").write_text(body, encoding="utf-8")
     (corpus / LIB / "board_minutes.meta.json").write_text(json.dumps({"sensitivity": "Restricted"}), encoding="utf-8")

@@ -199,9 +199,9 @@ SETTINGS: tuple[Setting, ...] = (
             default_doc="none", spec=PROJECT),
     # ---------------------------------------------------------------- warehouse
     Setting("RAGSPINE_WAREHOUSE", PATH, "Warehouse folder (versioned Parquet + DuckDB catalog).", "warehouse",
-            default_doc="data/warehouse in a checkout", spec=PROJECT),
+            default_doc="data/warehouse in a checkout, else ./ragspine-warehouse", spec=PROJECT),
     Setting("RAGSPINE_CORPUS_ROOT", PATH, "Corpus root: one folder per library.", "warehouse",
-            default_doc="data/demo in a checkout", spec=PROJECT),
+            default_doc="the packaged demo corpus (ragspine_pipeline/demo_corpus)", spec=PROJECT),
     Setting("RAGSPINE_RETAIN_FOR_S", Number(), "Seconds an old version stays readable after it stops being current.",
             "warehouse", "3600", spec=PROJECT),
     Setting("RAGSPINE_LOCK_TIMEOUT", Number(), "Seconds a writer waits for a library's lock.", "warehouse",
@@ -209,7 +209,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("RAGSPINE_FAIL_BEFORE_PUBLISH", Text(accepted="an asset name, catalog or * (test hook)"),
             "Failure injection just before a publish (tests only).", "warehouse", spec=PROJECT),
     Setting("RAGSPINE_QUALITY_FLOOR_FILE", PATH, "nDCG floors of the golden-question check.", "warehouse",
-            default_doc="data/demo/quality_floor.json", spec=PROJECT),
+            default_doc="the demo corpus quality_floor.json", spec=PROJECT),
     # ---------------------------------------------------------------- automation
     Setting("RAGSPINE_REFRESH_CRON", Cron(), "Cron of the daily refresh schedule.", "automation",
             "0 3 * * *", spec=PROJECT),

@@ -20,12 +20,13 @@ from ragspine_pipeline.paths import DEMO_ROOT
 pytest.importorskip("dagster")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ROOT = Path(__file__).resolve().parents[1]
+# Every asset of definitions.py (10): the library assets and the two opt-in rerank/visual ones.
 ASSETS = ["raw_documents", "chunks", "lexical_index", "embeddings", "raptor_tree", "relation_graph", "retrieval_snapshot",
-          "catalog"]
+          "catalog", "rerank_document_vectors", "page_images"]
 LIBRARIES = ["acme_policies", "acme_reports"]
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--virtual-time-budget=20000", "--window-size=1400,900"]
+         "--virtual-time-budget=20000", "--window-size=1400,1100"]
 
 
 def _free_port() -> int:
@@ -81,7 +82,9 @@ def test_asset_graph_in_browser(tmp_path):
         subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}2", f"--screenshot={shot}",
                         f"{base}/assets"], capture_output=True, timeout=120)
         assert shot.exists() and shot.stat().st_size > 10_000
-        if os.environ.get("RAGSPINE_UPDATE_SCREENSHOT"):
+        # UPDATE_DOCS_SCREENSHOT=1 refreshes the docs figure (not a RAGSPINE_* name: conftest
+        # clears those for every test, which made the old switch a no-op).
+        if os.environ.get("UPDATE_DOCS_SCREENSHOT"):
             shutil.copy(shot, ROOT / "docs" / "asset_graph.png")
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -271,7 +271,7 @@ def _target_label(path: Path, parsed: ParsedFile, root: Path | None, folder: Pat
 
 def read_document(path: Path, library: str, *, root: Path | None = None, folder: Path | None = None
                   ) -> Document:
-    """One document (.md .txt .html .pdf) + its sidecar; CorpusError if it cannot be read.
+    """One document (.md .txt .html .pdf .docx) + its sidecar; CorpusError if it cannot be read.
 
     ``root`` (the corpus root) and ``folder`` (the library folder; ``root / library`` when
     only ``root`` is given) bound where the file and its sidecar may resolve: a symlink

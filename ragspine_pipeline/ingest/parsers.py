@@ -1,8 +1,9 @@
-"""Document parsers by file type: .md/.txt, .html (BeautifulSoup), .pdf (pypdf).
+"""Document parsers by file type: .md/.txt, .html (BeautifulSoup), .pdf (pypdf), .docx
+(python-docx, the ``[docx]`` extra).
 
 A parser returns the document text and the metadata the file itself declares (YAML front
 matter of a markdown file, ``<meta name|property|http-equiv|itemprop=… content=…>`` of
-an HTML page); it raises ``ParseError`` with a reason for files it cannot read. Callers
+an HTML page, the core title of a Word file); it raises ``ParseError`` with a reason for files it cannot read. Callers
 record the failure and carry on with the rest of the library.
 
 Text files are UTF-8 (a UTF-8 byte-order mark is dropped); a UTF-16 or UTF-32 file is
@@ -10,7 +11,8 @@ accepted when it starts with its byte-order mark, as editors on Windows write th
 
 Each parser also reports the *structure* it sees, as offsets into the text it returns
 (``StructureMark``): markdown ``#`` headings, HTML ``h1``–``h6``, PDF page starts, and
-numbered headings found in any text (``1.2 Scope``, ``第三章 总则``, ``第十二条``,
+Word ``Heading N`` / ``Title`` paragraphs (as the ``html`` kind: a level-1..6 heading, which
+every structure-aware chunker reads), numbered headings found in any text (``1.2 Scope``, ``第三章 总则``, ``第十二条``,
 ``Article 5``). Structure-aware chunkers read these marks instead of parsing again, so
 every locator they produce indexes the stored text.
 """
@@ -33,7 +35,7 @@ class ParseError(ValueError):
     pass
 
 
-SUFFIXES = (".md", ".txt", ".html", ".htm", ".pdf")
+SUFFIXES = (".md", ".txt", ".html", ".htm", ".pdf", ".docx")
 MAX_FILE_BYTES_ENV = "RAGSPINE_MAX_FILE_BYTES"
 DEFAULT_MAX_FILE_BYTES = 128 * 1024 * 1024
 
@@ -335,6 +337,69 @@ def parse_pdf(path: Path) -> ParsedFile:
     return ParsedFile(text, {}, _merge_marks(page_marks, text_structure(text)))
 
 
+_DOCX_HEADING = re.compile(r"(?:heading|überschrift|titre|título|titolo|kop)\s*([1-6])$", re.I)
+
+
+def _docx_blocks(document: Any) -> list[tuple[str, int]]:
+    """(text, heading level or 0) of each body paragraph and table row, in reading order.
+
+    A table row becomes one line, its cells joined by `` | `` (a figure keeps its row label).
+    """
+    from docx.table import Table
+
+    blocks: list[tuple[str, int]] = []
+    for item in document.iter_inner_content():
+        if isinstance(item, Table):
+            for row in item.rows:
+                cells = {id(c._tc): c.text.strip() for c in row.cells}  # a merged cell repeats: once
+                line = " | ".join(t for t in cells.values() if t)
+                if line:
+                    blocks.append((line, 0))
+            continue
+        text = item.text.strip()
+        if not text:
+            continue
+        style = (item.style.name if item.style is not None else "") or ""
+        m = _DOCX_HEADING.match(style.strip())
+        blocks.append((text, 1 if style.strip().lower() == "title" else int(m.group(1)) if m else 0))
+    return blocks
+
+
+def parse_docx(path: Path) -> ParsedFile:
+    """Paragraphs and table rows of a Word file, blank-line separated; headings as marks.
+
+    Why python-docx: it reads the OOXML body in document order (paragraphs and tables
+    interleaved) without Word or LibreOffice. A legacy ``.doc`` or a corrupt archive is a
+    ParseError for this file alone.
+    """
+    try:
+        import docx
+        from docx.opc.exceptions import PackageNotFoundError
+    except ImportError:
+        raise ParseError("Word parsing needs python-docx (the [docx] extra)") from None
+    check_size(path)
+    import zipfile
+
+    try:
+        document = docx.Document(str(path))
+        blocks = _docx_blocks(document)
+        title = (document.core_properties.title or "").strip()
+    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
+        raise ParseError(f"unreadable Word file: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - lxml's XMLSyntaxError and kin: one bad file, never the library
+        raise ParseError(f"unreadable Word file ({type(exc).__name__}: {exc})") from None
+    if not blocks:
+        raise ParseError("Word file has no text")
+    parts, marks, pos = [], [], 0
+    for text, level in blocks:
+        if level:
+            marks.append(StructureMark(pos, pos + len(text), level, "html"))
+        parts.append(text)
+        pos += len(text) + 2
+    body = "\n\n".join(parts)
+    return ParsedFile(body, {"title": [title]} if title else {}, _merge_marks(marks, text_structure(body)))
+
+
 def parse_source(path: Path) -> ParsedFile:
     """Text and in-file metadata of one supported file."""
     suffix = path.suffix.lower()
@@ -347,6 +412,8 @@ def parse_source(path: Path) -> ParsedFile:
         return parse_html(path)
     if suffix == ".pdf":
         return parse_pdf(path)
+    if suffix == ".docx":
+        return parse_docx(path)
     raise ParseError(f"unsupported file type {suffix!r}")
 
 

@@ -191,9 +191,12 @@ def _current_map(pub: Published | None) -> dict[str, tuple[str, str, str | None,
 
 
 @library_step
-def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *, rescan: bool = False) -> StepResult:
+def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *, rescan: bool = False,
+                        folder: Path | None = None) -> StepResult:
+    """``folder``: the library's folder when it is not ``corpus_root / library`` (``ragspine
+    index PATH --library NAME``: PATH is library NAME; symlinks stay bounded by ``corpus_root``)."""
     t0 = time.perf_counter()
-    folder = Path(corpus_root) / library
+    folder = Path(folder) if folder is not None else Path(corpus_root) / library
     folder_errors: list[str] = []
     files = scan_library(folder, folder_errors)
     prev = wh.latest(RAW, library)

@@ -37,7 +37,7 @@ S_MULTIMODAL = "オプトイン機能スタック › マルチモーダル"
 PROJECT = "— (project extension)"
 
 GROUPS: tuple[str, ...] = ("retrieval", "query layers", "models", "indexing", "graph", "llm", "security",
-                           "warehouse", "automation", "benchmark")
+                           "warehouse", "automation", "service", "benchmark")
 
 PATH = Text(kind="path", accepted="a path")
 URL = Text(kind="url", accepted="an http(s) URL")
@@ -215,6 +215,32 @@ SETTINGS: tuple[Setting, ...] = (
             "0 3 * * *", spec=PROJECT),
     Setting("RAGSPINE_REFRESH_TZ", TimeZone(), "Time zone of the refresh schedule.", "automation", "UTC",
             spec=PROJECT),
+    # ---------------------------------------------------------------- service
+    Setting("RAGSPINE_KEYS_FILE", PATH,
+            "API key file of `ragspine serve` (hashes only, each key scoped to libraries); unset: no keys, "
+            "which only a loopback bind (or --insecure-no-auth) accepts.", "service", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_LIBRARIES", Names(), "Serve only these libraries (default: every published one).",
+            "service", default_doc="every published library", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_MAX_BODY_BYTES", Integer(minimum=1024), "Largest request body accepted (413 above).",
+            "service", "65536", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_MAX_TOP_K", Integer(minimum=1), "Largest top_k a request may ask for.", "service",
+            "100", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_TIMEOUT_S", Number(bounds=(0.001, 3600.0)),
+            "Seconds a request may take before it is answered 503.", "service", "30", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_RATE", Number(bounds=(0.0, 1e9)),
+            "Requests per second per API key (token bucket, per worker process); 0 turns the limit off.",
+            "service", "20", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_BURST", Integer(minimum=1), "Token-bucket size per API key (per worker process).",
+            "service", "40", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_RELOAD_S", Number(bounds=(0.05, 3600.0)),
+            "Seconds between checks for a newly published snapshot (hot swap, no restart).", "service", "1",
+            spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_ALLOWED_ORIGINS", Names(),
+            "Browser origins allowed besides loopback (DNS-rebinding protection of /mcp and /v1).", "service",
+            default_doc="loopback origins only", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_ALLOWED_HOSTS", Names(),
+            "Host headers /mcp accepts besides loopback (the public name behind a reverse proxy).", "service",
+            default_doc="loopback hosts only", spec=PROJECT),
     # ---------------------------------------------------------------- benchmark
     Setting("RAGSPINE_BENCH_DATA", PATH, "Evaluation sets of the benchmarks (--data).", "benchmark",
             default_doc="../shared/eval beside the checkout", spec=PROJECT),

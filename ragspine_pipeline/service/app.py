@@ -1,0 +1,233 @@
+"""The FastAPI app: HTTP routes over ``operations``, MCP at exactly ``/mcp``, metrics,
+health, and offline OpenAPI docs.
+
+``create_app`` builds everything from explicit arguments (tests, Ray Serve); ``app_from_env``
+is the factory ``uvicorn --factory`` imports in each ``--workers`` process, reading the
+``RAGSPINE_*`` variables ``serve_main`` set. Each worker loads the published snapshots
+itself; the memory-mapped index files are shared by the page cache.
+
+MCP is mounted as a plain ``Route("/mcp")`` around the SDK's session manager (not a
+``Mount``, which answers ``/mcp`` with a redirect to ``/mcp/``), stateless with JSON
+responses, behind the same middleware (keys, scopes, Origin) as ``/v1/*``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi_offline import FastAPIOffline
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
+
+from .. import paths, settings
+from . import operations
+from .errors import InvalidBody, NotFound, ServiceError, Unavailable
+from .keys import LOCAL, KeyRing, Principal
+from .limits import ServiceLimits, TokenBucket
+from .mcp_tools import build_mcp
+from .metrics import ServiceMetrics
+from .middleware import BodyTooLarge, Guard, ServiceMiddleware, too_large
+from .runner import run_limited
+from .served import ServedLibraries, ServingAssembly
+
+log = logging.getLogger("ragspine.service")
+
+
+class SearchBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(description="The question.")
+    filters: dict[str, Any] | list[Any] | str | None = Field(None, description=operations.FILTER_HELP)
+    top_k: int = Field(5, description="Snippets to return (1 to RAGSPINE_SERVICE_MAX_TOP_K).")
+    libraries: list[str] | None = Field(None, description="Library ids; absent: every library the key may read.")
+    mode: str | None = Field(None, description="Retrieval mode (default: the service's); bm25 is always served.")
+    allow_partial: bool = Field(False, description="Accept an answer missing unreachable shards (sharded index).")
+
+
+class GraphBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    entity: str = Field(description="Entity id, e.g. ACME_GROUP.")
+    metric: str = Field(description="Metric id, e.g. revenue, gross_margin.")
+    period: str = Field(description="Period, e.g. 2023, 2024H1.")
+    libraries: list[str] | None = Field(None, description="Library ids; absent: every library the key may read.")
+
+
+def _error_response(exc: ServiceError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request body"
+
+
+def _principal(request: Request) -> Principal:
+    found = request.scope.get("state", {}).get("principal")
+    return found if isinstance(found, Principal) else LOCAL
+
+
+def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mode: str | None = None,
+               embedding: str | None = None, libraries: Sequence[str] | None = None,
+               limits: ServiceLimits | None = None, reload_s: float | None = None,
+               allowed_origins: Sequence[str] = (), allowed_hosts: Sequence[str] = (),
+               served: ServedLibraries | None = None) -> FastAPI:
+    """The service over the published snapshots of ``warehouse``.
+
+    ``keys_file``: API keys (None: no keys, every library readable — loopback only, which
+    ``serve_main`` enforces). ``libraries``: serve only these. ``reload_s``: how often the
+    published versions are re-checked (``RAGSPINE_SERVICE_RELOAD_S``). ``allowed_origins`` /
+    ``allowed_hosts``: beyond loopback, the browser origins and Host headers accepted
+    (DNS-rebinding protection).
+    """
+    limits = limits or ServiceLimits.from_settings()
+    reload_s = settings.get("RAGSPINE_SERVICE_RELOAD_S") if reload_s is None else reload_s
+    served = served or ServedLibraries(ServingAssembly.resolve(Path(warehouse), mode=mode, embedding=embedding),
+                                       libraries)
+    keyring = KeyRing(Path(keys_file)) if keys_file else None
+    metrics = ServiceMetrics()
+    mcp = build_mcp(served, limits)
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", *allowed_hosts]
+    origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*", *allowed_origins]
+    mcp_http: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # A fresh session manager per start: the SDK's can run only once.
+        mcp.streamable_http_app(stateless_http=True, json_response=True, max_request_body_size=limits.max_body_bytes,
+                                transport_security=TransportSecuritySettings(
+                                    enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                                    allowed_origins=origins))
+        mcp_http["app"] = StreamableHTTPASGIApp(mcp.session_manager)
+        served.start(reload_s)
+        try:
+            async with mcp.session_manager.run():
+                yield
+        finally:
+            served.stop()
+
+    app = FastAPIOffline(title="RAGSpine", version=_version(), redoc_url=None, lifespan=lifespan, redirect_slashes=False,
+                         description="Cited retrieval over published document libraries, scoped by API key. "
+                                     "MCP tools at /mcp. Send `Authorization: Bearer KEY` when the service "
+                                     "has a key file.")
+    app.state.served = served
+    app.state.limits = limits
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        return _error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error_response(InvalidBody(_validation_message(exc)))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, BodyTooLarge):
+            return _error_response(too_large(limits.max_body_bytes))
+        if exc.status_code == 404:
+            return _error_response(NotFound("no such route"))
+        err = ServiceError(str(exc.detail))
+        err.status, err.error = exc.status_code, "http_error"
+        return _error_response(err)
+
+    async def limited(fn: Any) -> Any:
+        return await run_limited(fn, limits.timeout_s)
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        """The process is up."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    async def readyz() -> dict[str, Any]:
+        """Snapshots and models loaded (503 until then)."""
+        gen = served.current
+        if gen is None:
+            raise Unavailable("loading published snapshots")
+        return {"status": "ready", "generation": gen.number}
+
+    @app.post("/v1/search", tags=["retrieval"])
+    async def search(body: SearchBody, request: Request) -> dict[str, Any]:
+        """Cited snippets, the snapshot version of each library read, and the channels used."""
+        who = _principal(request)
+        return await limited(lambda: operations.search(
+            served, who, body.query, filters=body.filters, top_k=body.top_k, libraries=body.libraries,
+            mode=body.mode, allow_partial=body.allow_partial, max_top_k=limits.max_top_k))
+
+    @app.get("/v1/libraries", tags=["libraries"])
+    async def libraries_list(request: Request) -> dict[str, Any]:
+        """The published libraries this key may read: version and open document count."""
+        return operations.list_libraries(served, _principal(request))
+
+    @app.get("/v1/libraries/{library}", tags=["libraries"])
+    async def library(library: str, request: Request) -> dict[str, Any]:
+        """One library in the key's scope (403 outside it, whether it exists or not)."""
+        return operations.library_info(served, _principal(request), library)
+
+    @app.post("/v1/graph/{kind}", tags=["graph"])
+    async def graph(kind: Literal["rollup", "peers", "trace", "facts"], body: GraphBody,
+                    request: Request) -> dict[str, Any]:
+        """Cited graph rows: rollup, peers, trace or facts."""
+        who = _principal(request)
+        return await limited(lambda: operations.graph(served, who, kind, entity=body.entity, metric=body.metric,
+                                                      period=body.period, libraries=body.libraries))
+
+    @app.get("/metrics", tags=["health"], response_class=Response)
+    async def metrics_route(request: Request) -> Response:
+        """Prometheus text: requests by route and status, latency, snapshot versions in scope."""
+        data, ctype = metrics.render(served, _principal(request))
+        return Response(data, media_type=ctype)
+
+    app.router.routes.append(Route("/mcp", endpoint=_Late(mcp_http), methods=["GET", "POST", "DELETE"],
+                                   include_in_schema=False))
+    app.add_middleware(ServiceMiddleware, guard=Guard(keyring, limits, TokenBucket(limits.rate_per_s, limits.burst),
+                                                      metrics, tuple(allowed_origins)),
+                       routes=lambda: app.routes)
+    return app
+
+
+class _Late:
+    """An ASGI app (a class instance, so Starlette passes scope/receive/send through) that
+    calls the MCP app the lifespan created."""
+
+    def __init__(self, holder: dict[str, Any]) -> None:
+        self.holder = holder
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.holder["app"](scope, receive, send)
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("ragspine-pipeline")
+    except Exception:
+        return "0"
+
+
+def app_from_env() -> FastAPI:
+    """The ``uvicorn --factory`` entry of each worker: ``RAGSPINE_WAREHOUSE``,
+    ``RAGSPINE_KEYS_FILE``, ``RAGSPINE_RETRIEVAL_MODE`` and the ``RAGSPINE_SERVICE_*`` limits."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(message)s")
+    raw = settings.get("RAGSPINE_WAREHOUSE")
+    libs = settings.get("RAGSPINE_SERVICE_LIBRARIES")
+    return create_app(Path(raw) if raw else paths.default_warehouse(), keys_file=settings.get("RAGSPINE_KEYS_FILE"),
+                      libraries=libs or None, allowed_origins=settings.get("RAGSPINE_SERVICE_ALLOWED_ORIGINS") or (),
+                      allowed_hosts=settings.get("RAGSPINE_SERVICE_ALLOWED_HOSTS") or ())
+
+
+__all__ = ["GraphBody", "SearchBody", "app_from_env", "create_app"]

@@ -1,0 +1,163 @@
+"""``ragspine serve`` and ``ragspine mcp`` as functions the CLI calls: ``serve_main(argv)``
+and ``mcp_main(argv)`` return an exit code (0, or 2 with one line on stderr).
+
+``serve`` refuses to bind anything but loopback without a key file (``--insecure-no-auth``
+overrides, loudly); on loopback without keys every library is readable and a warning says
+so. Its options reach every ``--workers`` process as ``RAGSPINE_*`` variables, read by
+``app.app_from_env`` (uvicorn's factory), so one code path builds the app in each worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import sys
+from pathlib import Path
+
+from .. import paths, serving, settings
+from .keys import KEYS_FILE_ENV, Principal
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _fail(prog: str, message: str) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--warehouse", default=None, help="warehouse folder (default: RAGSPINE_WAREHOUSE, else the "
+                   "checkout's data/warehouse, else ./ragspine-warehouse)")
+    p.add_argument("--library", action="append", default=None, help="serve only this library (repeatable)")
+    p.add_argument("--mode", default=None, help="retrieval mode served by default (RAGSPINE_RETRIEVAL_MODE); bm25 "
+                   "is always served too")
+
+
+def _warehouse(args: argparse.Namespace) -> Path:
+    return Path(args.warehouse) if args.warehouse else paths.default_warehouse()
+
+
+def _check_published(prog: str, root: Path, libraries: list[str] | None) -> int | None:
+    libs = serving.published_library_ids(root, libraries)
+    missing = sorted(set(libraries or []) - set(libs))
+    if missing or not libs:
+        what = f"libraries {missing}" if missing else "any library"
+        return _fail(prog, f"no published retrieval snapshot for {what} under {root}; `{serving.BUILD_COMMAND} "
+                     f"--warehouse {root}` (or a Dagster refresh) publishes them")
+    return None
+
+
+def serve_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ragspine serve", description="HTTP + MCP retrieval service (FastAPI on uvicorn)")
+    _common(p)
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes sharing the memory-mapped snapshots")
+    p.add_argument("--keys-file", default=None, help=f"API key file (default: {KEYS_FILE_ENV}); "
+                   "see `ragspine keys create`")
+    p.add_argument("--insecure-no-auth", action="store_true",
+                   help="allow a non-loopback bind without a key file: every library readable by anyone")
+    p.add_argument("--allowed-origin", action="append", default=None,
+                   help="a browser Origin allowed besides loopback (RAGSPINE_SERVICE_ALLOWED_ORIGINS)")
+    p.add_argument("--allowed-host", action="append", default=None,
+                   help="a Host header /mcp accepts besides loopback (RAGSPINE_SERVICE_ALLOWED_HOSTS)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    return p
+
+
+def serve_main(argv: list[str] | None = None) -> int:
+    prog = "ragspine serve"
+    try:
+        args = serve_parser().parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if args.workers < 1 or not 0 < args.port < 65536:
+        return _fail(prog, "--workers must be at least 1 and --port in 1..65535")
+    keys_file = args.keys_file or settings.get(KEYS_FILE_ENV)
+    if keys_file and not Path(keys_file).is_file():
+        return _fail(prog, f"--keys-file {keys_file}: no such file (`ragspine keys create --keys-file {keys_file} "
+                     "--library ID` makes one)")
+    if not keys_file and not is_loopback(args.host):
+        if not args.insecure_no_auth:
+            return _fail(prog, f"refusing to bind {args.host} without a key file: anyone who reaches it could read "
+                         "every library; pass --keys-file (or RAGSPINE_KEYS_FILE), bind 127.0.0.1, or "
+                         "--insecure-no-auth")
+        print(f"{prog}: WARNING: --insecure-no-auth on {args.host}: every library is readable by anyone "
+              "who can reach this port", file=sys.stderr)
+    elif not keys_file:
+        print(f"{prog}: warning: no key file: every library is readable without a key on {args.host} "
+              "(loopback only)", file=sys.stderr)
+    root = _warehouse(args)
+    failed = _check_published(prog, root, args.library)
+    if failed is not None:
+        return failed
+    env = {"RAGSPINE_WAREHOUSE": str(root.resolve())}
+    if keys_file:
+        env[KEYS_FILE_ENV] = str(Path(keys_file).resolve())
+    if args.mode:
+        env["RAGSPINE_RETRIEVAL_MODE"] = args.mode
+    if args.library:
+        env["RAGSPINE_SERVICE_LIBRARIES"] = ",".join(args.library)
+    if args.allowed_origin:
+        env["RAGSPINE_SERVICE_ALLOWED_ORIGINS"] = ",".join(args.allowed_origin)
+    if args.allowed_host:
+        env["RAGSPINE_SERVICE_ALLOWED_HOSTS"] = ",".join(args.allowed_host)
+    try:
+        settings.get("RAGSPINE_RETRIEVAL_MODE", args.mode)
+    except settings.SettingsError as exc:
+        return _fail(prog, str(exc))
+    os.environ.update(env)  # every worker process reads them (uvicorn's factory: app.app_from_env)
+    import uvicorn
+
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
+    uvicorn.run("ragspine_pipeline.service.app:app_from_env", factory=True, host=args.host, port=args.port,
+                workers=args.workers, log_level=args.log_level, access_log=False)
+    return 0
+
+
+def mcp_main(argv: list[str] | None = None) -> int:
+    """``ragspine mcp``: the MCP tools over stdio, reading every library of the warehouse
+    (or those named by ``--library``) as the local user. stdout carries the protocol only."""
+    import anyio
+
+    from .limits import ServiceLimits
+    from .mcp_tools import build_mcp
+    from .served import ServedLibraries, ServingAssembly
+
+    prog = "ragspine mcp"
+    p = argparse.ArgumentParser(prog=prog, description="MCP tools over stdio for desktop assistants")
+    _common(p)
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    root = _warehouse(args)
+    failed = _check_published(prog, root, args.library)
+    if failed is not None:
+        return failed
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    try:
+        served = ServedLibraries(ServingAssembly.resolve(root, mode=args.mode), args.library)
+        served.refresh()
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        return _fail(prog, str(exc))
+    served.start(settings.get("RAGSPINE_SERVICE_RELOAD_S"))
+    try:
+        anyio.run(build_mcp(served, ServiceLimits.from_settings(), local=Principal("stdio", None)).run_stdio_async)
+    finally:
+        served.stop()
+    return 0
+
+
+__all__ = ["is_loopback", "mcp_main", "serve_main", "serve_parser"]

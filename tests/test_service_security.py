@@ -19,6 +19,7 @@ pytest.importorskip("mcp")
 
 from fastapi.testclient import TestClient  # noqa: E402
 from service_fixtures import wait_ready  # noqa: E402
+from test_security import VOCAB, corpora  # noqa: E402  (the same worlds as the engine's property test)
 
 from ragspine_pipeline.service.app import create_app  # noqa: E402
 from ragspine_pipeline.service.limits import ServiceLimits  # noqa: E402
@@ -26,23 +27,7 @@ from ragspine_pipeline.warehouse import pipeline as P  # noqa: E402
 from ragspine_pipeline.warehouse.versioned import VersionedTables  # noqa: E402
 
 LIB = "lib"
-VOCAB = ["revenue", "margin", "zebra", "plant", "tariff", "lyon", "union", "深圳", "苏州", "工会", "营收"]
 MCP_HEADERS = {"accept": "application/json, text/event-stream"}
-
-
-@st.composite
-def corpora(draw):
-    docs = {}
-    for i in range(draw(st.integers(1, 5))):
-        words = draw(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=25))
-        docs[f"d{i}"] = (" ".join(words), draw(st.sampled_from(["PUBLIC", "INTERNAL"])),
-                         draw(st.sampled_from(["A", "B"])))
-    secret = {}
-    for i in range(draw(st.integers(1, 3))):
-        words = draw(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=30))
-        label = draw(st.sampled_from(["RESTRICTED", "restricted", "RESTRI\u200bCTED", "PUBLlC", "[]"]))
-        secret[f"s{i}"] = (" ".join(words), label, draw(st.sampled_from(["A", "B"])))
-    return docs, secret
 
 
 def publish(root: Path, docs: dict) -> Path:

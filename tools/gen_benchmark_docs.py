@@ -77,11 +77,12 @@ def _figures(results: Path, stems: set[str]) -> dict[str, list[str]]:
     return out
 
 
-def _page(table: Table, figures: list[str]) -> str:
+def _page(table: Table, figures: list[str], has_json: bool) -> str:
     body = table.text if table.text.endswith("\n") else table.text + "\n"
     lines = [_banner(f"benchmarks/results/{table.stem}.md"), body]
     lines += [f"\n![{name}]({name})\n" for name in figures]
-    lines.append(f"\nRaw figures: `benchmarks/results/{table.stem}.json`.\n")
+    if has_json:
+        lines.append(f"\nRaw figures: `benchmarks/results/{table.stem}.json`.\n")
     return "".join(lines)
 
 
@@ -115,7 +116,7 @@ def render(results: Path = RESULTS, pages: Path = PAGES, mkdocs: Path = MKDOCS) 
     figures = _figures(results, {t.stem for t in tables})
     wanted: dict[Path, bytes] = {pages / "index.md": _index(tables, figures.get("", [])).encode()}
     for t in tables:
-        wanted[pages / f"{t.stem}.md"] = _page(t, figures.get(t.stem, [])).encode()
+        wanted[pages / f"{t.stem}.md"] = _page(t, figures.get(t.stem, []), (results / f"{t.stem}.json").is_file()).encode()
     for png in results.glob("*.png"):
         wanted[pages / png.name] = png.read_bytes()
     wanted[mkdocs] = with_nav(mkdocs.read_text(encoding="utf-8"), tables).encode()

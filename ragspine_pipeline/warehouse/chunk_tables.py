@@ -47,7 +47,7 @@ from ..retrieval.chunking.chunk_store import (
 )
 from ..retrieval.chunking.chunking import Chunk
 from ..sensitivity import REDACTED, is_restricted, redact
-from .common import CHUNKS, RAW, CheckOutcome, StepResult, last_row_per_key
+from .common import CHUNKS, RAW, CheckOutcome, StepResult, last_row_per_key, restricted_mask
 from .raw import fetch_documents, raw_delta, raw_state
 from .versioned import (
     Append,
@@ -176,10 +176,20 @@ def served_chunks(wh: VersionedTables, library: str, version: str) -> list[Store
     withheld documents exist or not — no served score can reveal a word of them. The
     two RESTRICTED exits stay in place behind this as defence in depth.
     """
+    return _as_chunks(served_chunk_table(wh, library, version))
+
+
+def served_chunk_table(wh: VersionedTables, library: str, version: str) -> pa.Table:
+    """``served_chunks`` as Arrow rows (chunk_id order), without building a chunk: what the
+    published index files are written from. A null label reads as the chunk it becomes
+    (INTERNAL), exactly as ``served_chunks`` judges it."""
     pub = published_chunks(wh, library, version)
+    table = active_chunk_table(pub)
+    drop = restricted_mask(table.column("sensitivity").fill_null("INTERNAL"))
     withheld = withheld_docs(pub)
-    return [c for c in _as_chunks(active_chunk_table(pub))
-            if c.doc_id not in withheld and not is_restricted(c.sensitivity)]
+    if withheld:
+        drop = pc.or_(drop, pc.is_in(table.column("doc_id"), value_set=pa.array(sorted(withheld), pa.string())))
+    return table.filter(pc.invert(drop))
 
 
 def restricted_probes(wh: VersionedTables, library: str, version: str, limit: int = 25) -> list[tuple[str, str]]:

@@ -11,8 +11,10 @@ for what changed, and appends only the new rows as a segment (``versioned.Append
 * ``build_chunks`` (chunk_tables.py) re-chunks only documents whose source hash or
   chunker changed, withdraws removed documents (a document that failed to parse keeps
   its last good version), and appends the new document versions.
-* ``build_lexical_index`` analyzes only open chunks it has no tokens for; the read path
-  builds BM25 postings from the stored tokens without re-tokenizing.
+* ``build_lexical_index`` analyzes only open chunks it has no tokens for, and publishes
+  with them the BM25 index of the served chunks and their records (``lexical_files``,
+  ``served_records``): serving maps both and rebuilds nothing (a version from before the
+  files is served from its tokens, as it was).
 * ``build_embeddings`` embeds only open chunks it has no vector for under the same model.
 * ``publish_snapshot`` (snapshots.py) names one consistent set of versions per library;
   readers resolve everything through it, so a refresh is seen whole or not at all.
@@ -36,8 +38,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..retrieval.chunking.chunk_columns import ChunkColumns
 from ..retrieval.chunking.contextual import IndexTextFn, make_index_text_fn, plain_index_text
 from ..retrieval.lexical.analyzer import make_analyzer
+from ..retrieval.lexical.bm25_mapped import MappedBM25Index
 from ..retrieval.lexical.glossary import GlossaryQueryRewriter
 from ..retrieval.link.narrative_link import NarrativeIndex
 from ..sensitivity import is_restricted
@@ -50,6 +54,7 @@ from .chunk_tables import (
     doc_state,
     published_chunks,
     restricted_probes,
+    served_chunk_table,
     served_chunks,
     sorted_active_chunks,
 )
@@ -64,7 +69,9 @@ from .common import (
     last_row_per_key,
     restricted_mask,
 )
+from .lexical_files import bm25_file, open_bm25_file, write_bm25_file
 from .raw import build_raw_documents, raw_state, table_documents
+from .served_records import SERVED_FILE, open_served_records, write_served_records
 from .snapshots import (
     _served_now,
     chunker_name,
@@ -191,7 +198,11 @@ def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None 
     fields, default ``RAGSPINE_CONTEXTUAL``; off: the chunk text, exactly as before).
 
     RESTRICTED chunks get no tokens: the served index never holds them, and the lexical
-    index is a published table, readable beside the catalog (docs/security.md)."""
+    index is a published table, readable beside the catalog (docs/security.md).
+
+    The version also carries the BM25 file and the served chunk records (#27), written
+    before it is published; a version without them (an older warehouse) is not reused:
+    the next run writes them, re-analyzing nothing."""
     t0 = time.perf_counter()
     pub_chunks = published_chunks(wh, library, chunks_version)
     an = make_analyzer(analyzer)
@@ -200,7 +211,7 @@ def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None 
     # ``open_only``: an index from before RESTRICTED chunks were left out is rewritten once.
     same = prev is not None and prev.manifest["metadata"].get("analyzer") == an.name \
         and prev.manifest["metadata"].get("contextual", "") == ctx and prev.manifest["metadata"].get("open_only")
-    if same and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version:
+    if same and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version and _has_files(prev):
         return StepResult(prev, {"analyzer": an.name, "chunks_version": pub_chunks.version, "version": prev.version,
                                  "reused": True, "chunks_analyzed": 0, "bytes_written": 0,
                                  **({"contextual": ctx} if ctx else {}),
@@ -218,14 +229,32 @@ def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None 
     if ctx:
         meta["contextual"] = ctx
     pub = wh.write(LEXICAL, library, {"tokens": _index_spec(table, append, purge, pub_chunks)}, meta,
-                   parent=prev if append else None)
+                   parent=prev if append else None, publish=False)
+    files = _write_served_files(wh, library, pub, pub_chunks)
+    wh.publish(pub)  # readers see the version only with its BM25 file and served records
     meta.pop("chunks_segments")
-    return StepResult(pub, {**meta, "chunks_indexed": _open_chunks(pub_chunks),
+    return StepResult(pub, {**meta, **files, "chunks_indexed": _open_chunks(pub_chunks),
                             "chunks_analyzed": len(todo),
                             "tokens_written": int(sum(len(t) for t in table.column("tokens").to_pylist())),
                             "segments": len(pub.segments("tokens")), "version": pub.version, "reused": False,
                             "bytes_written": pub.manifest.get("bytes_written", 0),
                             "seconds": round(time.perf_counter() - t0, 3)})
+
+
+def _has_files(pub: Published) -> bool:
+    """Whether a lexical version carries its BM25 file and served records (older ones do not)."""
+    return bm25_file(pub.path) is not None and (pub.path / SERVED_FILE).is_file()
+
+
+def _write_served_files(wh: VersionedTables, library: str, pub: Published, pub_chunks: Published) -> dict[str, Any]:
+    """Write into the (unpublished) lexical version what serving maps: the BM25 index of
+    the served chunks, built from the stored tokens, and those chunks' records."""
+    served = served_chunk_table(wh, library, pub_chunks.version)
+    ids = served.column("chunk_id").combine_chunks()
+    tok = _aligned(read_segments(pub, "tokens"), ids, f"lexical index {pub.version} of {library}: "
+                   "no tokens for some served chunks")
+    files = write_bm25_file(pub.path, ids.to_pylist(), tok.column("tokens").to_pylist())
+    return {**files, **write_served_records(pub.path, served)}
 
 
 def _open_chunks(pub_chunks: Published) -> int:
@@ -334,13 +363,21 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
     """
     snap = select_snapshot(wh, library, chunker)
     meta = snap.manifest["metadata"]
-    chunks = served_chunks(wh, library, meta["chunks"])  # no RESTRICTED, no withheld: non-interference
     current = wh.latest(SNAPSHOT, library)
-    if current is not None and current.version != snap.version:
-        chunks = _served_now(wh, library, chunks)
-    ids = pa.array([c.chunk_id for c in chunks], pa.string())
-    tok = _aligned(wh.read(LEXICAL, library, "tokens", meta["lexical_index"]), ids,
-                   f"snapshot {snap.version} of {library}: lexical index does not match its chunks")
+    older = current is not None and current.version != snap.version
+    mapped = None if older else _published_files(wh, library, meta)
+    if mapped is not None:  # the published index and records, mapped: nothing rebuilt
+        chunks, bm25 = mapped
+        ids = chunks.table.column("chunk_id")
+        index_kwargs: dict[str, Any] = {"bm25_index": bm25}
+    else:  # a version from before the files, or an older snapshot served less what is hidden now
+        chunks = served_chunks(wh, library, meta["chunks"])  # no RESTRICTED, no withheld: non-interference
+        if older:
+            chunks = _served_now(wh, library, chunks)
+        ids = pa.array([c.chunk_id for c in chunks], pa.string())
+        tok = _aligned(wh.read(LEXICAL, library, "tokens", meta["lexical_index"]), ids,
+                       f"snapshot {snap.version} of {library}: lexical index does not match its chunks")
+        index_kwargs = {"docs_tokens": tok.column("tokens").to_pylist()}
     rewriter = GlossaryQueryRewriter.from_file(glossary) if glossary and Path(glossary).exists() else None
     dense = channels is None or "dense" in channels
     emb_version = meta.get("embeddings") if meta.get("embeddings") not in (None, "None") else None
@@ -364,7 +401,7 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
         fusion = FusionConfig(**meta["fusion"])  # the snapshot's recorded fusion
     index = NarrativeIndex.from_chunks(chunks, analyzer=meta["analyzer"], rewriter=rewriter,
                                        embedding_backend=backend, channels=use_channels, fusion=fusion,
-                                       docs_tokens=tok.column("tokens").to_pylist(),
+                                       **index_kwargs,
                                        index_text=make_index_text_fn(meta.get("contextual") or "off"),
                                        library_id=library, version=meta["snapshot_id"])
     index.info["chunker"] = snapshot_chunker(wh, snap)
@@ -377,6 +414,22 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
         index.retriever.preload_vectors(flat.reshape(len(vec), dim) if len(vec) else np.zeros((0, dim), np.float32),
                                         chunk_ids=ids.to_pylist())  # the index holds no RESTRICTED rows
     return index
+
+
+def _published_files(wh: VersionedTables, library: str,
+                     meta: dict[str, Any]) -> tuple[ChunkColumns, MappedBM25Index] | None:
+    """(served records, mapped BM25 index) of the snapshot's lexical version, or None when
+    it has no files (written before them) or a label of its records is RESTRICTED under
+    the label rules in force now (fail closed: the rows are then re-selected and the
+    index rebuilt from tokens, as before). A damaged file raises, naming it."""
+    lex = wh.get(LEXICAL, library, meta["lexical_index"])
+    if lex.manifest["metadata"].get("chunks_version") != meta["chunks"]:
+        return None
+    chunks = open_served_records(lex.path)
+    if chunks is None or chunks.matching("sensitivity", is_restricted).any():
+        return None
+    bm25 = open_bm25_file(lex.path)  # its ids are compared with the records' by HybridRetriever
+    return None if bm25 is None else (chunks, bm25)
 
 
 def _aligned(table: pa.Table, ids: pa.Array, error: str) -> pa.Table:

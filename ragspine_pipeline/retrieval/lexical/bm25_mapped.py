@@ -230,7 +230,14 @@ class MappedBM25Index(BM25Index):
         """Whether the recorded doc ids are exactly ``ids``, in order (one vectorized compare)."""
         if not self.has_doc_ids or len(ids) != self.n_docs:
             return False
-        off, blob = strings_to_blob(ids)
+        return self.same_doc_id_blob(*strings_to_blob(ids))
+
+    def same_doc_id_blob(self, off: np.ndarray, blob: np.ndarray) -> bool:
+        """``same_doc_ids`` for ids already encoded as ``strings_to_blob`` encodes them
+        (int64 offsets from 0, UTF-8 bytes), e.g. read from an Arrow column without a
+        Python string per id."""
+        if not self.has_doc_ids or len(off) != self.n_docs + 1:
+            return False
         self._file.whole("doc_id_off")
         self._file.whole("doc_id_blob")
         return bool(np.array_equal(off, self._doc_id_off) and np.array_equal(blob, self._doc_id_blob))

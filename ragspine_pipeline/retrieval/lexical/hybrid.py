@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ...sensitivity import is_restricted
+from ..chunking.chunk_columns import ChunkColumns
 from ..chunking.chunking import Chunk
 from ..filters import compile_filters, predicate_mask
 from ..vector.embedding_backends import EmbeddingBackend
@@ -74,12 +75,21 @@ def _check_channels(channels: Sequence[str]) -> None:
         raise ValueError(f"channels must be a non-empty subset of ('bm25', 'dense'), got {channels!r}")
 
 
-def _check_prebuilt(index: BM25Index, chunk_ids: list[str]) -> None:
+def _check_prebuilt(index: BM25Index, chunks: Sequence[Chunk]) -> None:
     """A given index must cover exactly the retriever's chunks, position = chunk_id order
-    (checked against its recorded doc ids when it has them, e.g. a published file)."""
+    (checked against its recorded doc ids when it has them, e.g. a published file; for
+    columnar chunks straight from their id column)."""
+    blob = getattr(index, "same_doc_id_blob", None)
     same = getattr(index, "same_doc_ids", None)
-    if index.n_docs != len(chunk_ids) or (callable(same) and not same(chunk_ids)):
-        raise ValueError(f"bm25_index indexes {index.n_docs} documents, not these {len(chunk_ids)} chunks "
+    if index.n_docs != len(chunks):
+        ok = False
+    elif isinstance(chunks, ChunkColumns) and callable(blob):
+        ok = blob(*chunks.chunk_id_blob())
+    else:
+        ok = not callable(same) or same([c.chunk_id for c in chunks])
+    if not ok:
+        where = f" ({index.path})" if getattr(index, "path", None) else ""
+        raise ValueError(f"bm25_index{where} indexes {index.n_docs} documents, not these {len(chunks)} chunks "
                          "in chunk_id order")
 
 
@@ -131,10 +141,15 @@ class HybridRetriever:
             raise TypeError(f"{type(embedding_backend).__name__} is not an EmbeddingBackend: "
                             "it needs embed_texts(texts) -> list[list[float]]")
         self.channels = tuple(channels)
-        ids = [c.chunk_id for c in chunks]
-        if len(set(ids)) != len(ids):
-            raise ValueError("HybridRetriever needs unique chunk ids")
-        self.chunks: list[Chunk] = sorted(chunks, key=lambda c: c.chunk_id)
+        if isinstance(chunks, ChunkColumns):
+            # Columnar (a published snapshot): unique and in chunk_id order already (checked
+            # there); a Chunk is built only for a position a query returns.
+            self.chunks: Sequence[Chunk] = chunks
+        else:
+            ids = [c.chunk_id for c in chunks]
+            if len(set(ids)) != len(ids):
+                raise ValueError("HybridRetriever needs unique chunk ids")
+            self.chunks = sorted(chunks, key=lambda c: c.chunk_id)
         self.analyzer = make_analyzer(analyzer)
         self.rewriter = rewriter
         self.embed_progress = embed_progress
@@ -159,7 +174,7 @@ class HybridRetriever:
         if bm25_index is not None:
             # A published index (e.g. memory-mapped): nothing is tokenized or rebuilt. Its own
             # k1 and b hold; it must index exactly these chunks, in chunk_id order.
-            _check_prebuilt(bm25_index, [c.chunk_id for c in self.chunks])
+            _check_prebuilt(bm25_index, self.chunks)
             self.index = bm25_index
         elif docs_tokens is not None:
             if len(docs_tokens) != len(chunks):
@@ -172,15 +187,32 @@ class HybridRetriever:
         if bm25_index is None:
             self.index = BM25Index(toks, k1=k1, b=b)
         # Queries are analyzed for every document language of the index (see analyze_query).
-        self._languages = sorted({c.language for c in self.chunks if c.language})
+        self._languages = (self.chunks.languages() if isinstance(self.chunks, ChunkColumns)
+                           else sorted({c.language for c in self.chunks if c.language}))
         self._columns: dict[str, np.ndarray] = {}
-        self.restricted = np.fromiter(
-            (is_restricted(c.sensitivity) for c in self.chunks), dtype=bool, count=len(self.chunks)
-        )
+        self.restricted = self._restricted_mask()
         self._vectors = _VectorCache(have=np.zeros(len(self.chunks), dtype=bool))
 
     def __len__(self) -> int:
         return len(self.chunks)
+
+    def _chunk_ids(self) -> list[str]:
+        if isinstance(self.chunks, ChunkColumns):
+            return self.chunks.chunk_ids()
+        return [c.chunk_id for c in self.chunks]
+
+    def _restricted_mask(self) -> np.ndarray:
+        """Which positions hold a RESTRICTED label: ``is_restricted`` once per distinct
+        label (``label_codes``), per chunk only where a label is unhashable."""
+        if isinstance(self.chunks, ChunkColumns):
+            return self.chunks.matching("sensitivity", is_restricted)
+        labels = self.label_codes
+        if labels is None:
+            return np.fromiter((is_restricted(c.sensitivity) for c in self.chunks), dtype=bool,
+                               count=len(self.chunks))
+        codes, values = labels
+        verdict = np.fromiter((is_restricted(v) for v in values), dtype=bool, count=len(values))
+        return verdict[codes] if len(codes) else np.zeros(0, dtype=bool)
 
     def with_channels(self, channels: Sequence[str]) -> HybridRetriever:
         """A view running other channels over the same index and embedded vectors."""
@@ -196,7 +228,10 @@ class HybridRetriever:
         col = self._columns.get(name)
         if col is None:
             default = _FIELD_DEFAULTS.get(name)
-            col = np.array([getattr(c, name, default) for c in self.chunks], dtype=object)
+            if isinstance(self.chunks, ChunkColumns):
+                col = self.chunks.values(name, default)
+            else:
+                col = np.array([getattr(c, name, default) for c in self.chunks], dtype=object)
             self._columns[name] = col
         return col
 
@@ -254,12 +289,12 @@ class HybridRetriever:
             if len(chunk_ids) != len(vectors):
                 raise ValueError("preload_vectors: chunk_ids must align with the vector rows")
             row = {cid: i for i, cid in enumerate(chunk_ids)}
-            missing = [c.chunk_id for c in self.chunks if c.chunk_id not in row]
+            mine = self._chunk_ids()
+            missing = [c for c in mine if c not in row]
             if missing:
                 raise ValueError(f"preload_vectors: no vector for {len(missing)} indexed chunks "
                                  f"(first: {missing[0]!r})")
-            vectors = vectors[np.fromiter((row[c.chunk_id] for c in self.chunks), dtype=np.int64,
-                                          count=len(self.chunks))]
+            vectors = vectors[np.fromiter((row[c] for c in mine), dtype=np.int64, count=len(mine))]
         if len(vectors) != len(self.chunks):
             raise ValueError("preload_vectors needs one vector per chunk, in chunk_id order")
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -350,6 +385,9 @@ class HybridRetriever:
         """(code per chunk, distinct sensitivity labels), so a query can check each
         distinct label once and mask every candidate in one gather; None when a label is
         unhashable (callers then check per chunk)."""
+        if isinstance(self.chunks, ChunkColumns):
+            code, labels = self.chunks.codes("sensitivity")
+            return code.astype(np.int32), labels
         codes: dict[tuple[type, Any], int] = {}
         labels: list[Any] = []
         out = np.empty(len(self.chunks), np.int32)
@@ -368,6 +406,8 @@ class HybridRetriever:
     @functools.cached_property
     def doc_codes(self) -> tuple[np.ndarray, list[str]]:
         """(document code per chunk, document ids): dedupe by document in numpy."""
+        if isinstance(self.chunks, ChunkColumns):
+            return self.chunks.codes("doc_id")
         codes: dict[str, int] = {}
         out = np.fromiter((codes.setdefault(c.doc_id, len(codes)) for c in self.chunks), np.int64,
                           count=len(self.chunks))

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ...sensitivity import RESTRICTED_SENSITIVITY, is_restricted
+from ..chunking.chunk_columns import ChunkColumns
 from ..chunking.chunk_store import ChunkStore
 from ..chunking.chunking import METADATA_FIELDS, Chunk
 from ..chunking.contextual import make_index_text_fn
@@ -104,12 +105,23 @@ class NarrativeIndex:
         uses) every chunk whose label ``is_restricted`` is dropped first, together with
         its row of ``docs_tokens``. ``exclude_restricted=False`` keeps them in the
         statistics (exits #1 and #2 still remove them from every output); it exists for
-        tests of the exits themselves."""
-        chunks = list(chunks)
+        tests of the exits themselves.
+
+        ``chunks`` may be a ``ChunkColumns`` (a published snapshot's columnar records): it
+        stays columnar, and the labels are checked once per distinct label."""
+        if not isinstance(chunks, ChunkColumns):
+            chunks = list(chunks)
         if docs_tokens is not None and len(docs_tokens) != len(chunks):
             raise ValueError("docs_tokens must align with chunks")
         excluded = 0
-        if exclude_restricted:
+        if exclude_restricted and isinstance(chunks, ChunkColumns):
+            drop = chunks.matching("sensitivity", is_restricted)
+            excluded = int(drop.sum())
+            if excluded:
+                chunks = chunks.take(~drop)
+                if docs_tokens is not None:
+                    docs_tokens = [docs_tokens[i] for i in np.flatnonzero(~drop)]
+        elif exclude_restricted:
             keep = [i for i, c in enumerate(chunks) if not is_restricted(c.sensitivity)]
             excluded = len(chunks) - len(keep)
             if excluded:

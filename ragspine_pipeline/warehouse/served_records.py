@@ -1,0 +1,148 @@
+"""The served chunk records of a lexical index version: one Arrow IPC file, opened mapped.
+
+Why: opening a snapshot used to read the chunks Parquet and build a Python chunk per
+row (seconds and a gigabyte per process at 250k chunks, #27). The ``lexical_index`` step
+writes, beside its BM25 file, the rows the index serves (active, not withheld, not
+RESTRICTED: the published index holds no restricted chunk at all), in chunk_id order, as
+an uncompressed Arrow IPC file. Serving maps it (``open_served_records``): every process
+shares the page-cache pages, and a ``StoredChunk`` is built only for a row a query
+returns (``ChunkColumns``).
+
+Integrity: a sidecar JSON records the format, the row count, the file size and a crc32
+per (record batch, column). Opening checks the size, the Arrow footer and the counts;
+a column's checksums are checked the first time the column is read whole (ids, labels,
+languages, a filter field), and a batch's the first time one of its rows is read, so a
+damaged file is a ``CorruptIndexError`` naming it, never a wrong snippet.
+
+The file holds chunk text: it is owner-only (0600), as the chunks Parquet is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..retrieval.chunking.chunk_columns import ChunkColumns
+from ..retrieval.lexical.bm25_format import CorruptIndexError, IndexFormatError
+
+SERVED_FILE = "served_chunks.arrow"
+SERVED_META = "served_chunks.json"
+RECORDS_FORMAT = 1
+BATCH_ROWS = 2048
+# Read whole at open (ids, labels, languages): first in each batch, so the pages an open
+# touches are contiguous runs rather than a little of every column.
+OPEN_COLUMNS = ("chunk_id", "sensitivity", "language")
+
+__all__ = ["RECORDS_FORMAT", "SERVED_FILE", "SERVED_META", "open_served_records", "write_served_records"]
+
+
+def _crc(arr: pa.Array) -> int:
+    crc = 0
+    for buf in arr.buffers():
+        if buf is not None:
+            crc = zlib.crc32(memoryview(buf), crc)
+    return crc
+
+
+def _batch_crcs(reader: pa.ipc.RecordBatchFileReader) -> list[list[int]]:
+    return [[_crc(col) for col in reader.get_batch(i).columns] for i in range(reader.num_record_batches)]
+
+
+def write_served_records(version_dir: str | os.PathLike[str], table: pa.Table) -> dict[str, Any]:
+    """Write the served rows (chunk_id order) as ``version_dir/SERVED_FILE`` + its sidecar,
+    owner-only; the checksums are taken from the file as it will be read. Returns the
+    manifest metadata to report."""
+    folder = Path(version_dir)
+    table = table.select([*(c for c in OPEN_COLUMNS if c in table.column_names),
+                          *(c for c in table.column_names if c not in OPEN_COLUMNS)])
+    path, tmp = folder / SERVED_FILE, folder / f".{SERVED_FILE}.tmp-{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh, pa.ipc.new_file(fh, table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=BATCH_ROWS):
+                writer.write_batch(batch)
+        with pa.memory_map(str(tmp)) as src:
+            reader = pa.ipc.open_file(src)
+            starts = [0]
+            for i in range(reader.num_record_batches):
+                starts.append(starts[-1] + reader.get_batch(i).num_rows)
+            meta = {"format": RECORDS_FORMAT, "rows": table.num_rows, "bytes": tmp.stat().st_size,
+                    "columns": table.column_names, "batch_starts": starts, "crc32": _batch_crcs(reader)}
+        side = folder / SERVED_META
+        side.write_text(json.dumps(meta), encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    return {"served_file": SERVED_FILE, "served_rows": table.num_rows, "served_bytes": meta["bytes"]}
+
+
+class _Checks:
+    """Which (batch, column) checksums have been verified; raises naming the file."""
+
+    def __init__(self, path: Path, table: pa.Table, meta: dict[str, Any]) -> None:
+        self.path, self.table = path, table
+        self.names: list[str] = list(meta["columns"])
+        self.crcs = meta["crc32"]
+        self.starts = np.asarray(meta["batch_starts"], np.int64)
+        self.ok = np.zeros((len(self.crcs), len(self.names)), np.bool_)
+
+    def _check(self, b: int, c: int) -> None:
+        if not self.ok[b, c]:
+            if _crc(self.table.column(c).chunk(b)) != int(self.crcs[b][c]):
+                raise CorruptIndexError(self.path, f"checksum mismatch in record batch {b}, column "
+                                                   f"{self.names[c]!r}")
+            self.ok[b, c] = True
+
+    def row(self, j: int) -> None:
+        b = int(np.searchsorted(self.starts, j, side="right")) - 1
+        for c in range(len(self.names)):
+            self._check(b, c)
+
+    def column(self, name: str) -> None:
+        if name in self.names:
+            c = self.names.index(name)
+            for b in range(len(self.crcs)):
+                self._check(b, c)
+
+
+def open_served_records(version_dir: str | os.PathLike[str]) -> ChunkColumns | None:
+    """The version's served rows, memory-mapped, as ``ChunkColumns``; None for a version
+    written before there were any. Raises ``CorruptIndexError`` (truncated, damaged,
+    sidecar missing) or ``IndexFormatError`` (another format) naming the file."""
+    path = Path(version_dir) / SERVED_FILE
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads((path.parent / SERVED_META).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CorruptIndexError(path, f"its sidecar {SERVED_META} cannot be read: {exc}") from exc
+    if meta.get("format") != RECORDS_FORMAT:
+        raise IndexFormatError(path, f"served records format {meta.get('format')!r}; this ragspine reads format "
+                                     f"{RECORDS_FORMAT} (refresh the lexical index, or upgrade ragspine)")
+    size = path.stat().st_size
+    if size != meta.get("bytes"):
+        raise CorruptIndexError(path, f"{size} bytes, {meta.get('bytes')} were written")
+    try:
+        # Zero-copy: the columns are views of the mapping. No ``validate()`` here (it touches
+        # every column of every batch); a column is checksummed before it is first used.
+        reader = pa.ipc.open_file(pa.memory_map(str(path)))
+        table = reader.read_all()
+    except (pa.ArrowException, OSError) as exc:
+        raise CorruptIndexError(path, f"not a readable Arrow file: {exc}") from exc
+    nb = reader.num_record_batches
+    if (table.num_rows != meta.get("rows") or table.column_names != meta.get("columns")
+            or nb != len(meta.get("crc32", ())) or len(meta.get("batch_starts", ())) != nb + 1
+            or any(table.column(c).num_chunks != nb for c in range(table.num_columns))):
+        raise CorruptIndexError(path, "row, column or batch counts do not match its sidecar")
+    checks = _Checks(path, table, meta)
+    checks.column("chunk_id")  # ChunkColumns compares every id on construction
+    return ChunkColumns(table, verify_row=checks.row, verify_column=checks.column)

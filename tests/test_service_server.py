@@ -87,7 +87,8 @@ def test_real_server_with_two_workers_and_a_hot_swap(tmp_path):
         r = httpx2.post(base + "/v1/search", json={"query": "revenue 2023", "top_k": 3}, headers=auth)
         assert r.status_code == 200 and r.json()["snippets"]
         before = r.json()["versions"]["acme_reports"]
-        workers = [int(p) for p in open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()]
+        with open(f"/proc/{proc.pid}/task/{proc.pid}/children", encoding="ascii") as fh:
+            workers = [int(p) for p in fh.read().split()]
         rss = {pid: _rss_kib(pid) for pid in workers}
         print("worker RSS KiB:", rss)
         target = corpus / "acme_reports" / "ar2023_cn_revenue.md"

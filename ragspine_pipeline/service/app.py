@@ -143,8 +143,10 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
         err.status, err.error = exc.status_code, "http_error"
         return _error_response(err)
 
-    async def limited(fn: Any) -> Any:
-        return await run_limited(fn, limits.timeout_s)
+    async def limited(fn: Any) -> JSONResponse:
+        # A Response is returned as it is: FastAPI's response validation and encoding of
+        # the snippet dicts cost milliseconds per request (operations already made them JSON).
+        return JSONResponse(await run_limited(fn, limits.timeout_s))
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

@@ -12,7 +12,7 @@ import json
 import dagster as dg
 
 from ragspine_pipeline import settings
-from ragspine_pipeline.warehouse.raw import scan_library
+from ragspine_pipeline.warehouse.raw import refresh_reason, scan_library
 from resources import WarehouseResource
 
 from .library_assets import LIBRARY_ASSETS
@@ -26,24 +26,36 @@ refresh_job = dg.define_asset_job(
 
 def library_fingerprint(folder) -> str:
     """Hash of the raw_documents step's own change signatures (size, mtime, ctime, inode of
-    every file; sidecars by content): changes exactly when a refresh would parse something."""
+    every file; sidecars by content): changes whenever a refresh might publish something,
+    and also when a file was only touched (``refresh_reason`` then tells the two apart)."""
     return hashlib.sha1(json.dumps(scan_library(folder), sort_keys=True).encode()).hexdigest()
 
 
 @dg.sensor(job=refresh_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Registers a partition per new library folder and refreshes a library when its files change.")
+           description="Registers a partition per new library folder and refreshes a library when its files change "
+                       "in content (a file only touched launches nothing).")
 def library_sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource) -> dg.SensorResult:
+    """The cursor holds each library's fingerprint as last seen. A library whose
+    fingerprint is not the cursor's (every library on the first evaluation, when there is
+    no cursor) is compared with the warehouse: a run is launched only when a refresh would
+    publish something (``refresh_reason``: not built, files changed in content, not
+    published) or the library is a new partition. So a first start over an up-to-date
+    warehouse, or a file touched back to the same bytes, launches nothing."""
     cursor = json.loads(context.cursor) if context.cursor else {}
     known = set(context.instance.get_dynamic_partitions(library_partitions.name))
     libs = warehouse.libraries_on_disk()
     new = [lib for lib in libs if lib not in known]
     runs, next_cursor = [], {}
+    wh = warehouse.tables()
     for lib in libs:
         fp = library_fingerprint(warehouse.corpus_path() / lib)
         next_cursor[lib] = fp
-        if cursor.get(lib) != fp:
+        if cursor.get(lib) == fp:
+            continue
+        reason = "new library" if lib in new else refresh_reason(wh, warehouse.corpus_path(), lib)
+        if reason is not None:
             runs.append(dg.RunRequest(partition_key=lib, run_key=f"{lib}:{fp[:16]}",
-                                      tags={"ragspine/trigger": "new library" if lib in new else "files changed"}))
+                                      tags={"ragspine/trigger": reason}))
     return dg.SensorResult(
         run_requests=runs,
         dynamic_partitions_requests=[library_partitions.build_add_request(new)] if new else [],

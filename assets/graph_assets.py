@@ -11,7 +11,7 @@ import dagster as dg
 from ragspine_pipeline.graph.step import GRAPH_CODE_VERSION, RELATION_GRAPH, build_relation_graph
 from resources import WarehouseResource
 
-from .partitions import library_partitions
+from .partitions import library_check, library_partitions
 
 
 class RelationGraphConfig(dg.Config):
@@ -29,9 +29,9 @@ class RelationGraphConfig(dg.Config):
                 "metrics (units, zh/en names, derivations), periods, documents and metric facts, each fact "
                 "citing doc_id, chunk_id and the exact source span of its number. RESTRICTED and withheld "
                 "chunks contribute nothing. Reused when the chunks version and the dimensions are unchanged.",
-    check_specs=[dg.AssetCheckSpec("facts_cite_served_chunks", asset=RELATION_GRAPH,
-                                   description="Every fact's span lies in a served chunk and reads exactly its "
-                                               "quoted figure.")],
+    check_specs=[library_check("facts_cite_served_chunks", asset=RELATION_GRAPH,
+                               description="Every fact's span lies in a served chunk and reads exactly its "
+                                           "quoted figure.")],
 )
 def relation_graph(context: dg.AssetExecutionContext, config: RelationGraphConfig,
                    warehouse: WarehouseResource) -> dg.MaterializeResult:

@@ -17,7 +17,7 @@ from ragspine_pipeline.warehouse import pipeline as P
 from resources import WarehouseResource
 
 from .graph_assets import relation_graph
-from .partitions import library_partitions
+from .partitions import library_check, library_partitions
 from .quality import golden_applies, golden_eval, quality_floor
 from .raptor_assets import raptor_tree
 
@@ -77,14 +77,14 @@ def _prune(wh_res: WarehouseResource, asset: str, library: str, protect: set[str
     description="Documents of one library folder (.md .txt .html .pdf) with metadata sidecars and "
                 "content hashes. Unreadable files become rows with parse_error, never silently dropped.",
     check_specs=[
-        dg.AssetCheckSpec("parse_failures_zero", asset="raw_documents",
-                          description="Every file of the library parsed. A file that does not is withheld from "
-                                      "serving (its last good version stays stored) until it parses again; the "
-                                      "check lists each such file by its path in the library."),
-        dg.AssetCheckSpec("sensitivity_labels_valid", asset="raw_documents",
-                          description="Every document's sensitivity label (sidecar, front matter, HTML meta) is one "
-                                      "of the known labels. An unknown, malformed or missing-where-required label "
-                                      "is treated as RESTRICTED; the check lists the files."),
+        library_check("parse_failures_zero", asset="raw_documents",
+                      description="Every file of the library parsed. A file that does not is withheld from "
+                                  "serving (its last good version stays stored) until it parses again; the "
+                                  "check lists each such file by its path in the library."),
+        library_check("sensitivity_labels_valid", asset="raw_documents",
+                      description="Every document's sensitivity label (sidecar, front matter, HTML meta) is one "
+                                  "of the known labels. An unknown, malformed or missing-where-required label "
+                                  "is treated as RESTRICTED; the check lists the files."),
     ],
 )
 def raw_documents(context: dg.AssetExecutionContext, config: RawConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
@@ -97,8 +97,8 @@ def raw_documents(context: dg.AssetExecutionContext, config: RawConfig, warehous
     md = res.metadata
     return dg.MaterializeResult(
         metadata={**{k: md[k] for k in ("documents", "parse_failures", "restricted_documents", "label_problems",
-                                        "version", "parsed", "new_files", "changed_files", "deleted_files", "reused",
-                                        "bytes_written", "seconds")},
+                                        "version", "parsed", "new_files", "changed_files", "deleted_files",
+                                        "touched_unchanged", "reused", "bytes_written", "seconds")},
                   "previous_version": str(md["previous_version"]),
                   "failed_files": dg.MetadataValue.json(md["failed_files"]),
                   "invalid_labels": dg.MetadataValue.json(md["invalid_labels"])},
@@ -112,16 +112,16 @@ def raw_documents(context: dg.AssetExecutionContext, config: RawConfig, warehous
     description="Versioned chunks (seed semantics): unchanged documents keep their version, changed "
                 "ones get version+1, removed ones are withdrawn. Chunker from run config / RAGSPINE_CHUNKER.",
     check_specs=[
-        dg.AssetCheckSpec("chunk_text_is_source_substring", asset="chunks",
-                          description="Each chunk's text is exactly source[start:end] of its stored document, so "
-                                      "every citation points at real characters."),
-        dg.AssetCheckSpec("no_orphan_chunks", asset="chunks",
-                          description="No active chunk belongs to a document that no longer exists (a document "
-                                      "whose file fails to parse keeps its last good version on purpose)."),
-        dg.AssetCheckSpec("no_duplicate_active_chunk_ids", asset="chunks",
-                          description="Chunk ids are unique and namespaced by their document."),
-        dg.AssetCheckSpec("restricted_stays_restricted", asset="chunks",
-                          description="No chunk of a RESTRICTED document carries a less restrictive label."),
+        library_check("chunk_text_is_source_substring", asset="chunks",
+                      description="Each chunk's text is exactly source[start:end] of its stored document, so "
+                                  "every citation points at real characters."),
+        library_check("no_orphan_chunks", asset="chunks",
+                      description="No active chunk belongs to a document that no longer exists (a document "
+                                  "whose file fails to parse keeps its last good version on purpose)."),
+        library_check("no_duplicate_active_chunk_ids", asset="chunks",
+                      description="Chunk ids are unique and namespaced by their document."),
+        library_check("restricted_stays_restricted", asset="chunks",
+                      description="No chunk of a RESTRICTED document carries a less restrictive label."),
     ],
 )
 def chunks(context: dg.AssetExecutionContext, config: ChunksConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
@@ -185,9 +185,9 @@ def lexical_index(context: dg.AssetExecutionContext, config: LexicalConfig, ware
     description="Dense vectors of the active chunks (incremental: only chunk texts not yet embedded with the "
                 "same model id + hash are embedded). With no embedding backend configured this writes "
                 "nothing and the library serves pure BM25. RESTRICTED chunks are never embedded.",
-    check_specs=[dg.AssetCheckSpec("restricted_never_embedded", asset="embeddings",
-                                   description="No active RESTRICTED chunk has a vector: its text never reached the "
-                                               "embedding model (remote backends included).")],
+    check_specs=[library_check("restricted_never_embedded", asset="embeddings",
+                               description="No active RESTRICTED chunk has a vector: its text never reached the "
+                                           "embedding model (remote backends included).")],
 )
 def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
     from ragspine_pipeline.retrieval.vector.embedding_backends import (
@@ -220,11 +220,11 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, ware
     description="Publishes one consistent version id across the library's index tables; the read-only "
                 "RetrievalResource serves exactly what the latest snapshot names.",
     check_specs=[
-        dg.AssetCheckSpec("golden_ndcg_above_floor", asset="retrieval_snapshot",
-                          description="nDCG@10 of the golden questions is not below the recorded floor."),
-        dg.AssetCheckSpec("restricted_never_served", asset="retrieval_snapshot",
-                          description="Each RESTRICTED chunk (up to 25) is asked for by its own words; neither it nor "
-                                      "any restricted snippet may come back (the served index holds none)."),
+        library_check("golden_ndcg_above_floor", asset="retrieval_snapshot",
+                      description="nDCG@10 of the golden questions is not below the recorded floor."),
+        library_check("restricted_never_served", asset="retrieval_snapshot",
+                      description="Each RESTRICTED chunk (up to 25) is asked for by its own words; neither it nor "
+                                  "any restricted snippet may come back (the served index holds none)."),
     ],
 )
 def retrieval_snapshot(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:

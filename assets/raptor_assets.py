@@ -30,7 +30,7 @@ from ragspine_pipeline.warehouse.raptor_tables import (
 )
 from resources import WarehouseResource
 
-from .partitions import library_partitions
+from .partitions import library_check, library_partitions
 
 RAPTOR_CODE_VERSION = "1"
 CHECKS = ("raptor_no_restricted", "raptor_lineage_union")
@@ -69,10 +69,10 @@ def _summarizer(kind: str):
                 "levels until one cluster or the depth limit. Unchanged clusters keep their summaries. Off: "
                 "builds nothing and says so.",
     check_specs=[
-        dg.AssetCheckSpec("raptor_no_restricted", asset=RAPTOR,
-                          description="No node's text or lineage comes from a RESTRICTED or withheld chunk."),
-        dg.AssetCheckSpec("raptor_lineage_union", asset=RAPTOR,
-                          description="Each synthesis node carries exactly the union of its children's lineage."),
+        library_check("raptor_no_restricted", asset=RAPTOR,
+                      description="No node's text or lineage comes from a RESTRICTED or withheld chunk."),
+        library_check("raptor_lineage_union", asset=RAPTOR,
+                      description="Each synthesis node carries exactly the union of its children's lineage."),
     ],
 )
 def raptor_tree(context: dg.AssetExecutionContext, config: RaptorConfig,

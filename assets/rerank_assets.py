@@ -20,7 +20,7 @@ from ragspine_pipeline import settings
 from resources import WarehouseResource
 
 from .library_assets import OWNERS, TAGS, retrieval_snapshot
-from .partitions import library_partitions
+from .partitions import library_check, library_partitions
 
 VECTORS_ENV = "RAGSPINE_RERANK_VECTORS"
 VECTOR_LIBRARIES_ENV = "RAGSPINE_RERANK_VECTOR_LIBRARIES"
@@ -41,9 +41,9 @@ def _names(raw: str) -> list[str]:
     code_version="1", kinds={"duckdb", "python"}, deps=[retrieval_snapshot],
     description="Precomputed passage encodings for the SPLADE / late-interaction rerankers (opt-in: "
                 "RAGSPINE_RERANK_VECTORS). Only new or changed chunk texts are encoded; RESTRICTED chunks never.",
-    check_specs=[dg.AssetCheckSpec("restricted_never_encoded", asset="rerank_document_vectors",
-                                   description="No stored vector is of a RESTRICTED chunk's text, and no row "
-                                               "carries a restricted label.")],
+    check_specs=[library_check("restricted_never_encoded", asset="rerank_document_vectors",
+                               description="No stored vector is of a RESTRICTED chunk's text, and no row "
+                                           "carries a restricted label.")],
 )
 def rerank_document_vectors(context: dg.AssetExecutionContext, config: RerankVectorsConfig,
                             warehouse: WarehouseResource) -> dg.MaterializeResult:
@@ -87,8 +87,8 @@ class PageImagesConfig(dg.Config):
                 "RAGSPINE_VISUAL_EMBEDDER is set. Only documents the published snapshot serves whole are "
                 "rendered (RESTRICTED, partly restricted, withheld and redacted ones never); hits are page "
                 "references (is_visual), never citable facts.",
-    check_specs=[dg.AssetCheckSpec("restricted_pages_excluded", asset="page_images",
-                                   description="No published page belongs to a RESTRICTED document.")],
+    check_specs=[library_check("restricted_pages_excluded", asset="page_images",
+                               description="No published page belongs to a RESTRICTED document.")],
 )
 def page_images(context: dg.AssetExecutionContext, config: PageImagesConfig,
                 warehouse: WarehouseResource) -> dg.MaterializeResult:

@@ -150,17 +150,16 @@ def test_refresh_writes_only_the_delta_and_equals_a_full_rebuild(tmp_path, corpu
         assert {c.chunk_id for c in store.iter_chunks()} == set(_state(wh))
 
 
-def test_touched_file_is_reparsed_but_publishes_no_new_chunks(tmp_path, corpus):
+def test_touched_file_is_compared_by_content_and_publishes_nothing(tmp_path, corpus):
     wh = VersionedTables(tmp_path / "wh")
     _build(wh, corpus)
     p = corpus / LIB / "ir_cn_qa.md"
     st = p.stat()
     os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10_000_000))
-    raw, ch, lex = _build(wh, corpus)
-    assert raw.metadata["parsed"] == 1 and not raw.metadata["reused"]
-    assert ch.metadata["reused"] and lex.metadata["reused"]
-    raw, _, _ = _build(wh, corpus)  # the new signature is remembered
-    assert raw.metadata["parsed"] == 0 and raw.metadata["reused"]
+    for _ in range(2):  # the signature differs, the content key does not: never re-parsed (issue 28 item 4)
+        raw, ch, lex = _build(wh, corpus)
+        assert raw.metadata["parsed"] == 0 and raw.metadata["touched_unchanged"] == 1 and raw.metadata["reused"]
+        assert ch.metadata["reused"] and lex.metadata["reused"]
 
 
 def test_empty_document_does_not_bump_versions_on_every_refresh(tmp_path, corpus):

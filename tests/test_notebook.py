@@ -35,6 +35,8 @@ def test_notebook_executes(tmp_path, monkeypatch):
     assert not [o for o in outs if o.get("output_type") == "error"]
     text = "".join(o.get("text", "") for o in outs)
     assert "chunks active then" in text
+    # No TqdmWarning ("IProgress not found") from the dense model's loader (issue 28 item 4).
+    assert "TqdmWarning" not in text and "IProgress" not in text
     # DataFrames, rendered as tables (not tuples from fetchall()).
     tables = [o["data"]["text/html"] for o in outs if "text/html" in o.get("data", {})]
     assert len(tables) >= 5 and all("<table" in t for t in tables)

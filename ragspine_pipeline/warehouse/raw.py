@@ -1,8 +1,11 @@
 """The ``raw_documents`` step: a library folder as an append-only table of document rows.
 
-A refresh stats every file (and its metadata sidecar) and parses only the files whose
-signature (size, mtime_ns of file and sidecar) differs from the row that described them
-last; files that vanished get a tombstone row. Those rows are appended as one new
+A refresh stats every file (and its metadata sidecar). A file whose signature (size,
+mtime, ctime, inode of file and sidecar, the sidecar's bytes) differs from the row that
+described it last is then compared by content (``content_key``: the document's bytes,
+its sidecar's bytes, whether each can be read, where a link points): only a file whose
+content changed is parsed and written, so a file touched back to identical content
+publishes nothing. Files that vanished get a tombstone row. Those rows are appended as one new
 segment on top of the previous version, so a refresh that touched 1% of the files
 parses and writes 1% of the rows. Readers take the newest row per ``source_path``.
 
@@ -18,16 +21,25 @@ import json
 import os
 import stat
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..ingest.documents import SIDECAR_SUFFIX, CorpusError, Document, DocumentError, read_document
+from ..ingest.documents import (
+    SIDECAR_SUFFIX,
+    CorpusError,
+    Document,
+    DocumentError,
+    read_document,
+    sidecar_path,
+)
 from ..ingest.parsers import SUFFIXES, max_file_bytes, structure_from_json, structure_to_json
 from ..sensitivity import is_restricted
-from .common import RAW, CheckOutcome, StepResult, last_row_per_key
+from .common import RAW, SNAPSHOT, CheckOutcome, StepResult, last_row_per_key
 from .versioned import (
     Append,
     Published,
@@ -38,7 +50,7 @@ from .versioned import (
 )
 
 RAW_COLUMNS = ("doc_id", "title", "text", "metadata", "sensitivity", "source_path", "content_hash",
-               "parse_error", "file_sig", "deleted", "raw_version", "label_problem", "structure")
+               "parse_error", "file_sig", "deleted", "raw_version", "label_problem", "structure", "file_hash")
 # Everything but the text: what change detection and the checks need.
 STATE_COLUMNS = ["doc_id", "source_path", "content_hash", "parse_error", "file_sig", "sensitivity", "deleted",
                  "label_problem"]
@@ -52,8 +64,11 @@ def _sig(st: os.stat_result) -> str:
     return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
 
 
-def _sidecar_sig(path: str) -> str:
-    """Stat signature plus a hash of the content: sidecars are small and carry the labels.
+def _sidecar_state(path: str) -> tuple[str, str]:
+    """(stat signature, content) of a sidecar; content is a hash of its bytes, or what
+    stands in for them: ``unresolvable`` (dangling link), the file type (directory, FIFO,
+    too large), ``unreadable``, or ``-`` when there is none. Sidecars are small and carry
+    the labels, so they are read on every scan.
 
     Never raises and never blocks: a dangling link, a directory, a FIFO or an unreadable
     file gets a signature of what can be seen (the link itself), and the document reader
@@ -63,16 +78,64 @@ def _sidecar_sig(path: str) -> str:
         st = os.stat(path)
     except OSError:
         try:
-            return f"{_sig(os.lstat(path))}:unresolvable"
+            return _sig(os.lstat(path)), "unresolvable"
         except OSError:
-            return "-"
+            return "", "-"
     if not stat.S_ISREG(st.st_mode) or st.st_size > max_file_bytes():
-        return f"{_sig(st)}:{stat.S_IFMT(st.st_mode):o}"
+        return _sig(st), f"{stat.S_IFMT(st.st_mode):o}"
     try:
         digest = hashlib.sha1(Path(path).read_bytes()).hexdigest()[:16]
     except OSError:
         digest = "unreadable"
-    return f"{_sig(st)}:{digest}"
+    return _sig(st), digest
+
+
+def _sidecar_sig(path: str) -> str:
+    """Stat signature plus the content of a sidecar (``-``: none)."""
+    sig, content = _sidecar_state(path)
+    return f"{sig}:{content}" if sig else content
+
+
+def _link_note(path: str, folder: Path) -> str:
+    """Where a symlink points, relative to the library folder ('' for a plain file): the
+    reader refuses a link leaving the library, so re-pointing one is a change of content."""
+    if not os.path.islink(path):
+        return ""
+    return "->" + os.path.relpath(os.path.realpath(path), os.path.realpath(folder))
+
+
+def _bytes_digest(path: str) -> str:
+    """A hash of a document's bytes (streamed), or why they cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return f"unresolvable:{exc.errno}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"type:{stat.S_IFMT(st.st_mode):o}"
+    if st.st_size > max_file_bytes():  # refused by the parser whatever it holds: not read
+        return f"too_large:{st.st_size}"
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+    except OSError as exc:
+        return f"unreadable:{exc.errno}"
+    return h.hexdigest()
+
+
+def content_key(path: str, folder: Path) -> str:
+    """What a document's row is built from, as one hash: the document's bytes (front
+    matter and HTML meta labels included), its sidecar's bytes, whether each could be
+    read, where a link points and, for a link, its target's sidecar (the link takes the
+    stricter label). Equal keys parse to equal rows; any change of a label's source or
+    of its readability changes the key, so it is never skipped as unchanged."""
+    side = str(sidecar_path(Path(path)))
+    parts = [_link_note(path, folder), _bytes_digest(path), _link_note(side, folder), _sidecar_state(side)[1]]
+    if os.path.islink(path):
+        target = os.path.realpath(path)
+        parts.append(_sidecar_state(os.path.splitext(target)[0] + SIDECAR_SUFFIX)[1])
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]
 
 
 def _link_target_sig(path: str) -> str:
@@ -144,22 +207,32 @@ def raw_state(pub: Published | None, *, columns: list[str] | None = None) -> pa.
         for c in ("source_path", "deleted"):
             if c not in cols:
                 cols.append(c)
-    if cols is not None:  # older tables lack some columns: read what is there
-        have = set(pq.read_schema(pub.table_paths("documents")[-1]).names)
-        cols = [c for c in cols if c in have]
-    table = read_segments(pub, "documents", columns=cols)
+    table = _read_present(pub, cols) if cols is not None else read_segments(pub, "documents")
     if "deleted" not in table.column_names:  # a table written before tombstones existed
         return table
     return _current_rows(table)
 
 
+def _read_present(pub: Published, cols: list[str]) -> pa.Table:
+    """``cols`` of every segment, each read with the columns it has: a column added later
+    (``file_hash``, ``structure``) reads as null in the segments written before it."""
+    paths = pub.table_paths("documents")
+    if not paths or not all(p.exists() for p in paths):
+        return read_segments(pub, "documents", columns=cols)  # its error names what is missing
+    parts = []
+    for p in paths:
+        have = set(pq.read_schema(p).names)
+        parts.append(pq.read_table(p, columns=[c for c in cols if c in have]))
+    return parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="permissive")
+
+
 def _row(doc: Document | None, error: DocumentError | None, *, doc_id: str, source_path: str, sig: str,
-         version: str, deleted: bool = False) -> dict:
+         version: str, key: str | None = None, deleted: bool = False) -> dict:
     return {"doc_id": doc_id, "title": doc.title if doc else "", "text": doc.text if doc else None,
             "metadata": json.dumps(doc.metadata, ensure_ascii=False, sort_keys=True) if doc else "{}",
             "sensitivity": doc.metadata["sensitivity"] if doc else None,
             "source_path": source_path, "content_hash": doc.content_hash if doc else None,
-            "parse_error": error.error if error else None, "file_sig": sig, "deleted": deleted,
+            "parse_error": error.error if error else None, "file_sig": sig, "file_hash": key, "deleted": deleted,
             "raw_version": version, "label_problem": (doc.label_problem or None) if doc else None,
             # Parser structure marks as JSON; rows written before this column read as ().
             "structure": structure_to_json(doc.structure) if doc else None}
@@ -179,15 +252,72 @@ def relative_name(path: str, folder: Path) -> str:
         return Path(path).name
 
 
-def _current_map(pub: Published | None) -> dict[str, tuple[str, str, str | None, str | None, str | None]] | None:
-    """source_path -> (doc_id, file_sig, parse_error, sensitivity, label_problem) of a raw
-    version's current rows."""
-    state = raw_state(pub, columns=STATE_COLUMNS)
+class _Known(NamedTuple):
+    """What the current row of one file says (the fields change detection and the metadata need)."""
+
+    doc_id: str
+    sig: str
+    error: str | None
+    sensitivity: str | None
+    label_problem: str | None
+    key: str | None  # content_key when the row was written (None: a row from before content keys)
+
+
+def _current_map(pub: Published | None) -> dict[str, _Known] | None:
+    """source_path -> what the current row of that file says, for a raw version."""
+    state = raw_state(pub, columns=[*STATE_COLUMNS, "file_hash"])
     if state is None or "file_sig" not in state.column_names or "label_problem" not in state.column_names:
         return None  # nothing yet, or a table written before signatures/labels: parse everything once
-    cols = [state.column(c).to_pylist()
-            for c in ("source_path", "doc_id", "file_sig", "parse_error", "sensitivity", "label_problem")]
-    return {p: (d, sig, err, sen, lp) for p, d, sig, err, sen, lp in zip(*cols, strict=True)}
+    n = state.num_rows
+    cols = [state.column(c).to_pylist() if c in state.column_names else [None] * n
+            for c in ("source_path", "doc_id", "file_sig", "parse_error", "sensitivity", "label_problem",
+                      "file_hash")]
+    return {p: _Known(*rest) for p, *rest in zip(*cols, strict=True)}
+
+
+@dataclass
+class RawPlan:
+    """What a refresh of one library must (re)parse, from the disk and the current rows."""
+
+    files: dict[str, str]  # source_path -> signature (scan_library)
+    todo: list[str]  # new files and files whose content changed: parsed and written
+    gone: list[str]  # files that vanished: a tombstone each
+    keys: dict[str, str]  # content_key of each file whose signature changed
+    touched: int  # files whose signature changed but content did not: nothing written
+    folder_errors: list[str] = field(default_factory=list)
+
+
+def plan_refresh(folder: Path, known: dict[str, _Known]) -> RawPlan:
+    """Compare the folder with the current rows: the cheap signature first, then, only for
+    files whose signature changed, the content key. A file only touched (same bytes, same
+    sidecar, same readability) is left as it is: it publishes nothing."""
+    folder_errors: list[str] = []
+    files = scan_library(folder, folder_errors)
+    stale = [p for p, sig in files.items() if p not in known or known[p].sig != sig]
+    keys = {p: content_key(p, folder) for p in stale}
+    todo = [p for p in stale if p not in known or known[p].key is None or known[p].key != keys[p]]
+    gone = [p for p in known if p not in files]
+    return RawPlan(files, todo, gone, keys, len(stale) - len(todo), folder_errors)
+
+
+def refresh_reason(wh: VersionedTables, corpus_root: Path, library: str) -> str | None:
+    """Why a refresh of ``library`` would publish something, or None when the warehouse
+    already serves what is on disk (the sensor's test on its first look at a library).
+
+    ``not built``: no raw version yet; ``files changed``: a file is new, gone, or changed
+    in content; ``not published``: the latest raw version is not the one the latest
+    snapshot names (a refresh stopped half way)."""
+    prev = wh.latest(RAW, library)
+    known = _current_map(prev)
+    if prev is None or known is None:
+        return "not built"
+    plan = plan_refresh(Path(corpus_root) / library, known)
+    if plan.todo or plan.gone:
+        return "files changed"
+    snap = wh.latest(SNAPSHOT, library)
+    if snap is None or snap.manifest["metadata"].get("raw_documents") != prev.version:
+        return "not published"
+    return None
 
 
 @library_step
@@ -197,16 +327,14 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
     index PATH --library NAME``: PATH is library NAME; symlinks stay bounded by ``corpus_root``)."""
     t0 = time.perf_counter()
     folder = Path(folder) if folder is not None else Path(corpus_root) / library
-    folder_errors: list[str] = []
-    files = scan_library(folder, folder_errors)
     prev = wh.latest(RAW, library)
     known = None if rescan else _current_map(prev)
     whole = known is None
     known = known or {}
+    plan = plan_refresh(folder, known)
+    files, todo, gone = plan.files, plan.todo, plan.gone
     version_hint = f"v{(int(prev.version[1:]) + 1) if prev else 1:06d}"
-    todo = [p for p, sig in files.items() if p not in known or known[p][1] != sig]
-    gone = [p for p in known if p not in files]
-    owner = {v[0]: p for p, v in known.items() if not v[2] and p not in gone}
+    owner = {v.doc_id: p for p, v in known.items() if not v.error and p not in gone}
     rows: list[dict] = []
     n_new = n_changed = 0
     for p in todo:
@@ -214,39 +342,41 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
         doc_id = f"{library}/{path.stem}"
         n_changed += p in known
         n_new += p not in known
+        cell = {"source_path": p, "sig": files[p], "key": plan.keys[p], "version": version_hint}
         try:
             doc = read_document(path, library, root=Path(corpus_root), folder=folder)
         except CorpusError as exc:
-            rows.append(_row(None, DocumentError(p, str(exc)), doc_id=doc_id, source_path=p, sig=files[p],
-                             version=version_hint))
+            rows.append(_row(None, DocumentError(p, str(exc)), doc_id=doc_id, **cell))
             continue
         other = owner.get(doc.doc_id)
         if other is not None and other != p and other in files:
             err = DocumentError(p, f"duplicate document id {doc.doc_id!r}: {relative_name(other, folder)} "
                                    f"already has it")
-            rows.append(_row(None, err, doc_id=doc_id, source_path=p, sig=files[p], version=version_hint))
+            rows.append(_row(None, err, doc_id=doc_id, **cell))
             continue
         owner[doc.doc_id] = p
-        rows.append(_row(doc, None, doc_id=doc.doc_id, source_path=p, sig=files[p], version=version_hint))
+        rows.append(_row(doc, None, doc_id=doc.doc_id, **cell))
     for p in gone:
-        rows.append(_row(None, None, doc_id=known[p][0], source_path=p, sig="", version=version_hint, deleted=True))
+        rows.append(_row(None, None, doc_id=known[p].doc_id, source_path=p, sig="", version=version_hint,
+                         deleted=True))
     # The library's current state after this refresh, for the metadata (no re-read).
     current = {p: v for p, v in known.items() if p in files}
     for r in rows:
         if not r["deleted"]:
-            current[r["source_path"]] = (r["doc_id"], r["file_sig"], r["parse_error"], r["sensitivity"],
-                                         r["label_problem"])
-    errors = sorted((p, v[2]) for p, v in current.items() if v[2])
-    failed = [f"{relative_name(p, folder)}: {e}" for p, e in errors] + folder_errors
-    label_problems = sorted((relative_name(p, folder), v[4]) for p, v in current.items() if not v[2] and v[4])
+            current[r["source_path"]] = _Known(r["doc_id"], r["file_sig"], r["parse_error"], r["sensitivity"],
+                                               r["label_problem"], r["file_hash"])
+    errors = sorted((p, v.error) for p, v in current.items() if v.error)
+    failed = [f"{relative_name(p, folder)}: {e}" for p, e in errors] + plan.folder_errors
+    label_problems = sorted((relative_name(p, folder), v.label_problem) for p, v in current.items()
+                            if not v.error and v.label_problem)
     counts = {"documents": len(current) - len(errors), "parse_failures": len(failed),
-              "restricted_documents": sum(1 for v in current.values() if not v[2] and is_restricted(v[3])),
+              "restricted_documents": sum(1 for v in current.values() if not v.error and is_restricted(v.sensitivity)),
               "label_problems": len(label_problems)}
-    meta = {"parsed": len(todo), "new_files": n_new, "changed_files": n_changed, "deleted_files": len(gone), **counts,
-            "failed_files": failed[:100],
+    meta = {"parsed": len(todo), "new_files": n_new, "changed_files": n_changed, "deleted_files": len(gone),
+            "touched_unchanged": plan.touched, **counts, "failed_files": failed[:100],
             "invalid_labels": [f"{p}: {e}" for p, e in label_problems[:100]]}
     if prev is not None and not rows and not rescan:
-        pub = prev  # nothing changed on disk: keep the published version
+        pub = prev  # nothing changed in content: keep the published version
     elif prev is None or whole:
         pub = wh.write(RAW, library, {"documents": _rows_table([r for r in rows if not r["deleted"]])}, meta)
     else:

@@ -279,7 +279,7 @@ def test_restricted_documents_leave_no_row_id_offset_or_hash(tmp_path):
     wh = _build(tmp_path, corpus, extras=False)
     raw = [r for r in wh.read(P.RAW, LIB, "documents").to_pylist() if r["doc_id"] != f"{LIB}/open"]
     secret_ids = {r["doc_id"] for r in raw}
-    secret_hashes = {r["content_hash"] for r in raw if r["content_hash"]}
+    secret_hashes = {r[k] for r in raw for k in ("content_hash", "file_hash") if r.get(k)}  # file_hash: raw.py
     secret_chunks = {r["chunk_id"] for r in wh.read(P.CHUNKS, LIB, "chunks").to_pylist() if r["doc_id"] in secret_ids}
     state = wh.read(P.CHUNKS, LIB, "doc_state").to_pylist() + wh.read(P.CHUNKS, LIB, "doc_versions").to_pylist()
     secret_fps = {r[k] for r in state if r["doc_id"] in secret_ids

@@ -300,6 +300,15 @@ def test_key_file_holds_hashes_and_reloads_without_restart(keyed, keyfile):
     assert keyed.get("/v1/libraries", headers=bearer(new_key)).status_code == 401
 
 
+def test_a_corrupt_key_file_fails_closed(tmp_path):
+    path = tmp_path / "keys.json"
+    _, key = K.create_key(path, ["acme_reports"])
+    ring = K.KeyRing(path)
+    assert ring.authenticate(key) is not None
+    path.write_text("{ not json", encoding="utf-8")
+    assert ring.authenticate(key) is None
+
+
 def test_keys_command(tmp_path, capsys):
     path = tmp_path / "k.json"
     assert K.keys_main(["create", "--keys-file", str(path), "--library", "acme_reports",

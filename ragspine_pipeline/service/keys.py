@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import hmac
 import json
+import logging
 import os
 import secrets
 import sys
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings
+
+log = logging.getLogger("ragspine.service")
 
 KEYS_FILE_ENV = "RAGSPINE_KEYS_FILE"
 PREFIX = "rsk_"
@@ -164,7 +167,11 @@ class KeyRing:
         if stamp == self._stamp and self._stamp is not None:
             return
         with self._lock:
-            entries = read_entries(self.path) if stamp is not None else []
+            try:
+                entries = read_entries(self.path) if stamp is not None else []
+            except KeyFileError as exc:  # fail closed: no key is valid until the file reads again
+                log.error("%s; every request is refused until it is fixed", exc)
+                entries = []
             self._by_id = {e.id: e for e in entries if not e.revoked}
             self._stamp = stamp
 

@@ -128,6 +128,41 @@ def child(warehouse: str, queries: int, dump: str | None, data: str, preload: bo
     print(json.dumps(out))
 
 
+def throughput_child(warehouse: str, queries: int, data: str, rounds: int = 7) -> None:
+    """Mapped vs today's in-memory path, one process, rounds alternating (same machine load
+    for both): ``retrieve(q, top_k=10)`` over the first ``queries`` SciFact queries, warm.
+    The in-memory retriever is the token path (``_published_files`` answering None, as for a
+    version written before the files)."""
+    from ragspine_pipeline.eval.beir import load_beir
+    from ragspine_pipeline.serving import open_published_retriever
+    from ragspine_pipeline.warehouse import pipeline as P
+
+    qs = list(load_beir(Path(data) / "scifact").queries.values())[:queries]
+    mapped = open_published_retriever(warehouse, LIBRARY, mode="bm25")
+    real = P._published_files
+    P._published_files = lambda *a, **k: None
+    try:
+        built = open_published_retriever(warehouse, LIBRARY, mode="bm25")
+    finally:
+        P._published_files = real
+    times: dict[str, list[float]] = {"mapped": [], "in_memory": []}
+    for r in (mapped, built):  # warm: first-touch checksums, page faults, kernel caches
+        for q in qs:
+            r.retrieve(q, top_k=10)
+    for _ in range(rounds):
+        for name, r in (("mapped", mapped), ("in_memory", built)):
+            t0 = time.perf_counter()
+            for q in qs:
+                r.retrieve(q, top_k=10)
+            times[name].append((time.perf_counter() - t0) / len(qs) * 1000)
+    ratios = [b / m for m, b in zip(times["mapped"], times["in_memory"], strict=True)]
+    print(json.dumps({"queries": len(qs), "rounds": rounds,
+                      "mapped_ms_per_query": [round(x, 4) for x in times["mapped"]],
+                      "in_memory_ms_per_query": [round(x, 4) for x in times["in_memory"]],
+                      "qps_ratio_mapped_over_in_memory_median": round(statistics.median(ratios), 3),
+                      "qps_ratio_best_of": round(min(times["in_memory"]) / min(times["mapped"]), 3)}))
+
+
 def run_child(warehouse: Path, queries: int, dump: Path | None, data: Path, preload: bool = False) -> dict:
     cmd = [sys.executable, __file__, "--child", str(warehouse), "--queries", str(queries), "--data", str(data),
            *(["--preload-kernels"] if preload else [])]
@@ -151,8 +186,12 @@ def main() -> None:
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--dump", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--preload-kernels", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--throughput-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     data = use_data(args.data)
+    if args.child and args.throughput_child:
+        throughput_child(args.child, args.queries, str(data))
+        return
     if args.child:
         child(args.child, args.queries, args.dump, str(data), args.preload_kernels)
         return
@@ -170,6 +209,9 @@ def main() -> None:
     report["load_before"] = os.getloadavg()
     runs = [run_child(cache / "warehouse", args.queries, answers if i == 0 else None, data) for i in range(args.runs)]
     warm = [run_child(cache / "warehouse", args.queries, None, data, preload=True) for _ in range(args.runs)]
+    tp = subprocess.run([sys.executable, __file__, "--child", str(cache / "warehouse"), "--throughput-child",
+                         "--queries", "300", "--data", str(data)], capture_output=True, text=True, check=True)
+    report["throughput"] = json.loads(tp.stdout.strip().splitlines()[-1])
     report["load_after"] = os.getloadavg()
     report["runs"] = runs
     report["runs_kernels_preloaded"] = warm
@@ -205,6 +247,11 @@ def main() -> None:
               f"Answers ({runs[0].get('queries')} queries, top 10, {runs[0].get('query_s')} s): sha256 "
               f"`{report['answers_sha256'][:16]}`"
               + (f"; identical to the reference: {report['identical_to_reference']}" if args.reference else "")]
+    t = report["throughput"]
+    lines += ["", f"Query throughput, `retrieve(q, top_k=10)`, {t['queries']} queries, {t['rounds']} alternating "
+              f"rounds in one process: mapped {min(t['mapped_ms_per_query'])} ms/query (best), in-memory (token "
+              f"path) {min(t['in_memory_ms_per_query'])} ms/query; mapped/in-memory qps ratio median "
+              f"{t['qps_ratio_mapped_over_in_memory_median']}, best-of {t['qps_ratio_best_of']}."]
     (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     say_written([out / f"{stem}.json", out / f"{stem}.md"])
     print(json.dumps({k: report[k] for k in ("open_s_median", "open_s_max", "peak_growth_mib_max",

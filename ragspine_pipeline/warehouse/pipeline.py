@@ -71,7 +71,7 @@ from .common import (
 )
 from .lexical_files import bm25_file, open_bm25_file, write_bm25_file
 from .raw import build_raw_documents, raw_state, table_documents
-from .served_records import SERVED_FILE, open_served_records, write_served_records
+from .served_records import open_served_records, records_current, write_served_records
 from .snapshots import (
     _served_now,
     chunker_name,
@@ -243,7 +243,7 @@ def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None 
 
 def _has_files(pub: Published) -> bool:
     """Whether a lexical version carries its BM25 file and served records (older ones do not)."""
-    return bm25_file(pub.path) is not None and (pub.path / SERVED_FILE).is_file()
+    return bm25_file(pub.path) is not None and records_current(pub.path)
 
 
 def _write_served_files(wh: VersionedTables, library: str, pub: Published, pub_chunks: Published) -> dict[str, Any]:

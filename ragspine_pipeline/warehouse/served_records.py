@@ -19,10 +19,12 @@ The file holds chunk text: it is owner-only (0600), as the chunks Parquet is.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import os
 import zlib
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +36,20 @@ from ..retrieval.lexical.bm25_format import CorruptIndexError, IndexFormatError
 
 SERVED_FILE = "served_chunks.arrow"
 SERVED_META = "served_chunks.json"
-RECORDS_FORMAT = 1
+RECORDS_FORMAT = 2
 BATCH_ROWS = 2048
 # Read whole at open (ids, labels, languages): first in each batch, so the pages an open
 # touches are contiguous runs rather than a little of every column.
 OPEN_COLUMNS = ("chunk_id", "sensitivity", "language")
+# The fields a filter or a whole-set question reads as columns (HybridRetriever's filter
+# fields); every row is also kept whole as JSON in ROW_COLUMN, so building the chunk of a
+# hit is one read and one parse, not a scalar per column.
+FIELD_COLUMNS = (*OPEN_COLUMNS, "doc_id", "title", "topic", "entity", "geography", "period", "valid_as_of",
+                 "chunker", "parent_id", "version")
+ROW_COLUMN = "row"
 
-__all__ = ["RECORDS_FORMAT", "SERVED_FILE", "SERVED_META", "open_served_records", "write_served_records"]
+__all__ = ["RECORDS_FORMAT", "SERVED_FILE", "SERVED_META", "open_served_records", "records_current",
+           "write_served_records"]
 
 
 def _crc(arr: pa.Array) -> int:
@@ -60,21 +69,23 @@ def write_served_records(version_dir: str | os.PathLike[str], table: pa.Table) -
     owner-only; the checksums are taken from the file as it will be read. Returns the
     manifest metadata to report."""
     folder = Path(version_dir)
-    table = table.select([*(c for c in OPEN_COLUMNS if c in table.column_names),
-                          *(c for c in table.column_names if c not in OPEN_COLUMNS)])
+    fields = [c for c in FIELD_COLUMNS if c in table.column_names]
+    schema = pa.schema([*(table.schema.field(c) for c in fields), pa.field(ROW_COLUMN, pa.string())])
     path, tmp = folder / SERVED_FILE, folder / f".{SERVED_FILE}.tmp-{os.getpid()}"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as fh, pa.ipc.new_file(fh, table.schema) as writer:
+        with os.fdopen(fd, "wb") as fh, pa.ipc.new_file(fh, schema) as writer:
             for batch in table.to_batches(max_chunksize=BATCH_ROWS):
-                writer.write_batch(batch)
+                rows = pa.array([json.dumps(r, default=_jsonable) for r in batch.to_pylist()], pa.string())
+                writer.write_batch(pa.record_batch([*(batch.column(c) for c in fields), rows], schema=schema))
         with pa.memory_map(str(tmp)) as src:
             reader = pa.ipc.open_file(src)
             starts = [0]
             for i in range(reader.num_record_batches):
                 starts.append(starts[-1] + reader.get_batch(i).num_rows)
             meta = {"format": RECORDS_FORMAT, "rows": table.num_rows, "bytes": tmp.stat().st_size,
-                    "columns": table.column_names, "batch_starts": starts, "crc32": _batch_crcs(reader)}
+                    "columns": schema.names, "batch_starts": starts, "crc32": _batch_crcs(reader),
+                    "timestamps": [f.name for f in table.schema if pa.types.is_timestamp(f.type)]}
         side = folder / SERVED_META
         side.write_text(json.dumps(meta), encoding="utf-8")
         os.replace(tmp, path)
@@ -85,6 +96,12 @@ def write_served_records(version_dir: str | os.PathLike[str], table: pa.Table) -
     return {"served_file": SERVED_FILE, "served_rows": table.num_rows, "served_bytes": meta["bytes"]}
 
 
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"a served record holds a {type(value).__name__}")
+
+
 class _Checks:
     """Which (batch, column) checksums have been verified; raises naming the file."""
 
@@ -92,8 +109,11 @@ class _Checks:
         self.path, self.table = path, table
         self.names: list[str] = list(meta["columns"])
         self.crcs = meta["crc32"]
-        self.starts = np.asarray(meta["batch_starts"], np.int64)
         self.ok = np.zeros((len(self.crcs), len(self.names)), np.bool_)
+        self.batch_ok = np.zeros(len(self.crcs), np.bool_)
+        self.start_list: list[int] = [int(x) for x in meta["batch_starts"]]
+        self.rows = [table.column(ROW_COLUMN).chunk(b) for b in range(len(self.crcs))]
+        self.timestamps: list[str] = list(meta.get("timestamps", ()))
 
     def _check(self, b: int, c: int) -> None:
         if not self.ok[b, c]:
@@ -102,10 +122,21 @@ class _Checks:
                                                    f"{self.names[c]!r}")
             self.ok[b, c] = True
 
+    def read_row(self, j: int) -> dict[str, Any]:
+        """Row ``j`` as the stored dict (what ``to_pylist`` of the chunks table gives)."""
+        b = bisect.bisect_right(self.start_list, j) - 1
+        row = json.loads(self.rows[b][j - self.start_list[b]].as_py())
+        for name in self.timestamps:
+            if row.get(name) is not None:
+                row[name] = datetime.fromisoformat(row[name])
+        return row
+
     def row(self, j: int) -> None:
-        b = int(np.searchsorted(self.starts, j, side="right")) - 1
-        for c in range(len(self.names)):
-            self._check(b, c)
+        b = bisect.bisect_right(self.start_list, j) - 1
+        if not self.batch_ok[b]:
+            for c in range(len(self.names)):
+                self._check(b, c)
+            self.batch_ok[b] = True
 
     def column(self, name: str) -> None:
         if name in self.names:
@@ -114,9 +145,18 @@ class _Checks:
                 self._check(b, c)
 
 
+def records_current(version_dir: str | os.PathLike[str]) -> bool:
+    """Whether the version has served records in this code's format (else a refresh writes them)."""
+    try:
+        meta = json.loads((Path(version_dir) / SERVED_META).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (Path(version_dir) / SERVED_FILE).is_file() and meta.get("format") == RECORDS_FORMAT
+
+
 def open_served_records(version_dir: str | os.PathLike[str]) -> ChunkColumns | None:
     """The version's served rows, memory-mapped, as ``ChunkColumns``; None for a version
-    written before there were any. Raises ``CorruptIndexError`` (truncated, damaged,
+    written before there were any, or in an older layout. Raises ``CorruptIndexError`` (truncated, damaged,
     sidecar missing) or ``IndexFormatError`` (another format) naming the file."""
     path = Path(version_dir) / SERVED_FILE
     if not path.is_file():
@@ -125,6 +165,8 @@ def open_served_records(version_dir: str | os.PathLike[str]) -> ChunkColumns | N
         meta = json.loads((path.parent / SERVED_META).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise CorruptIndexError(path, f"its sidecar {SERVED_META} cannot be read: {exc}") from exc
+    if isinstance(meta.get("format"), int) and 0 < meta["format"] < RECORDS_FORMAT:
+        return None  # an older layout: served from tokens until the next refresh rewrites it
     if meta.get("format") != RECORDS_FORMAT:
         raise IndexFormatError(path, f"served records format {meta.get('format')!r}; this ragspine reads format "
                                      f"{RECORDS_FORMAT} (refresh the lexical index, or upgrade ragspine)")
@@ -145,4 +187,4 @@ def open_served_records(version_dir: str | os.PathLike[str]) -> ChunkColumns | N
         raise CorruptIndexError(path, "row, column or batch counts do not match its sidecar")
     checks = _Checks(path, table, meta)
     checks.column("chunk_id")  # ChunkColumns compares every id on construction
-    return ChunkColumns(table, verify_row=checks.row, verify_column=checks.column)
+    return ChunkColumns(table, verify_row=checks.row, verify_column=checks.column, read_row=checks.read_row)

@@ -12,7 +12,9 @@ columns without building any chunk.
 Rows are in chunk_id order with unique ids (checked here: the retriever's position order
 is chunk_id order). ``verify_row`` and ``verify_column``, when given, are called before a
 row is read into Python (with its position) and before a column is read whole (with its
-name): the warehouse checks the checksums of what is about to be read.
+name): the warehouse checks the checksums of what is about to be read. ``read_row``, when
+given, returns a row's stored dict by position (the warehouse keeps each row whole in one
+column, a single read); otherwise the row is read from the table's columns.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ class ChunkColumns(Sequence[StoredChunk]):
     """Chunks of an Arrow table (``chunks`` table columns), one ``StoredChunk`` per row on demand."""
 
     def __init__(self, table: pa.Table, *, verify_row: Callable[[int], None] | None = None,
-                 verify_column: Callable[[str], None] | None = None) -> None:
+                 verify_column: Callable[[str], None] | None = None,
+                 read_row: Callable[[int], dict[str, Any]] | None = None) -> None:
         if verify_column is not None:
             verify_column("chunk_id")
         ids = table.column("chunk_id")
@@ -46,7 +49,10 @@ class ChunkColumns(Sequence[StoredChunk]):
         self.table = table
         self._verify = verify_row
         self._verify_column = verify_column
+        self._read_row = read_row
         self._values: dict[str, np.ndarray] = {}
+        self._batches: list[pa.RecordBatch] | None = None
+        self._starts = np.zeros(1, np.int64)
 
     def __len__(self) -> int:
         return self.table.num_rows
@@ -66,11 +72,22 @@ class ChunkColumns(Sequence[StoredChunk]):
             raise IndexError(f"chunk position {i} outside 0..{n - 1}")
         if self._verify is not None:
             self._verify(j)
-        return row_to_chunk(self.table.slice(j, 1).to_pylist()[0])
+        if self._read_row is not None:
+            return row_to_chunk(self._read_row(j))
+        if self._batches is None:  # a row is sliced from its batch: Table.slice walks every chunk
+            self._batches = self.table.to_batches()
+            self._starts = np.cumsum([0, *(b.num_rows for b in self._batches)], dtype=np.int64)
+        b = int(np.searchsorted(self._starts, j, side="right")) - 1
+        batch, k = self._batches[b], j - int(self._starts[b])
+        # Scalar by scalar: a fifth of the cost of a one-row slice's to_pylist.
+        return row_to_chunk({n: col[k].as_py() for n, col in zip(batch.schema.names, batch.columns, strict=True)})
 
     def __iter__(self) -> Iterator[StoredChunk]:
         """Every chunk (whole-set consumers: an ``auto`` backend's vote, a lazy embed)."""
         self._verify_all()
+        if self._read_row is not None:
+            yield from (row_to_chunk(self._read_row(j)) for j in range(len(self)))
+            return
         for batch in self.table.to_batches(max_chunksize=4096):
             yield from (row_to_chunk(r) for r in batch.to_pylist())
 
@@ -138,7 +155,9 @@ class ChunkColumns(Sequence[StoredChunk]):
         """The rows where ``keep`` is true (still in chunk_id order)."""
         rows = np.flatnonzero(keep)
         self._verify_all()  # the rows are copied out: check them all first
-        return ChunkColumns(self.table.take(pa.array(rows)))
+        read = self._read_row
+        return ChunkColumns(self.table.take(pa.array(rows)),
+                            read_row=None if read is None else (lambda j: read(int(rows[j]))))
 
 
 def _ints(arr: pa.Array) -> np.ndarray:

@@ -88,6 +88,25 @@ def run_demo(questions: int = 4, top_k: int = 3) -> int:
     return 0
 
 
+def index_libraries(corpus_root: str, libraries: list[str], warehouse_root: str = ""):
+    """``ragspine index`` in a checkout: materialize every asset of each library folder of
+    ``corpus_root`` into the warehouse (empty: RAGSPINE_WAREHOUSE), one run per library
+    (recorded in DAGSTER_HOME when set). Yields ``(library, {asset: {key: value}},
+    {check: passed}, error)`` as each library finishes; a failed library never stops the others."""
+    warehouse = WarehouseResource(root=warehouse_root, corpus_root=corpus_root)
+    instance = dg.DagsterInstance.get() if _has_home() else dg.DagsterInstance.ephemeral()
+    for lib in libraries:
+        try:
+            result = materialize_library(lib, instance, warehouse, QUIET)
+        except Exception as exc:  # noqa: BLE001 - reported, then the next library runs
+            yield lib, {}, {}, f"{type(exc).__name__}: {str(exc)[:300]}"
+            continue
+        mats = {e.asset_key.to_user_string(): {k: v.value for k, v in
+                                                e.step_materialization_data.materialization.metadata.items()}
+                for e in result.get_asset_materialization_events()}
+        yield lib, mats, {c.check_name: bool(c.passed) for c in result.get_asset_check_evaluations()}, ""
+
+
 def _has_home() -> bool:
     import os
 

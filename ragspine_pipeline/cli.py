@@ -1,12 +1,15 @@
-"""``ragspine`` console script: demo, query, eval, graph, config.
+"""ragspine: offline retrieval with cited snippets (demo, index, query, eval, graph, config).
 
 ``ragspine demo`` ingests the embedded demo corpus into the warehouse chunk store
 (incrementally: unchanged documents keep their version) and answers sample questions
-with cited snippets. ``ragspine query`` asks one question; ``ragspine eval`` scores the
+with cited snippets. ``ragspine index PATH`` builds your own folder into the warehouse
+(one library per subfolder, or ``--library NAME`` for the whole folder) through the same
+steps; ``ragspine query`` asks one question; ``ragspine eval`` scores the
 retrieval stack on a BEIR-layout dataset. ``ragspine config`` prints the effective
 ``RAGSPINE_*`` settings and where each came from (``settings.config_main``).
 
-Every input error is one line on stderr that names the option, with exit code 2.
+Every input error is one line on stderr, ``ragspine: error: <option>: <what>``, with exit
+code 2 (argparse's own errors included): one prefix for every command.
 """
 
 from __future__ import annotations
@@ -16,12 +19,11 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import paths, serving, settings
+from . import indexing, paths, serving, settings
 from .corpus import ingest_folder, list_libraries, load_golden
 from .filter_input import (
     FilterValueError,
@@ -60,11 +62,16 @@ class CLIInputError(ValueError):
         self.option = option
 
 
+ERROR_PREFIX = "ragspine: error: "
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but an input error is one line (no usage block), exit code 2."""
+    """argparse, but an input error is one line (no usage block), exit code 2, with the
+    prefix every other error has (the subcommand, if any, after it)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        sub = self.prog.partition(" ")[2]
+        self.exit(2, f"{ERROR_PREFIX}{sub + ': ' if sub else ''}{message}\n")
 
 
 def _int_at_least(low: int) -> Callable[[str], int]:
@@ -173,7 +180,7 @@ def build_demo_store(warehouse: Path, corpus_root: Path = paths.DEMO_ROOT, *, qu
             rep = ingest_folder(store, corpus_root / lib)
             summary[lib] = {**rep.summary(), "seconds": round(time.perf_counter() - t0, 3)}
             for err in rep.errors:
-                print(f"  ! {err.path}: {err.error}", file=sys.stderr)
+                print(f"  ! unreadable {err.path}: {err.error}", file=sys.stderr)
             if not quiet:
                 s = summary[lib]
                 print(f"  {lib}: {s['new']} new, {s['changed']} changed, {s['unchanged']} unchanged, "
@@ -183,7 +190,7 @@ def build_demo_store(warehouse: Path, corpus_root: Path = paths.DEMO_ROOT, *, qu
 
 
 def open_retriever(warehouse: Path, *, mode: str | None, embedding: str | None,
-                   analyzer: str | None = None, glossary: Path | None = None,
+                   analyzer: str | None = None, glossary: Path | bool | None = None,
                    source: str = "auto", layers: dict[str, str | None] | None = None,
                    chunker: str | None = None, progress: bool = True) -> Any:
     """The retriever a command serves: ``serving.open_retriever``, the one assembly every
@@ -213,41 +220,30 @@ def describe_retriever(retriever: Any) -> str:
             f"dense={','.join(models) or 'off'}")
 
 
-@contextmanager
-def _env(**values: str) -> Iterator[None]:
-    """Set environment variables for the duration (the code location reads them)."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _dagster_demo(warehouse: Path, questions: int, top_k: int) -> int | None:
-    """Run the Dagster materialization of the demo (definitions.py at the repo root).
-
-    Loaded by file path on purpose: the engine package never imports Dagster itself; the
-    code location does. Returns None when Dagster or the code location is not there (an
-    installed wheel has no ``definitions.py``: only a checkout does). The
-    warehouse is handed over as ``RAGSPINE_WAREHOUSE`` (what the resources read); with
-    ``DAGSTER_HOME`` set the runs are recorded in that instance, so ``dagster dev`` shows
-    the first build's history.
-    """
+def _code_location() -> Any | None:
+    """The Dagster code location (definitions.py at the repo root), loaded by file path, or
+    None when Dagster or the file is not there (an installed wheel has no
+    ``definitions.py``: only a checkout does). By file path on purpose: the engine package
+    never imports Dagster itself; the code location does. Load it with the warehouse in
+    ``RAGSPINE_WAREHOUSE`` set (what the resources read)."""
     import importlib.util
 
     defs_path = paths.definitions_file()
     if importlib.util.find_spec("dagster") is None or defs_path is None or not defs_path.exists():
         return None
-    with _env(RAGSPINE_WAREHOUSE=str(warehouse.resolve())):
-        spec = importlib.util.spec_from_file_location("ragspine_definitions", defs_path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-        return int(module.run_demo(questions=questions, top_k=top_k))
+    spec = importlib.util.spec_from_file_location("ragspine_definitions", defs_path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _dagster_demo(warehouse: Path, questions: int, top_k: int) -> int | None:
+    """Run the Dagster materialization of the demo (None without a code location). With
+    ``DAGSTER_HOME`` set the runs are recorded in that instance, so ``dagster dev`` shows
+    the first build's history."""
+    with indexing.environment({"RAGSPINE_WAREHOUSE": str(warehouse.resolve())}):
+        module = _code_location()
+        return None if module is None else int(module.run_demo(questions=questions, top_k=top_k))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -275,10 +271,81 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dagster_root(sources: list[indexing.LibrarySource]) -> Path | None:
+    """The corpus root the code location reads ``<root>/<library>`` under, or None when a
+    library's folder is named otherwise (``--library NAME`` on a folder not called NAME)."""
+    if all(s.default_layout for s in sources):
+        return sources[0].corpus_root
+    if len(sources) == 1 and sources[0].folder.name == sources[0].name:
+        return sources[0].folder.parent
+    return None
+
+
+def _dagster_index(warehouse: Path, sources: list[indexing.LibrarySource]) -> list[indexing.LibraryReport] | None:
+    """Materialize the libraries through the code location (None: none here, or a layout it
+    cannot read); prints each library as its run finishes."""
+    root = _dagster_root(sources)
+    if root is None:
+        print(f"(--library {sources[0].name}: the code location reads <corpus root>/<library> and "
+              f"{sources[0].folder} is named otherwise; running the same engine steps in-process)")
+        return None
+    with indexing.environment({"RAGSPINE_WAREHOUSE": str(warehouse.resolve()), "RAGSPINE_CORPUS_ROOT": str(root)}):
+        module = _code_location()
+        if module is None:
+            return None
+        home = os.environ.get("DAGSTER_HOME")
+        print(f"materializing every asset of {len(sources)} libraries through the Dagster code location"
+              + (f"; runs recorded in DAGSTER_HOME={home}" if home else ""))
+        reports = []
+        for lib, mats, checks, error in module.index_libraries(str(root), [s.name for s in sources],
+                                                               str(warehouse.resolve())):
+            spec = str(mats.get("embeddings", {}).get("spec", ""))
+            report = (indexing.LibraryReport(lib, error=error) if error
+                      else indexing.report_from_metadata(lib, mats, checks, spec))
+            reports.append(report)
+            for line in report.lines():
+                print(line)
+        return reports
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    """``ragspine index PATH``: build a folder's libraries into the warehouse, then summarize."""
+    sources = indexing.plan_libraries(args.path, args.library)
+    warehouse = Path(args.warehouse)
+    if args.library is None:
+        loose = indexing.loose_files(sources[0].corpus_root)
+        if loose:
+            print(f"(not indexed: {len(loose)} files directly in {sources[0].corpus_root} belong to no subfolder "
+                  f"library: {', '.join(loose[:5])}{' …' if len(loose) > 5 else ''}; use --library NAME to index "
+                  "the folder as one library)", file=sys.stderr)
+    before = indexing.prior_glossary()
+    env = indexing.corpus_settings(args.path)
+    if args.embedding is not None:
+        env["RAGSPINE_EMBEDDING_BACKEND"] = args.embedding
+    print(f"RAGSpine index: {len(sources)} libraries of {sources[0].corpus_root} into {warehouse} "
+          f"({', '.join(s.name for s in sources)}); glossary {env.get('RAGSPINE_GLOSSARY', 'from RAGSPINE_GLOSSARY')}, "
+          f"graph dimensions {env.get('RAGSPINE_GRAPH_DIMENSIONS', 'from RAGSPINE_GRAPH_DIMENSIONS')}")
+    with indexing.environment(env):
+        reports = None if args.in_process else _dagster_index(warehouse, sources)
+        if reports is None:
+            print("running the engine steps in-process (no Dagster code location: "
+                  + ("--in-process given)" if args.in_process else "a plain install has no definitions.py, or "
+                     "the [pipeline] extra is missing)"))
+            reports = indexing.index_in_process(warehouse, sources, progress=print)
+        indexing.record_sources(warehouse, sources, args.path, others_glossary=before)
+    for line in indexing.summary_lines(reports, warehouse):
+        print(line)
+    print(f"ask it: ragspine query --warehouse {warehouse} \"your question\"")
+    return 1 if indexing.any_failed(reports) else 0
+
+
 def cmd_query(args: argparse.Namespace) -> int:
+    if not args.query.strip():  # an empty question would come back as five dense-only snippets
+        raise CLIInputError("query", "the question is empty; e.g. ragspine query \"revenue 2023\"")
     filters, by_option = combined_filters(args.filter, args.where)
     warehouse = Path(args.warehouse)  # read only: a path with nothing to serve is an error (exit 2)
     retriever = open_retriever(warehouse, mode=args.mode, embedding=args.embedding,
+                               glossary=indexing.warehouse_glossary(warehouse),
                                layers={"transform": args.transform, "postprocessor": args.postprocess},
                                chunker=args.chunker, progress=not args.json)
     check_filters_against(retriever, by_option)
@@ -316,8 +383,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"{'dataset':<16}{'mode':<8}{'chunker':<11}{'analyzer':<16}{'nDCG@10':>9}{'R@100':>8}{'MRR@10':>8}")
         print(f"{res['dataset']:<16}{res['mode']:<8}{res['chunker']:<11}{res['analyzer']:<16}"
               f"{res['ndcg@10']:>9.4f}{res['recall@100']:>8.4f}{res['mrr@10']:>8.4f}")
-        print(f"{c['documents']} docs, {c['chunks']} chunks, {c['queries']} queries; "
-              f"ingest {t['ingest']}s, index {t['index']}s, {t['per_query_ms']} ms/query")
+        print(f"{c['documents']} docs, {c['chunks']} chunks, {c['queries']} queries")
+        embedded = (f"; corpus embedding {t['embed']} s ({t['embed_items_per_s']} items/s)" if t.get("embed") else "")
+        print(f"indexing: ingest {t['ingest']} s, index {t['index']} s{embedded}")
+        print(f"querying: {t['per_query_ms']} ms/query ({t['queries']} s for {c['queries']} queries, "
+              "after the index was built)")
     return 0
 
 
@@ -381,8 +451,9 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="ragspine", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="ragspine", description=__doc__.splitlines()[0].replace("``", ""))
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           help="demo, index, query, eval, graph or config (each has --help)")
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--warehouse", default=str(default_warehouse()), help="warehouse folder")
@@ -398,9 +469,23 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--top-k", type=_positive_int, default=3, help="snippets per question (at least 1)")
     d.set_defaults(func=cmd_demo)
 
+    ix = sub.add_parser("index", help="build your own folder into the warehouse (one library per subfolder, or "
+                        "--library NAME for the whole folder), then query it")
+    ix.add_argument("path", help="the folder to index: each subfolder one library (.md .txt .html .pdf .docx; an "
+                    "unreadable file is reported and withheld); its glossary.json and dimensions.json, if any, "
+                    "are the corpus's glossary and graph dimensions")
+    ix.add_argument("--warehouse", default=str(default_warehouse()), help="warehouse folder to build into (other "
+                    "libraries in it are left as they are)")
+    ix.add_argument("--library", default=None, metavar="NAME", help="index the whole folder as one library NAME")
+    ix.add_argument("--embedding", default=None, help="embedding backend spec for this build (default: "
+                    "RAGSPINE_EMBEDDING_BACKEND / RAGSPINE_EMBEDDING, auto): " + ", ".join(EMBEDDING_SPECS))
+    ix.add_argument("--in-process", action="store_true", help="run the engine steps in this process even in a "
+                    "checkout (what a plain install does; no Dagster runs recorded)")
+    ix.set_defaults(func=cmd_index)
+
     q = sub.add_parser("query", help="ask one question, print cited snippets")
     common(q)
-    q.add_argument("query")
+    q.add_argument("query", help="the question, in any language (not empty), e.g. \"ACME revenue 2023\"")
     q.add_argument("--filter", action="append", help="metadata filter, repeatable, all must hold: "
                    "entity=ACME_CN, 'period>=2023', topic:in=risk,policy, period:between=2022,2023")
     q.add_argument("--where", help="filters as JSON, AND-combined with --filter, e.g. "
@@ -416,20 +501,25 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_query)
 
     e = sub.add_parser("eval", help="score retrieval on a BEIR-layout dataset")
-    e.add_argument("dataset_dir")
-    e.add_argument("--mode", default="bm25")
-    e.add_argument("--embedding", default=None)
-    e.add_argument("--chunker", default="document", choices=["document", "paragraph"])
-    e.add_argument("--max-chars", type=_positive_int, default=None)
+    e.add_argument("dataset_dir", help="a BEIR-layout folder: corpus.jsonl, queries.jsonl, qrels/test.tsv")
+    e.add_argument("--mode", default="bm25", help="retrieval mode: bm25 (default), hybrid, vector, auto, lexical, "
+                   "economy")
+    e.add_argument("--embedding", default=None, help="embedding backend spec for the dense modes (default: "
+                   "RAGSPINE_EMBEDDING): " + ", ".join(EMBEDDING_SPECS))
+    e.add_argument("--chunker", default="document", choices=["document", "paragraph"],
+                   help="document: one chunk per document (default); paragraph: the production chunker")
+    e.add_argument("--max-chars", type=_positive_int, default=None, help="paragraph chunk size in characters")
     e.add_argument("--analyzer", default=None, help="unicode[:LANG][+fold][+nostem][+nostop] (default: RAGSPINE_ANALYZER or unicode), or the older spec, stop, stem, english")
-    e.add_argument("--reranker", default=None)
+    e.add_argument("--reranker", default=None, help="rerank the candidates: cross_encoder, colbert, splade, llm "
+                   "(default: none)")
     e.add_argument("--limit", type=_positive_int, default=None, help="evaluate only the first N judged queries")
-    e.add_argument("--json", action="store_true")
-    e.add_argument("--no-progress", action="store_true")
+    e.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    e.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     e.set_defaults(func=cmd_eval)
 
     g = sub.add_parser("graph", help="cited answers from the relation graph: rollup, peers, trace, facts, ask")
-    gsub = g.add_subparsers(dest="graph_command", required=True)
+    gsub = g.add_subparsers(dest="graph_command", required=True, metavar="QUESTION_KIND",
+                            help="rollup, peers, trace, facts or ask (each has --help)")
     for name, what in (("rollup", "sum a metric over an entity's subsidiaries"),
                        ("peers", "an entity against its declared peers"),
                        ("trace", "a derived metric back to its cited inputs (flags disagreement)"),
@@ -439,7 +529,7 @@ def build_parser() -> argparse.ArgumentParser:
         gq.add_argument("metric", help="metric id, e.g. revenue, gross_margin")
         gq.add_argument("period", help="period, e.g. 2023, 2024H1")
     ga = gsub.add_parser("ask", help="read a question (metric + entities + period) and answer from the graph")
-    ga.add_argument("question")
+    ga.add_argument("question", help="e.g. \"ACME_GROUP revenue 2023\"")
     for gq in gsub.choices.values():
         gq.add_argument("--warehouse", default=str(default_warehouse()), help="warehouse folder")
         gq.add_argument("--library", default=None, help="one library (default: every library with a graph)")
@@ -475,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_choice_args(args)
         return int(args.func(args))
     except (FilterError, RetrievalModeError, GlossaryError, ValueError, FileNotFoundError, RuntimeError) as exc:
-        print(f"ragspine: error: {exc}", file=sys.stderr)
+        print(f"{ERROR_PREFIX}{exc}", file=sys.stderr)
         return 2
 
 

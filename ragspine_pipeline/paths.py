@@ -28,6 +28,11 @@ DEMO_ROOT = PACKAGE_ROOT / "demo_corpus"
 DEMO_GLOSSARY = DEMO_ROOT / "glossary.json"
 DEMO_GOLDEN = DEMO_ROOT / "golden_queries.json"
 DEMO_QUALITY_FLOOR = DEMO_ROOT / "quality_floor.json"
+SHIPPED_DIMENSIONS = PACKAGE_ROOT / "graph" / "dimensions.json"
+"""The relation graph's controlled dimensions of the demo corpus (ACME entities, metrics)."""
+CORPUS_GLOSSARY = "glossary.json"
+CORPUS_DIMENSIONS = "dimensions.json"
+"""A corpus root's own glossary and graph dimensions (``PATH/glossary.json``, ``PATH/dimensions.json``)."""
 INSTALLED_WAREHOUSE_DIR = "ragspine-warehouse"
 """The default warehouse folder name (in the current directory) outside a checkout."""
 _CHECKOUT_MARKERS = ("pyproject.toml", "definitions.py")
@@ -58,11 +63,37 @@ def default_corpus_root() -> Path:
     return Path(settings.get("RAGSPINE_CORPUS_ROOT") or DEMO_ROOT)
 
 
+def _is_demo(corpus_root: Path) -> bool:
+    try:
+        return Path(corpus_root).resolve() == DEMO_ROOT.resolve()
+    except OSError:
+        return False
+
+
+def corpus_glossary(corpus_root: str | Path) -> Path | None:
+    """The glossary that belongs to a corpus: its own ``glossary.json``, else none. Why not
+    the demo's: its ACME synonyms would rewrite every query of an unrelated corpus (the
+    demo glossary is the demo corpus's own file, so the demo keeps it)."""
+    path = Path(corpus_root) / CORPUS_GLOSSARY
+    return path if path.is_file() else None
+
+
+def corpus_dimensions(corpus_root: str | Path) -> Path | None:
+    """The graph dimensions that belong to a corpus: its own ``dimensions.json``, else none
+    (the shipped ACME dimensions belong to the demo corpus only: a SciFact build must not
+    get the demo's entities and metrics)."""
+    path = Path(corpus_root) / CORPUS_DIMENSIONS
+    if path.is_file():
+        return path
+    return SHIPPED_DIMENSIONS if _is_demo(Path(corpus_root)) else None
+
+
 def definitions_file() -> Path | None:
     """The Dagster code location (``definitions.py``), which only a checkout has."""
     root = checkout_root()
     return None if root is None else root / "definitions.py"
 
 
-__all__ = ["DEMO_GLOSSARY", "DEMO_GOLDEN", "DEMO_QUALITY_FLOOR", "DEMO_ROOT", "INSTALLED_WAREHOUSE_DIR",
-           "PACKAGE_ROOT", "checkout_root", "default_corpus_root", "default_warehouse", "definitions_file"]
+__all__ = ["CORPUS_DIMENSIONS", "CORPUS_GLOSSARY", "DEMO_GLOSSARY", "DEMO_GOLDEN", "DEMO_QUALITY_FLOOR", "DEMO_ROOT",
+           "INSTALLED_WAREHOUSE_DIR", "PACKAGE_ROOT", "SHIPPED_DIMENSIONS", "checkout_root", "corpus_dimensions",
+           "corpus_glossary", "default_corpus_root", "default_warehouse", "definitions_file"]

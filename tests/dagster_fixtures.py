@@ -38,6 +38,21 @@ class DemoWarehouse:
         return VersionedTables(self.root)
 
 
+def copy_demo_vocabulary(corpus: Path) -> None:
+    """Give a corpus copied from the demo the demo's glossary and graph dimensions as its
+    own files: a corpus root other than the demo's gets its own vocabulary or none."""
+    from ragspine_pipeline.paths import (
+        CORPUS_DIMENSIONS,
+        CORPUS_GLOSSARY,
+        DEMO_GLOSSARY,
+        SHIPPED_DIMENSIONS,
+    )
+
+    corpus.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(DEMO_GLOSSARY, corpus / CORPUS_GLOSSARY)
+    shutil.copyfile(SHIPPED_DIMENSIONS, corpus / CORPUS_DIMENSIONS)
+
+
 def demo_warehouse(tmp_path: Path, monkeypatch, libraries: tuple[str, ...] = ("acme_reports",), *,
                    embedding: str = "none") -> DemoWarehouse:
     """Copy ``libraries`` of the demo corpus under ``tmp_path`` and point RAGSPINE_WAREHOUSE,
@@ -45,6 +60,7 @@ def demo_warehouse(tmp_path: Path, monkeypatch, libraries: tuple[str, ...] = ("a
     corpus = tmp_path / "corpus"
     for lib in libraries:
         shutil.copytree(DEMO / lib, corpus / lib)
+    copy_demo_vocabulary(corpus)
     root = tmp_path / "warehouse"
     monkeypatch.setenv("RAGSPINE_WAREHOUSE", str(root))
     monkeypatch.setenv("RAGSPINE_CORPUS_ROOT", str(corpus))

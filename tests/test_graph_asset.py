@@ -18,6 +18,7 @@ from ragspine_pipeline.graph.step import load_relation_graph  # noqa: E402
 from ragspine_pipeline.paths import DEMO_ROOT  # noqa: E402
 from ragspine_pipeline.warehouse.versioned import VersionedTables  # noqa: E402
 from resources import WarehouseResource  # noqa: E402
+from tests.dagster_fixtures import copy_demo_vocabulary  # noqa: E402
 
 LIB = "acme_reports"
 
@@ -25,6 +26,7 @@ LIB = "acme_reports"
 def test_relation_graph_asset_materializes_and_reuses(tmp_path, monkeypatch):
     corpus = tmp_path / "corpus"
     shutil.copytree(DEMO_ROOT / LIB, corpus / LIB)
+    copy_demo_vocabulary(corpus)  # the demo's glossary and dimensions, as this corpus's own
     wh_root = tmp_path / "warehouse"
     monkeypatch.setenv("RAGSPINE_WAREHOUSE", str(wh_root))
     monkeypatch.setenv("RAGSPINE_CORPUS_ROOT", str(corpus))
@@ -61,6 +63,7 @@ def test_relation_graph_in_the_code_location_snapshot_and_catalog(tmp_path, monk
 
     corpus = tmp_path / "corpus"
     shutil.copytree(DEMO_ROOT / LIB, corpus / LIB)
+    copy_demo_vocabulary(corpus)  # the demo's glossary and dimensions, as this corpus's own
     wh_root = tmp_path / "warehouse"
     monkeypatch.setenv("RAGSPINE_WAREHOUSE", str(wh_root))
     monkeypatch.setenv("RAGSPINE_CORPUS_ROOT", str(corpus))
@@ -104,6 +107,7 @@ def test_redacted_catalog_leaves_out_graph_rows_of_hidden_documents(tmp_path, mo
 
     corpus = tmp_path / "corpus"
     shutil.copytree(DEMO_ROOT / LIB, corpus / LIB)
+    copy_demo_vocabulary(corpus)  # the demo's glossary and dimensions, as this corpus's own
     wh_root = tmp_path / "warehouse"
     warehouse = WarehouseResource(root=str(wh_root), corpus_root=str(corpus))
     definitions.materialize_library(LIB, dg.DagsterInstance.ephemeral(), warehouse, definitions.QUIET)

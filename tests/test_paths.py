@@ -121,7 +121,7 @@ def test_ragspine_config_bad_value_is_exit_2_and_one_clear_line(monkeypatch, cap
     assert main(["config"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1
-    assert err[0].startswith("ragspine config: RAGSPINE_RETRIEVAL_MODE='turbo'")
+    assert err[0].startswith("ragspine: error: config: RAGSPINE_RETRIEVAL_MODE='turbo'")
     assert "auto, hybrid, vector, economy, bm25, lexical" in err[0]
     # The same variable read by a serving command is the same one-line error, exit 2.
     assert main(["query", "x", "--warehouse", "/nonexistent"]) == 2

@@ -25,6 +25,7 @@ from ragspine_pipeline.sensitivity import is_restricted  # noqa: E402
 from ragspine_pipeline.warehouse import pipeline as P  # noqa: E402
 from ragspine_pipeline.warehouse.versioned import FAIL_ENV, VersionedTables  # noqa: E402
 from resources import RetrievalResource, WarehouseResource  # noqa: E402
+from tests.dagster_fixtures import copy_demo_vocabulary  # noqa: E402
 
 LIB = "acme_reports"
 
@@ -33,6 +34,7 @@ LIB = "acme_reports"
 def env(tmp_path, monkeypatch):
     corpus = tmp_path / "corpus"
     shutil.copytree(DEMO_ROOT / LIB, corpus / LIB)
+    copy_demo_vocabulary(corpus)  # the demo's glossary and dimensions, as this corpus's own
     wh_root = tmp_path / "warehouse"
     monkeypatch.setenv("RAGSPINE_WAREHOUSE", str(wh_root))
     monkeypatch.setenv("RAGSPINE_CORPUS_ROOT", str(corpus))

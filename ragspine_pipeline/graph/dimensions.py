@@ -4,6 +4,11 @@ Why a separate file: the graph must be deterministic and auditable, so which nam
 as an entity or a metric, who owns whom and how a ratio is derived are declared data,
 not guesses. The glossary (``demo_corpus/glossary.json`` in the package) adds aliases to these; it does
 not create new entities or metrics (it has no parent or unit information).
+
+Whose dimensions: ``RAGSPINE_GRAPH_DIMENSIONS`` (a file, or none/off), else the corpus's own
+``dimensions.json`` (``paths.corpus_dimensions`` of ``RAGSPINE_CORPUS_ROOT``), else none.
+The shipped ``dimensions.json`` (the ACME entities and metrics) is the demo corpus's: an
+unrelated corpus gets an empty set (a graph of documents only), never the demo's.
 """
 
 from __future__ import annotations
@@ -14,11 +19,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import settings
+from .. import paths, settings
 from ..retrieval.lexical.glossary import GlossaryGroup
 
 DIMENSIONS_ENV = "RAGSPINE_GRAPH_DIMENSIONS"
-DEFAULT_DIMENSIONS = Path(__file__).with_name("dimensions.json")
+DEFAULT_DIMENSIONS = paths.SHIPPED_DIMENSIONS  # the demo corpus's
+NO_DIMENSIONS = ("none", "off")
 METRIC_KINDS = ("money", "ratio")
 
 
@@ -122,9 +128,23 @@ def parse_dimensions(raw: Any, where: str = "dimensions") -> Dimensions:
                       tuple(derivations))
 
 
+def dimensions_path(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """The dimensions file in force: ``path``, else ``RAGSPINE_GRAPH_DIMENSIONS`` (none/off:
+    none), else the corpus root's own (the shipped one for the demo corpus), else None."""
+    if path:
+        return Path(path)
+    env = (settings.get(DIMENSIONS_ENV) or "").strip()
+    if env.lower() in NO_DIMENSIONS:
+        return None
+    return Path(env) if env else paths.corpus_dimensions(paths.default_corpus_root())
+
+
 def load_dimensions(path: str | os.PathLike[str] | None = None) -> Dimensions:
-    """The dimensions file at ``path``, else ``RAGSPINE_GRAPH_DIMENSIONS``, else the shipped demo one."""
-    p = Path(path or (settings.get(DIMENSIONS_ENV) or "").strip() or DEFAULT_DIMENSIONS)
+    """The dimensions of ``dimensions_path(path)``; none declared: an empty set (no
+    entity or metric is recognised, so no fact is extracted)."""
+    p = dimensions_path(path)
+    if p is None:
+        return Dimensions((), ())
     try:
         raw = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -10,14 +10,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import NoReturn
 
 from .model import SettingsError
 from .registry import GROUPS
 from .resolve import format_report, report
 
 
+class _Parser(argparse.ArgumentParser):
+    """An input error is one line with the prefix every ``ragspine`` error has, exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"ragspine: error: config: {message}\n")
+
+
 def build_parser(prog: str = "ragspine config") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Print the effective RAGSPINE_* settings and where "
+    p = _Parser(prog=prog, description="Print the effective RAGSPINE_* settings and where "
                                 "each value came from (default, environment, argument); secrets are masked.")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="check a value as an explicit argument would give it (repeatable)")
@@ -42,7 +50,7 @@ def config_main(argv: list[str] | None = None) -> int:
     try:
         rows = report(_overrides(args.set), group=args.group)
     except (KeyError, ValueError) as exc:  # an undeclared --set name, a malformed pair
-        print(f"ragspine config: {str(exc).strip(chr(39))}", file=sys.stderr)
+        print(f"ragspine: error: config: {str(exc).strip(chr(39))}", file=sys.stderr)
         return 2
     if args.changed:
         rows = [r for r in rows if r.source != "default" or r.error]
@@ -53,7 +61,7 @@ def config_main(argv: list[str] | None = None) -> int:
         print(format_report(rows), end="")
     errors = [r.error for r in rows if r.error]
     for e in errors:
-        print(f"ragspine config: {e}", file=sys.stderr)
+        print(f"ragspine: error: config: {e}", file=sys.stderr)
     return 2 if errors else 0
 
 

@@ -11,7 +11,8 @@ Python API, the ``RetrievalResource`` and the ``ask`` job)::
           ─▶ query layers + post-processors (make_query_layers: RAGSPINE_QUERY_TRANSFORM,
              _QUERY_DECOMPOSE, _ADAPTIVE, _CORRECTIVE, _AUTO_FILTERS, _POSTPROCESSOR)
 
-The glossary (the argument, else ``RAGSPINE_GLOSSARY``, else the demo glossary) is the one
+The glossary (the argument, else ``RAGSPINE_GLOSSARY``, else the corpus root's glossary.json —
+the demo glossary for the demo corpus) is the one
 file the index's multi-query rewriter, the rules router and the query layers all read.
 
 This module reads settings (the ``RAGSPINE_*`` variables, at call time), never the
@@ -26,8 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ... import settings
-from ...corpus import DEMO_ROOT
+from ... import paths, settings
 from ...llm.provider import LLMProvider
 from ..lexical.glossary import GlossaryError, GlossaryQueryRewriter
 from ..postprocess.base import Postprocessor
@@ -53,7 +53,9 @@ RerankerSpec = Reranker | ListwiseJudge | str | None
 
 def default_glossary_path() -> Path | None:
     """The glossary the default chain uses: ``RAGSPINE_GLOSSARY`` (a path, or none/off to
-    disable), else the demo corpus glossary when it is there."""
+    disable), else the corpus root's own ``glossary.json`` (``RAGSPINE_CORPUS_ROOT``; the
+    demo corpus by default, whose file is the demo glossary), else none: the demo's ACME
+    synonyms never rewrite the queries of another corpus."""
     env = settings.raw(GLOSSARY_ENV)  # exact text: set-but-empty disables, as none/off do
     if env is not None:
         if env.strip().lower() in _OFF:
@@ -62,8 +64,7 @@ def default_glossary_path() -> Path | None:
         if not path.is_file():
             raise GlossaryError(f"{GLOSSARY_ENV}={env!r}: no such glossary file")
         return path
-    demo = DEMO_ROOT / "glossary.json"
-    return demo if demo.is_file() else None
+    return paths.corpus_glossary(paths.default_corpus_root())
 
 
 def glossary_file(glossary: GlossarySpec = None) -> Path | None:

@@ -21,7 +21,9 @@ import importlib
 import importlib.util
 import os
 import shutil
+import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -142,8 +144,17 @@ def _prepare_e5(model: ShippedModel) -> tuple[Path, str]:
             {"model_type": "xlm-roberta", "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
              "hidden_size": 384, "max_position_embeddings": 514}))
 
+    # Once per machine, ~15 s: say so on stderr (the first demo sat silent meanwhile).
+    announce(f"converting the shipped multilingual-e5-small weights to ONNX (once; about 15 s) into {target}")
+    t0 = time.perf_counter()
     _publish_model_dir(target, fill)
+    announce(f"e5 ONNX model ready ({time.perf_counter() - t0:.1f} s)")
     return target, digest
+
+
+def announce(message: str) -> None:
+    """One progress line on stderr for a slow one-off step (never stdout: --json stays clean)."""
+    print(f"ragspine: {message}", file=sys.stderr, flush=True)
 
 
 def prepare_model(model: ShippedModel) -> tuple[Path, str]:

@@ -1,0 +1,391 @@
+"""``ragspine index``: a user's folder into the warehouse, one library per subfolder (or the
+whole folder as one library), by the same engine steps the Dagster assets call.
+
+Why here and not in the CLI: a plain install has no Dagster code location, so the steps
+must run in-process from the engine (this module, no Dagster); in a checkout the CLI
+materializes the assets instead (``definitions.index_libraries``) and both doors report
+through the same ``LibraryReport``. The step order and pruning are the assets':
+raw_documents -> chunks -> lexical_index, embeddings -> raptor_tree (opt-in) ->
+relation_graph -> retrieval_snapshot -> catalog. Every step is incremental, so an
+unchanged folder publishes nothing and writes no data file.
+
+The corpus's own ``glossary.json`` and ``dimensions.json`` (at the indexed PATH) apply to
+its libraries, or none: the demo's ACME files belong to the demo only. The warehouse
+records where each library came from (``libraries.json``) and keeps the union of the
+glossaries of its indexed libraries (``glossary.json``), so ``ragspine query`` rewrites
+queries with the corpus's own synonyms, never the demo's, and needs no access to PATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import paths, settings
+from .retrieval.lexical.glossary import load_glossary
+from .warehouse.common import StepResult
+from .warehouse.versioned import VersionedTables, write_json_atomic
+
+SOURCES_FILE = "libraries.json"
+"""Under the warehouse: library -> the folder it was indexed from, its glossary and dimensions."""
+WAREHOUSE_GLOSSARY = "glossary.json"
+"""Under the warehouse: the glossary groups of every indexed library (absent: none has one)."""
+KEEP_VERSIONS = 5  # as WarehouseResource.keep_versions
+# What Dagster refuses in a partition key (dagster.._partitions.utils.base), plus what the
+# warehouse cannot hold in a folder name or a doc id prefix.
+_DAGSTER_INVALID = ("...", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
+_PATH_INVALID = ("/", "\\")
+MAX_NAME_CHARS = 200
+
+Progress = Callable[[str], None]
+
+
+class IndexInputError(ValueError):
+    """The folder or a library name cannot be indexed; the message names the folder."""
+
+
+@dataclass(frozen=True)
+class LibrarySource:
+    """One library to index: its name, its folder, and the root its symlinks may not leave."""
+
+    name: str
+    folder: Path
+    corpus_root: Path
+
+    @property
+    def default_layout(self) -> bool:
+        """Whether the folder is ``corpus_root / name`` (what the Dagster assets read)."""
+        return self.folder == self.corpus_root / self.name
+
+
+@dataclass
+class LibraryReport:
+    """What one library's build did, whichever door ran it."""
+
+    name: str
+    documents: int = 0
+    parsed: int = 0
+    failed_files: list[str] = field(default_factory=list)
+    chunks: int = 0
+    chunk_changes: dict[str, int] = field(default_factory=dict)
+    embedding: str = "off"
+    snapshot: str = ""
+    published: bool = False
+    checks: dict[str, bool] = field(default_factory=dict)
+    error: str = ""
+
+    def lines(self) -> list[str]:
+        """The progress lines of this library: documents, chunks, embeddings, then checks."""
+        if self.error:
+            return [f"  {self.name}: FAILED ({self.error})"]
+        ch = self.chunk_changes
+        out = [f"  {self.name}: documents {self.documents} ({self.parsed} parsed this run, "
+               f"{len(self.failed_files)} unreadable)"]
+        out += [f"  {self.name}:   ! {f}" for f in self.failed_files]
+        out.append(f"  {self.name}: chunks {self.chunks} active ({ch.get('new', 0)} new, {ch.get('changed', 0)} "
+                   f"changed, {ch.get('unchanged', 0)} unchanged, {ch.get('withdrawn', 0)} withdrawn documents)")
+        out.append(f"  {self.name}: embeddings {self.embedding}")
+        failed = sorted(k for k, ok in self.checks.items() if not ok)
+        out.append(f"  {self.name}: snapshot {self.snapshot} " + ("published" if self.published else
+                   "unchanged (nothing published)") + f"; checks {len(self.checks) - len(failed)}/"
+                   f"{len(self.checks)} passed" + (f" (FAILED: {', '.join(failed)})" if failed else ""))
+        return out
+
+
+def validate_library_name(name: str, folder: Path) -> str:
+    """``name`` when Dagster and the warehouse accept it as a library, else an
+    IndexInputError naming the folder (and, for a subfolder, ``--library`` as the way out)."""
+    bad = [s for s in (*_DAGSTER_INVALID, *_PATH_INVALID) if s in name]
+    why = ("is empty" if not name.strip() else
+           f"contains {', '.join(repr(s) for s in bad)}" if bad else
+           "starts with '.'" if name.startswith(".") else
+           "has leading or trailing spaces" if name != name.strip() else
+           "has control characters" if any(ord(c) < 32 or ord(c) == 127 for c in name) else
+           f"is longer than {MAX_NAME_CHARS} characters" if len(name) > MAX_NAME_CHARS else "")
+    if why:
+        raise IndexInputError(f"library name {name!r} of folder {folder} {why}: a library (a Dagster partition "
+                              "key and a warehouse folder) cannot be named so; rename the folder or pass "
+                              "--library NAME")
+    return name
+
+
+def plan_libraries(path: str | os.PathLike[str], library: str | None = None) -> list[LibrarySource]:
+    """The libraries of ``path``: each visible subfolder one library, or with ``library``
+    the whole folder one library of that name."""
+    root = Path(path).expanduser().resolve()
+    if not root.is_dir():
+        raise IndexInputError(f"no folder at {path}")
+    if library is not None:
+        return [LibrarySource(validate_library_name(library, root), root, root)]
+    subs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not subs:
+        raise IndexInputError(f"{root} has no subfolder: each subfolder is one library; to index the folder "
+                              "itself as one library pass --library NAME")
+    return [LibrarySource(validate_library_name(p.name, p), p, root) for p in subs]
+
+
+def loose_files(path: str | os.PathLike[str]) -> list[str]:
+    """Supported files directly in ``path``: in one-library-per-subfolder mode they belong
+    to no library, which the CLI says rather than skipping them silently."""
+    from .ingest.parsers import SUFFIXES
+
+    root = Path(path)
+    return sorted(p.name for p in root.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES)
+
+
+# --------------------------------------------------------------- corpus settings
+def corpus_settings(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The ``RAGSPINE_*`` values a build of ``path`` runs under: its own glossary and graph
+    dimensions, or none (never the demo's). A variable the user set wins."""
+    root = Path(path).expanduser().resolve()
+    out = {}
+    if settings.raw("RAGSPINE_GLOSSARY") is None:
+        out["RAGSPINE_GLOSSARY"] = str(paths.corpus_glossary(root) or "none")
+    if settings.raw("RAGSPINE_GRAPH_DIMENSIONS") is None:
+        out["RAGSPINE_GRAPH_DIMENSIONS"] = str(paths.corpus_dimensions(root) or "none")
+    return out
+
+
+@contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration (the code location reads them)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _write_if_changed(path: Path, payload: dict[str, Any]) -> bool:
+    """Write ``payload`` atomically unless the file already holds it (a rerun writes nothing)."""
+    try:
+        if json.loads(path.read_text(encoding="utf-8")) == payload:
+            return False
+    except (OSError, ValueError):
+        pass
+    write_json_atomic(path, payload)
+    return True
+
+
+def prior_glossary() -> Path | None:
+    """The glossary a query of an unrecorded library got until now (the default chain's:
+    ``RAGSPINE_GLOSSARY``, else the corpus root's): recorded for the libraries a warehouse
+    already serves when ``ragspine index`` first writes ``libraries.json`` (a demo warehouse
+    keeps its demo glossary)."""
+    from .retrieval.link.assembly import default_glossary_path
+
+    return default_glossary_path()
+
+
+def _setting_file(value: str | None) -> str | None:
+    return None if (value or "none").strip().lower() in ("none", "off") else str(Path(value or "").resolve())
+
+
+def record_sources(warehouse: str | os.PathLike[str], sources: list[LibrarySource], path: str | os.PathLike[str],
+                   *, others_glossary: Path | None = None) -> None:
+    """Record each library's folder, glossary and dimensions in ``libraries.json`` (the
+    warehouse's published libraries not recorded yet with ``others_glossary``), and the
+    union of the recorded glossaries in ``glossary.json`` (removed when none has one).
+    Each file is written only when its content changes: a rerun writes nothing."""
+    from .warehouse.pipeline import published_libraries
+
+    wh = Path(warehouse)
+    file = wh / SOURCES_FILE
+    try:
+        known = json.loads(file.read_text(encoding="utf-8")).get("libraries", {})
+    except (OSError, ValueError):
+        known = {}
+    for lib in published_libraries(VersionedTables(wh)):
+        known.setdefault(lib, {"folder": None, "glossary": _setting_file(str(others_glossary or "none")),
+                               "dimensions": None})
+    values = {**{k: os.environ.get(k) for k in ("RAGSPINE_GLOSSARY", "RAGSPINE_GRAPH_DIMENSIONS")},
+              **corpus_settings(path)}
+    for s in sources:
+        known[s.name] = {"folder": str(s.folder), "glossary": _setting_file(values["RAGSPINE_GLOSSARY"]),
+                         "dimensions": _setting_file(values["RAGSPINE_GRAPH_DIMENSIONS"])}
+    wh.mkdir(parents=True, exist_ok=True)
+    _write_if_changed(file, {"format": 1, "libraries": dict(sorted(known.items()))})
+    groups: list[dict[str, Any]] = []
+    for rec in known.values():
+        if rec.get("glossary") and Path(rec["glossary"]).is_file():
+            for g in load_glossary(rec["glossary"]):
+                item = {"kind": g.kind, "terms": list(g.terms)}
+                if item not in groups:
+                    groups.append(item)
+    if groups:
+        _write_if_changed(wh / WAREHOUSE_GLOSSARY, {"groups": groups})
+    else:
+        (wh / WAREHOUSE_GLOSSARY).unlink(missing_ok=True)
+
+
+def warehouse_glossary(warehouse: str | os.PathLike[str]) -> Path | bool | None:
+    """The glossary a query of ``warehouse`` uses: None when ``RAGSPINE_GLOSSARY`` is set or
+    nothing was recorded (the default chain decides: a demo warehouse keeps the demo
+    glossary); else the warehouse's own (``ragspine index`` wrote it), or False when none
+    of its libraries has one."""
+    wh = Path(warehouse)
+    if settings.raw("RAGSPINE_GLOSSARY") is not None or not (wh / SOURCES_FILE).is_file():
+        return None
+    own = wh / WAREHOUSE_GLOSSARY
+    return own if own.is_file() else False
+
+
+# --------------------------------------------------------------- in-process steps
+def _prune(wh: VersionedTables, asset: str, library: str, protect: set[str]) -> None:
+    """As the assets prune: never a version a published snapshot (of any chunking) names."""
+    from .warehouse import pipeline as P
+
+    keep = set(protect) | P.snapshot_protected(wh, library, asset)
+    wh.prune(asset, library, keep=KEEP_VERSIONS, protect=keep, retain_for=settings.get("RAGSPINE_RETAIN_FOR_S"))
+
+
+def _snapshot_named(wh: VersionedTables, library: str, key: str) -> set[str]:
+    from .warehouse import pipeline as P
+
+    snap = wh.latest(P.SNAPSHOT, library)
+    value = snap.manifest["metadata"].get(key) if snap is not None else None
+    return {str(value)} if value else set()
+
+
+def _checks(into: dict[str, bool], res: StepResult | None) -> None:
+    for name, outcome in (res.checks if res is not None else {}).items():
+        into[name] = bool(outcome.passed)
+
+
+def _embedding_text(md: dict[str, Any] | None, spec: str) -> str:
+    """``12 embedded at 85.3 items/s (model)``, ``reused`` or ``off``."""
+    if md is None:
+        return f"off (backend {spec or 'none'}: the library serves BM25)"
+    if md.get("reused") or not md.get("embedded"):
+        return f"unchanged ({md.get('count', 0)} vectors, {md.get('model_id', '')})"
+    rate = md.get("sentences_per_s")
+    return f"{md['embedded']} embedded" + (f" at {rate} items/s" if rate else "") + f" ({md.get('model_id', '')})"
+
+
+def report_from_metadata(name: str, md: dict[str, dict[str, Any]], checks: dict[str, bool], spec: str = ""
+                         ) -> LibraryReport:
+    """A LibraryReport from each asset's metadata (either door: plain values by asset name)."""
+    raw, ch, snap = md.get("raw_documents", {}), md.get("chunks", {}), md.get("retrieval_snapshot", {})
+    emb = md.get("embeddings")
+    if emb is not None and emb.get("backend") == "none":
+        emb = None
+    return LibraryReport(
+        name, documents=int(raw.get("documents", 0)), parsed=int(raw.get("parsed", 0)),
+        failed_files=list(raw.get("failed_files") or []), chunks=int(ch.get("active_chunks", 0)),
+        chunk_changes={k: int(ch.get(k, 0)) for k in ("new", "changed", "unchanged", "withdrawn")},
+        embedding=_embedding_text(emb, spec), snapshot=str(snap.get("version", "")),
+        published=str(snap.get("reused", "False")) != "True", checks=dict(checks))
+
+
+def index_library(wh: VersionedTables, source: LibrarySource, *, progress: Progress | None = None) -> LibraryReport:
+    """Every step of one library in-process, in the assets' order and with their pruning."""
+    from .graph.step import RELATION_GRAPH, build_relation_graph
+    from .retrieval.link.narrative_link import NarrativeIndexRetriever
+    from .retrieval.raptor import raptor_enabled, raptor_settings
+    from .retrieval.vector.embedding_backends import embedding_spec_from_env, make_embedding_backend
+    from .warehouse import pipeline as P
+    from .warehouse.raptor_tables import RAPTOR, build_raptor_step, embeddings_for_raptor
+
+    lib, say = source.name, progress or (lambda _line: None)  # say: the embedding step's live progress
+    md: dict[str, dict[str, Any]] = {}
+    checks: dict[str, bool] = {}
+    with wh.lock(lib):
+        raw = P.build_raw_documents(wh, source.corpus_root, lib, folder=source.folder)
+        _prune(wh, P.RAW, lib, _snapshot_named(wh, lib, "raw_documents"))
+        md["raw_documents"] = raw.metadata
+        _checks(checks, raw)
+        chunks = P.build_chunks(wh, lib, None)
+        _prune(wh, P.CHUNKS, lib, _snapshot_named(wh, lib, "chunks"))
+        md["chunks"] = chunks.metadata
+        _checks(checks, chunks)
+        P.build_lexical_index(wh, lib, None)
+        _prune(wh, P.LEXICAL, lib, _snapshot_named(wh, lib, "lexical_index"))
+        spec = embedding_spec_from_env("auto")
+        emb = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec, log=say)
+        if emb is not None:
+            _prune(wh, P.EMBEDDINGS, lib, _snapshot_named(wh, lib, "embeddings"))
+            md["embeddings"] = emb.metadata
+        checks["restricted_never_embedded"] = emb is None or bool(emb.checks["restricted_never_embedded"].passed)
+        if raptor_enabled(None):
+            _, depth, threshold = raptor_settings(None, None, None)
+            backend, leaf_vectors = embeddings_for_raptor(wh, lib)
+            rt = build_raptor_step(wh, lib, threshold=threshold, max_depth=depth, embedding_backend=backend,
+                                   leaf_vectors=leaf_vectors)
+            _prune(wh, RAPTOR, lib, {rt.published.version})
+            _checks(checks, rt)
+        graph = build_relation_graph(wh, lib)
+        _prune(wh, RELATION_GRAPH, lib, {graph.published.version})
+        _checks(checks, graph)
+        checks.setdefault("facts_cite_served_chunks", True)  # reused: checked when that version was written
+        snap = P.publish_snapshot(wh, lib)
+        _prune(wh, P.SNAPSHOT, lib, set())
+        md["retrieval_snapshot"] = snap.metadata
+        served = P.snapshot_summary(wh, lib)
+        if served["restricted_chunks"]:  # probe every RESTRICTED chunk by its own words, as the asset does
+            retriever = NarrativeIndexRetriever(P.load_snapshot_index(wh, lib))
+            checks["restricted_never_served"] = bool(P.restricted_leak_check(wh, lib, retriever).passed)
+        else:
+            checks["restricted_never_served"] = True
+    return report_from_metadata(lib, md, checks, spec)
+
+
+def index_in_process(warehouse: str | os.PathLike[str], sources: list[LibrarySource], *,
+                     progress: Progress | None = None) -> list[LibraryReport]:
+    """Index ``sources`` into ``warehouse`` without Dagster, then refresh the catalog over
+    every published library (the others are left as they are). A library that fails is
+    reported and the next one still runs."""
+    from .warehouse import pipeline as P
+
+    wh = VersionedTables(Path(warehouse))
+    reports = []
+    for source in sources:
+        try:
+            report = index_library(wh, source, progress=progress)
+        except Exception as exc:  # noqa: BLE001 - reported per library, the others still build
+            report = LibraryReport(source.name, error=f"{type(exc).__name__}: {str(exc)[:300]}")
+        reports.append(report)
+        for line in report.lines() if progress is not None else ():
+            progress(line)
+    P.build_catalog(wh, P.published_libraries(wh), Path(warehouse) / "catalog.duckdb")
+    return reports
+
+
+REPORTED_CHECKS = frozenset({"parse_failures_zero", "sensitivity_labels_valid"})
+"""Checks whose failures are files the summary names one by one (withheld, not fatal)."""
+
+
+def any_failed(reports: list[LibraryReport]) -> bool:
+    """A library that failed, or a check other than the per-file ones that did not pass."""
+    return any(r.error or any(not ok for k, ok in r.checks.items() if k not in REPORTED_CHECKS) for r in reports)
+
+
+def summary_lines(reports: list[LibraryReport], warehouse: str | os.PathLike[str]) -> list[str]:
+    """The closing summary: what was published, the checks, the unreadable files."""
+    ok = [r for r in reports if not r.error]
+    checks = [v for r in ok for v in r.checks.values()]
+    unreadable = [f"{r.name}/{f}" for r in ok for f in r.failed_files]
+    out = [f"summary: {len(ok)}/{len(reports)} libraries indexed into {warehouse}; "
+           f"{sum(r.published for r in ok)} published a new snapshot, {sum(not r.published for r in ok)} unchanged; "
+           f"{sum(r.documents for r in ok)} documents, {sum(r.chunks for r in ok)} chunks; "
+           f"checks {sum(checks)}/{len(checks)} passed"]
+    if unreadable:
+        out.append(f"unreadable files ({len(unreadable)}), withheld until they parse: {', '.join(unreadable)}")
+    failed = [r.name for r in reports if r.error]
+    if failed:
+        out.append(f"libraries that failed: {', '.join(failed)}")
+    return out
+
+
+__all__ = ["REPORTED_CHECKS", "SOURCES_FILE", "WAREHOUSE_GLOSSARY", "IndexInputError", "LibraryReport",
+           "LibrarySource", "any_failed", "corpus_settings", "prior_glossary", "environment", "index_in_process", "index_library", "loose_files", "plan_libraries",
+           "record_sources", "report_from_metadata", "summary_lines", "validate_library_name", "warehouse_glossary"]

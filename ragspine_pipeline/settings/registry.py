@@ -72,7 +72,8 @@ SETTINGS: tuple[Setting, ...] = (
             noun="router"),
     Setting("RAGSPINE_GLOSSARY", Text(kind="path", accepted="a glossary JSON path, or none/off"),
             "Glossary of the multi-query rewriter and the routing rules.", "retrieval",
-            default_doc="the demo corpus glossary", spec=PROJECT),
+            default_doc="the corpus root's glossary.json (the demo glossary for the demo corpus; a warehouse built "
+                        "by ragspine index: its corpora's), else none", spec=PROJECT),
     Setting("RAGSPINE_ANALYZER",
             Spec(("unicode", "spec", "stop", "stem", "english"), head_end=":+",
                  shown="unicode[:LANGUAGE][+fold][+nostem][+nostop], spec, stop, stem or english"),
@@ -179,8 +180,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("RAGSPINE_GRAPH_COMMUNITIES", Switch(otherwise=False),
             "GraphRAG community nodes (synthesis, never citable).", "graph", "off", spec=PROJECT,
             aliases_doc="1/true/yes; any other value is off"),
-    Setting("RAGSPINE_GRAPH_DIMENSIONS", PATH, "Controlled dimensions file of the relation graph.", "graph",
-            default_doc="the shipped graph/dimensions.json", spec=PROJECT),
+    Setting("RAGSPINE_GRAPH_DIMENSIONS", Text(kind="path", accepted="a dimensions JSON path, or none/off"),
+            "Controlled dimensions file of the relation graph.", "graph",
+            default_doc="the corpus root's dimensions.json (the shipped graph/dimensions.json for the demo "
+                        "corpus), else none", spec=PROJECT),
     # ---------------------------------------------------------------- llm
     Setting("RAGSPINE_LLM_BASE_URL", URL,
             "OpenAI-compatible endpoint of the LLM layers; unset, no LLM is contacted.", "llm", spec=PROJECT),

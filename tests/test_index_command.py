@@ -89,6 +89,17 @@ def test_index_in_process_then_query_then_rerun_writes_nothing(tmp_path, capsys)
     assert tree(wh) == before  # nothing published, no data file written or touched
 
 
+def test_without_a_code_location_the_engine_steps_run_in_process_and_say_so(tmp_path, monkeypatch, capsys):
+    """A plain install: no definitions.py beside the package."""
+    monkeypatch.setattr(paths, "definitions_file", lambda: None)
+    corpus, wh = make_corpus(tmp_path / "corpus"), tmp_path / "wh"
+    rc, out, err = run(capsys, "index", str(corpus), "--warehouse", str(wh))
+    assert rc == 0, out + err
+    assert "running the engine steps in-process (no Dagster code location: a plain install has no " \
+           "definitions.py" in out
+    assert "summary: 2/2 libraries indexed" in out
+
+
 def test_index_reports_embedding_throughput(tmp_path, capsys):
     corpus, wh = make_corpus(tmp_path / "corpus"), tmp_path / "wh"
     rc, out, err = run(capsys, "index", str(corpus), "--warehouse", str(wh), "--in-process",

@@ -384,7 +384,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"{res['dataset']:<16}{res['mode']:<8}{res['chunker']:<11}{res['analyzer']:<16}"
               f"{res['ndcg@10']:>9.4f}{res['recall@100']:>8.4f}{res['mrr@10']:>8.4f}")
         print(f"{c['documents']} docs, {c['chunks']} chunks, {c['queries']} queries")
-        embedded = (f"; corpus embedding {t['embed']} s ({t['embed_items_per_s']} items/s)" if t.get("embed") else "")
+        embedded = (f"; corpus embedding {t['embed']} s ({t['embed_items_per_s']} items/s)" if t.get("embed_items_per_s") else "")
         print(f"indexing: ingest {t['ingest']} s, index {t['index']} s{embedded}")
         print(f"querying: {t['per_query_ms']} ms/query ({t['queries']} s for {c['queries']} queries, "
               "after the index was built)")

@@ -145,7 +145,7 @@ def test_eval_embeds_the_corpus_before_the_query_clock_starts(tmp_path, monkeypa
     assert at_first_query[0] == 12  # every passage embedded before the first query was timed
     t = res["timings_s"]
     assert {"embed", "embed_items_per_s", "index", "queries", "per_query_ms"} <= set(t)
-    assert t["embed"] > 0 and t["embed_items_per_s"] > 0
+    assert t["embed"] >= 0 and t["embed_items_per_s"] > 0  # rates only: no wall-clock threshold
     assert res["ndcg@10"] == pytest.approx(1.0)
     rc, out, _ = run(capsys, "eval", str(folder), "--mode", "hybrid", "--no-progress")
     assert rc == 0

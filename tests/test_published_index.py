@@ -163,3 +163,34 @@ def test_a_damaged_file_is_an_error_naming_it(built, tmp_path, name, damage):
         _serve_all(root, lib)
     want = SERVED_FILE if name == SERVED_META else name
     assert want in str(err.value)
+
+
+def test_chunk_columns_build_the_same_chunks_and_answer_from_columns():
+    import pyarrow as pa
+
+    from ragspine_pipeline.retrieval.chunking.chunk_schema import row_to_chunk
+
+    rows = [{"chunk_id": f"d{i % 3}#{i:04d}", "doc_id": f"d{i % 3}", "title": None if i == 2 else f"T{i}",
+             "text": f"text {i}", "source_path": "", "start_char": i, "end_char": i + 5, "ordinal": i,
+             "topic": "", "entity": "", "geography": "", "period": "", "language": "en" if i % 2 else "",
+             "sensitivity": None if i == 1 else "PUBLIC", "parent_id": "", "heading": "", "window_text": "",
+             "parent_start": None, "parent_end": None, "chunker": None, "valid_as_of": "", "ingested_at": None,
+             "version": None if i == 3 else 2} for i in range(6)]
+    rows.sort(key=lambda r: r["chunk_id"])
+    ints = {"start_char", "end_char", "ordinal", "parent_start", "parent_end", "version"}
+    schema = pa.schema([(k, pa.int32() if k in ints else pa.timestamp("us") if k == "ingested_at" else pa.string())
+                        for k in rows[0]])
+    cols = ChunkColumns(pa.Table.from_pylist(rows, schema=schema))
+    built = [row_to_chunk(r) for r in rows]
+    assert list(cols) == built and [cols[i] for i in range(6)] == built and cols[-1] == built[-1]
+    assert cols[1:3] == built[1:3]
+    for name in ("title", "sensitivity", "chunker", "version", "language"):
+        assert cols.values(name).tolist() == [getattr(c, name) for c in built]
+    assert cols.values("no_such_field", 7).tolist() == [7] * 6
+    assert cols.languages() == ["en"]
+    codes, docs = cols.codes("doc_id")
+    assert [docs[k] for k in codes] == [c.doc_id for c in built]
+    sub = cols.take(cols.matching("language", lambda v: v == "en"))
+    assert list(sub) == [c for c in built if c.language == "en"]
+    with pytest.raises(ValueError, match="chunk_id order"):
+        ChunkColumns(pa.Table.from_pylist(rows[::-1], schema=schema))

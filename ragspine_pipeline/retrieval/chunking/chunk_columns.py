@@ -7,7 +7,8 @@ Arrow IPC file by the warehouse, so every serving process shares the pages): ind
 builds the one ``StoredChunk`` with ``row_to_chunk`` (the same conversion as the
 row-by-row path, so a snippet is the same bytes), and the whole-set questions the
 retriever asks (ids, languages, labels, documents, filter columns) are answered from the
-columns without building any chunk.
+columns without building any chunk. A chunk built for a hit is kept (at most ``CACHE_MAX``) for
+the next query that returns it.
 
 Rows are in chunk_id order with unique ids (checked here: the retriever's position order
 is chunk_id order). ``verify_row`` and ``verify_column``, when given, are called before a
@@ -28,6 +29,9 @@ import pyarrow.compute as pc
 
 from .chunk_schema import StoredChunk, row_to_chunk
 
+# Chunks built for hits, kept for the next query that returns them (frozen: safe to share);
+# cleared when full, so the set stays a few megabytes however large the library.
+CACHE_MAX = 4096
 # What ``row_to_chunk`` turns a null into, so a filter column holds what a built chunk would.
 _NULL_AS = {"sensitivity": "INTERNAL", "chunker": "paragraph", "version": 1}
 
@@ -52,6 +56,7 @@ class ChunkColumns(Sequence[StoredChunk]):
         self._read_row = read_row
         self._values: dict[str, np.ndarray] = {}
         self._batches: list[pa.RecordBatch] | None = None
+        self._built: dict[int, StoredChunk] = {}
         self._starts = np.zeros(1, np.int64)
 
     def __len__(self) -> int:
@@ -70,6 +75,14 @@ class ChunkColumns(Sequence[StoredChunk]):
         j = int(i) + n if int(i) < 0 else int(i)
         if not 0 <= j < n:
             raise IndexError(f"chunk position {i} outside 0..{n - 1}")
+        hit = self._built.get(j)
+        if hit is None:
+            if len(self._built) >= CACHE_MAX:
+                self._built.clear()
+            hit = self._built[j] = self._build(j)
+        return hit
+
+    def _build(self, j: int) -> StoredChunk:
         if self._verify is not None:
             self._verify(j)
         if self._read_row is not None:

@@ -120,7 +120,7 @@ def start_server(warehouse: Path, mode: str, workers: int) -> tuple[subprocess.P
 
     port = _free_port()
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAGSPINE_SERVICE")},
-           "RAGSPINE_SERVICE_RATE": "0", "RAGSPINE_SERVICE_RELOAD_S": "0.5", "RAGSPINE_EMBEDDING": "deterministic"}
+           "RAGSPINE_SERVICE_RATE": "0", "RAGSPINE_SERVICE_RELOAD_S": "0.5"}
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys; from ragspine_pipeline.service import serve_main; "
          "sys.exit(serve_main(sys.argv[1:]))", "--warehouse", str(warehouse), "--port", str(port), "--mode", mode,
@@ -319,6 +319,7 @@ def main() -> None:
     ap.add_argument("--scifact-queries", type=int, default=200)
     ap.add_argument("--refresh-every", type=float, default=10.0, help="republish a demo library this often (s)")
     args = ap.parse_args()
+    os.environ["RAGSPINE_EMBEDDING"] = "deterministic"  # the vectors the snapshots hold, in both processes
     data = use_data(args.data)
     wanted = args.warehouses.split(",")
     if "scifact" in wanted:

@@ -38,7 +38,7 @@ from .limits import ServiceLimits, TokenBucket
 from .mcp_tools import build_mcp
 from .metrics import ServiceMetrics
 from .middleware import BodyTooLarge, Guard, ServiceMiddleware, too_large
-from .runner import run_limited
+from .runner import new_limiter, run_limited
 from .served import ServedLibraries, ServingAssembly
 
 log = logging.getLogger("ragspine.service")
@@ -98,7 +98,8 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
                                        libraries)
     keyring = KeyRing(Path(keys_file)) if keys_file else None
     metrics = ServiceMetrics()
-    mcp = build_mcp(served, limits)
+    pool: dict[str, Any] = {}  # the thread limiter, made by the lifespan in the app's event loop
+    mcp = build_mcp(served, limits, limiter=lambda: pool.get("limiter"))
     hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", *allowed_hosts]
     origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*", *allowed_origins]
     mcp_http: dict[str, Any] = {}
@@ -111,6 +112,7 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
                                     enable_dns_rebinding_protection=True, allowed_hosts=hosts,
                                     allowed_origins=origins))
         mcp_http["app"] = StreamableHTTPASGIApp(mcp.session_manager)
+        pool["limiter"] = new_limiter()
         served.start(reload_s)
         try:
             async with mcp.session_manager.run():
@@ -146,7 +148,7 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
     async def limited(fn: Any) -> JSONResponse:
         # A Response is returned as it is: FastAPI's response validation and encoding of
         # the snippet dicts cost milliseconds per request (operations already made them JSON).
-        return JSONResponse(await run_limited(fn, limits.timeout_s))
+        return JSONResponse(await run_limited(fn, limits.timeout_s, pool.get("limiter")))
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

@@ -52,9 +52,11 @@ GRAPH_TOOLS = {
 }
 
 
-def build_mcp(served: ServedLibraries, limits: ServiceLimits, local: Principal | None = None) -> MCPServer:
+def build_mcp(served: ServedLibraries, limits: ServiceLimits, local: Principal | None = None,
+              limiter: Callable[[], Any] = lambda: None) -> MCPServer:
     """The MCP server over ``served``. ``local``: the principal of a transport without HTTP
-    (stdio); over HTTP a request without an authenticated principal is refused."""
+    (stdio); over HTTP a request without an authenticated principal is refused.
+    ``limiter``: the app's thread limiter (runner.py), shared with the HTTP routes."""
     server = MCPServer("ragspine", instructions=INSTRUCTIONS, log_level="WARNING")
 
     def principal(ctx: Context) -> Principal:
@@ -70,7 +72,7 @@ def build_mcp(served: ServedLibraries, limits: ServiceLimits, local: Principal |
 
     async def call(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         try:
-            return await run_limited(fn, limits.timeout_s)
+            return await run_limited(fn, limits.timeout_s, limiter())
         except ServiceError as exc:
             raise ToolError(f"{exc.error}: {exc.message}") from None
 

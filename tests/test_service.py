@@ -400,3 +400,12 @@ def test_a_refresh_is_served_without_restart_and_never_mixed(tmp_path):
         for s in body["snippets"]:
             assert s["chunk_id"] in chunk_ids[(s["library_id"], body["versions"][s["library_id"]])]
     assert len({b["versions"]["acme_reports"] for b in seen}) >= 2, "no swap was observed during the run"
+
+
+def test_access_log_has_key_id_and_request_id_never_the_key(keyed, keyfile, caplog):
+    _, reports, _ = keyfile
+    with caplog.at_level("INFO", logger="ragspine.service.access"):
+        r = keyed.get("/v1/libraries", headers=bearer(reports))
+    lines = [rec.getMessage() for rec in caplog.records if rec.name == "ragspine.service.access"]
+    assert any(r.headers["x-request-id"] in line and f"key={K.key_id_of(reports)}" in line for line in lines)
+    assert all(reports not in line and reports.split("_", 2)[2] not in line for line in lines)

@@ -281,20 +281,21 @@ def _dagster_root(sources: list[indexing.LibrarySource]) -> Path | None:
     return None
 
 
-def _dagster_index(warehouse: Path, sources: list[indexing.LibrarySource]) -> list[indexing.LibraryReport] | None:
-    """Materialize the libraries through the code location (None: none here, or a layout it
-    cannot read); prints each library as its run finishes."""
+def _dagster_index(warehouse: Path, sources: list[indexing.LibrarySource]
+                   ) -> tuple[list[indexing.LibraryReport] | None, str]:
+    """Materialize the libraries through the code location, printing each library as its
+    run finishes; (None, why not) when there is none here or it cannot read this layout."""
     root = _dagster_root(sources)
     if root is None:
-        print(f"(--library {sources[0].name}: the code location reads <corpus root>/<library> and "
-              f"{sources[0].folder} is named otherwise; running the same engine steps in-process)")
-        return None
+        return None, (f"--library {sources[0].name}: the code location reads <corpus root>/<library> and "
+                      f"{sources[0].folder} is named otherwise")
     with indexing.environment({"RAGSPINE_WAREHOUSE": str(warehouse.resolve()), "RAGSPINE_CORPUS_ROOT": str(root)}):
         module = _code_location()
         if module is None:
-            return None
+            return None, ("no Dagster code location: a plain install has no definitions.py, or the [pipeline] "
+                          "extra is missing")
         home = os.environ.get("DAGSTER_HOME")
-        print(f"materializing every asset of {len(sources)} libraries through the Dagster code location"
+        print(f"materializing every asset of {_libraries(len(sources))} through the Dagster code location"
               + (f"; runs recorded in DAGSTER_HOME={home}" if home else ""))
         reports = []
         for lib, mats, checks, error in module.index_libraries(str(root), [s.name for s in sources],
@@ -305,7 +306,11 @@ def _dagster_index(warehouse: Path, sources: list[indexing.LibrarySource]) -> li
             reports.append(report)
             for line in report.lines():
                 print(line)
-        return reports
+        return reports, ""
+
+
+def _libraries(n: int) -> str:
+    return f"{n} {'library' if n == 1 else 'libraries'}"
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -322,15 +327,13 @@ def cmd_index(args: argparse.Namespace) -> int:
     env = indexing.corpus_settings(args.path)
     if args.embedding is not None:
         env["RAGSPINE_EMBEDDING_BACKEND"] = args.embedding
-    print(f"RAGSpine index: {len(sources)} libraries of {sources[0].corpus_root} into {warehouse} "
+    print(f"RAGSpine index: {_libraries(len(sources))} of {sources[0].corpus_root} into {warehouse} "
           f"({', '.join(s.name for s in sources)}); glossary {env.get('RAGSPINE_GLOSSARY', 'from RAGSPINE_GLOSSARY')}, "
           f"graph dimensions {env.get('RAGSPINE_GRAPH_DIMENSIONS', 'from RAGSPINE_GRAPH_DIMENSIONS')}")
     with indexing.environment(env):
-        reports = None if args.in_process else _dagster_index(warehouse, sources)
+        reports, why = (None, "--in-process given") if args.in_process else _dagster_index(warehouse, sources)
         if reports is None:
-            print("running the engine steps in-process (no Dagster code location: "
-                  + ("--in-process given)" if args.in_process else "a plain install has no definitions.py, or "
-                     "the [pipeline] extra is missing)"))
+            print(f"running the same engine steps in-process ({why})")
             reports = indexing.index_in_process(warehouse, sources, progress=print)
         indexing.record_sources(warehouse, sources, args.path, others_glossary=before)
     for line in indexing.summary_lines(reports, warehouse):

@@ -374,7 +374,8 @@ def summary_lines(reports: list[LibraryReport], warehouse: str | os.PathLike[str
     ok = [r for r in reports if not r.error]
     checks = [v for r in ok for v in r.checks.values()]
     unreadable = [f"{r.name}/{f}" for r in ok for f in r.failed_files]
-    out = [f"summary: {len(ok)}/{len(reports)} libraries indexed into {warehouse}; "
+    out = [f"summary: {len(ok)}/{len(reports)} {'library' if len(reports) == 1 else 'libraries'} indexed into "
+           f"{warehouse}; "
            f"{sum(r.published for r in ok)} published a new snapshot, {sum(not r.published for r in ok)} unchanged; "
            f"{sum(r.documents for r in ok)} documents, {sum(r.chunks for r in ok)} chunks; "
            f"checks {sum(checks)}/{len(checks)} passed"]

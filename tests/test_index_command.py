@@ -69,7 +69,7 @@ def test_index_in_process_then_query_then_rerun_writes_nothing(tmp_path, capsys)
     corpus, wh = make_corpus(tmp_path / "corpus"), tmp_path / "wh"
     rc, out, err = run(capsys, "index", str(corpus), "--warehouse", str(wh), "--in-process")
     assert rc == 0, out + err
-    assert "running the engine steps in-process" in out
+    assert "running the same engine steps in-process (--in-process given)" in out
     assert "policies: documents 3 (4 parsed this run, 1 unreadable)" in out  # progress per library
     assert "reports: documents 2 (2 parsed this run, 0 unreadable)" in out
     assert "policies: chunks 3 active (3 new, 0 changed" in out
@@ -95,7 +95,7 @@ def test_without_a_code_location_the_engine_steps_run_in_process_and_say_so(tmp_
     corpus, wh = make_corpus(tmp_path / "corpus"), tmp_path / "wh"
     rc, out, err = run(capsys, "index", str(corpus), "--warehouse", str(wh))
     assert rc == 0, out + err
-    assert "running the engine steps in-process (no Dagster code location: a plain install has no " \
+    assert "running the same engine steps in-process (no Dagster code location: a plain install has no " \
            "definitions.py" in out
     assert "summary: 2/2 libraries indexed" in out
 
@@ -132,7 +132,7 @@ def test_index_through_the_code_location_and_a_second_folder_leaves_others_untou
     snaps = {lib: sorted((wh / "retrieval_snapshot" / lib).iterdir()) for lib in ("policies", "reports")}
     rc, out, err = run(capsys, "index", str(other), "--warehouse", str(wh), "--library", "notes")
     assert rc == 0, out + err
-    assert "running the same engine steps in-process" in out  # NAME differs from the folder's name
+    assert "running the same engine steps in-process (--library notes: the code location reads" in out
     assert {lib: sorted((wh / "retrieval_snapshot" / lib).iterdir()) for lib in snaps} == snaps
     rc, out, _ = run(capsys, "query", "pelican survey", "--warehouse", str(wh), "--json", "--top-k", "1")
     assert json.loads(out)[0]["doc_id"] == "notes/note"

@@ -7,6 +7,10 @@
   each channel's candidates (Bruch et al., 2023, "An Analysis of Fusion Functions for
   Hybrid Retrieval": a tuned convex combination beats RRF when scores are calibrated).
 
+Each channel may hold several rankings, one per query variant (the glossary's multi-query),
+each with the variant's weight (``glossary.QueryVariant``): ``fuse_runs`` fuses them all,
+a variant's weight multiplying its RRF terms (and, for ``convex``, its scores).
+
 ``RAGSPINE_FUSION=rrf|weighted_rrf|convex`` picks one (default ``rrf``);
 ``RAGSPINE_FUSION_DENSE_WEIGHT`` sets the weight (default: 1 for weighted_rrf, which is RRF,
 0.5 for convex). ``RAGSPINE_EMBEDDING_BACKEND=auto`` may choose both per library from the
@@ -18,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 DEFAULT_RRF_K = 60
 FUSION_ENV = "RAGSPINE_FUSION"
@@ -142,3 +146,53 @@ def fusion_from_env(k: int = DEFAULT_RRF_K) -> FusionConfig:
         method = "weighted_rrf"  # a weight was asked for: honour it rather than ignore it
     src = "env" if os.environ.get(FUSION_ENV) or raw else "default"
     return FusionConfig(method=method, dense_weight=weight, k=k, source=src)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One ranking of one query variant in one channel: ids best first, their scores (same
+    length), and the variant's fusion weight (the original query weighs 1)."""
+
+    ids: Sequence[Hashable]
+    scores: Sequence[float] = field(default=())
+    weight: float = 1.0
+
+
+def weighted_best(runs: Iterable[Run], *, positive_only: bool = False) -> dict[Hashable, float]:
+    """Per id, its best ``weight * score`` over the runs (a weight of 1 is the raw score).
+    ``positive_only`` leaves out ids whose best is <= 0 (BM25: no term matched)."""
+    best: dict[Hashable, float] = {}
+    for run in runs:
+        if len(run.scores) != len(run.ids):
+            raise ValueError(f"a run needs one score per id ({len(run.ids)} ids, {len(run.scores)} scores)")
+        for i, s in zip(run.ids, run.scores, strict=True):
+            ws = s if run.weight == 1 else run.weight * s
+            if (not positive_only or ws > 0) and (i not in best or ws > best[i]):
+                best[i] = ws
+    return best
+
+
+def fuse_runs(bm25: Sequence[Run], dense: Sequence[Run], fusion: FusionConfig, *, top_k: int,
+              rrf_k: int = DEFAULT_RRF_K) -> list[tuple[Hashable, float]]:
+    """The first ``top_k`` of the fused ranking of every run, as ``(id, score)`` pairs.
+
+    * both channels, ``convex``: ``convex_fuse`` over each channel's ``weighted_best``;
+    * both channels, ``weighted_rrf``: a run weighs its variant weight, times
+      ``dense_weight`` for a dense run;
+    * otherwise the spec's RRF (k = ``rrf_k`` for the default config, else ``fusion.k``),
+      each run weighing its variant weight. Every weight 1 is plain ``rrf_fuse``; a single
+      run keeps its order (``weight / (k + rank)`` strictly falls).
+    """
+    if bm25 and dense and fusion.method == "convex":
+        nb, nd = weighted_best(bm25, positive_only=True), weighted_best(dense)
+        return list(convex_fuse(nb, nd, fusion.dense_weight).items())[:top_k]
+    if bm25 and dense and fusion.method == "weighted_rrf":
+        weighted = [(r.ids, r.weight) for r in bm25] + [(r.ids, r.weight * fusion.dense_weight) for r in dense]
+        return list(weighted_rrf_fuse(weighted, k=fusion.k).items())[:top_k]
+    k = rrf_k if fusion.is_default else fusion.k
+    runs = [*bm25, *dense]
+    if len(runs) == 1:
+        _check_k(k)
+        w = runs[0].weight
+        return [(p, (1.0 if w == 1 else w) / (k + r)) for r, p in enumerate(runs[0].ids[:top_k], start=1)]
+    return list(weighted_rrf_fuse(((r.ids, r.weight) for r in runs), k=k).items())[:top_k]

@@ -34,6 +34,7 @@ from typing import Any
 from ... import settings
 from ..filters import FilterError, compile_filters
 from ..lexical.analyzer import normalize
+from ..lexical.glossary import QueryVariant, query_variants
 from ..lexical.hybrid import FILTER_FIELDS
 from ..limits import QueryTooLong, check_query
 from .result import CURRENT_PROBE, CURRENT_REPORT, Refusal
@@ -205,12 +206,17 @@ class GatedRewriter:
         return getattr(self.inner, "max_queries", 1)
 
     def rewrite(self, query: str) -> list[str]:
-        variants = list(self.inner.rewrite(query))
+        return [v.text for v in self.variants(query)]
+
+    def variants(self, query: str) -> list[QueryVariant]:
+        """The inner rewriter's weighted variants that pass the gate (weights unchanged:
+        a refused variant's share is not handed to the others)."""
+        variants = query_variants(self.inner, query)
         out = variants[:1]
         report = CURRENT_REPORT.get()
         probe = CURRENT_PROBE.get()
         for v in variants[1:]:
-            refusal = self.gate.check_text(v, "glossary")
+            refusal = self.gate.check_text(v.text, "glossary")
             if refusal is None:
                 out.append(v)
                 continue

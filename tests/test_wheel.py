@@ -176,3 +176,21 @@ def test_installed_plain_demo_falls_back_to_the_engine_only_demo(installed, tmp_
     assert "no Dagster code location" in r.stdout and "running the engine-only demo" in r.stdout
     assert "    cite: acme_" in r.stdout
     assert wh.is_dir() and any(wh.iterdir()) and not (tmp_path / "ragspine-warehouse").exists()
+
+
+def test_installed_wheel_indexes_a_folder_in_process_and_says_so(installed, tmp_path):
+    """``ragspine index`` from a plain install: no code location, so the same engine steps
+    run in-process (and it says so); then ``ragspine query`` answers from that warehouse."""
+    lib = tmp_path / "docs" / "notes"
+    lib.mkdir(parents=True)
+    (lib / "pelican.md").write_text("# Survey\n\nThe pelican survey counted forty birds.\n", encoding="utf-8")
+    env = _clean_env(RAGSPINE_EMBEDDING_BACKEND="none", RAGSPINE_RETRIEVAL_MODE="bm25")
+    before = _tree(installed["purelib"])
+    r = _run([str(installed["ragspine"]), "index", str(tmp_path / "docs"), "--warehouse", str(tmp_path / "wh")],
+             cwd=tmp_path, env=env)
+    assert "running the same engine steps in-process (no Dagster code location" in r.stdout, r.stdout
+    assert "notes: documents 1" in r.stdout and "summary: 1/1 library indexed" in r.stdout
+    q = _run([str(installed["ragspine"]), "query", "pelican survey", "--warehouse", str(tmp_path / "wh"), "--json"],
+             cwd=tmp_path, env=env)
+    assert json.loads(q.stdout)[0]["doc_id"] == "notes/pelican"
+    _assert_only_compiler_caches_changed(before, _tree(installed["purelib"]))

@@ -272,6 +272,14 @@ def _embedding_text(md: dict[str, Any] | None, spec: str) -> str:
     return f"{md['embedded']} embedded" + (f" at {rate} items/s" if rate else "") + f" ({md.get('model_id', '')})"
 
 
+def _once(entry: str) -> str:
+    """``a.pdf: unreadable PDF`` of the step's ``a.pdf: a.pdf: unreadable PDF`` (the reader's
+    error names the file too)."""
+    name, sep, rest = entry.partition(": ")
+    base = Path(name).name
+    return f"{name}: {rest[len(base) + 2:]}" if sep and base and rest.startswith(f"{base}: ") else entry
+
+
 def report_from_metadata(name: str, md: dict[str, dict[str, Any]], checks: dict[str, bool], spec: str = ""
                          ) -> LibraryReport:
     """A LibraryReport from each asset's metadata (either door: plain values by asset name)."""
@@ -281,7 +289,7 @@ def report_from_metadata(name: str, md: dict[str, dict[str, Any]], checks: dict[
         emb = None
     return LibraryReport(
         name, documents=int(raw.get("documents", 0)), parsed=int(raw.get("parsed", 0)),
-        failed_files=list(raw.get("failed_files") or []), chunks=int(ch.get("active_chunks", 0)),
+        failed_files=[_once(f) for f in raw.get("failed_files") or []], chunks=int(ch.get("active_chunks", 0)),
         chunk_changes={k: int(ch.get(k, 0)) for k in ("new", "changed", "unchanged", "withdrawn")},
         embedding=_embedding_text(emb, spec), snapshot=str(snap.get("version", "")),
         published=str(snap.get("reused", "False")) != "True", checks=dict(checks))

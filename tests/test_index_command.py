@@ -73,7 +73,8 @@ def test_index_in_process_then_query_then_rerun_writes_nothing(tmp_path, capsys)
     assert "policies: documents 3 (4 parsed this run, 1 unreadable)" in out  # progress per library
     assert "reports: documents 2 (2 parsed this run, 0 unreadable)" in out
     assert "policies: chunks 3 active (3 new, 0 changed" in out
-    assert "broken.pdf" in out and "unreadable files (1)" in out  # named, and the rest still built
+    assert "policies:   ! broken.pdf: unreadable PDF" in out  # named once, and the rest still built
+    assert "unreadable files (1), withheld until they parse: policies/broken.pdf: unreadable PDF" in out
     assert "policies: embeddings off" in out
     assert "summary: 2/2 libraries indexed" in out and "2 published a new snapshot" in out
     assert f"ragspine query --warehouse {wh}" in out

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import indexing, paths, serving, settings
+from .cli_index import cmd_index, code_location
 from .corpus import ingest_folder, list_libraries, load_golden
 from .filter_input import (
     FilterValueError,
@@ -220,29 +221,12 @@ def describe_retriever(retriever: Any) -> str:
             f"dense={','.join(models) or 'off'}")
 
 
-def _code_location() -> Any | None:
-    """The Dagster code location (definitions.py at the repo root), loaded by file path, or
-    None when Dagster or the file is not there (an installed wheel has no
-    ``definitions.py``: only a checkout does). By file path on purpose: the engine package
-    never imports Dagster itself; the code location does. Load it with the warehouse in
-    ``RAGSPINE_WAREHOUSE`` set (what the resources read)."""
-    import importlib.util
-
-    defs_path = paths.definitions_file()
-    if importlib.util.find_spec("dagster") is None or defs_path is None or not defs_path.exists():
-        return None
-    spec = importlib.util.spec_from_file_location("ragspine_definitions", defs_path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 def _dagster_demo(warehouse: Path, questions: int, top_k: int) -> int | None:
     """Run the Dagster materialization of the demo (None without a code location). With
     ``DAGSTER_HOME`` set the runs are recorded in that instance, so ``dagster dev`` shows
     the first build's history."""
     with indexing.environment({"RAGSPINE_WAREHOUSE": str(warehouse.resolve())}):
-        module = _code_location()
+        module = code_location()
         return None if module is None else int(module.run_demo(questions=questions, top_k=top_k))
 
 
@@ -269,77 +253,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for s in retriever.retrieve(g["query"], filters=flt, top_k=args.top_k):
             print(format_snippet(s))
     return 0
-
-
-def _dagster_root(sources: list[indexing.LibrarySource]) -> Path | None:
-    """The corpus root the code location reads ``<root>/<library>`` under, or None when a
-    library's folder is named otherwise (``--library NAME`` on a folder not called NAME)."""
-    if all(s.default_layout for s in sources):
-        return sources[0].corpus_root
-    if len(sources) == 1 and sources[0].folder.name == sources[0].name:
-        return sources[0].folder.parent
-    return None
-
-
-def _dagster_index(warehouse: Path, sources: list[indexing.LibrarySource]
-                   ) -> tuple[list[indexing.LibraryReport] | None, str]:
-    """Materialize the libraries through the code location, printing each library as its
-    run finishes; (None, why not) when there is none here or it cannot read this layout."""
-    root = _dagster_root(sources)
-    if root is None:
-        return None, (f"--library {sources[0].name}: the code location reads <corpus root>/<library> and "
-                      f"{sources[0].folder} is named otherwise")
-    with indexing.environment({"RAGSPINE_WAREHOUSE": str(warehouse.resolve()), "RAGSPINE_CORPUS_ROOT": str(root)}):
-        module = _code_location()
-        if module is None:
-            return None, ("no Dagster code location: a plain install has no definitions.py, or the [pipeline] "
-                          "extra is missing")
-        home = os.environ.get("DAGSTER_HOME")
-        print(f"materializing every asset of {_libraries(len(sources))} through the Dagster code location"
-              + (f"; runs recorded in DAGSTER_HOME={home}" if home else ""))
-        reports = []
-        for lib, mats, checks, error in module.index_libraries(str(root), [s.name for s in sources],
-                                                               str(warehouse.resolve())):
-            spec = str(mats.get("embeddings", {}).get("spec", ""))
-            report = (indexing.LibraryReport(lib, error=error) if error
-                      else indexing.report_from_metadata(lib, mats, checks, spec))
-            reports.append(report)
-            for line in report.lines():
-                print(line)
-        return reports, ""
-
-
-def _libraries(n: int) -> str:
-    return f"{n} {'library' if n == 1 else 'libraries'}"
-
-
-def cmd_index(args: argparse.Namespace) -> int:
-    """``ragspine index PATH``: build a folder's libraries into the warehouse, then summarize."""
-    sources = indexing.plan_libraries(args.path, args.library)
-    warehouse = Path(args.warehouse)
-    if args.library is None:
-        loose = indexing.loose_files(sources[0].corpus_root)
-        if loose:
-            print(f"(not indexed: {len(loose)} files directly in {sources[0].corpus_root} belong to no subfolder "
-                  f"library: {', '.join(loose[:5])}{' …' if len(loose) > 5 else ''}; use --library NAME to index "
-                  "the folder as one library)", file=sys.stderr)
-    before = indexing.prior_glossary()
-    env = indexing.corpus_settings(args.path)
-    if args.embedding is not None:
-        env["RAGSPINE_EMBEDDING_BACKEND"] = args.embedding
-    print(f"RAGSpine index: {_libraries(len(sources))} of {sources[0].corpus_root} into {warehouse} "
-          f"({', '.join(s.name for s in sources)}); glossary {env.get('RAGSPINE_GLOSSARY', 'from RAGSPINE_GLOSSARY')}, "
-          f"graph dimensions {env.get('RAGSPINE_GRAPH_DIMENSIONS', 'from RAGSPINE_GRAPH_DIMENSIONS')}")
-    with indexing.environment(env):
-        reports, why = (None, "--in-process given") if args.in_process else _dagster_index(warehouse, sources)
-        if reports is None:
-            print(f"running the same engine steps in-process ({why})")
-            reports = indexing.index_in_process(warehouse, sources, progress=print)
-        indexing.record_sources(warehouse, sources, args.path, others_glossary=before)
-    for line in indexing.summary_lines(reports, warehouse):
-        print(line)
-    print(f"ask it: ragspine query --warehouse {warehouse} \"your question\"")
-    return 1 if indexing.any_failed(reports) else 0
 
 
 def cmd_query(args: argparse.Namespace) -> int:

@@ -1,0 +1,110 @@
+"""``ragspine index PATH``: the CLI side of indexing a folder (kept out of ``cli.py`` so each
+door module stays small).
+
+In a checkout the libraries are materialized through the Dagster code location
+(``definitions.index_libraries``, loaded by file path: the engine never imports Dagster);
+otherwise, or with ``--in-process``, ``indexing.index_in_process`` runs the same engine
+steps here and the output says why. Both print one ``LibraryReport`` per library as it
+finishes, then the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import indexing, paths
+
+
+def code_location() -> Any | None:
+    """The Dagster code location (definitions.py at the repo root), loaded by file path, or
+    None when Dagster or the file is not there (an installed wheel has no
+    ``definitions.py``: only a checkout does). By file path on purpose: the engine package
+    never imports Dagster itself; the code location does. Load it with the warehouse in
+    ``RAGSPINE_WAREHOUSE`` set (what the resources read)."""
+    import importlib.util
+
+    defs_path = paths.definitions_file()
+    if importlib.util.find_spec("dagster") is None or defs_path is None or not defs_path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("ragspine_definitions", defs_path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _dagster_root(sources: list[indexing.LibrarySource]) -> Path | None:
+    """The corpus root the code location reads ``<root>/<library>`` under, or None when a
+    library's folder is named otherwise (``--library NAME`` on a folder not called NAME)."""
+    if all(s.default_layout for s in sources):
+        return sources[0].corpus_root
+    if len(sources) == 1 and sources[0].folder.name == sources[0].name:
+        return sources[0].folder.parent
+    return None
+
+
+def _dagster_index(warehouse: Path, sources: list[indexing.LibrarySource]
+                   ) -> tuple[list[indexing.LibraryReport] | None, str]:
+    """Materialize the libraries through the code location, printing each library as its
+    run finishes; (None, why not) when there is none here or it cannot read this layout."""
+    root = _dagster_root(sources)
+    if root is None:
+        return None, (f"--library {sources[0].name}: the code location reads <corpus root>/<library> and "
+                      f"{sources[0].folder} is named otherwise")
+    with indexing.environment({"RAGSPINE_WAREHOUSE": str(warehouse.resolve()), "RAGSPINE_CORPUS_ROOT": str(root)}):
+        module = code_location()
+        if module is None:
+            return None, ("no Dagster code location: a plain install has no definitions.py, or the [pipeline] "
+                          "extra is missing")
+        home = os.environ.get("DAGSTER_HOME")
+        print(f"materializing every asset of {_libraries(len(sources))} through the Dagster code location"
+              + (f"; runs recorded in DAGSTER_HOME={home}" if home else ""))
+        reports = []
+        for lib, mats, checks, error in module.index_libraries(str(root), [s.name for s in sources],
+                                                               str(warehouse.resolve())):
+            spec = str(mats.get("embeddings", {}).get("spec", ""))
+            report = (indexing.LibraryReport(lib, error=error) if error
+                      else indexing.report_from_metadata(lib, mats, checks, spec))
+            reports.append(report)
+            for line in report.lines():
+                print(line)
+        return reports, ""
+
+
+def _libraries(n: int) -> str:
+    return f"{n} {'library' if n == 1 else 'libraries'}"
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    """``ragspine index PATH``: build a folder's libraries into the warehouse, then summarize."""
+    sources = indexing.plan_libraries(args.path, args.library)
+    warehouse = Path(args.warehouse)
+    if args.library is None:
+        loose = indexing.loose_files(sources[0].corpus_root)
+        if loose:
+            print(f"(not indexed: {len(loose)} files directly in {sources[0].corpus_root} belong to no subfolder "
+                  f"library: {', '.join(loose[:5])}{' …' if len(loose) > 5 else ''}; use --library NAME to index "
+                  "the folder as one library)", file=sys.stderr)
+    before = indexing.prior_glossary()
+    env = indexing.corpus_settings(args.path)
+    if args.embedding is not None:
+        env["RAGSPINE_EMBEDDING_BACKEND"] = args.embedding
+    print(f"RAGSpine index: {_libraries(len(sources))} of {sources[0].corpus_root} into {warehouse} "
+          f"({', '.join(s.name for s in sources)}); glossary {env.get('RAGSPINE_GLOSSARY', 'from RAGSPINE_GLOSSARY')}, "
+          f"graph dimensions {env.get('RAGSPINE_GRAPH_DIMENSIONS', 'from RAGSPINE_GRAPH_DIMENSIONS')}")
+    with indexing.environment(env):
+        reports, why = (None, "--in-process given") if args.in_process else _dagster_index(warehouse, sources)
+        if reports is None:
+            print(f"running the same engine steps in-process ({why})")
+            reports = indexing.index_in_process(warehouse, sources, progress=print)
+        indexing.record_sources(warehouse, sources, args.path, others_glossary=before)
+    for line in indexing.summary_lines(reports, warehouse):
+        print(line)
+    print(f"ask it: ragspine query --warehouse {warehouse} \"your question\"")
+    return 1 if indexing.any_failed(reports) else 0
+
+
+__all__ = ["cmd_index", "code_location"]

@@ -36,7 +36,7 @@ from ..retrieval.lexical.bm25_format import CorruptIndexError, IndexFormatError
 
 SERVED_FILE = "served_chunks.arrow"
 SERVED_META = "served_chunks.json"
-RECORDS_FORMAT = 2
+RECORDS_FORMAT = 3
 BATCH_ROWS = 2048
 # Read whole at open (ids, labels, languages): first in each batch, so the pages an open
 # touches are contiguous runs rather than a little of every column.
@@ -76,7 +76,9 @@ def write_served_records(version_dir: str | os.PathLike[str], table: pa.Table) -
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as fh, pa.ipc.new_file(fh, schema) as writer:
             for batch in table.to_batches(max_chunksize=BATCH_ROWS):
-                rows = pa.array([json.dumps(r, default=_jsonable) for r in batch.to_pylist()], pa.string())
+                # A JSON list in the order the sidecar records (no key repeated on every row).
+                rows = pa.array([json.dumps([r[c] for c in table.column_names], default=_jsonable)
+                                 for r in batch.to_pylist()], pa.string())
                 writer.write_batch(pa.record_batch([*(batch.column(c) for c in fields), rows], schema=schema))
         with pa.memory_map(str(tmp)) as src:
             reader = pa.ipc.open_file(src)
@@ -85,6 +87,7 @@ def write_served_records(version_dir: str | os.PathLike[str], table: pa.Table) -
                 starts.append(starts[-1] + reader.get_batch(i).num_rows)
             meta = {"format": RECORDS_FORMAT, "rows": table.num_rows, "bytes": tmp.stat().st_size,
                     "columns": schema.names, "batch_starts": starts, "crc32": _batch_crcs(reader),
+                    "row_fields": table.column_names,
                     "timestamps": [f.name for f in table.schema if pa.types.is_timestamp(f.type)]}
         side = folder / SERVED_META
         side.write_text(json.dumps(meta), encoding="utf-8")
@@ -114,6 +117,7 @@ class _Checks:
         self.start_list: list[int] = [int(x) for x in meta["batch_starts"]]
         self.rows = [table.column(ROW_COLUMN).chunk(b) for b in range(len(self.crcs))]
         self.timestamps: list[str] = list(meta.get("timestamps", ()))
+        self.row_fields: list[str] = list(meta["row_fields"])
 
     def _check(self, b: int, c: int) -> None:
         if not self.ok[b, c]:
@@ -125,7 +129,10 @@ class _Checks:
     def read_row(self, j: int) -> dict[str, Any]:
         """Row ``j`` as the stored dict (what ``to_pylist`` of the chunks table gives)."""
         b = bisect.bisect_right(self.start_list, j) - 1
-        row = json.loads(self.rows[b][j - self.start_list[b]].as_py())
+        values = json.loads(self.rows[b][j - self.start_list[b]].as_py())
+        if not isinstance(values, list) or len(values) != len(self.row_fields):
+            raise CorruptIndexError(self.path, f"record {j} does not hold {len(self.row_fields)} fields")
+        row = dict(zip(self.row_fields, values, strict=True))
         for name in self.timestamps:
             if row.get(name) is not None:
                 row[name] = datetime.fromisoformat(row[name])
@@ -183,7 +190,8 @@ def open_served_records(version_dir: str | os.PathLike[str]) -> ChunkColumns | N
     nb = reader.num_record_batches
     if (table.num_rows != meta.get("rows") or table.column_names != meta.get("columns")
             or nb != len(meta.get("crc32", ())) or len(meta.get("batch_starts", ())) != nb + 1
-            or any(table.column(c).num_chunks != nb for c in range(table.num_columns))):
+            or any(table.column(c).num_chunks != nb for c in range(table.num_columns))
+            or not isinstance(meta.get("row_fields"), list) or not isinstance(meta.get("timestamps", []), list)):
         raise CorruptIndexError(path, "row, column or batch counts do not match its sidecar")
     checks = _Checks(path, table, meta)
     checks.column("chunk_id")  # ChunkColumns compares every id on construction

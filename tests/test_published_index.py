@@ -194,3 +194,24 @@ def test_chunk_columns_build_the_same_chunks_and_answer_from_columns():
     assert list(sub) == [c for c in built if c.language == "en"]
     with pytest.raises(ValueError, match="chunk_id order"):
         ChunkColumns(pa.Table.from_pylist(rows[::-1], schema=schema))
+
+
+def test_an_older_records_layout_is_served_from_tokens_and_a_newer_one_is_an_error(built, tmp_path):
+    from ragspine_pipeline.warehouse.served_records import RECORDS_FORMAT
+
+    root = tmp_path / "wh"
+    shutil.copytree(built / "wh", root)
+    side = _lex_dir(root, "acme_reports") / SERVED_META
+    meta = json.loads(side.read_text())
+    side.write_text(json.dumps({**meta, "format": RECORDS_FORMAT - 1}))
+    wh = VersionedTables(root)
+    assert not isinstance(P.load_snapshot_index(wh, "acme_reports").retriever.index, MappedBM25Index)
+    assert P.build_lexical_index(wh, "acme_reports").metadata["reused"] is False  # rewritten once
+    P.publish_snapshot(wh, "acme_reports")
+    assert isinstance(P.load_snapshot_index(wh, "acme_reports").retriever.index, MappedBM25Index)
+    side = _lex_dir(root, "acme_reports") / SERVED_META
+    side.write_text(json.dumps({**json.loads(side.read_text()), "format": RECORDS_FORMAT + 1}))
+    with pytest.raises(IndexFormatError) as err:
+        P.load_snapshot_index(wh, "acme_reports")
+    assert SERVED_FILE in str(err.value) and f"{RECORDS_FORMAT + 1}" in str(err.value)
+    assert f"format {RECORDS_FORMAT}" in str(err.value)

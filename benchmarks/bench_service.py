@@ -241,13 +241,19 @@ def _rss_mib(pid: int) -> dict[str, float]:
     return got
 
 
+def _is_resource_tracker(pid: int) -> bool:
+    """multiprocessing's helper process beside uvicorn's workers (not a worker)."""
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        return b"resource_tracker" in fh.read()
+
+
 def workers_rss(warehouse: Path, mode: str, workers: int) -> list[dict[str, float]]:
     proc, _ = start_server(warehouse, mode, workers)
     try:
         time.sleep(2)
         with open(f"/proc/{proc.pid}/task/{proc.pid}/children", encoding="ascii") as fh:
             kids = [int(p) for p in fh.read().split()]
-        return [_rss_mib(pid) for pid in kids]
+        return [_rss_mib(pid) for pid in kids if not _is_resource_tracker(pid)]
     finally:
         stop_server(proc)
 

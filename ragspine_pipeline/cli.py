@@ -238,6 +238,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
               f"{warehouse}" + (f"; runs recorded in DAGSTER_HOME={home}" if home else ""))
         rc = _dagster_demo(warehouse, args.questions, args.top_k)
         if rc is not None:
+            indexing.record_corpus_if_indexed(warehouse, paths.default_corpus_root())
             return rc
         print("(no Dagster code location: the asset pipeline needs the [pipeline] extra and a source "
               "checkout (definitions.py); running the engine-only demo)")

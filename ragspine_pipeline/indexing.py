@@ -228,6 +228,21 @@ def record_sources(warehouse: str | os.PathLike[str], sources: list[LibrarySourc
         (wh / WAREHOUSE_GLOSSARY).unlink(missing_ok=True)
 
 
+def record_corpus_if_indexed(warehouse: str | os.PathLike[str], corpus_root: str | os.PathLike[str]) -> None:
+    """After a build of ``corpus_root`` by another door (``ragspine demo``): record its
+    published libraries when ``ragspine index`` already records this warehouse's sources,
+    so the demo's libraries keep the demo glossary in a warehouse they share."""
+    wh = Path(warehouse)
+    if not (wh / SOURCES_FILE).is_file():
+        return
+    from .warehouse.pipeline import published_libraries
+
+    published = set(published_libraries(VersionedTables(wh)))
+    sources = [s for s in plan_libraries(corpus_root) if s.name in published]
+    if sources:
+        record_sources(wh, sources, corpus_root)
+
+
 def warehouse_glossary(warehouse: str | os.PathLike[str]) -> Path | bool | None:
     """The glossary a query of ``warehouse`` uses: None when ``RAGSPINE_GLOSSARY`` is set or
     nothing was recorded (the default chain decides: a demo warehouse keeps the demo
@@ -397,4 +412,4 @@ def summary_lines(reports: list[LibraryReport], warehouse: str | os.PathLike[str
 
 __all__ = ["REPORTED_CHECKS", "SOURCES_FILE", "WAREHOUSE_GLOSSARY", "IndexInputError", "LibraryReport",
            "LibrarySource", "any_failed", "corpus_settings", "prior_glossary", "environment", "index_in_process", "index_library", "loose_files", "plan_libraries",
-           "record_sources", "report_from_metadata", "summary_lines", "validate_library_name", "warehouse_glossary"]
+           "record_corpus_if_indexed", "record_sources", "report_from_metadata", "summary_lines", "validate_library_name", "warehouse_glossary"]

@@ -200,3 +200,19 @@ def test_a_corpus_without_a_glossary_queries_with_none(tmp_path, capsys):
     rec = json.loads((wh / "libraries.json").read_text())["libraries"]
     assert rec["policies"] == {"folder": str((corpus / "policies").resolve()), "glossary": None, "dimensions": None}
     assert os.environ.get("RAGSPINE_GLOSSARY") is None  # the build's settings did not leak out
+
+
+def test_a_warehouse_shared_with_the_demo_keeps_the_demo_glossary_for_the_demo(tmp_path, capsys):
+    pytest.importorskip("dagster")
+    if paths.definitions_file() is None:
+        pytest.skip("not a checkout: no Dagster code location")
+    corpus, wh = make_corpus(tmp_path / "corpus"), tmp_path / "wh"
+    assert run(capsys, "index", str(corpus), "--warehouse", str(wh), "--in-process")[0] == 0
+    assert indexing.warehouse_glossary(wh) is False  # the user corpus has none
+    rc, out, err = run(capsys, "demo", "--questions", "0", "--warehouse", str(wh))
+    assert rc == 0, out + err
+    rec = json.loads((wh / "libraries.json").read_text())["libraries"]
+    assert rec["acme_reports"]["glossary"] == str(paths.DEMO_GLOSSARY.resolve())
+    assert rec["policies"]["glossary"] is None
+    assert json.loads((wh / "glossary.json").read_text()) == json.loads(paths.DEMO_GLOSSARY.read_text())
+

@@ -119,7 +119,10 @@ def start_server(warehouse: Path, mode: str, workers: int) -> tuple[subprocess.P
     import httpx
 
     port = _free_port()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RAGSPINE_SERVICE")},
+    from ragspine_pipeline import settings
+
+    service_vars = {s.name for s in settings.SETTINGS if s.group == "service"}  # the run sets its own
+    env = {**{k: v for k, v in os.environ.items() if k not in service_vars},
            "RAGSPINE_SERVICE_RATE": "0", "RAGSPINE_SERVICE_RELOAD_S": "0.5"}
     proc = subprocess.Popen(
         [sys.executable, "-c", "import sys; from ragspine_pipeline.service import serve_main; "

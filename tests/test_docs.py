@@ -92,6 +92,11 @@ def test_generator_on_a_new_results_folder(tmp_path):
     assert changed == [] and extra == [pages / "gone.md"]
 
 
+def test_tables_sharing_a_title_get_their_stem_in_the_nav():
+    tables = [gen.Table("x_before", "Open", ""), gen.Table("x_after", "Open", ""), gen.Table("y", "Other", "")]
+    assert gen.nav_titles(tables) == ["Open (x_before)", "Open (x_after)", "Other"]
+
+
 def test_generator_errors_name_the_problem(tmp_path):
     (tmp_path / "bad.md").write_text("no title here\n", encoding="utf-8")
     with pytest.raises(gen.BenchmarkDocsError, match="bad.md"):

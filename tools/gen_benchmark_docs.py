@@ -86,9 +86,18 @@ def _page(table: Table, figures: list[str], has_json: bool) -> str:
     return "".join(lines)
 
 
+def nav_titles(tables: list[Table]) -> list[str]:
+    """Each table's title, with its file stem added where two tables share a title (a
+    before/after pair), so the nav and the index tell them apart."""
+    counts: dict[str, int] = {}
+    for t in tables:
+        counts[t.title] = counts.get(t.title, 0) + 1
+    return [f"{t.title} ({t.stem})" if counts[t.title] > 1 else t.title for t in tables]
+
+
 def _index(tables: list[Table], figures: list[str]) -> str:
-    rows = "".join(f"| [{t.title.replace('|', '/')}]({t.stem}.md) | `benchmarks/results/{t.stem}.md` |\n"
-                   for t in tables)
+    rows = "".join(f"| [{title.replace('|', '/')}]({t.stem}.md) | `benchmarks/results/{t.stem}.md` |\n"
+                   for t, title in zip(tables, nav_titles(tables), strict=True))
     figs = "".join(f"\n![{name}]({name})\n" for name in figures)
     return (f"{_banner('benchmarks/results/')}# Benchmarks\n\n{INTRO}\n"
             f"| table | source |\n|---|---|\n{rows}{figs}")
@@ -96,8 +105,8 @@ def _index(tables: list[Table], figures: list[str]) -> str:
 
 def nav_block(tables: list[Table]) -> str:
     """The benchmark section of the mkdocs nav (titles JSON-quoted: valid YAML)."""
-    entries = "".join(f"      - {json.dumps(t.title, ensure_ascii=False)}: benchmarks/{t.stem}.md\n"
-                      for t in tables)
+    entries = "".join(f"      - {json.dumps(title, ensure_ascii=False)}: benchmarks/{t.stem}.md\n"
+                      for t, title in zip(tables, nav_titles(tables), strict=True))
     return f"{NAV_START}  - Benchmarks:\n      - Overview: benchmarks/index.md\n{entries}{NAV_END}"
 
 

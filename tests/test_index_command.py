@@ -216,3 +216,26 @@ def test_a_warehouse_shared_with_the_demo_keeps_the_demo_glossary_for_the_demo(t
     assert rec["policies"]["glossary"] is None
     assert json.loads((wh / "glossary.json").read_text()) == json.loads(paths.DEMO_GLOSSARY.read_text())
 
+
+
+def test_docx_parser_reads_paragraphs_tables_headings_and_title(tmp_path):
+    from ragspine_pipeline.ingest.parsers import ParseError, parse_source
+
+    d = docx.Document()
+    d.core_properties.title = "Supplier Policy"
+    d.add_heading("Supplier onboarding", 1)
+    d.add_paragraph("Every supplier signs the code of conduct.")
+    table = d.add_table(rows=1, cols=3)
+    table.cell(0, 0).merge(table.cell(0, 1)).text = "Approved suppliers"
+    table.cell(0, 2).text = "42"
+    d.add_heading("Audits", 2)
+    d.save(str(tmp_path / "p.docx"))
+    parsed = parse_source(tmp_path / "p.docx")
+    assert parsed.text == ("Supplier onboarding\n\nEvery supplier signs the code of conduct.\n\n"
+                           "Approved suppliers | 42\n\nAudits")  # a merged cell once
+    assert [(parsed.text[m.start:m.end], m.level) for m in parsed.structure] == [("Supplier onboarding", 1),
+                                                                                 ("Audits", 2)]
+    assert parsed.metadata == {"title": ["Supplier Policy"]}
+    (tmp_path / "bad.docx").write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(ParseError, match="unreadable Word file"):
+        parse_source(tmp_path / "bad.docx")

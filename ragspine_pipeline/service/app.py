@@ -14,6 +14,7 @@ responses, behind the same middleware (keys, scopes, Origin) as ``/v1/*``.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -60,6 +61,13 @@ class GraphBody(BaseModel):
     metric: str = Field(description="Metric id, e.g. revenue, gross_margin.")
     period: str = Field(description="Period, e.g. 2023, 2024H1.")
     libraries: list[str] | None = Field(None, description="Library ids; absent: every library the key may read.")
+
+
+class JSONText(JSONResponse):
+    """JSON encoded once, ``str()`` for what JSON lacks (as ``ragspine query --json`` does)."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, default=str, separators=(",", ":")).encode("utf-8")
 
 
 def _error_response(exc: ServiceError) -> JSONResponse:
@@ -145,10 +153,10 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
         err.status, err.error = exc.status_code, "http_error"
         return _error_response(err)
 
-    async def limited(fn: Any) -> JSONResponse:
+    async def limited(fn: Any) -> JSONText:
         # A Response is returned as it is: FastAPI's response validation and encoding of
-        # the snippet dicts cost milliseconds per request (operations already made them JSON).
-        return JSONResponse(await run_limited(fn, limits.timeout_s, pool.get("limiter")))
+        # the snippet dicts cost milliseconds per request; JSONText encodes them once.
+        return JSONText(await run_limited(fn, limits.timeout_s, pool.get("limiter")))
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

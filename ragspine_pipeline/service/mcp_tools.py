@@ -72,7 +72,7 @@ def build_mcp(served: ServedLibraries, limits: ServiceLimits, local: Principal |
 
     async def call(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         try:
-            return await run_limited(fn, limits.timeout_s, limiter())
+            return operations.jsonable(await run_limited(fn, limits.timeout_s, limiter()))
         except ServiceError as exc:
             raise ToolError(f"{exc.error}: {exc.message}") from None
 

@@ -92,8 +92,9 @@ def _triples(filters: Any) -> list[tuple[str, str, Any]]:
     return triples
 
 
-def _jsonable(value: Any) -> Any:
-    """Snippet dicts as JSON values (what ``ragspine query --json`` prints: str() for the rest)."""
+def jsonable(value: Any) -> Any:
+    """Snippet dicts as JSON values (what ``ragspine query --json`` prints: str() for the
+    rest). The HTTP routes skip it and encode once with the same rule (app.JSONText)."""
     return json.loads(json.dumps(value, ensure_ascii=False, default=str))
 
 
@@ -132,7 +133,7 @@ def search(served: ServedLibraries, principal: Principal, query: Any, *, filters
     except (FilterError, QueryTooLong) as exc:
         raise BadRequest(str(exc)) from None
     channels = sorted({ch for h in hybrid_retrievers(retriever) for ch in h.channels})
-    return {"snippets": _jsonable(list(snippets)), "versions": gen.versions(libs), "channels": channels,
+    return {"snippets": list(snippets), "versions": gen.versions(libs), "channels": channels,
             "mode": key}
 
 
@@ -178,8 +179,8 @@ def graph(served: ServedLibraries, principal: Principal, kind: str, *, entity: A
         except (GraphQueryError, GraphStoreError, DimensionsError) as exc:
             raise BadRequest(f"graph {kind}: {exc}") from None
         rows += [{**r, "library_id": lib} for r in got]
-    return {"rows": _jsonable(rows), "versions": gen.versions(with_graph)}
+    return {"rows": rows, "versions": gen.versions(with_graph)}
 
 
-__all__ = ["FILTER_HELP", "GRAPH_KINDS", "generation", "graph", "library_info", "list_libraries", "readable",
-           "search"]
+__all__ = ["FILTER_HELP", "GRAPH_KINDS", "generation", "graph", "jsonable", "library_info", "list_libraries",
+           "readable", "search"]

@@ -19,13 +19,9 @@ from ragspine_pipeline.text_spans import line_spans, trim_span
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ragspine_pipeline"
-# Function-level imports that still close a cycle, owned elsewhere and being moved
-# (warehouse/pipeline <-> raptor_tables, #26 item 4). Nothing may be added here.
-KNOWN_CYCLES = {
-    ("ragspine_pipeline.warehouse.catalog", "ragspine_pipeline.warehouse.raptor_tables"),
-    ("ragspine_pipeline.warehouse.raptor_tables", "ragspine_pipeline.warehouse.pipeline"),
-    ("ragspine_pipeline.warehouse.snapshots", "ragspine_pipeline.warehouse.raptor_tables"),
-}
+# Function-level imports that close a cycle: none may exist (the warehouse pairs were
+# resolved by moving the RAPTOR asset name to warehouse/common).
+KNOWN_CYCLES: set[tuple[str, str]] = set()
 
 
 def test_protocols_live_in_their_base_modules_and_old_paths_re_export_them():

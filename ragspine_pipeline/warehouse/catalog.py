@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .chunk_tables import withheld_docs
-from .common import CHUNKS, EMBEDDINGS, LEXICAL, RAW, SNAPSHOT, restricted_mask
+from .common import CHUNKS, EMBEDDINGS, LEXICAL, RAPTOR, RAW, SNAPSHOT, restricted_mask
 from .raw import raw_state
 from .versioned import (
     VersionedTables,
@@ -193,8 +193,6 @@ def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], *, redac
     views["lexical_tokens"] = (f"SELECT * FROM read_parquet({_sql_list(lex.table_paths('tokens'))}) "
                                f"WHERE chunk_id IN {active}")
     if meta.get("raptor_tree") not in (None, "None"):
-        from .raptor_tables import RAPTOR
-
         tree = wh.get(RAPTOR, lib, meta["raptor_tree"])
         body = f"SELECT * FROM read_parquet({_sql_list(tree.table_paths('nodes'))})"
         # The tree never holds a RESTRICTED chunk; a node over a document hidden since is left out.

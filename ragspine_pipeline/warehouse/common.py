@@ -13,6 +13,7 @@ from .versioned import Published
 
 RAW, CHUNKS, LEXICAL, SNAPSHOT = "raw_documents", "chunks", "lexical_index", "retrieval_snapshot"
 EMBEDDINGS = "embeddings"
+RAPTOR = "raptor_tree"
 
 
 @dataclass

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from ..retrieval.rerank.visual import PageImage, VisualEmbedder, VisualPageIndex, render_pdf_pages
 from ..sensitivity import is_restricted
+from .catalog import redacted_doc_ids
 from .chunk_tables import active_chunk_table, withheld_docs
 from .common import CHUNKS, RAW, SNAPSHOT, CheckOutcome, StepResult
 from .raw import raw_state
@@ -69,8 +70,6 @@ def servable_docs(wh: VersionedTables, library: str) -> set[str]:
     allowed = docs - restricted - withheld_docs(pub)
     snap = wh.latest(SNAPSHOT, library)
     if snap is not None:
-        from .pipeline import redacted_doc_ids  # pipeline imports the steps: import at call time
-
         allowed -= redacted_doc_ids(wh, library, snap.manifest["metadata"])
     return allowed
 

@@ -34,10 +34,9 @@ from ..retrieval.raptor.tree import (
 from ..retrieval.vector.embedding_backends import EmbeddingBackend, backend_model_id
 from ..sensitivity import is_restricted
 from .chunk_tables import published_chunks, served_chunks
-from .common import SNAPSHOT, CheckOutcome, StepResult
+from .common import RAPTOR, SNAPSHOT, CheckOutcome, StepResult  # RAPTOR re-exported: its asset name
+from .snapshots import _served_now, select_snapshot
 from .versioned import Published, VersionedTables, library_step
-
-RAPTOR = "raptor_tree"
 
 NODE_SCHEMA = pa.schema([
     ("level", pa.int32()), ("node_id", pa.string()), ("text", pa.large_string()), ("is_synthesis", pa.bool_()),
@@ -170,8 +169,6 @@ def load_snapshot_raptor(wh: VersionedTables, library: str, *, mode: str | None 
     hides; a synthesis over any member that is not served is not searchable. Raises
     RaptorError when the snapshot has no tree (RAPTOR was off when it was published).
     """
-    from .pipeline import _served_now, select_snapshot
-
     snap = select_snapshot(wh, library, chunker)
     meta = snap.manifest["metadata"]
     if meta.get("raptor_tree") in (None, "None"):

@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..sensitivity import is_restricted
 from .catalog import redacted_doc_ids
 from .chunk_tables import active_chunk_table, doc_state, published_chunks, served_chunks
-from .common import CHUNKS, EMBEDDINGS, LEXICAL, RAW, SNAPSHOT, StepResult
+from .common import CHUNKS, EMBEDDINGS, LEXICAL, RAPTOR, RAW, SNAPSHOT, StepResult
 from .versioned import Published, VersionedTables, WarehouseError, library_step
 
 __all__ = ["chunker_name", "publish_snapshot", "published_chunkings", "published_libraries", "select_snapshot",
@@ -48,8 +48,6 @@ def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
     # Opt-in layers are named only when on, so a snapshot without them reads (and hashes) as before.
     if lex.manifest["metadata"].get("contextual"):
         payload["contextual"] = lex.manifest["metadata"]["contextual"]
-    from .raptor_tables import RAPTOR  # raptor_tables imports chunk_tables only: no cycle
-
     raptor = wh.latest(RAPTOR, library)
     if raptor is not None and raptor.manifest["metadata"].get("chunks_version") == chunks_version:
         payload["raptor_tree"] = raptor.version

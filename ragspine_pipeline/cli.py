@@ -262,7 +262,6 @@ def cmd_query(args: argparse.Namespace) -> int:
     filters, by_option = combined_filters(args.filter, args.where)
     warehouse = Path(args.warehouse)  # read only: a path with nothing to serve is an error (exit 2)
     retriever = open_retriever(warehouse, mode=args.mode, embedding=args.embedding,
-                               glossary=indexing.warehouse_glossary(warehouse),
                                layers={"transform": args.transform, "postprocessor": args.postprocess},
                                chunker=args.chunker, progress=not args.json)
     check_filters_against(retriever, by_option)

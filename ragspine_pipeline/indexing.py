@@ -29,12 +29,9 @@ from typing import Any
 from . import paths, settings
 from .retrieval.lexical.glossary import load_glossary
 from .warehouse.common import StepResult
+from .warehouse.sources import SOURCES_FILE, WAREHOUSE_GLOSSARY, warehouse_glossary
 from .warehouse.versioned import VersionedTables, write_json_atomic
 
-SOURCES_FILE = "libraries.json"
-"""Under the warehouse: library -> the folder it was indexed from, its glossary and dimensions."""
-WAREHOUSE_GLOSSARY = "glossary.json"
-"""Under the warehouse: the glossary groups of every indexed library (absent: none has one)."""
 KEEP_VERSIONS = 5  # as WarehouseResource.keep_versions
 # What Dagster refuses in a partition key (dagster.._partitions.utils.base), plus what the
 # warehouse cannot hold in a folder name or a doc id prefix.
@@ -241,18 +238,6 @@ def record_corpus_if_indexed(warehouse: str | os.PathLike[str], corpus_root: str
     sources = [s for s in plan_libraries(corpus_root) if s.name in published]
     if sources:
         record_sources(wh, sources, corpus_root)
-
-
-def warehouse_glossary(warehouse: str | os.PathLike[str]) -> Path | bool | None:
-    """The glossary a query of ``warehouse`` uses: None when ``RAGSPINE_GLOSSARY`` is set or
-    nothing was recorded (the default chain decides: a demo warehouse keeps the demo
-    glossary); else the warehouse's own (``ragspine index`` wrote it), or False when none
-    of its libraries has one."""
-    wh = Path(warehouse)
-    if settings.raw("RAGSPINE_GLOSSARY") is not None or not (wh / SOURCES_FILE).is_file():
-        return None
-    own = wh / WAREHOUSE_GLOSSARY
-    return own if own.is_file() else False
 
 
 # --------------------------------------------------------------- in-process steps

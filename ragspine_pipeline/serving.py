@@ -49,6 +49,7 @@ from .retrieval.vector.base import EmbeddingBackend
 from .vector_cache import preload_cached_vectors
 from .warehouse.pipeline import SNAPSHOT, load_snapshot_index, published_libraries, select_snapshot
 from .warehouse.rerank_vectors import attach_library_vectors
+from .warehouse.sources import warehouse_glossary
 from .warehouse.versioned import VersionedTables
 
 STORE_FILE = "chunks.duckdb"
@@ -165,7 +166,8 @@ def open_published_retriever(
         what = f"libraries {missing}" if missing else "any library"
         raise NoPublishedSnapshot(f"no published retrieval snapshot for {what} under {root.resolve()}; "
                                   f"`{BUILD_COMMAND}` (or a Dagster refresh) publishes them")
-    gl = glossary_file(glossary)
+    # No glossary asked for: the warehouse's own corpora decide (ragspine index records them).
+    gl = glossary_file(glossary if glossary is not None else warehouse_glossary(root))
     wh = VersionedTables(root)
     rr = serving_reranker(reranker, provider)
     retrievers = {lib: library_retriever(wh, lib, reranker=rr, mode=m, glossary=gl, embedding=embedding_backend,

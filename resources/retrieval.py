@@ -40,6 +40,7 @@ from ragspine_pipeline.retrieval.link.narrative_index import NarrativeIndexRetri
 from ragspine_pipeline.retrieval.query import LayeredRetriever, SecurityConfigError
 from ragspine_pipeline.retrieval.rerank.cross_encoder import RERANKER_ENV
 from ragspine_pipeline.warehouse.pipeline import SNAPSHOT, published_libraries, select_snapshot
+from ragspine_pipeline.warehouse.sources import warehouse_glossary
 from ragspine_pipeline.warehouse.versioned import VersionedTables, WarehouseError
 
 from .warehouse import default_warehouse_root
@@ -86,9 +87,11 @@ class RetrievalResource(dg.ConfigurableResource):
             raise dg.Failure(str(exc)) from None
 
     def _glossary(self) -> Path | None:
-        """The one glossary file (field, else RAGSPINE_GLOSSARY, else the demo glossary)."""
+        """The one glossary file: the field, else as every door decides (RAGSPINE_GLOSSARY,
+        else the warehouse's own corpora's, else the corpus root's)."""
+        root = self.warehouse_root or default_warehouse_root()
         try:
-            return glossary_file(self.glossary_path or None)
+            return glossary_file(self.glossary_path or warehouse_glossary(root))
         except GlossaryError as exc:
             raise dg.Failure(str(exc)) from None
 

@@ -5,6 +5,7 @@ BM25 only (``RAGSPINE_EMBEDDING_BACKEND=none``) so no model is loaded."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -188,6 +189,17 @@ def test_corpus_glossary_and_dimensions_are_its_own_or_none(tmp_path, monkeypatc
     assert json.loads((wh / "glossary.json").read_text())["groups"][0]["terms"] == ["pelican", "seabird"]
     rc, out, _ = run(capsys, "query", "pelican", "--warehouse", str(wh), "--json", "--top-k", "1")
     assert json.loads(out)[0]["doc_id"] == "birds/survey"  # found through the corpus's own synonym
+    # Every door serves the warehouse with its corpus's glossary: the Python API and the
+    # Dagster resource answer the synonym query exactly as the CLI does.
+    from ragspine_pipeline.serving import open_published_retriever
+
+    api = [s["doc_id"] for s in open_published_retriever(wh).retrieve("pelican", top_k=1)]
+    assert api == ["birds/survey"]
+    if importlib.util.find_spec("dagster") is not None:
+        from resources import RetrievalResource
+
+        res = RetrievalResource(warehouse_root=str(wh))
+        assert [s["doc_id"] for s in res.retriever().retrieve("pelican", top_k=1)] == api
     graph = wh / "relation_graph" / "birds"
     assert graph.is_dir()
 

@@ -1,4 +1,5 @@
-"""ragspine: offline retrieval with cited snippets (demo, index, query, eval, graph, config).
+"""ragspine: offline retrieval with cited snippets (demo, index, query, eval, graph, config,
+serve, mcp, keys).
 
 ``ragspine demo`` ingests the embedded demo corpus into the warehouse chunk store
 (incrementally: unchanged documents keep their version) and answers sample questions
@@ -6,7 +7,9 @@ with cited snippets. ``ragspine index PATH`` builds your own folder into the war
 (one library per subfolder, or ``--library NAME`` for the whole folder) through the same
 steps; ``ragspine query`` asks one question; ``ragspine eval`` scores the
 retrieval stack on a BEIR-layout dataset. ``ragspine config`` prints the effective
-``RAGSPINE_*`` settings and where each came from (``settings.config_main``).
+``RAGSPINE_*`` settings and where each came from (``settings.config_main``). ``ragspine
+serve`` runs the HTTP/MCP retrieval service, ``ragspine mcp`` the MCP tools on stdio and
+``ragspine keys`` manages the service's API keys (``service``, the ``[service]`` extra).
 
 Every input error is one line on stderr, ``ragspine: error: <option>: <what>``, with exit
 code 2 (argparse's own errors included): one prefix for every command.
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from . import indexing, paths, serving, settings
+from .cli_delegated import DELEGATED_HELP, cmd_delegated
 from .cli_index import cmd_index, code_location
 from .corpus import ingest_folder, list_libraries, load_golden
 from .filter_input import (
@@ -369,7 +373,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ragspine", description=__doc__.splitlines()[0].replace("``", ""))
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                           help="demo, index, query, eval, graph or config (each has --help)")
+                           help="demo, index, query, eval, graph, config, serve, mcp or keys (each has --help)")
 
     def common(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--warehouse", default=str(default_warehouse()), help="warehouse folder")
@@ -453,26 +457,17 @@ def build_parser() -> argparse.ArgumentParser:
         gq.add_argument("--json", action="store_true", help="print the cited rows as JSON")
         gq.set_defaults(func=cmd_graph)
 
-    # Listed for --help only: main() hands everything after "config" to settings.config_main,
-    # which owns its options (--set, --group, --changed, --json).
-    sub.add_parser("config", add_help=False, help="print the effective RAGSPINE_* settings and where each "
-                   "came from (default, environment, argument), secrets masked; exit 2 on a bad value")
+    # Listed for --help only: main() hands everything after these words to the command's own
+    # entry point, which owns its options (DELEGATED).
+    for name, what in DELEGATED_HELP.items():
+        sub.add_parser(name, add_help=False, help=what)
     return p
-
-
-def cmd_config(argv: list[str]) -> int:
-    """``ragspine config ...``: the settings registry's own command (its argparse exit
-    codes kept: --help 0, a bad option 2)."""
-    try:
-        return settings.config_main(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["config"]:
-        return cmd_config(argv[1:])
+    if argv[:1] and argv[0] in DELEGATED_HELP:
+        return cmd_delegated(argv[0], argv[1:])
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse's own exit (--help: 0, input error: 2)

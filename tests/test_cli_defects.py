@@ -156,3 +156,17 @@ def test_eval_embeds_the_corpus_before_the_query_clock_starts(tmp_path, monkeypa
 def test_eval_bm25_has_no_corpus_embedding(tmp_path):
     res = runner.evaluate_dataset(str(_beir(tmp_path / "tiny")), runner.EvalConfig(mode="bm25", progress=False))
     assert res["timings_s"]["embed"] == 0 and res["timings_s"]["embed_items_per_s"] == 0
+
+
+@pytest.mark.parametrize("command", ["config", "serve", "mcp", "keys"])
+def test_commands_with_their_own_options_are_reachable_from_ragspine(command, capsys):
+    """config, serve, mcp and keys parse their own options: `ragspine X --help` is theirs
+    (exit 0), a bad option is exit 2, and the top-level help lists each of them."""
+    from ragspine_pipeline import cli
+
+    assert cli.main([command, "--help"]) == 0
+    assert f"ragspine {command}" in capsys.readouterr().out
+    assert cli.main([command, "--no-such-option"]) == 2
+    capsys.readouterr()
+    assert cli.main(["--help"]) == 0
+    assert command in capsys.readouterr().out

@@ -234,31 +234,137 @@ def refresher(warehouse: Path, corpus: Path, every: float, stop: threading.Event
         out.append(_publish(wh, corpus, "acme_reports"))
 
 
-def _rss_mib(pid: int) -> dict[str, float]:
-    got = {}
-    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith(("VmRSS", "RssAnon", "RssFile")):
-                name, value = line.split(":", 1)
-                got[name] = round(int(value.split()[0]) / 1024, 1)
-    return got
+MAPPED_FILES = ("bm25.rsbm25", "served_chunks.arrow")  # the published index files each worker maps
+OPEN_WAREHOUSE = ROOT / "benchmarks" / ".cache" / "open" / "warehouse"  # bench_open's SciFact x10
 
 
-def _is_resource_tracker(pid: int) -> bool:
-    """multiprocessing's helper process beside uvicorn's workers (not a worker)."""
-    with open(f"/proc/{pid}/cmdline", "rb") as fh:
-        return b"resource_tracker" in fh.read()
+def smaps_mib(pid: int) -> dict[str, float]:
+    """RSS, PSS and USS (private clean + dirty) of one process, and the RSS/PSS of its mappings
+    of the published index files, in MiB: a mapped page counts once in PSS however many
+    workers share it, so the PSS sum over processes is what the service costs."""
+    def kib(text: str) -> dict[str, int]:
+        vals: dict[str, int] = {}
+        for line in text.splitlines():
+            key, _, rest = line.partition(":")
+            if rest.strip().endswith("kB"):
+                vals[key] = vals.get(key, 0) + int(rest.split()[0])
+        return vals
+
+    roll = kib(Path(f"/proc/{pid}/smaps_rollup").read_text().split("\n", 1)[1])
+    mapped = {"Rss": 0, "Pss": 0}
+    current = False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split(maxsplit=5)
+        if len(head) >= 5 and "-" in head[0] and ":" not in head[0]:  # a mapping's header line
+            current = len(head) == 6 and head[5].endswith(MAPPED_FILES)
+        elif current and line.startswith(("Rss:", "Pss:")):
+            mapped[line[:3]] += int(line.split()[1])
+    mib = lambda v: round(v / 1024, 1)  # noqa: E731
+    return {"rss": mib(roll.get("Rss", 0)), "pss": mib(roll.get("Pss", 0)),
+            "uss": mib(roll.get("Private_Clean", 0) + roll.get("Private_Dirty", 0)),
+            "mapped_index_rss": mib(mapped["Rss"]), "mapped_index_pss": mib(mapped["Pss"])}
 
 
-def workers_rss(warehouse: Path, mode: str, workers: int) -> list[dict[str, float]]:
-    proc, _ = start_server(warehouse, mode, workers)
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def worker_pids(proc: subprocess.Popen, workers: int) -> list[int]:
+    """uvicorn serves in the process itself with one worker; with more, its children are
+    the workers (multiprocessing's resource tracker is not one)."""
+    if workers == 1:
+        return [proc.pid]
+    with open(f"/proc/{proc.pid}/task/{proc.pid}/children", encoding="ascii") as fh:
+        kids = [int(p) for p in fh.read().split()]
+    return [pid for pid in kids if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+async def _fresh_connections(base: str, queries: list[dict], top_k: int, concurrency: int) -> int:
+    """Every query on a new connection, ``concurrency`` at a time, so the kernel hands the
+    connections to whichever worker is free: all workers end up answering."""
+    import httpx
+
+    sem = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as c:
+        async def one(q: dict) -> int:
+            async with sem:
+                r = await c.post("/v1/search", json={**q, "top_k": top_k}, headers={"Connection": "close"})
+                return int(r.status_code != 200)
+        return sum(await asyncio.gather(*(one(q) for q in queries)))
+
+
+def workers_memory(warehouse: Path, workers: int, queries: list[dict], top_k: int,
+                   min_cpu_s: float = 1.0, max_passes: int = 20) -> dict[str, Any]:
+    """``ragspine serve --workers N`` (BM25) on ``warehouse``: memory of each worker after
+    every worker has answered queries (each one's CPU time grew by ``min_cpu_s``, or
+    ``max_passes`` passes over the queries), and of the supervisor when there is one."""
+    proc, base = start_server(warehouse, "bm25", workers)
     try:
-        time.sleep(2)
-        with open(f"/proc/{proc.pid}/task/{proc.pid}/children", encoding="ascii") as fh:
-            kids = [int(p) for p in fh.read().split()]
-        return [_rss_mib(pid) for pid in kids if not _is_resource_tracker(pid)]
+        pids = worker_pids(proc, workers)
+        cpu0 = {pid: _cpu_s(pid) for pid in pids}
+        passes = errors = 0
+        while passes < max_passes and min(_cpu_s(p) - cpu0[p] for p in pids) < min_cpu_s:
+            errors += asyncio.run(_fresh_connections(base, queries, top_k, 2 * workers))
+            passes += 1
+        time.sleep(1)  # let every worker settle (freed buffers, finished responses)
+        per = [smaps_mib(pid) | {"cpu_s": round(_cpu_s(pid) - cpu0[pid], 2)} for pid in pids]
+        supervisor = smaps_mib(proc.pid) if workers > 1 else None
     finally:
         stop_server(proc)
+    processes = per + ([supervisor] if supervisor else [])
+    return {"workers": workers, "passes": passes, "queries_per_pass": len(queries), "errors": errors,
+            "per_worker_mib": per, "supervisor_mib": supervisor,
+            "total_pss_mib": round(sum(p["pss"] for p in processes), 1),
+            "total_rss_mib": round(sum(p["rss"] for p in processes), 1)}
+
+
+def memory_step(results: dict, path: Path, warehouse: Path, counts: list[int], queries: list[dict],
+                top_k: int, redo: bool) -> None:
+    """Resumable: each worker count already in ``results["workers_memory"]`` for this
+    warehouse is kept (``--redo-memory`` measures again); the JSON is rewritten after each."""
+    from ragspine_pipeline import serving
+
+    where = warehouse.resolve()
+    name = str(where.relative_to(ROOT)) if where.is_relative_to(ROOT) else str(where)
+    done = results.setdefault("workers_memory", {})
+    if done.get("warehouse") != name or redo:
+        done.clear()
+        done.update({"warehouse": name, "libraries": serving.published_library_ids(where, None), "runs": {}})
+    for n in counts:
+        if str(n) in done["runs"]:
+            print(f"memory: --workers {n} already measured (kept)", file=sys.stderr)
+            continue
+        print(f"memory: --workers {n} on {warehouse}", file=sys.stderr)
+        done["runs"][str(n)] = workers_memory(warehouse, n, queries, top_k)
+        path.write_text(json.dumps(results, indent=2))
+
+
+def memory_markdown(mem: dict) -> list[str]:
+    runs = mem.get("runs") or {}
+    if not runs:
+        return []
+    lines = [f"Memory of `ragspine serve --workers N --mode bm25` on `{mem['warehouse']}` (libraries "
+             f"{', '.join(mem.get('libraries', []))}), MiB from `/proc/PID/smaps_rollup` after every worker answered queries "
+             "(fresh connections, until each worker's CPU time grew by 1 s). USS: the worker's private pages; "
+             "PSS: shared pages divided among the processes mapping them; mapped index: the worker's pages of "
+             f"the published index files ({', '.join(MAPPED_FILES)}), page cache shared by every worker. From 2 "
+             "workers on, uvicorn's supervisor process (no index) is counted in the total.", "",
+             "| workers | worker | RSS | PSS | USS | mapped index RSS / PSS | CPU s | total PSS (all processes) | "
+             "total PSS added per worker over the row above |", "|---|---|---|---|---|---|---|---|---|"]
+    prev: tuple[int, float] | None = None
+    for n, run in sorted(runs.items(), key=lambda kv: int(kv[0])):
+        extra = round((run["total_pss_mib"] - prev[1]) / (int(n) - prev[0]), 1) if prev else ""
+        prev = (int(n), run["total_pss_mib"])
+        rows = [(f"worker {i + 1}", w) for i, w in enumerate(run["per_worker_mib"])]
+        if run.get("supervisor_mib"):
+            rows.append(("supervisor", run["supervisor_mib"]))
+        for i, (who, w) in enumerate(rows):
+            lines.append(f"| {n if i == 0 else ''} | {who} | {w['rss']} | {w['pss']} | {w['uss']} | "
+                         f"{w['mapped_index_rss']} / {w['mapped_index_pss']} | {w.get('cpu_s', '')} | "
+                         f"{run['total_pss_mib'] if i == 0 else ''} | {extra if i == 0 else ''} |")
+    return lines + [""]
 
 
 def run(name: str, warehouse: Path, corpus: Path | None, mode: str, queries: list[dict], args: Any) -> dict:
@@ -291,11 +397,12 @@ def run(name: str, warehouse: Path, corpus: Path | None, mode: str, queries: lis
             "versions_checked": ok + mixed, "mixed_version_responses": mixed, "refreshes_during_load": len(published)}
 
 
-def markdown(rows: list[dict], rss: list[dict], cmd: str) -> str:
+def markdown(results: dict) -> str:
+    rows, cmd = results.get("rows", []), results.get("command", "")
     lines = ["# Retrieval service: load and latency (issue 29)", "", f"Command: `{cmd}`", "",
              f"Machine: {os.cpu_count()} cores shared by the server (1 uvicorn worker), the load generator "
              "(asyncio httpx, same cores) and the in-process baseline; load average "
-             f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end. Ratios, not absolute times, carry over.", "",
+             f"{results.get('loadavg', '?')} at the end. Ratios, not absolute times, carry over.", "",
              "| warehouse | mode | in-process qps | in-process p50/p95 ms | service c=1 p50/p95 ms | overhead p50 / "
              "p95(diff) ms | load qps | load p50/p95/p99 ms | errors | qps ratio | mixed / checked | refreshes |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -309,10 +416,10 @@ def markdown(rows: list[dict], rss: list[dict], cmd: str) -> str:
     lines += ["", "Overhead: per query, service latency at concurrency 1 minus in-process latency of the same "
               "query (p50 and p95 of those differences). Load: the clients share the server's cores, so the qps "
               "ratio to in-process is a lower bound of what the service does on its own cores.", ""]
-    if rss:
-        lines += ["RSS per worker (`--workers 2`, demo warehouse, MiB; RssFile pages — the memory-mapped index "
-                  "files and shared libraries — are shared between workers, RssAnon is each worker's own):", ""]
-        lines += [f"- worker {i + 1}: " + ", ".join(f"{k} {v}" for k, v in w.items()) for i, w in enumerate(rss)]
+    mem = results.get("workers_memory") or {}
+    if mem.get("runs"):
+        lines += ["## Many workers, one copy", "", f"Command: `{results.get('memory_command', '')}`", ""]
+        lines += memory_markdown(mem)
     return "\n".join(lines) + "\n"
 
 
@@ -327,28 +434,46 @@ def main() -> None:
     ap.add_argument("--warehouses", default="demo,scifact")
     ap.add_argument("--scifact-queries", type=int, default=200)
     ap.add_argument("--refresh-every", type=float, default=10.0, help="republish a demo library this often (s)")
+    ap.add_argument("--steps", default="load,memory", help="load (latency and load runs), memory (--workers N "
+                    "memory); a step not run keeps its results from the existing service.json")
+    ap.add_argument("--memory-warehouse", default=str(OPEN_WAREHOUSE), help="a published warehouse for the memory "
+                    "step (default: bench_open's SciFact x10, 252,930 chunks; `python benchmarks/bench_open.py` "
+                    "builds it)")
+    ap.add_argument("--memory-workers", default="1,2,3", help="worker counts measured")
+    ap.add_argument("--redo-memory", action="store_true", help="measure again the worker counts already recorded")
     args = ap.parse_args()
     os.environ["RAGSPINE_EMBEDDING"] = "deterministic"  # the vectors the snapshots hold, in both processes
     data = use_data(args.data)
-    wanted = args.warehouses.split(",")
-    if "scifact" in wanted:
+    wanted, steps = args.warehouses.split(","), args.steps.split(",")
+    if "scifact" in wanted or "memory" in steps:
         require_sets(data, ["scifact"])
     out = out_dir(args.out)
-    rows = []
-    rss: list[dict] = []
-    for mode in args.modes.split(","):
-        if "demo" in wanted:
-            wh, corpus, queries = build_demo(CACHE / "demo")
-            rows.append(run("demo", wh, corpus, mode, queries, args))
-        if "scifact" in wanted:
-            wh, queries = build_scifact(CACHE / "scifact", data, args.scifact_queries)
-            rows.append(run("scifact", wh, None, mode, queries, args))
-    if "demo" in wanted:
-        rss = workers_rss(build_demo(CACHE / "demo")[0], "bm25", 2)
+    path = out / "service.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results.pop("rss_workers_mib", None)  # superseded by the memory step
     cmd = "python -m benchmarks.bench_service " + " ".join(sys.argv[1:])
-    (out / "service.json").write_text(json.dumps({"rows": rows, "rss_workers_mib": rss, "command": cmd}, indent=2))
-    (out / "service.md").write_text(markdown(rows, rss, cmd), encoding="utf-8")
-    say_written([out / "service.json", out / "service.md"])
+    if "load" in steps:
+        rows = []
+        for mode in args.modes.split(","):
+            if "demo" in wanted:
+                wh, corpus, queries = build_demo(CACHE / "demo")
+                rows.append(run("demo", wh, corpus, mode, queries, args))
+            if "scifact" in wanted:
+                wh, queries = build_scifact(CACHE / "scifact", data, args.scifact_queries)
+                rows.append(run("scifact", wh, None, mode, queries, args))
+        results.update(rows=rows, command=cmd,
+                       loadavg=", ".join(f"{x:.2f}" for x in os.getloadavg()))
+        path.write_text(json.dumps(results, indent=2))
+    if "memory" in steps:
+        from ragspine_pipeline.eval.beir import load_beir
+
+        queries = [{"query": q, "filters": None} for q in list(load_beir(data / "scifact").queries.values())[:300]]
+        results["memory_command"] = cmd
+        memory_step(results, path, Path(args.memory_warehouse), [int(n) for n in args.memory_workers.split(",")],
+                    queries, args.top_k, args.redo_memory)
+    path.write_text(json.dumps(results, indent=2))
+    (out / "service.md").write_text(markdown(results), encoding="utf-8")
+    say_written([path, out / "service.md"])
 
 
 if __name__ == "__main__":

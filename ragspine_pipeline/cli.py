@@ -30,6 +30,7 @@ from . import indexing, paths, serving, settings
 from .cli_delegated import DELEGATED_HELP, cmd_delegated
 from .cli_index import cmd_index, code_location
 from .corpus import ingest_folder, list_libraries, load_golden
+from .errors_format import ERROR_PREFIX
 from .filter_input import (
     FilterValueError,
     Triple,
@@ -65,9 +66,6 @@ class CLIInputError(ValueError):
     def __init__(self, option: str, message: str) -> None:
         super().__init__(f"{option}: {message}")
         self.option = option
-
-
-ERROR_PREFIX = "ragspine: error: "
 
 
 class _Parser(argparse.ArgumentParser):

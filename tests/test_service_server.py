@@ -34,6 +34,36 @@ def test_start_up_refusals(tmp_path, capsys, monkeypatch):
     assert not is_loopback("0.0.0.0") and not is_loopback("10.0.0.1") and not is_loopback("example.com")
 
 
+
+def test_service_errors_have_the_cli_error_shape(tmp_path, capsys, monkeypatch):
+    """serve, mcp and keys print ``ragspine: error: <command>: <option>: <what>``, one line,
+    exit 2, like every other ``ragspine`` command: through the CLI and their own entry points."""
+    from ragspine_pipeline import cli
+    from ragspine_pipeline.errors_format import ERROR_PREFIX
+
+    monkeypatch.setattr("uvicorn.run", lambda *a, **k: pytest.fail("the server must not start"))
+    monkeypatch.delenv(K.KEYS_FILE_ENV, raising=False)
+    cases = [
+        (["serve", "--workers", "0"], "serve: --workers: must be at least 1"),
+        (["serve", "--port", "70000"], "serve: --port: must be in 1..65535"),
+        (["serve", "--port", "eighty"], "serve: argument --port: invalid int value"),
+        (["serve", "--bogus"], "serve: unrecognized arguments: --bogus"),
+        (["serve", "--host", "0.0.0.0", "--warehouse", str(tmp_path)], "serve: --host: refusing to bind 0.0.0.0"),
+        (["serve", "--warehouse", str(tmp_path / "empty")], "serve: --warehouse: no published retrieval snapshot"),
+        (["mcp", "--warehouse", str(tmp_path / "empty")], "mcp: --warehouse: no published retrieval snapshot"),
+        (["mcp", "--bogus"], "mcp: unrecognized arguments: --bogus"),
+        (["keys", "list"], "keys: --keys-file: required"),
+        (["keys", "revoke", "nope", "--keys-file", str(tmp_path / "k.json")], "keys: revoke: no key with id"),
+        (["keys", "frobnicate"], "keys: argument action: invalid choice"),
+    ]
+    for argv, expected in cases:
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith(ERROR_PREFIX + expected), (argv, err)
+        assert err.count("\n") == 1 and "usage:" not in err, (argv, err)
+    assert serve_main(["--workers", "0"]) == 2  # the entry point itself, as the CLI hands it over
+    assert capsys.readouterr().err.startswith("ragspine: error: serve: --workers:")
+
 def test_loopback_without_keys_warns(tmp_path, capsys, monkeypatch):
     warehouse, _ = build_warehouse(tmp_path)
     started = {}
@@ -42,7 +72,8 @@ def test_loopback_without_keys_warns(tmp_path, capsys, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(os, "environ", dict(os.environ))  # serve_main exports its options for the workers
     assert serve_main(["--warehouse", str(warehouse), "--workers", "3", "--library", "acme_reports"]) == 0
-    assert "every library is readable without a key" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("ragspine: warning: serve: --keys-file: none given: every library "
+                                              "is readable without a key")
     assert started["workers"] == 3 and started["host"] == "127.0.0.1" and started["factory"] is True
     assert started["app"] == "ragspine_pipeline.service.app:app_from_env"
     assert os.environ["RAGSPINE_SERVICE_LIBRARIES"] == "acme_reports"

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import secrets
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings
+from ..errors_format import OneLineParser, fail
 
 log = logging.getLogger("ragspine.service")
 
@@ -198,7 +198,7 @@ def bearer_key(authorization: str | None) -> str | None:
 
 # ------------------------------------------------------------------ ragspine keys
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ragspine keys", description="API keys of `ragspine serve`, scoped to libraries")
+    p = OneLineParser(prog="ragspine keys", description="API keys of `ragspine serve`, scoped to libraries")
     sub = p.add_subparsers(dest="action", required=True)
     c = sub.add_parser("create", help="create a key; the key is printed once, alone on the last line")
     c.add_argument("--library", action="append", required=True, help="a library the key may read (repeatable)")
@@ -219,8 +219,7 @@ def keys_main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     raw = args.keys_file or settings.get(KEYS_FILE_ENV)
     if not raw:
-        print(f"ragspine keys: error: --keys-file (or {KEYS_FILE_ENV}) is required", file=sys.stderr)
-        return 2
+        return fail("keys", f"--keys-file: required (or {KEYS_FILE_ENV})")
     path = Path(raw)
     try:
         if args.action == "create":
@@ -238,8 +237,7 @@ def keys_main(argv: list[str] | None = None) -> int:
             print(f"key {args.id} revoked; its replacement {kid} is shown only once:")
             print(key)
     except KeyFileError as exc:
-        print(f"ragspine keys: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("keys", f"--keys-file: {exc}" if str(exc).startswith("key file ") else f"{args.action}: {exc}")
     return 0
 
 

@@ -1,6 +1,9 @@
 """``ragspine serve`` and ``ragspine mcp`` as functions the CLI calls: ``serve_main(argv)``
 and ``mcp_main(argv)`` return an exit code (0, or 2 with one line on stderr).
 
+Errors have the CLI's one shape, ``ragspine: error: serve: <option>: <what>``
+(``errors_format``, shared with ``cli.py`` without importing it).
+
 ``serve`` refuses to bind anything but loopback without a key file (``--insecure-no-auth``
 overrides, loudly); on loopback without keys every library is readable and a warning says
 so. Its options reach every ``--workers`` process as ``RAGSPINE_*`` variables, read by
@@ -17,6 +20,8 @@ import sys
 from pathlib import Path
 
 from .. import paths, serving, settings
+from ..errors_format import OneLineParser, warn
+from ..errors_format import fail as _fail
 from .keys import KEYS_FILE_ENV, Principal
 
 LOOPBACK_NAMES = ("localhost",)
@@ -29,11 +34,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def _fail(prog: str, message: str) -> int:
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    return 2
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -53,13 +53,13 @@ def _check_published(prog: str, root: Path, libraries: list[str] | None) -> int 
     missing = sorted(set(libraries or []) - set(libs))
     if missing or not libs:
         what = f"libraries {missing}" if missing else "any library"
-        return _fail(prog, f"no published retrieval snapshot for {what} under {root}; `{serving.BUILD_COMMAND} "
+        return _fail(prog, f"{'--library' if missing else '--warehouse'}: no published retrieval snapshot for {what} under {root}; `{serving.BUILD_COMMAND} "
                      f"--warehouse {root}` (or a Dagster refresh) publishes them")
     return None
 
 
 def serve_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ragspine serve", description="HTTP + MCP retrieval service (FastAPI on uvicorn)")
+    p = OneLineParser(prog="ragspine serve", description="HTTP + MCP retrieval service (FastAPI on uvicorn)")
     _common(p)
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080)")
@@ -77,27 +77,29 @@ def serve_parser() -> argparse.ArgumentParser:
 
 
 def serve_main(argv: list[str] | None = None) -> int:
-    prog = "ragspine serve"
+    prog = "serve"
     try:
         args = serve_parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    if args.workers < 1 or not 0 < args.port < 65536:
-        return _fail(prog, "--workers must be at least 1 and --port in 1..65535")
+    if args.workers < 1:
+        return _fail(prog, f"--workers: must be at least 1, not {args.workers}")
+    if not 0 < args.port < 65536:
+        return _fail(prog, f"--port: must be in 1..65535, not {args.port}")
     keys_file = args.keys_file or settings.get(KEYS_FILE_ENV)
     if keys_file and not Path(keys_file).is_file():
-        return _fail(prog, f"--keys-file {keys_file}: no such file (`ragspine keys create --keys-file {keys_file} "
+        return _fail(prog, f"--keys-file: {keys_file}: no such file (`ragspine keys create --keys-file {keys_file} "
                      "--library ID` makes one)")
+    open_to_all = None  # the warning printed once every check has passed
     if not keys_file and not is_loopback(args.host):
         if not args.insecure_no_auth:
-            return _fail(prog, f"refusing to bind {args.host} without a key file: anyone who reaches it could read "
+            return _fail(prog, f"--host: refusing to bind {args.host} without a key file: anyone who reaches it could read "
                          "every library; pass --keys-file (or RAGSPINE_KEYS_FILE), bind 127.0.0.1, or "
                          "--insecure-no-auth")
-        print(f"{prog}: WARNING: --insecure-no-auth on {args.host}: every library is readable by anyone "
-              "who can reach this port", file=sys.stderr)
+        open_to_all = (f"--insecure-no-auth: {args.host} is not loopback: every library is readable by anyone "
+                       "who can reach this port")
     elif not keys_file:
-        print(f"{prog}: warning: no key file: every library is readable without a key on {args.host} "
-              "(loopback only)", file=sys.stderr)
+        open_to_all = f"--keys-file: none given: every library is readable without a key on {args.host} (loopback only)"
     root = _warehouse(args)
     failed = _check_published(prog, root, args.library)
     if failed is not None:
@@ -116,7 +118,9 @@ def serve_main(argv: list[str] | None = None) -> int:
     try:
         settings.get("RAGSPINE_RETRIEVAL_MODE", args.mode)
     except settings.SettingsError as exc:
-        return _fail(prog, str(exc))
+        return _fail(prog, f"--mode: {exc}")
+    if open_to_all:
+        warn(prog, open_to_all)
     os.environ.update(env)  # every worker process reads them (uvicorn's factory: app.app_from_env)
     import uvicorn
 
@@ -135,8 +139,8 @@ def mcp_main(argv: list[str] | None = None) -> int:
     from .mcp_tools import build_mcp
     from .served import ServedLibraries, ServingAssembly
 
-    prog = "ragspine mcp"
-    p = argparse.ArgumentParser(prog=prog, description="MCP tools over stdio for desktop assistants")
+    prog = "mcp"
+    p = OneLineParser(prog="ragspine mcp", description="MCP tools over stdio for desktop assistants")
     _common(p)
     try:
         args = p.parse_args(argv)
@@ -151,7 +155,7 @@ def mcp_main(argv: list[str] | None = None) -> int:
         served = ServedLibraries(ServingAssembly.resolve(root, mode=args.mode), args.library)
         served.refresh()
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        return _fail(prog, str(exc))
+        return _fail(prog, f"--warehouse: {exc}")
     served.start(settings.get("RAGSPINE_SERVICE_RELOAD_S"))
     try:
         anyio.run(build_mcp(served, ServiceLimits.from_settings(), local=Principal("stdio", None)).run_stdio_async)

@@ -120,6 +120,12 @@ def test_real_server_with_two_workers_and_a_hot_swap(tmp_path):
         r = httpx2.post(base + "/v1/search", json={"query": "revenue 2023", "top_k": 3}, headers=auth)
         assert r.status_code == 200 and r.json()["snippets"]
         before = r.json()["versions"]["acme_reports"]
+        for _ in range(6):  # fresh connections: the kernel spreads them over the workers
+            assert httpx2.post(base + "/v1/search", json={"query": "policy"}, headers=auth).status_code == 200
+        search = 'ragspine_requests_total{method="POST",route="/v1/search",status="200"}'
+        for _ in range(6):  # whichever worker answers the scrape: the sum over both workers
+            text = httpx2.get(base + "/metrics", headers=auth).text
+            assert sum(float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(search)) == 7.0, text
         with open(f"/proc/{proc.pid}/task/{proc.pid}/children", encoding="ascii") as fh:
             workers = [int(p) for p in fh.read().split()]
         rss = {pid: _rss_kib(pid) for pid in workers}

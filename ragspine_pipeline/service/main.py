@@ -16,7 +16,9 @@ import argparse
 import ipaddress
 import logging
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from .. import paths, serving, settings
@@ -121,12 +123,22 @@ def serve_main(argv: list[str] | None = None) -> int:
         return _fail(prog, f"--mode: {exc}")
     if open_to_all:
         warn(prog, open_to_all)
-    os.environ.update(env)  # every worker process reads them (uvicorn's factory: app.app_from_env)
     import uvicorn
 
+    from .metrics import MULTIPROC_ENV
+
+    metrics_dir = None  # workers > 1: /metrics sums every worker (prometheus_client's multiprocess mode)
+    if args.workers > 1 and not os.environ.get(MULTIPROC_ENV):
+        metrics_dir = tempfile.mkdtemp(prefix="ragspine-metrics-")
+        env[MULTIPROC_ENV] = metrics_dir
+    os.environ.update(env)  # every worker process reads them (uvicorn's factory: app.app_from_env)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
-    uvicorn.run("ragspine_pipeline.service.app:app_from_env", factory=True, host=args.host, port=args.port,
-                workers=args.workers, log_level=args.log_level, access_log=False)
+    try:
+        uvicorn.run("ragspine_pipeline.service.app:app_from_env", factory=True, host=args.host, port=args.port,
+                    workers=args.workers, log_level=args.log_level, access_log=False)
+    finally:
+        if metrics_dir:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 
 

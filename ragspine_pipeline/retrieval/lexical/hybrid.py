@@ -36,15 +36,8 @@ from ..filters import compile_filters, predicate_mask
 from ..vector.embedding_backends import EmbeddingBackend
 from .analyzer import Analyzer, make_analyzer
 from .bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
-from .fusion import (
-    DEFAULT_RRF_K,
-    FusionConfig,
-    convex_fuse,
-    fusion_from_env,
-    rrf_fuse,
-    weighted_rrf_fuse,
-)
-from .glossary import GlossaryQueryRewriter
+from .fusion import DEFAULT_RRF_K, FusionConfig, Run, fuse_runs, fusion_from_env
+from .glossary import GlossaryQueryRewriter, query_variants
 
 # Filterable fields and their value types (everything a Chunk/StoredChunk carries).
 FILTER_FIELDS: dict[str, type] = {
@@ -418,18 +411,19 @@ class HybridRetriever:
         if mask is not None:
             fmask = mask if fmask is None else (fmask & mask)
         depth = max(depth or 0, top_k, self.candidate_k)
-        queries = self.rewriter.rewrite(query) if self.rewriter else [query]
-        rankings: list[list[int]] = []
+        variants = query_variants(self.rewriter, query)  # weighted: glossary.py
+        queries = [v.text for v in variants]
+        rankings: list[Run] = []
         bm25_best: dict[int, float] = {}
-        for q in queries if "bm25" in self.channels else ():
-            hits = self.index.search(self.analyzer.analyze_query(q, self._languages), k=depth, candidates=fmask)
-            ranked = hits.ids.tolist()
-            rankings.append(ranked)
-            for p, s in zip(ranked, hits.scores.tolist(), strict=True):
+        for v in variants if "bm25" in self.channels else ():
+            hits = self.index.search(self.analyzer.analyze_query(v.text, self._languages), k=depth, candidates=fmask)
+            ranked, scores = hits.ids.tolist(), hits.scores.tolist()
+            rankings.append(Run(ranked, scores, v.weight))
+            for p, s in zip(ranked, scores, strict=True):
                 if s > bm25_best.get(p, 0.0):
                     bm25_best[p] = s
         vec_best: dict[int, float] = {}
-        dense_rankings: list[list[int]] = []
+        dense_rankings: list[Run] = []
         fusion = self.fusion
         # The guard's "not at all": a dense weight of 0 in hybrid search runs no dense channel.
         run_dense = (self.embedding_backend is not None and "dense" in self.channels
@@ -437,26 +431,12 @@ class HybridRetriever:
         if run_dense:
             positions = (np.flatnonzero(fmask) if fmask is not None
                          else np.arange(len(self.chunks)))
-            for ranked, sims in self._dense_rankings(queries, positions, depth):
-                dense_rankings.append(ranked)
+            for v, (ranked, sims) in zip(variants, self._dense_rankings(queries, positions, depth), strict=True):
+                dense_rankings.append(Run(ranked, [sims[p] for p in ranked], v.weight))
                 for p, s in sims.items():
                     if p not in vec_best or s > vec_best[p]:
                         vec_best[p] = s
-        both = bool(rankings) and bool(dense_rankings)
-        if both and fusion.method == "convex":
-            fused = list(convex_fuse(bm25_best, vec_best, fusion.dense_weight).items())[:top_k]
-        elif both and fusion.method == "weighted_rrf":
-            fused = list(weighted_rrf_fuse([(r, 1.0) for r in rankings]
-                                           + [(r, fusion.dense_weight) for r in dense_rankings],
-                                           k=fusion.k).items())[:top_k]
-        else:  # the spec's RRF (also any single-channel search)
-            k = self.rrf_k if fusion.is_default else fusion.k
-            all_rankings = rankings + dense_rankings
-            if len(all_rankings) == 1:
-                # One ranking of distinct ids: RRF keeps its order (1/(k+rank) strictly falls).
-                fused = [(p, 1.0 / (k + r)) for r, p in enumerate(all_rankings[0][:top_k], start=1)]
-            else:
-                fused = list(rrf_fuse(all_rankings, k=k).items())[:top_k]
+        fused = fuse_runs(rankings, dense_rankings, fusion, top_k=top_k, rrf_k=self.rrf_k)
         has_dense = self.embedding_backend is not None and "dense" in self.channels
         return fused, bm25_best, vec_best, has_dense
 

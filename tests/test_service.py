@@ -409,3 +409,26 @@ def test_access_log_has_key_id_and_request_id_never_the_key(keyed, keyfile, capl
     lines = [rec.getMessage() for rec in caplog.records if rec.name == "ragspine.service.access"]
     assert any(r.headers["x-request-id"] in line and f"key={K.key_id_of(reports)}" in line for line in lines)
     assert all(reports not in line and reports.split("_", 2)[2] not in line for line in lines)
+
+
+def test_an_indexed_warehouse_is_served_with_its_own_glossary(tmp_path, monkeypatch, capsys):
+    """The service answers a synonym query of a ``ragspine index``-ed warehouse through the
+    corpus's own glossary, exactly as the Python API (and so the CLI) does."""
+    from ragspine_pipeline import cli
+    from ragspine_pipeline.service.served import ServedLibraries, ServingAssembly
+
+    monkeypatch.setenv("RAGSPINE_EMBEDDING_BACKEND", "none")
+    monkeypatch.setenv("RAGSPINE_RETRIEVAL_MODE", "bm25")
+    for name in ("RAGSPINE_GLOSSARY", "RAGSPINE_CORPUS_ROOT", "RAGSPINE_EMBEDDING", "RAGSPINE_WAREHOUSE"):
+        monkeypatch.delenv(name, raising=False)
+    corpus, wh = tmp_path / "corpus", tmp_path / "wh"
+    (corpus / "birds").mkdir(parents=True)
+    (corpus / "birds" / "survey.md").write_text("# Survey\n\nThe seabird colony grew this year.\n")
+    (corpus / "glossary.json").write_text(json.dumps({"groups": [{"kind": "term", "terms": ["pelican", "seabird"]}]}))
+    assert cli.main(["index", str(corpus), "--warehouse", str(wh), "--in-process"]) == 0, \
+        capsys.readouterr()
+    served = ServedLibraries(ServingAssembly.resolve(wh, mode="bm25"), None)
+    served.refresh()
+    got = operations.search(served, K.LOCAL, "pelican", top_k=1)
+    api = open_published_retriever(wh, mode="bm25").retrieve("pelican", top_k=1)
+    assert [s["doc_id"] for s in got["snippets"]] == [s["doc_id"] for s in api] == ["birds/survey"]

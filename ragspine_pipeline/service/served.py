@@ -29,6 +29,7 @@ from ..filter_input import hybrid_retrievers
 from ..modes import LEXICAL_MODES, retrieval_mode
 from ..retrieval.link.assembly import glossary_file, serving_reranker
 from ..warehouse.common import SNAPSHOT
+from ..warehouse.sources import warehouse_glossary
 from ..warehouse.versioned import VersionedTables
 
 log = logging.getLogger("ragspine.service")
@@ -118,10 +119,13 @@ class ServingAssembly:
     @classmethod
     def resolve(cls, root: Path, *, mode: str | None = None, embedding: str | None = None,
                 router: str | None = None) -> ServingAssembly:
-        """The default mode first, then ``bm25`` (cheap: no model) when the default is not it."""
+        """The default mode first, then ``bm25`` (cheap: no model) when the default is not it.
+        The glossary is the warehouse's own when ``ragspine index`` recorded one, as for
+        ``open_published_retriever``: the service answers a synonym query as the CLI does."""
         default = mode_key(mode)
         modes = (default,) if default == "bm25" else (default, "bm25")
-        return cls(Path(root), modes, embedding, router, glossary_file(None), serving_reranker(None, None))
+        return cls(Path(root), modes, embedding, router, glossary_file(warehouse_glossary(root)),
+                   serving_reranker(None, None))
 
     def whole(self, retrievers: Mapping[str, Any]) -> Any:
         return serving.serve(retrievers, router=self.router, glossary=self.glossary)

@@ -58,6 +58,8 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import settings
+
 MANIFEST = "_manifest.json"
 VERSION_META = "_version.json"
 DEFAULT_MAX_SEGMENTS = 16
@@ -85,7 +87,7 @@ class WarehouseBusy(WarehouseError):
 
 def fail_before_publish(asset: str, what: str) -> None:
     """The failure-injection hook (``RAGSPINE_FAIL_BEFORE_PUBLISH``), called just before a publish."""
-    fail = os.environ.get(FAIL_ENV, "")
+    fail = settings.get(FAIL_ENV)
     if fail and fail in (asset, "*"):
         raise PublishInterrupted(f"injected failure before publishing {what}")
 
@@ -106,9 +108,7 @@ def writer_lock(path: Path, timeout: float | None = None) -> Iterator[None]:
         finally:
             held[key] -= 1
         return
-    if timeout is None:
-        raw = os.environ.get(LOCK_TIMEOUT_ENV, "")
-        timeout = float(raw) if raw.strip() else DEFAULT_LOCK_TIMEOUT_S
+    timeout = settings.get(LOCK_TIMEOUT_ENV, timeout)  # the argument, else the variable, else 600 s
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -11,11 +11,10 @@ and the choice (group, model, fusion, why) is stored in its metadata and the sna
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
-from ..retrieval.lexical.fusion import FUSION_ENV, FUSION_WEIGHT_ENV, fusion_from_env
+from ..retrieval.lexical.fusion import fusion_configured, fusion_from_env
 from ..retrieval.vector.batching import ProgressHook, embed_in_batches, log_progress
 from ..sensitivity import is_restricted
 from .chunk_tables import active_chunk_table, withheld_docs
@@ -35,7 +34,7 @@ def resolve_library_backend(backend: Any, spec: str, pub_chunks: Any) -> tuple[A
         t.column("doc_id").to_pylist(), t.column("text").to_pylist(), t.column("language").to_pylist(),
         t.column("sensitivity").to_pylist(), strict=True) if doc not in withheld and not is_restricted(sens)]
     choice = backend.resolve(items)
-    fusion = fusion_from_env() if (os.environ.get(FUSION_ENV) or os.environ.get(FUSION_WEIGHT_ENV)) else choice.fusion
+    fusion = fusion_from_env() if fusion_configured() else choice.fusion
     auto = {k: v for k, v in choice.to_dict().items() if k != "evidence"}
     auto["profile"] = choice.evidence.get("profile")
     return backend.backend_for(choice.model), choice.model, {"auto": auto, "fusion": fusion.to_dict()}

@@ -20,9 +20,10 @@ evaluation table (``retrieval/vector/auto_policy.py``). Every result lists the c
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+
+from ... import settings
 
 DEFAULT_RRF_K = 60
 FUSION_ENV = "RAGSPINE_FUSION"
@@ -129,23 +130,24 @@ class FusionConfig:
         return asdict(self)
 
 
+def fusion_configured() -> bool:
+    """Whether ``RAGSPINE_FUSION`` or ``RAGSPINE_FUSION_DENSE_WEIGHT`` is set (non-empty):
+    an explicit fusion beats the one auto embedding chose for a library, so the indexer
+    and the retriever ask this one question the same way."""
+    return bool(settings.raw(FUSION_ENV) or settings.raw(FUSION_WEIGHT_ENV))
+
+
 def fusion_from_env(k: int = DEFAULT_RRF_K) -> FusionConfig:
     """``RAGSPINE_FUSION`` / ``RAGSPINE_FUSION_DENSE_WEIGHT``; unset is the spec's RRF."""
-    method = (os.environ.get(FUSION_ENV) or "rrf").strip().lower()
-    if method not in FUSION_METHODS:
-        raise ValueError(f"{FUSION_ENV}={method!r}: use one of {', '.join(FUSION_METHODS)}")
-    raw = os.environ.get(FUSION_WEIGHT_ENV)
-    if raw is None or not raw.strip():
+    method_set, weight_set = settings.resolve(FUSION_ENV), settings.resolve(FUSION_WEIGHT_ENV)
+    method: str = method_set.value
+    weight = weight_set.value
+    if weight is None:
         weight = 0.5 if method == "convex" else 1.0
-    else:
-        try:
-            weight = float(raw)
-        except ValueError:
-            raise ValueError(f"{FUSION_WEIGHT_ENV} must be a number (got {raw!r})") from None
     if method == "rrf" and weight != 1.0:
         method = "weighted_rrf"  # a weight was asked for: honour it rather than ignore it
-    src = "env" if os.environ.get(FUSION_ENV) or raw else "default"
-    return FusionConfig(method=method, dense_weight=weight, k=k, source=src)
+    given = settings.ENVIRONMENT in (method_set.source, weight_set.source)
+    return FusionConfig(method=method, dense_weight=weight, k=k, source="env" if given else "default")
 
 
 @dataclass(frozen=True)

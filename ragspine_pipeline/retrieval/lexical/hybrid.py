@@ -36,7 +36,7 @@ from ..filters import compile_filters, predicate_mask
 from ..vector.embedding_backends import EmbeddingBackend
 from .analyzer import Analyzer, make_analyzer
 from .bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
-from .fusion import DEFAULT_RRF_K, FusionConfig, Run, fuse_runs, fusion_from_env
+from .fusion import DEFAULT_RRF_K, FusionConfig, Run, fuse_runs, fusion_configured, fusion_from_env
 from .glossary import GlossaryQueryRewriter, query_variants
 
 # Filterable fields and their value types (everything a Chunk/StoredChunk carries).
@@ -55,12 +55,6 @@ DEFAULT_CANDIDATE_K = 100
 def default_index_text(chunk: Chunk) -> str:
     """What BM25 indexes for a chunk: its text (headers are an opt-in layer)."""
     return chunk.text
-
-
-def _fusion_env_set() -> bool:
-    import os
-
-    return bool(os.environ.get("RAGSPINE_FUSION") or os.environ.get("RAGSPINE_FUSION_DENSE_WEIGHT"))
 
 
 def _check_channels(channels: Sequence[str]) -> None:
@@ -155,7 +149,7 @@ class HybridRetriever:
                                                if not is_restricted(c.sensitivity))
             self.auto_choice = choice
             embedding_backend = embedding_backend.backend_for(choice.model)
-            if fusion is None and not _fusion_env_set():
+            if fusion is None and not fusion_configured():
                 fusion = choice.fusion
         self.embedding_backend = embedding_backend
         if fusion is None:

@@ -18,13 +18,13 @@ built by name so that lexical indexes recorded with one of them keep loading.
 
 from __future__ import annotations
 
-import os
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
+from ... import settings
 from .scripts import KIND_CACHE as _KIND_CACHE
 from .scripts import kind_of, token_patterns
 
@@ -487,7 +487,7 @@ def make_analyzer(spec: str | IndexAnalyzer | None = None) -> IndexAnalyzer:
     if isinstance(spec, Analyzer | UnicodeAnalyzer):
         return spec
     if spec is None or not spec.strip():
-        spec = os.environ.get(ANALYZER_ENV, "").strip() or DEFAULT_ANALYZER_NAME
+        spec = str(settings.get(ANALYZER_ENV))  # the variable (stripped), else "unicode"
     name = spec.strip().lower()
     if name.startswith("unicode"):
         return unicode_analyzer(name)

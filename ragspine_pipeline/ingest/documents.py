@@ -24,13 +24,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import stat
 from dataclasses import dataclass
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..retrieval.lexical.analyzer import LanguageError, resolve_language
 from ..sensitivity import RESTRICTED_SENSITIVITY, resolve_label, strictest
 from .metadata_keys import SENSITIVITY_KEY, match_key
@@ -50,10 +50,11 @@ def on_parse_error_policy(value: str | None = None) -> str:
     """What a document whose file stopped parsing serves meanwhile: "withhold" (nothing,
     the default: a relabel with a typo must not keep the old text online) or
     "serve_last_good" (availability first, an explicit opt-out)."""
-    raw = (value if value else os.environ.get(ON_PARSE_ERROR_ENV, "")) or "withhold"
-    if raw not in ON_PARSE_ERROR:
-        raise ValueError(f"on_parse_error must be one of {', '.join(ON_PARSE_ERROR)}, not {raw!r}")
-    return raw
+    if not value:  # the variable, spelt exactly (the registry's error names it); blank: withhold
+        return str(settings.get(ON_PARSE_ERROR_ENV))
+    if value not in ON_PARSE_ERROR:  # a run-config field: its own message, as before
+        raise ValueError(f"on_parse_error must be one of {', '.join(ON_PARSE_ERROR)}, not {value!r}")
+    return value
 
 
 class CorpusError(ValueError):
@@ -90,10 +91,8 @@ def sidecar_path(path: Path) -> Path:
 
 def default_label() -> str | None:
     """The label of a document that declares none (None: the library requires one)."""
-    raw = os.environ.get(DEFAULT_LABEL_ENV, "").strip()
-    if raw.casefold() == "required":
-        return None
-    return raw or DEFAULT_LABEL
+    raw = str(settings.get(DEFAULT_LABEL_ENV)).strip()  # blank: the declared default, INTERNAL
+    return None if raw.casefold() == "required" else raw
 
 
 def title_from_text(text: str, fallback: str) -> str:

@@ -20,13 +20,13 @@ every locator they produce indexes the stored text.
 from __future__ import annotations
 
 import codecs
-import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..text_spans import line_spans, trim_span
 from .metadata_keys import match_key
 
@@ -178,11 +178,8 @@ def _merge_marks(*groups: tuple[StructureMark, ...] | list[StructureMark]) -> tu
 
 
 def max_file_bytes() -> int:
-    raw = os.environ.get(MAX_FILE_BYTES_ENV, "")
-    try:
-        return int(raw) if raw.strip() else DEFAULT_MAX_FILE_BYTES
-    except ValueError:
-        raise ParseError(f"{MAX_FILE_BYTES_ENV}={raw!r} is not an integer") from None
+    """The largest file parsed; a bad value is a ParseError, so each document reports it."""
+    return int(settings.get(MAX_FILE_BYTES_ENV, error=ParseError))
 
 
 def check_size(path: Path) -> None:

@@ -18,11 +18,12 @@ an odd spelling imitates, and to recognise misspelt metadata keys.
 
 from __future__ import annotations
 
-import os
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+
+from . import settings
 
 RESTRICTED_SENSITIVITY = "RESTRICTED"
 DEFAULT_LABELS: tuple[str, ...] = ("PUBLIC", "INTERNAL", "CONFIDENTIAL", RESTRICTED_SENSITIVITY)
@@ -53,8 +54,9 @@ def _check_config_label(label: str, raw: str) -> str:
 
 def known_labels() -> tuple[str, ...]:
     """The configured labels, least restrictive first (RESTRICTED is always the last)."""
-    raw = os.environ.get(LABELS_ENV, "")
-    if not raw.strip():
+    # The exact text, parsed by _parse_labels (stricter than the registry's check, and cached).
+    raw = settings.raw(LABELS_ENV)
+    if raw is None or not raw.strip():
         return DEFAULT_LABELS
     return _parse_labels(raw)
 

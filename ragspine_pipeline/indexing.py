@@ -205,7 +205,7 @@ def record_sources(warehouse: str | os.PathLike[str], sources: list[LibrarySourc
     for lib in published_libraries(VersionedTables(wh)):
         known.setdefault(lib, {"folder": None, "glossary": _setting_file(str(others_glossary or "none")),
                                "dimensions": None})
-    values = {**{k: os.environ.get(k) for k in ("RAGSPINE_GLOSSARY", "RAGSPINE_GRAPH_DIMENSIONS")},
+    values = {**{k: settings.raw(k) for k in ("RAGSPINE_GLOSSARY", "RAGSPINE_GRAPH_DIMENSIONS")},
               **corpus_settings(path)}
     for s in sources:
         known[s.name] = {"folder": str(s.folder), "glossary": _setting_file(values["RAGSPINE_GLOSSARY"]),

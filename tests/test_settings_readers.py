@@ -202,3 +202,24 @@ def test_warehouse_lock_timeout_and_failure_hook(monkeypatch, tmp_path):
         pass
     with writer_lock(tmp_path / "lib.lock", timeout=1.0):  # an argument wins over the bad variable
         assert (tmp_path / "lib.lock").exists()
+
+
+@pytest.mark.parametrize("raw", ["PUBLIC,RESTRICTED", " internal , restricted ", "PUBLIC,ＲＥＳＴＲＩＣＴＥＤ",
+                                 "PU\u200bBLIC,RESTRICTED", "PUBLIC", "PUBLIC,RESTRI\u00adCTED"])
+def test_registry_and_label_reader_agree_on_sensitivity_labels(raw, monkeypatch):
+    """`ragspine config` must not call a labels value fine that indexing then refuses."""
+    from ragspine_pipeline import sensitivity
+    from ragspine_pipeline.settings.model import Invalid, Labels
+
+    monkeypatch.setenv("RAGSPINE_SENSITIVITY_LABELS", raw)
+    try:
+        sensitivity.known_labels()
+        reader_ok = True
+    except sensitivity.LabelConfigError:
+        reader_ok = False
+    try:
+        Labels()(raw)
+        registry_ok = True
+    except Invalid:
+        registry_ok = False
+    assert registry_ok == reader_ok

@@ -193,8 +193,15 @@ class Labels:
     accepted: str = "a comma list of labels that includes RESTRICTED"
 
     def __call__(self, text: str) -> str:
-        folded = [unicodedata.normalize("NFKC", p).strip().upper() for p in text.split(",")]
-        if "RESTRICTED" not in folded:
+        # The same rule as sensitivity.known_labels (the reader that decides): each label
+        # written plainly (no invisible, combining or compatibility characters), ASCII
+        # letters compared upper-cased, and RESTRICTED among them.
+        labels = [p.strip(" \t\r\n") for p in text.split(",")]
+        for label in filter(None, labels):
+            odd = [ch for ch in label if unicodedata.category(ch)[0] in "CZM" and ch != " "]
+            if odd or unicodedata.normalize("NFKC", label) != label:
+                raise Invalid(f"label {ascii(label)} has invisible, combining or compatibility characters")
+        if "RESTRICTED" not in [lab.strip(" ").upper() if lab.isascii() else lab for lab in labels]:
             raise Invalid("RESTRICTED is missing")
         return text
 

@@ -167,7 +167,7 @@ def open_published_retriever(
         raise NoPublishedSnapshot(f"no published retrieval snapshot for {what} under {root.resolve()}; "
                                   f"`{BUILD_COMMAND}` (or a Dagster refresh) publishes them")
     # No glossary asked for: the warehouse's own corpora decide (ragspine index records them).
-    gl = glossary_file(glossary if glossary is not None else warehouse_glossary(root))
+    gl = served_glossary(root, glossary)
     wh = VersionedTables(root)
     rr = serving_reranker(reranker, provider)
     retrievers = {lib: library_retriever(wh, lib, reranker=rr, mode=m, glossary=gl, embedding=embedding_backend,
@@ -176,6 +176,13 @@ def open_published_retriever(
     if postprocessor is not None:
         layers.setdefault("postprocessor", "none")  # the argument replaces RAGSPINE_POSTPROCESSOR
     return serve(retrievers, router=router, glossary=gl, layers=layers, provider=provider)
+
+
+def served_glossary(warehouse: str | os.PathLike[str], glossary: GlossarySpec = None) -> Path | None:
+    """The glossary file every door serves ``warehouse`` with: ``glossary`` when given, else
+    the warehouse's own corpora's (``ragspine index`` records them), else the default chain
+    (``RAGSPINE_GLOSSARY``, the corpus root's)."""
+    return glossary_file(glossary if glossary is not None else warehouse_glossary(warehouse))
 
 
 def open_store_retriever(warehouse: str | os.PathLike[str], *, mode: str | None = None,

@@ -34,13 +34,12 @@ from pydantic import Field, PrivateAttr
 from ragspine_pipeline import serving, settings
 from ragspine_pipeline.modes import RetrievalModeError, retrieval_mode
 from ragspine_pipeline.retrieval.lexical.glossary import GlossaryError
-from ragspine_pipeline.retrieval.link.assembly import LAYER_KEYS, glossary_file, serving_reranker
+from ragspine_pipeline.retrieval.link.assembly import LAYER_KEYS, serving_reranker
 from ragspine_pipeline.retrieval.link.multi_index import MultiIndexRetriever
 from ragspine_pipeline.retrieval.link.narrative_index import NarrativeIndexRetriever
 from ragspine_pipeline.retrieval.query import LayeredRetriever, SecurityConfigError
 from ragspine_pipeline.retrieval.rerank.cross_encoder import RERANKER_ENV
 from ragspine_pipeline.warehouse.pipeline import SNAPSHOT, published_libraries, select_snapshot
-from ragspine_pipeline.warehouse.sources import warehouse_glossary
 from ragspine_pipeline.warehouse.versioned import VersionedTables, WarehouseError
 
 from .warehouse import default_warehouse_root
@@ -91,7 +90,7 @@ class RetrievalResource(dg.ConfigurableResource):
         else the warehouse's own corpora's, else the corpus root's)."""
         root = self.warehouse_root or default_warehouse_root()
         try:
-            return glossary_file(self.glossary_path or warehouse_glossary(root))
+            return serving.served_glossary(root, self.glossary_path or None)
         except GlossaryError as exc:
             raise dg.Failure(str(exc)) from None
 

@@ -27,9 +27,8 @@ from typing import Any
 from .. import serving
 from ..filter_input import hybrid_retrievers
 from ..modes import LEXICAL_MODES, retrieval_mode
-from ..retrieval.link.assembly import glossary_file, serving_reranker
+from ..retrieval.link.assembly import serving_reranker
 from ..warehouse.common import SNAPSHOT
-from ..warehouse.sources import warehouse_glossary
 from ..warehouse.versioned import VersionedTables
 
 log = logging.getLogger("ragspine.service")
@@ -124,7 +123,7 @@ class ServingAssembly:
         ``open_published_retriever``: the service answers a synonym query as the CLI does."""
         default = mode_key(mode)
         modes = (default,) if default == "bm25" else (default, "bm25")
-        return cls(Path(root), modes, embedding, router, glossary_file(warehouse_glossary(root)),
+        return cls(Path(root), modes, embedding, router, serving.served_glossary(root),
                    serving_reranker(None, None))
 
     def whole(self, retrievers: Mapping[str, Any]) -> Any:

@@ -21,7 +21,7 @@ import numpy as np
 
 from .bm25_reference import bm25_idf
 
-BLOCK_SIZE = 128  # postings per block-max bound (bm25_numba._BLOCK)
+BLOCK_SIZE = 128  # postings per block-max bound (the kernels read this constant)
 # Filtered queries: postings lists with df >= N / BITSET_DF_FRACTION get a bitset (corpora
 # of at least the caller's ``bitset_min_docs`` documents), so their survivor df is a popcount.
 BITSET_DF_FRACTION = 16

@@ -5,6 +5,7 @@ skipping) and ``search_batch`` (many queries without the GIL). See ``bm25_kernel
 import numpy as np
 from numba import njit
 
+from .bm25_build import BLOCK_SIZE
 from .bm25_numba_select import (
     _SLACK,
     _distinct,
@@ -16,8 +17,9 @@ from .bm25_numba_select import (
     _take_top,
 )
 
-# Postings per block of the block-max bounds (``bm25_build.BLOCK_SIZE``; the same constant there).
-_BLOCK = 128
+# Postings per block of the block-max bounds: the builder's constant (numba reads it as a
+# compile-time constant), so the two can never disagree.
+_BLOCK = BLOCK_SIZE
 
 
 @njit(cache=True, nogil=True)

@@ -37,7 +37,7 @@ S_MULTIMODAL = "オプトイン機能スタック › マルチモーダル"
 PROJECT = "— (project extension)"
 
 GROUPS: tuple[str, ...] = ("retrieval", "query layers", "models", "indexing", "graph", "llm", "security",
-                           "warehouse", "automation", "service", "benchmark")
+                           "warehouse", "automation", "service", "scale", "benchmark")
 
 PATH = Text(kind="path", accepted="a path")
 URL = Text(kind="url", accepted="an http(s) URL")
@@ -171,6 +171,17 @@ SETTINGS: tuple[Setting, ...] = (
             default_doc="none", spec=PROJECT, noun="precomputable reranker"),
     Setting("RAGSPINE_RERANK_VECTOR_LIBRARIES", Names(), "Libraries that opt in to precomputed rerank vectors.",
             "indexing", default_doc="every library", spec=PROJECT),
+    Setting("RAGSPINE_BM25_LAYOUT", Choice(("auto", "plain", "packed")),
+            "Postings layout of the published BM25 index: plain (exact float64 weights per posting, fastest "
+            "below a few million chunks), packed (block-packed doc-id deltas and term frequencies, a fraction "
+            "of the bytes), or auto (packed past RAGSPINE_BM25_PACKED_FROM postings).", "indexing", "auto",
+            spec=PROJECT, noun="postings layout"),
+    Setting("RAGSPINE_BM25_PACKED_FROM", Integer(minimum=0),
+            "Postings count from which the auto layout publishes packed postings.", "indexing", "100000000",
+            spec=PROJECT),
+    Setting("RAGSPINE_BM25_BUILD_MEMORY_MIB", Integer(minimum=64),
+            "Memory budget of the streaming BM25 build's in-memory runs (it spills sorted runs past it).",
+            "indexing", "1024", spec=PROJECT),
     # ---------------------------------------------------------------- graph
     Setting("RAGSPINE_GRAPH_STORE", Choice(("memory", "networkx")), "GraphStore implementation.", "graph",
             "memory", spec=S_GRAPH, noun="graph store"),
@@ -244,6 +255,20 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("RAGSPINE_SERVICE_ALLOWED_HOSTS", Names(),
             "Host headers /mcp accepts besides loopback (the public name behind a reverse proxy).", "service",
             default_doc="loopback hosts only", spec=PROJECT),
+    # ---------------------------------------------------------------- scale
+    Setting("RAGSPINE_EXECUTOR", Choice(("local", "ray")),
+            "Where the chunks and embeddings steps run: in this process, or as Ray Data pipelines (the [scale] "
+            "extra; the cluster at RAY_ADDRESS, else a local one).", "scale", "local", spec=PROJECT,
+            noun="executor"),
+    Setting("RAGSPINE_RAY_WORKERS", Integer(minimum=1),
+            "Ray workers of a distributed step (embedding actors, chunking tasks), one CPU each.", "scale",
+            default_doc="the usable CPUs", spec=PROJECT),
+    Setting("RAGSPINE_SHARDS", Integer(minimum=1),
+            "Hash shards (by doc_id) a library is served as by `ragspine serve --ray`.", "scale", "1",
+            spec=PROJECT),
+    Setting("RAGSPINE_SHARD_TIMEOUT_S", Number(bounds=(0.001, 3600.0)),
+            "Seconds a shard may take for one phase of a query; past it the answer is a 503 (or marked partial "
+            "when the request allows it).", "scale", "5", spec=PROJECT),
     # ---------------------------------------------------------------- benchmark
     Setting("RAGSPINE_BENCH_DATA", PATH, "Evaluation sets of the benchmarks (--data).", "benchmark",
             default_doc="../shared/eval beside the checkout", spec=PROJECT),

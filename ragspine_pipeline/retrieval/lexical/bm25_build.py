@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from .bm25_raw import RawPostings
 from .bm25_reference import bm25_idf
 
 BLOCK_SIZE = 128  # postings per block-max bound (the kernels read this constant)
@@ -69,11 +70,24 @@ def build_postings(
     docs_tokens: Sequence[Sequence[str]], k1: float, b: float, bitset_min_docs: int,
     corpus: CorpusStats | None = None,
 ) -> tuple[Postings, dict[str, int]]:
-    """(postings, vocabulary term -> id) by one in-place sort of (term, doc) keys.
+    """(postings, vocabulary term -> id) of token lists held in memory.
+
+    ``corpus``: statistics of the whole corpus when these documents are one segment of it
+    (default: these documents). A corpus too large for token lists is built by
+    ``bm25_stream_build`` into the same ``RawPostings`` and weighted by ``postings_from_raw``.
+    """
+    raw, vocab = count_postings(docs_tokens)
+    if corpus is not None:
+        corpus_df = np.fromiter((corpus.df[t] for t in vocab), np.int64, len(vocab))
+        raw = replace(raw, corpus_docs=corpus.n_docs, corpus_len=corpus.total_len, corpus_df=corpus_df)
+    return postings_from_raw(raw, k1, b, bitset_min_docs), vocab
+
+
+def count_postings(docs_tokens: Sequence[Sequence[str]]) -> tuple[RawPostings, dict[str, int]]:
+    """(raw postings, vocabulary term -> id) by one in-place sort of (term, doc) keys.
 
     Term ids go into a compact ``array('i')`` (4 bytes each) rather than a list of Python
-    ints (~36 bytes each), which bounds peak build memory. ``corpus``: statistics of the
-    whole corpus when these documents are one segment of it (default: these documents).
+    ints (~36 bytes each), which bounds peak build memory.
     """
     vocab: dict[str, int] = {}
     setdefault = vocab.setdefault
@@ -102,39 +116,50 @@ def build_postings(
     post_terms = uniq // stride
     indices = (uniq - post_terms * stride).astype(np.int32)
     del uniq
-    max_tf = int(counts.max()) if len(counts) else 0
-    tf_dtype = np.uint8 if max_tf < 2**8 else np.uint16 if max_tf < 2**16 else np.uint32
     indptr = np.zeros(n_terms + 1, dtype=np.int64)
     np.cumsum(np.bincount(post_terms, minlength=n_terms), out=indptr[1:])
+    raw = RawPostings(indptr=indptr, indices=indices, tf=counts.astype(tf_dtype(counts)),
+                      doc_len=lens.astype(np.uint32), terms=list(vocab))
+    return raw, vocab
+
+
+def tf_dtype(counts: np.ndarray) -> type[np.unsignedinteger]:
+    """The smallest unsigned integer type holding every term frequency of ``counts``."""
+    max_tf = int(counts.max()) if len(counts) else 0
+    return np.uint8 if max_tf < 2**8 else np.uint16 if max_tf < 2**16 else np.uint32
+
+
+def postings_from_raw(raw: RawPostings, k1: float, b: float, bitset_min_docs: int) -> Postings:
+    """The plain layout's arrays (exact float64 ``w`` per posting, idf, bounds, bitsets) of
+    counted postings; the corpus statistics are ``raw``'s corpus_* when it is a segment."""
+    indptr, indices, n_docs, n_terms = raw.indptr, raw.indices, raw.n_docs, raw.n_terms
+    lens = raw.doc_len.astype(np.int64)
     df = np.diff(indptr)
-    if corpus is None:
+    if raw.corpus_docs is None:
         avgdl = float(lens.sum()) / n_docs if n_docs else 0.0
         idf = bm25_idf(n_docs, df.astype(np.float64)) if n_terms else np.zeros(0)
     else:
-        avgdl = corpus.total_len / corpus.n_docs if corpus.n_docs else 0.0
-        corpus_df = np.fromiter((corpus.df[t] for t in vocab), np.float64, n_terms)
-        idf = bm25_idf(corpus.n_docs, corpus_df) if n_terms else np.zeros(0)
+        avgdl = int(raw.corpus_len or 0) / raw.corpus_docs if raw.corpus_docs else 0.0
+        corpus_df = np.asarray(raw.corpus_df, np.float64)
+        idf = bm25_idf(raw.corpus_docs, corpus_df) if n_terms else np.zeros(0)
     # Exact float64 tf-saturation factor per posting for the unfiltered path:
     # score = sum_t idf_t * (k1 + 1) * w[t, d]. Filtered queries recompute from tf.
     safe = avgdl if avgdl > 0 else 1.0
     norm = k1 * (1.0 - b + b * lens / safe)
-    w = counts.astype(np.float64)
+    w = np.asarray(raw.tf).astype(np.float64)
     denom = norm[indices]
     denom += w
     np.divide(w, denom, out=w)
     del denom, norm
-    tf = counts.astype(tf_dtype)
-    del counts
     bptr, bmax = block_max(indptr, df, w)
     bit_row, bits = bitsets(indptr, indices, df, n_docs, bitset_min_docs)
     w_max = np.zeros(n_terms, dtype=np.float64)
     nonempty = np.flatnonzero(df)
     if len(nonempty):
         w_max[nonempty] = np.maximum.reduceat(w, indptr[nonempty])
-    postings = Postings(indptr=indptr, indices=indices, tf=tf, w=w, df=df, doc_len=lens.astype(np.uint32),
-                        idf=np.asarray(idf, np.float64), w_max=w_max, bptr=bptr, bmax=bmax,
-                        bit_row=bit_row, bits=bits)
-    return postings, vocab
+    return Postings(indptr=indptr, indices=indices, tf=raw.tf, w=w, df=df, doc_len=lens.astype(np.uint32),
+                    idf=np.asarray(idf, np.float64), w_max=w_max, bptr=bptr, bmax=bmax,
+                    bit_row=bit_row, bits=bits)
 
 
 def block_max(indptr: np.ndarray, df: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -179,6 +179,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("RAGSPINE_BM25_PACKED_FROM", Integer(minimum=0),
             "Postings count from which the auto layout publishes packed postings.", "indexing", "100000000",
             spec=PROJECT),
+    Setting("RAGSPINE_BM25_BUCKETS", Integer(minimum=1),
+            "Hash buckets (segments, by doc_id) the lexical_index step publishes the BM25 index as; a served "
+            "shard maps whole buckets, so `serve --ray --shards S` needs S <= buckets.", "indexing", "1",
+            spec=PROJECT),
     Setting("RAGSPINE_BM25_BUILD_MEMORY_MIB", Integer(minimum=64),
             "Memory budget of the streaming BM25 build's in-memory runs (it spills sorted runs past it).",
             "indexing", "1024", spec=PROJECT),

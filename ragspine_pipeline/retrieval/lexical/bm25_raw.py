@@ -70,3 +70,8 @@ def build_memory_budget(mib: int | None = None) -> int:
     """Bytes the streaming build may hold in memory runs before it spills one to disk
     (``mib`` or ``RAGSPINE_BM25_BUILD_MEMORY_MIB``)."""
     return int(settings.get("RAGSPINE_BM25_BUILD_MEMORY_MIB", mib)) << 20
+
+
+def publish_buckets(value: int | None = None) -> int:
+    """Hash buckets the published index is split into (``value`` or ``RAGSPINE_BM25_BUCKETS``)."""
+    return int(settings.get("RAGSPINE_BM25_BUCKETS", value))

@@ -75,6 +75,11 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--allowed-host", action="append", default=None,
                    help="a Host header /mcp accepts besides loopback (RAGSPINE_SERVICE_ALLOWED_HOSTS)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--ray", action="store_true", help="run on Ray Serve (the [scale] extra): replicas, and each "
+                   "library as hash shards (RAY_ADDRESS joins a cluster, else a local one starts)")
+    p.add_argument("--shards", type=int, default=None, help="with --ray: shards per library (RAGSPINE_SHARDS; "
+                   "at most the published index's RAGSPINE_BM25_BUCKETS)")
+    p.add_argument("--replicas", type=int, default=1, help="with --ray: replicas of the HTTP app")
     return p
 
 
@@ -86,6 +91,12 @@ def serve_main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     if args.workers < 1:
         return _fail(prog, f"--workers: must be at least 1, not {args.workers}")
+    if not args.ray and (args.shards is not None or args.replicas != 1):
+        return _fail(prog, f"--{'shards' if args.shards is not None else 'replicas'}: only with --ray")
+    if args.ray and args.workers != 1:
+        return _fail(prog, "--workers: not with --ray (Ray Serve runs --replicas replicas)")
+    if args.ray and args.replicas < 1:
+        return _fail(prog, f"--replicas: must be at least 1, not {args.replicas}")
     if not 0 < args.port < 65536:
         return _fail(prog, f"--port: must be in 1..65535, not {args.port}")
     keys_file = args.keys_file or settings.get(KEYS_FILE_ENV)
@@ -123,6 +134,8 @@ def serve_main(argv: list[str] | None = None) -> int:
         return _fail(prog, f"--mode: {exc}")
     if open_to_all:
         warn(prog, open_to_all)
+    if args.ray:
+        return _serve_ray(prog, args, root, keys_file)
     import uvicorn
 
     from .metrics import MULTIPROC_ENV
@@ -140,6 +153,27 @@ def serve_main(argv: list[str] | None = None) -> int:
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
+
+
+def _serve_ray(prog: str, args: argparse.Namespace, root: Path, keys_file: str | None) -> int:
+    """``serve --ray``: the same app on Ray Serve over sharded libraries (scale/serve.py)."""
+    from ..scale.config import ScaleUnavailable, require_ray, shards
+
+    try:
+        require_ray()
+        n = shards(args.shards)
+    except ScaleUnavailable as exc:
+        return _fail(prog, f"--ray: {exc}")
+    except settings.SettingsError as exc:
+        return _fail(prog, f"--shards: {exc}")
+    from ..scale.serve import config_from, run_ray_service
+
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
+    config = config_from(root, libraries=args.library, shards=n, replicas=args.replicas, host=args.host,
+                         port=args.port, keys_file=str(Path(keys_file).resolve()) if keys_file else None,
+                         mode=args.mode, allowed_origins=tuple(args.allowed_origin or ()),
+                         allowed_hosts=tuple(args.allowed_host or ()))
+    return run_ray_service(config)
 
 
 def mcp_main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ from ..filter_input import (
 from ..modes import RetrievalModeError
 from ..retrieval.filters import FilterError
 from ..retrieval.limits import QueryTooLong, check_query
+from ..scale.shards import ShardUnavailable, shard_request
 from .errors import BadRequest, NotFound, Unavailable, out_of_scope
 from .keys import Principal
 from .served import Generation, ServedLibraries, mode_key
@@ -102,8 +103,10 @@ def search(served: ServedLibraries, principal: Principal, query: Any, *, filters
            libraries: Sequence[str] | None = None, mode: str | None = None, allow_partial: bool = False,
            max_top_k: int = 100) -> dict[str, Any]:
     """Cited snippets of ``query`` over the libraries the caller may read, with the snapshot
-    version of each library read. ``allow_partial`` is accepted for the sharded index
-    (a single-process index is never partial)."""
+    version of each library read. A sharded library (``serve --ray``) whose shard fails
+    or misses its deadline is a 503 naming the shards, or, with ``allow_partial``, an
+    answer from the shards that did answer, marked ``"partial": true`` with
+    ``missing_shards`` (a single-process index is never partial)."""
     try:
         query = check_query(query)
     except (TypeError, QueryTooLong) as exc:
@@ -129,12 +132,18 @@ def search(served: ServedLibraries, principal: Principal, query: Any, *, filters
         except FilterValueError as exc:
             raise BadRequest(f"filters: {exc}") from None
     try:
-        snippets = retriever.retrieve(query, filters=triples or None, top_k=top_k)
+        with shard_request(allow_partial) as shards:
+            snippets = retriever.retrieve(query, filters=triples or None, top_k=top_k)
     except (FilterError, QueryTooLong) as exc:
         raise BadRequest(str(exc)) from None
+    except ShardUnavailable as exc:
+        raise Unavailable(str(exc)) from None
     channels = sorted({ch for h in hybrid_retrievers(retriever) for ch in h.channels})
-    return {"snippets": list(snippets), "versions": gen.versions(libs), "channels": channels,
-            "mode": key}
+    out = {"snippets": list(snippets), "versions": gen.versions(libs), "channels": channels, "mode": key}
+    if shards.partial:  # only ever with allow_partial: never a silently partial answer
+        out["partial"] = True
+        out["missing_shards"] = {str(i): why for i, why in sorted(shards.missing.items())}
+    return out
 
 
 def list_libraries(served: ServedLibraries, principal: Principal) -> dict[str, Any]:

@@ -1,0 +1,244 @@
+"""``ragspine serve --ray``: the same FastAPI service on Ray Serve, over sharded libraries.
+
+Why: one uvicorn process is one failure domain; on Ray Serve the app runs as R replicas
+(restarted by Serve) and each library as S shard actors (``shards.py``) that map only
+their hash buckets of the published index. The app is the service's own ``create_app``
+(same routes, keys, limits, errors, MCP at /mcp): only the assembly differs —
+``ShardedAssembly`` builds each library's retrievers as the single-process service does,
+then points their BM25 index and dense ranking at the library's shards
+(``shards.attach``), so filters, variants, fusion, rerank and the RESTRICTED exits are
+the ones the single process runs.
+
+Shards are named, detached actors (one set per library snapshot version, found again by
+every replica), so a replica restart does not restart them and a killed shard is
+recreated by Ray (``max_restarts``) while the replicas keep serving (503 meanwhile, or a
+``partial`` answer when the request allows it). ``run_ray_service`` starts (or joins)
+the cluster, binds 127.0.0.1 unless told otherwise, and on exit removes the deployment
+and the shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import signal
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..filter_input import hybrid_retrievers
+from ..service.served import LibrarySnapshot, ServingAssembly
+from ..warehouse.common import LEXICAL, SNAPSHOT
+from ..warehouse.versioned import VersionedTables
+from .config import ScaleUnavailable, require_ray, shard_timeout_s
+from .shards import (
+    NAMESPACE,
+    ShardedBM25,
+    VectorSource,
+    attach,
+    segment_buckets,
+    start_shards,
+    write_layout,
+)
+
+log = logging.getLogger("ragspine.scale")
+
+APP_NAME = "ragspine"
+SHARD_PREFIX = "shard:"
+RAY_OBJECT_STORE_BYTES = 300 * 1024 * 1024
+
+
+def published_segments(version_dir: Path) -> Path | None:
+    """The folder holding the hash-bucket segments of a lexical version, or None when it
+    was published as one file (``RAGSPINE_BM25_BUCKETS`` unset at build)."""
+    if segment_buckets(version_dir):
+        return version_dir
+    for sub in sorted(p for p in version_dir.iterdir() if p.is_dir()) if version_dir.is_dir() else ():
+        if segment_buckets(sub):
+            return sub
+    return None
+
+
+@dataclasses.dataclass
+class ShardedAssembly(ServingAssembly):
+    """``ServingAssembly`` whose libraries are answered by ``shards`` shard actors each.
+
+    ``layout_root``: where a library published as one file is laid out in ``shards``
+    buckets first (tests and benchmarks only; without it such a library is an error that
+    says to republish with ``RAGSPINE_BM25_BUCKETS``).
+    """
+
+    shards: int = 1
+    timeout_s: float | None = None
+    layout_root: Path | None = None
+    fronts: dict[tuple[str, str], ShardedBM25] = dataclasses.field(default_factory=dict)
+
+    def build_library(self, wh: VersionedTables, library: str) -> LibrarySnapshot:
+        snap = super().build_library(wh, library)
+        hybrids = [h for r in snap.retrievers.values() for h in hybrid_retrievers(r)]
+        front = self.fronts.get((library, snap.version))
+        if front is None:
+            front = self._front(wh, library, snap.version, hybrids)
+            self.fronts[(library, snap.version)] = front
+        for h in hybrids:
+            attach(h, front)
+        return snap
+
+    def _front(self, wh: VersionedTables, library: str, version: str, hybrids: list[Any]) -> ShardedBM25:
+        pub = wh.get(SNAPSHOT, library, version)
+        meta = pub.manifest["metadata"]
+        lex = wh.get(LEXICAL, library, meta["lexical_index"]).path
+        folder = published_segments(Path(lex))
+        if folder is None or segment_buckets(folder) < self.shards:
+            have = segment_buckets(folder) if folder is not None else 1
+            if self.layout_root is None:
+                raise ScaleUnavailable(
+                    f"library {library!r}: its published BM25 index has {have} hash bucket(s), fewer than "
+                    f"--shards {self.shards}: republish it with RAGSPINE_BM25_BUCKETS >= {self.shards} "
+                    "(a shard maps whole buckets; nothing is rebuilt at serving time)")
+            folder = self._layout(library, version, hybrids[0])
+        dense = any(h.embedding_backend is not None and "dense" in h.channels for h in hybrids)
+        vectors = None
+        if dense:
+            emb = meta.get("embeddings")
+            if emb in (None, "None"):
+                raise ScaleUnavailable(f"library {library!r}: a dense mode is served but the snapshot stores no "
+                                       "embeddings for the shards to hold; serve --mode bm25 or embed at build")
+            vectors = VectorSource(warehouse=str(wh.root), library=library, version=str(emb))
+        tag = hashlib.sha256(f"{Path(wh.root).resolve()}|{folder}".encode()).hexdigest()[:12]
+        name = f"{SHARD_PREFIX}{tag}:{library}@{version}"
+        handles = start_shards(folder, self.shards, vectors=vectors, name=name)
+        front = ShardedBM25(handles, timeout_s=self.timeout_s, path=str(folder))
+        log.info("library %s@%s served by %d shards over %s", library, version, self.shards, folder)
+        return front
+
+    def _layout(self, library: str, version: str, hybrid: Any) -> Path:
+        assert self.layout_root is not None
+        folder = self.layout_root / library / version / f"b{self.shards}"
+        if segment_buckets(folder) != self.shards:
+            ids = hybrid.chunks.chunk_ids() if callable(getattr(hybrid.chunks, "chunk_ids", None)) else [
+                c.chunk_id for c in hybrid.chunks]
+            write_layout(folder, hybrid.index, ids, self.shards)
+        return folder
+
+
+def ensure_ray(address: str | None = None) -> Any:
+    """Join ``address`` (or ``RAY_ADDRESS``), else start a local cluster on this
+    machine's CPUs; namespace ``ragspine`` so the shards can be found by name."""
+    ray = require_ray()
+    if not ray.is_initialized():
+        addr = address or os.environ.get("RAY_ADDRESS")
+        if addr:
+            ray.init(address=addr, namespace=NAMESPACE, log_to_driver=False)
+        else:
+            from ..cpus import usable_cpus
+
+            ray.init(num_cpus=usable_cpus(), include_dashboard=False, namespace=NAMESPACE, log_to_driver=False,
+                     object_store_memory=RAY_OBJECT_STORE_BYTES)
+    return ray
+
+
+@dataclasses.dataclass(frozen=True)
+class RayServiceConfig:
+    """What every replica builds its app from (plain values: it travels to the replicas)."""
+
+    warehouse: str
+    shards: int = 1
+    replicas: int = 1
+    host: str = "127.0.0.1"
+    port: int = 8080
+    keys_file: str | None = None
+    mode: str | None = None
+    libraries: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
+    timeout_s: float | None = None
+    layout_root: str | None = None
+
+
+def build_app(config: RayServiceConfig) -> Any:
+    """The service's FastAPI app over ``ShardedAssembly`` (what each replica runs)."""
+    from ..service.app import create_app
+    from ..service.served import ServedLibraries
+
+    root = Path(config.warehouse)
+    assembly = dataclasses.replace(ShardedAssembly.resolve(root, mode=config.mode), shards=config.shards,
+                                   timeout_s=config.timeout_s,
+                                   layout_root=Path(config.layout_root) if config.layout_root else None)
+    served = ServedLibraries(assembly, list(config.libraries) or None)
+    return create_app(root, keys_file=config.keys_file, libraries=list(config.libraries) or None, served=served,
+                      allowed_origins=config.allowed_origins, allowed_hosts=config.allowed_hosts)
+
+
+class RagspineReplica:
+    """A Serve replica: builds the app in the replica (``__serve_build_asgi_app__``)."""
+
+    def __init__(self, config: RayServiceConfig) -> None:
+        self.config = config
+
+    def __serve_build_asgi_app__(self) -> Any:
+        logging.basicConfig(level=logging.INFO)
+        return build_app(self.config)
+
+
+def deploy(config: RayServiceConfig) -> None:
+    """Start Serve's proxy on ``host:port`` and run ``replicas`` replicas of the app."""
+    ray = ensure_ray()
+    from ray import serve
+
+    shard_timeout_s(config.timeout_s)  # a bad RAGSPINE_SHARD_TIMEOUT_S fails here, not in a replica
+    serve.start(http_options={"host": config.host, "port": config.port})
+    deployment = serve.deployment(name="ragspine-service", num_replicas=config.replicas,
+                                  ray_actor_options={"num_cpus": 0})(serve.ingress()(RagspineReplica))
+    serve.run(deployment.bind(config), name=APP_NAME, route_prefix="/", blocking=False)
+    log.info("ragspine on Ray Serve: http://%s:%d (%d replicas, %d shards per library, cluster %s)",
+             config.host, config.port, config.replicas, config.shards, ray.get_runtime_context().gcs_address)
+
+
+def shard_actors() -> list[str]:
+    """Names of the shard actors alive in the ragspine namespace."""
+    ray = require_ray()
+    return sorted(a["name"] if isinstance(a, dict) else a for a in ray.util.list_named_actors()
+                  if str(a["name"] if isinstance(a, dict) else a).startswith(SHARD_PREFIX))
+
+
+def shutdown() -> None:
+    """Remove the deployment and every shard actor (detached: they outlive their creator)."""
+    ray = require_ray()
+    if not ray.is_initialized():
+        return
+    from ray import serve
+
+    serve.shutdown()
+    for name in shard_actors():
+        with contextlib.suppress(ValueError):  # already gone
+            ray.kill(ray.get_actor(name, namespace=NAMESPACE))
+
+
+def run_ray_service(config: RayServiceConfig, stop: threading.Event | None = None) -> int:
+    """``ragspine serve --ray``: deploy, serve until SIGINT/SIGTERM (or ``stop``), clean up."""
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    deploy(config)
+    try:
+        stop.wait()
+    finally:
+        shutdown()
+        require_ray().shutdown()
+    return 0
+
+
+def config_from(warehouse: str | os.PathLike[str], *, libraries: Sequence[str] | None = None,
+                **kwargs: Any) -> RayServiceConfig:
+    """A ``RayServiceConfig`` with the warehouse resolved (replicas may run elsewhere)."""
+    return RayServiceConfig(warehouse=str(Path(warehouse).resolve()), libraries=tuple(libraries or ()), **kwargs)
+
+
+__all__ = ["APP_NAME", "RagspineReplica", "RayServiceConfig", "ShardedAssembly", "build_app", "config_from",
+           "deploy", "ensure_ray", "published_segments", "run_ray_service", "shard_actors", "shutdown"]

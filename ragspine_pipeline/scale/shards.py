@@ -1,0 +1,423 @@
+"""A library served as S hash shards on Ray, queried by exact two-phase scatter-gather.
+
+Why: one process holding a whole library is one failure domain and one machine's memory.
+Each shard is a Ray actor (restarted by Ray when it dies, ``max_restarts``) that
+memory-maps only its own doc_id hash buckets of the published BM25 index
+(``bm25_segments.open_segments(folder, buckets=...)``, nothing rebuilt) and holds only
+its part of the dense vectors. ``ShardedBM25`` stands where the single index stood in the
+``HybridRetriever`` (``attach``), so the one-door assembly — filters, glossary variants,
+fusion, rerank, the RESTRICTED exits, snippets — is unchanged:
+
+- unfiltered BM25: one phase; segments carry corpus-wide statistics, so each shard's
+  top-k is the corpus top-k restricted to its documents;
+- filtered BM25: phase 1 sums every shard's ``survivor_stats`` (N, df, length over the
+  filter survivors), phase 2 scores every shard with those global statistics;
+- dense: each shard ranks its own vectors by cosine with the same tie-safe cut as the
+  single index;
+
+and every merge is the exact top-k by (score desc, corpus position asc): position is
+chunk_id order, so ties fall as in one index. Each phase has a deadline
+(``RAGSPINE_SHARD_TIMEOUT_S``): a shard that misses it or fails is a ``ShardUnavailable``
+(the service answers 503 with its message), unless the request opened a
+``shard_request(allow_partial=True)`` scope, which then records the missing shards so the
+response is marked ``"partial": true``. Never a silently partial answer.
+
+Ray is imported only where actors are started or awaited.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..retrieval.lexical.bm25_segments import SurvivorStats, open_segments
+from ..retrieval.lexical.bm25_topk import ScoredDocs, empty_scored, top_k
+from .config import require_ray, shard_timeout_s
+
+NAMESPACE = "ragspine"
+SHARD_RESTARTS = -1  # a killed shard always comes back (it only maps files)
+SHARD_THREADS = 2  # concurrent calls a shard answers (numpy and the kernels release the GIL)
+
+
+class ShardUnavailable(RuntimeError):
+    """Shards that failed or missed their deadline in one phase of a query."""
+
+    def __init__(self, phase: str, missing: dict[int, str]) -> None:
+        self.phase, self.missing = phase, dict(missing)
+        what = "; ".join(f"shard {i}: {why}" for i, why in sorted(missing.items()))
+        super().__init__(f"sharded index: {len(missing)} shard(s) did not answer the {phase} phase ({what}); "
+                         "retry, or send allow_partial=true to accept an answer without them")
+
+
+@dataclass
+class ShardRequest:
+    """One request's tolerance for missing shards, and the shards it went without."""
+
+    allow_partial: bool = False
+    missing: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.missing)
+
+
+_REQUEST: contextvars.ContextVar[ShardRequest | None] = contextvars.ContextVar("ragspine_shard_request",
+                                                                               default=None)
+
+
+@contextlib.contextmanager
+def shard_request(allow_partial: bool = False) -> Iterator[ShardRequest]:
+    """Scope of one request: inside it, a missing shard is recorded (``allow_partial``)
+    or raised; outside any scope it is always raised."""
+    req = ShardRequest(bool(allow_partial))
+    token = _REQUEST.set(req)
+    try:
+        yield req
+    finally:
+        _REQUEST.reset(token)
+
+
+def assign_buckets(buckets_total: int, shards: int) -> list[tuple[int, ...]]:
+    """Bucket b goes to shard ``b % shards``; every shard needs at least one bucket."""
+    if shards < 1:
+        raise ValueError(f"shards must be >= 1 (got {shards})")
+    if shards > buckets_total:
+        raise ValueError(f"{shards} shards need at least {shards} hash buckets; the published index has "
+                         f"{buckets_total}: republish it with RAGSPINE_BM25_BUCKETS >= {shards}, or serve fewer "
+                         "shards")
+    return [tuple(range(i, buckets_total, shards)) for i in range(shards)]
+
+
+def segment_buckets(folder: str | os.PathLike[str]) -> int:
+    """How many hash buckets the segment files in ``folder`` split the corpus into (0: none)."""
+    files = sorted(Path(folder).glob("bm25-*-of-*.rsbm25"))
+    return int(files[0].name.rsplit("-of-", 1)[1].split(".")[0]) if files else 0
+
+
+def index_tokens(index: Any) -> list[list[str]]:
+    """Each document of a built BM25 index as a bag of its tokens (term repeated tf times),
+    in position order: BM25 reads counts only, so segments written from these score as the
+    index does. Lets a library published as one file be laid out in buckets for a test or
+    a benchmark without its token table."""
+    vocab = index.vocab
+    term = vocab.term if callable(getattr(vocab, "term", None)) else dict(
+        (t, s) for s, t in vocab.items()).__getitem__
+    docs: list[list[str]] = [[] for _ in range(index.n_docs)]
+    indptr, indices, tf = np.asarray(index.indptr), np.asarray(index.indices), np.asarray(index.tf)
+    for t in range(len(indptr) - 1):
+        s = term(t)
+        for d, f in zip(indices[indptr[t]:indptr[t + 1]].tolist(), tf[indptr[t]:indptr[t + 1]].tolist(),
+                        strict=True):
+            docs[d].extend([s] * int(f))
+    return docs
+
+
+def write_layout(folder: str | os.PathLike[str], index: Any, doc_ids: Sequence[str], buckets: int) -> Path:
+    """Write ``index`` (one file) as ``buckets`` hash-bucket segments into ``folder``: the
+    layout a library published with ``RAGSPINE_BM25_BUCKETS=buckets`` has (tests and
+    benchmarks; serving maps published buckets)."""
+    from ..retrieval.lexical.bm25_segments import write_segments
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    write_segments(folder, index_tokens(index), list(doc_ids), buckets=buckets, k1=index.k1, b=index.b)
+    return Path(folder)
+
+
+def ids_digest(ids: Sequence[str]) -> str:
+    """One digest of chunk ids in order: a shard proves it holds exactly the front's chunks."""
+    h = hashlib.sha256()
+    for cid in ids:
+        h.update(cid.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class VectorSource:
+    """Where a shard reads its part of the dense vectors.
+
+    ``npy``: unit vectors of the whole corpus in position order (mapped; the shard copies
+    its rows). ``warehouse``/``library``/``version``: the published embeddings table, rows
+    matched by chunk id (the newest row of an id wins, as in ``load_snapshot_index``).
+    """
+
+    npy: str | None = None
+    warehouse: str | None = None
+    library: str | None = None
+    version: str | None = None
+
+    def rows(self, positions: np.ndarray, chunk_ids: Sequence[str]) -> np.ndarray:
+        if self.npy is not None:
+            return np.asarray(np.load(self.npy, mmap_mode="r")[positions], dtype=np.float32)
+        import pyarrow as pa
+
+        from ..warehouse.common import EMBEDDINGS
+        from ..warehouse.pipeline import _aligned
+        from ..warehouse.versioned import VersionedTables
+
+        wh = VersionedTables(Path(str(self.warehouse)))
+        table = _aligned(wh.read(EMBEDDINGS, str(self.library), "vectors", self.version),
+                         pa.array(list(chunk_ids), pa.string()), f"shard vectors of {self.library}")
+        vec = table.column("vector").combine_chunks()
+        dim = len(vec[0]) if len(vec) else 0
+        flat = vec.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+        mat = flat.reshape(len(vec), dim)
+        norms = np.linalg.norm(mat, axis=1, keepdims=True)  # as HybridRetriever.preload_vectors
+        return (mat / np.where(norms == 0, 1, norms)).astype(np.float32)
+
+
+def unpack_mask(packed: np.ndarray | None, n_docs: int) -> np.ndarray | None:
+    return None if packed is None else np.unpackbits(packed, count=n_docs).astype(bool)
+
+
+class BM25Shard:
+    """The body of one shard actor: its buckets' segments, mapped, and its vectors."""
+
+    def __init__(self, folder: str, buckets: Sequence[int], vectors: VectorSource | None = None) -> None:
+        self.index = open_segments(folder, buckets)
+        self.buckets = tuple(self.index.buckets)
+        pos = np.concatenate([s._global_pos for s in self.index.segments]) if self.index.segments else np.zeros(0)
+        ids = [cid for s in self.index.segments for cid in s.doc_ids(range(s.n_docs))]
+        order = np.argsort(pos, kind="stable")
+        self.positions = pos[order].astype(np.int64)
+        self.chunk_ids = [ids[i] for i in order.tolist()]
+        self.vectors = vectors.rows(self.positions, self.chunk_ids) if vectors is not None else None
+        self._warm()
+
+    def _warm(self) -> None:
+        """Load the compiled kernels and verify a term now, not inside the first deadline."""
+        for seg in self.index.segments:
+            if seg.n_terms:
+                self.index.search([seg.vocab.term(0)], 1)
+                return
+
+    def describe(self) -> dict[str, Any]:
+        """Which corpus positions this shard holds (and a digest of their chunk ids), its pid."""
+        return {"pid": os.getpid(), "buckets": list(self.buckets), "positions": self.positions,
+                "ids_digest": ids_digest(self.chunk_ids), "n_docs": self.index.n_docs,
+                "dense": self.vectors is not None}
+
+    def survivor_stats(self, queries: list[list[str]], packed: np.ndarray) -> list[SurvivorStats]:
+        mask = unpack_mask(packed, self.index.n_docs)
+        return [self.index.survivor_stats(q, mask) for q in queries]
+
+    def search(self, query: list[str], k: int, packed: np.ndarray | None = None,
+               stats: SurvivorStats | None = None) -> ScoredDocs:
+        mask = unpack_mask(packed, self.index.n_docs)
+        if mask is None:
+            return self.index.search(query, k)
+        return self.index.search(query, k, mask, stats=stats)
+
+    def dense(self, qv: np.ndarray, packed: np.ndarray | None, depth: int) -> list[ScoredDocs]:
+        """Per query row: this shard's top-``depth`` by (cosine desc, position asc), with the
+        single index's tie-safe cut (HybridRetriever._dense_rankings)."""
+        if self.vectors is None:
+            raise RuntimeError(f"shard {self.buckets} holds no dense vectors")
+        mask = unpack_mask(packed, self.index.n_docs)
+        keep = np.arange(len(self.positions)) if mask is None else np.flatnonzero(mask[self.positions])
+        positions = self.positions[keep]
+        if not len(positions):
+            return [empty_scored() for _ in qv]
+        mat = self.vectors if mask is None else self.vectors[keep]
+        out = []
+        for row in qv:
+            sims = (mat @ row).astype(np.float64)
+            sel = np.arange(len(sims))
+            if len(sims) > 4 * depth:
+                kth = sims[np.argpartition(-sims, depth - 1)[depth - 1]]
+                sel = np.flatnonzero(sims >= kth)
+            order = sel[np.lexsort((positions[sel], -sims[sel]))][:depth]
+            out.append(ScoredDocs(positions[order], sims[order]))
+        return out
+
+
+def shard_actor_class() -> Any:
+    """``BM25Shard`` as a Ray actor class: no CPU reserved (S shards fit any cluster),
+    restarted whenever its process dies, ``SHARD_THREADS`` calls at once."""
+    ray = require_ray()
+    return ray.remote(num_cpus=0, max_restarts=SHARD_RESTARTS, max_concurrency=SHARD_THREADS)(BM25Shard)
+
+
+def start_shards(folder: str | os.PathLike[str], shards: int, *, vectors: VectorSource | None = None,
+                 name: str | None = None) -> list[Any]:
+    """S shard actors over the segment files in ``folder`` (bucket b on shard b % S).
+
+    ``name``: make them named, detached actors (``{name}/{i}of{S}`` in the ragspine
+    namespace), shared by every replica of a service and found again if they exist.
+    """
+    total = segment_buckets(folder)
+    if total == 0:
+        raise FileNotFoundError(f"{folder}: no BM25 segment files (bm25-*-of-*.rsbm25) to shard")
+    cls = shard_actor_class()
+    handles = []
+    for i, buckets in enumerate(assign_buckets(total, shards)):
+        opts: dict[str, Any] = {}
+        if name:
+            opts = {"name": f"{name}/{i}of{shards}", "namespace": NAMESPACE, "lifetime": "detached",
+                    "get_if_exists": True}
+        handles.append(cls.options(**opts).remote(str(folder), list(buckets), vectors))
+    return handles
+
+
+class ShardedBM25:
+    """The index a ``HybridRetriever`` searches, answered by shard actors (exact merges).
+
+    Duck-types what the retriever asks of an index: ``n_docs``, ``k1``/``b``, ``path`` and
+    ``search(tokens, k, candidates)``; ``dense_rankings`` stands for the retriever's own
+    dense ranking over its vectors.
+    """
+
+    def __init__(self, shards: Sequence[Any], *, timeout_s: float | None = None, path: str | None = None) -> None:
+        self.shards = list(shards)
+        self.timeout_s = shard_timeout_s(timeout_s)
+        self.path = path
+        infos = self._gather("open", {i: s.describe.remote() for i, s in enumerate(self.shards)}, wait=None)
+        self.infos = [infos[i] for i in range(len(self.shards))]
+        counts = {int(x["n_docs"]) for x in self.infos}
+        if len(counts) != 1:
+            raise ValueError(f"shards disagree on the corpus size: {sorted(counts)}")
+        self.n_docs = counts.pop()
+        seen = np.concatenate([x["positions"] for x in self.infos])
+        if len(seen) != self.n_docs or not np.array_equal(np.sort(seen), np.arange(self.n_docs)):
+            raise ValueError(f"the shards do not partition the corpus: they hold {len(seen)} positions of "
+                             f"{self.n_docs} (a bucket missing or held twice)")
+        self.dense = all(x["dense"] for x in self.infos)
+
+    def check_chunks(self, chunk_ids: Sequence[str]) -> None:
+        """Every shard holds exactly the served chunks at its positions (so a chunk left
+        out of the served index — RESTRICTED — is in no shard)."""
+        if len(chunk_ids) != self.n_docs:
+            raise ValueError(f"the shards index {self.n_docs} chunks, the served snapshot {len(chunk_ids)}")
+        for i, x in enumerate(self.infos):
+            if ids_digest([chunk_ids[p] for p in x["positions"].tolist()]) != x["ids_digest"]:
+                raise ValueError(f"shard {i} (buckets {x['buckets']}) does not hold the served chunks at its "
+                                 "positions: the segments are not this snapshot's")
+
+    # ------------------------------------------------------------ scatter-gather
+    def _gather(self, phase: str, calls: dict[int, Any], wait: float | None = -1.0) -> dict[int, Any]:
+        """Results of one phase by shard; a shard that fails or misses the deadline is
+        recorded in the request scope (allow_partial) or raised as ``ShardUnavailable``."""
+        ray = require_ray()
+        timeout = self.timeout_s if wait == -1.0 else wait
+        refs = list(calls.values())
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        done = set(ready)
+        out: dict[int, Any] = {}
+        missing: dict[int, str] = {}
+        for i, ref in calls.items():
+            if ref not in done:
+                missing[i] = f"no answer within {timeout:g} s (RAGSPINE_SHARD_TIMEOUT_S)"
+                continue
+            try:
+                out[i] = ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:  # the shard answered with an error: a bug, say it
+                missing[i] = f"failed: {type(exc.cause).__name__}: {exc.cause}"
+            except ray.exceptions.RayError as exc:
+                missing[i] = f"{type(exc).__name__} (the shard is restarting or unreachable)"
+        if missing:
+            req = _REQUEST.get()
+            if req is None or not req.allow_partial or not out or wait is None:
+                raise ShardUnavailable(phase, missing)
+            req.missing.update(missing)
+        return out
+
+    def search(self, query_tokens: Sequence[str], k: int = 10, candidates: np.ndarray | None = None) -> ScoredDocs:
+        """Top-k by (score desc, position asc) over every shard: one phase unfiltered, two
+        (global survivor statistics, then scoring) with ``candidates``."""
+        if k <= 0:
+            return empty_scored()
+        q = list(query_tokens)
+        if candidates is None:
+            parts = self._gather("search", {i: s.search.remote(q, k) for i, s in enumerate(self.shards)})
+        else:
+            ray = require_ray()
+            mask = np.asarray(candidates)
+            if mask.dtype != bool:
+                full = np.zeros(self.n_docs, bool)
+                full[mask.astype(np.int64)] = True
+                mask = full
+            if not mask.any():
+                return empty_scored()
+            packed = ray.put(np.packbits(mask))
+            stats = self._gather("statistics", {i: s.survivor_stats.remote([q], packed)
+                                                for i, s in enumerate(self.shards)})
+            total = SurvivorStats(0, 0, np.zeros(len(q), np.int64))
+            for i in sorted(stats):
+                total = total + stats[i][0]
+            # A shard none of whose survivors holds a query token has nothing to score.
+            parts = self._gather("search", {i: self.shards[i].search.remote(q, k, packed, total)
+                                            for i in sorted(stats) if stats[i][0].df.any()})
+        return _merge(parts.values(), k)
+
+    def dense_rankings(self, backend: Any, queries: Sequence[str], positions: np.ndarray,
+                       depth: int) -> list[tuple[list[int], dict[int, float]]]:
+        """``HybridRetriever._dense_rankings`` over the shards: the queries are embedded
+        here once, each shard ranks its vectors, the merge keeps the top ``depth``."""
+        if len(positions) == 0:
+            return [([], {}) for _ in queries]
+        ray = require_ray()
+        embed_q = getattr(backend, "embed_queries", None) or backend.embed_texts
+        qv = np.asarray(embed_q(list(queries)), dtype=np.float32)
+        qn = np.linalg.norm(qv, axis=1, keepdims=True)
+        qv = qv / np.where(qn == 0, 1, qn)
+        packed = None
+        if len(positions) != self.n_docs:
+            mask = np.zeros(self.n_docs, bool)
+            mask[positions] = True
+            packed = ray.put(np.packbits(mask))
+        parts = self._gather("dense", {i: s.dense.remote(qv, packed, depth) for i, s in enumerate(self.shards)})
+        out = []
+        for row in range(len(queries)):
+            got = _merge([p[row] for p in parts.values()], depth, positive=False)
+            ranked = got.ids.tolist()
+            out.append((ranked, dict(zip(ranked, got.scores.tolist(), strict=True))))
+        return out
+
+
+def _merge(parts: Any, k: int, *, positive: bool = True) -> ScoredDocs:
+    """The exact top-k of the shards' top-k lists by (score desc, position asc)."""
+    parts = list(parts)
+    if not parts:
+        return empty_scored()
+    ids = np.concatenate([p.ids for p in parts]).astype(np.int64)
+    scores = np.concatenate([p.scores for p in parts]).astype(np.float64)
+    if positive:
+        return top_k(ids, scores, k)
+    order = np.lexsort((ids, -scores))[:k]  # cosines may be <= 0: no positive-score rule
+    return ScoredDocs(ids[order], scores[order])
+
+
+def attach(hybrid: Any, front: ShardedBM25) -> None:
+    """Serve ``hybrid`` (a HybridRetriever) from the shards: its BM25 index becomes the
+    front, its dense ranking the shards' (when it has a dense channel), its own vector
+    matrix is released. Everything else of the retriever — filters, variants, fusion —
+    stays as it is."""
+    ids = hybrid.chunks.chunk_ids() if callable(getattr(hybrid.chunks, "chunk_ids", None)) else [
+        c.chunk_id for c in hybrid.chunks]
+    front.check_chunks(ids)
+    hybrid.index = front
+    if hybrid.embedding_backend is not None and "dense" in hybrid.channels:
+        if not front.dense:
+            raise ValueError("the retriever has a dense channel but its shards hold no vectors")
+        backend = hybrid.embedding_backend
+
+        def dense_rankings(queries: Sequence[str], positions: np.ndarray,
+                           depth: int) -> list[tuple[list[int], dict[int, float]]]:
+            return front.dense_rankings(backend, queries, positions, depth)
+
+        hybrid._dense_rankings = dense_rankings  # the instance's dense step, now scatter-gather
+        hybrid._vectors.mat = None
+        hybrid._vectors.have[:] = True
+
+
+__all__ = ["NAMESPACE", "BM25Shard", "ShardRequest", "ShardUnavailable", "ShardedBM25", "VectorSource",
+           "assign_buckets", "attach", "ids_digest", "index_tokens", "segment_buckets", "shard_actor_class",
+           "shard_request", "start_shards", "write_layout"]

@@ -2,69 +2,127 @@
 
 Why: a snapshot that publishes only tokens makes every serving process rebuild the BM25
 index (seconds and gigabytes per process, #27). The ``lexical_index`` step writes the built
-index once, as an immutable verified file (``retrieval/lexical/bm25_format``) in its own
-version folder; serving maps it (``open_bm25_file``) and hands it to the retriever
-(``HybridRetriever(..., bm25_index=...)``), which then tokenizes nothing.
+index once, as immutable verified files (``retrieval/lexical/bm25_format``) in its own
+version folder; serving maps them (``open_bm25_file``) and hands the index to the
+retriever (``HybridRetriever(..., bm25_index=...)``), which then tokenizes nothing.
 
-The file's documents are the chunks it was built over, in chunk_id order (the retriever's
-position order, so ties fall by chunk_id), with their chunk ids recorded. A version
-without the file (a warehouse from before) or whose chunk ids are not exactly the served
-ones (an older snapshot served less the documents hidden since) returns None here: the
-caller serves from the tokens as before. A damaged file is an error naming it, never a
-fallback that hides it.
+The index is built by the streaming builder (``bm25_stream_build``: bounded memory, so a
+10M-chunk library builds on one machine) from token lists or straight from the Arrow
+``list<string>`` tokens column, and published as ``RAGSPINE_BM25_BUCKETS`` hash-bucket
+segments: one bucket is the single file ``BM25_FILE``; more are the segment files of
+``BM25_SEGMENTS`` (``bm25_segments``), which a shard maps part of. The postings layout is
+``choose_layout``'s (``RAGSPINE_BM25_LAYOUT``).
+
+The index's documents are the chunks it was built over, in chunk_id order (the
+retriever's position order, so ties fall by chunk_id), with their chunk ids recorded. A
+version without the files (a warehouse from before) or whose chunk ids are not exactly
+the served ones (an older snapshot served less the documents hidden since) returns None
+here: the caller serves from the tokens as before. A damaged file is an error naming it,
+never a fallback that hides it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..retrieval.lexical.bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
-from ..retrieval.lexical.bm25_format import FORMAT_VERSION
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..retrieval.lexical import bm25_format
+from ..retrieval.lexical.bm25 import DEFAULT_B, DEFAULT_K1
 from ..retrieval.lexical.bm25_mapped import MappedBM25Index, open_index
-from ..retrieval.lexical.bm25_publish import write_index
+from ..retrieval.lexical.bm25_raw import publish_buckets
+from ..retrieval.lexical.bm25_segments import SegmentedBM25, open_segments, write_segments_stream
+from ..retrieval.lexical.bm25_stream_build import Batch, build_index_file
 
 BM25_FILE = "bm25.rsbm25"
+BM25_SEGMENTS = "bm25-segments"  # folder of the segment files when the index has several buckets
+BATCH_DOCS = 100_000  # documents per batch fed to the streaming build
 
-__all__ = ["BM25_FILE", "bm25_file", "open_bm25_file", "write_bm25_file"]
+__all__ = ["BM25_FILE", "BM25_SEGMENTS", "bm25_file", "open_bm25_file", "write_bm25_file"]
+
+Ids = Sequence[str] | pa.Array | pa.ChunkedArray
 
 
-def write_bm25_file(version_dir: str | Path, chunk_ids: Sequence[str], docs_tokens: Sequence[Sequence[str]], *,
-                    k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> dict[str, Any]:
-    """Build the BM25 index of these chunks (any order; unique ids) and publish it as
-    ``version_dir/BM25_FILE`` (atomic, verified). Returns the manifest metadata to record."""
-    if len(chunk_ids) != len(docs_tokens):
-        raise ValueError(f"{len(chunk_ids)} chunk ids for {len(docs_tokens)} token lists")
-    if len(set(chunk_ids)) != len(chunk_ids):
-        raise ValueError("chunk ids must be unique")
+def write_bm25_file(version_dir: str | Path, chunk_ids: Ids, docs_tokens: Batch, *, k1: float = DEFAULT_K1,
+                    b: float = DEFAULT_B, buckets: int | None = None, layout: str | None = None) -> dict[str, Any]:
+    """Build the BM25 index of these chunks (any order; unique ids) and publish it in
+    ``version_dir`` (atomic, verified files). Returns the manifest metadata to record.
+
+    ``chunk_ids`` and ``docs_tokens`` are Python sequences or Arrow arrays (the tokens a
+    ``list<string>`` column); the documents are fed to the streaming build in chunk_id
+    order, ``BATCH_DOCS`` at a time, never as one Python list of the whole corpus.
+    ``buckets`` (default ``RAGSPINE_BM25_BUCKETS``): 1 writes ``BM25_FILE``, more write
+    that many segments into ``BM25_SEGMENTS``.
+    """
+    n = len(chunk_ids)
+    if n != len(docs_tokens):
+        raise ValueError(f"{n} chunk ids for {len(docs_tokens)} token lists")
     t0 = time.perf_counter()
-    order = sorted(range(len(chunk_ids)), key=chunk_ids.__getitem__)
-    index = BM25Index([docs_tokens[i] for i in order], k1=k1, b=b, kernel="numpy")
-    path = write_index(index, Path(version_dir) / BM25_FILE, doc_ids=[chunk_ids[i] for i in order])
-    return {"bm25_file": BM25_FILE, "bm25_format": FORMAT_VERSION, "bm25_docs": index.n_docs,
-            "bm25_bytes": path.stat().st_size, "bm25_k1": index.k1, "bm25_b": index.b,
-            "bm25_seconds": round(time.perf_counter() - t0, 3)}
+    arrow_ids = isinstance(chunk_ids, pa.Array | pa.ChunkedArray)
+    if (pc.count_distinct(chunk_ids).as_py() if arrow_ids else len(set(chunk_ids))) != n:
+        raise ValueError("chunk ids must be unique")
+    if arrow_ids:
+        order = pc.sort_indices(chunk_ids).to_numpy()
+        sorted_ids = chunk_ids.take(pa.array(order)).to_pylist()
+    else:
+        order = np.array(sorted(range(n), key=chunk_ids.__getitem__), np.int64)
+        sorted_ids = [chunk_ids[i] for i in order.tolist()]
+    batches = _batches(docs_tokens, order)
+    n_buckets = publish_buckets(buckets)
+    version_dir = Path(version_dir)
+    if n_buckets == 1:
+        report = build_index_file(batches, version_dir / BM25_FILE, k1=k1, b=b, doc_ids=sorted_ids, layout=layout)
+        name = BM25_FILE
+    else:
+        report = write_segments_stream(version_dir / BM25_SEGMENTS, batches, sorted_ids, buckets=n_buckets,
+                                       k1=k1, b=b, layout=layout)
+        name = BM25_SEGMENTS
+    return {"bm25_file": name, "bm25_format": bm25_format.FORMAT_VERSION, "bm25_docs": report.docs,
+            "bm25_bytes": report.bytes, "bm25_k1": float(k1), "bm25_b": float(b), "bm25_layout": report.layout,
+            "bm25_buckets": n_buckets, "bm25_seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _batches(docs_tokens: Batch, order: np.ndarray) -> Iterator[Batch]:
+    """The documents in ``order``, ``BATCH_DOCS`` at a time (Arrow slices when already in
+    order, else Arrow takes or Python lists of the token lists)."""
+    arrow = isinstance(docs_tokens, pa.Array | pa.ChunkedArray)
+    in_order = bool((order == np.arange(len(order))).all())
+    for lo in range(0, len(order), BATCH_DOCS):
+        idx = order[lo:lo + BATCH_DOCS]
+        if arrow:
+            yield docs_tokens.slice(lo, len(idx)) if in_order else docs_tokens.take(pa.array(idx))
+        else:
+            yield [docs_tokens[i] for i in idx.tolist()]
 
 
 def bm25_file(version_dir: str | Path) -> Path | None:
-    """The version's BM25 file, or None for a version written before there was one."""
+    """The version's BM25 file (or its folder of segments), or None for a version written
+    before there was one."""
     path = Path(version_dir) / BM25_FILE
-    return path if path.is_file() else None
+    if path.is_file():
+        return path
+    folder = Path(version_dir) / BM25_SEGMENTS
+    return folder if folder.is_dir() and any(folder.glob("bm25-*-of-*.rsbm25")) else None
 
 
 def open_bm25_file(version_dir: str | Path, served_ids: Sequence[str] | None = None, *,
-                   kernel: str = "auto") -> MappedBM25Index | None:
-    """The version's BM25 index, memory-mapped; None when there is no file, or when
-    ``served_ids`` (sorted by chunk id) are not exactly the indexed chunks.
+                   kernel: str = "auto") -> MappedBM25Index | SegmentedBM25 | None:
+    """The version's BM25 index, memory-mapped (one file, or every segment of the folder);
+    None when there is none, or when ``served_ids`` (sorted by chunk id) are not exactly
+    the indexed chunks.
 
-    Raises ``IndexFormatError`` (corrupt, truncated, newer format) naming the file.
+    Raises ``IndexFormatError`` (corrupt, truncated, newer format) naming the file, and
+    ``FileNotFoundError`` naming a missing segment.
     """
     path = bm25_file(version_dir)
     if path is None:
         return None
-    index = open_index(path, kernel=kernel)
+    index = open_index(path, kernel=kernel) if path.is_file() else open_segments(path, kernel=kernel)
     if served_ids is not None and not index.same_doc_ids(served_ids):
         return None
     return index

@@ -19,21 +19,29 @@ runs the same two steps (``survivor_stats`` on every shard, sum, then ``search``
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections import Counter
+import tempfile
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from . import bm25
-from .bm25 import BM25Index, candidate_mask
-from .bm25_build import CorpusStats, build_postings
-from .bm25_format import CorruptIndexError, doc_bucket
+from .bm25 import candidate_mask
+from .bm25_format import CorruptIndexError, doc_bucket, strings_to_blob
 from .bm25_mapped import MappedBM25Index, open_index
-from .bm25_publish import write_index
+from .bm25_raw import choose_layout
 from .bm25_reference import DEFAULT_B, DEFAULT_K1, bm25_idf
+from .bm25_stream_build import (
+    Batch,
+    BuildReport,
+    StreamCounter,
+    peak_rss_mib,
+    split_buckets,
+    write_raw,
+)
 from .bm25_topk import ScoredDocs, empty_scored, top_k
 
 
@@ -42,30 +50,58 @@ def segment_name(bucket: int, buckets: int) -> str:
 
 
 def write_segments(folder: str | os.PathLike[str], docs_tokens: Sequence[Sequence[str]], doc_ids: Sequence[str],
-                   *, buckets: int, k1: float = DEFAULT_K1, b: float = DEFAULT_B) -> list[Path]:
-    """Publish the corpus as ``buckets`` segment files in ``folder`` (each atomic, verified).
+                   *, buckets: int, k1: float = DEFAULT_K1, b: float = DEFAULT_B,
+                   layout: str | None = None) -> list[Path]:
+    """Publish token lists held in memory as ``buckets`` segment files in ``folder``
+    (``write_segments_stream`` with one batch)."""
+    if len(doc_ids) != len(docs_tokens):
+        raise ValueError(f"{len(doc_ids)} doc ids for {len(docs_tokens)} documents")
+    report = write_segments_stream(folder, [docs_tokens], doc_ids, buckets=buckets, k1=k1, b=b, layout=layout)
+    return [Path(p) for p in report.paths]
 
-    Corpus positions are the order of ``docs_tokens``; a segment may be empty.
+
+def write_segments_stream(folder: str | os.PathLike[str], batches: Iterable[Batch], doc_ids: Sequence[str], *,
+                          buckets: int, k1: float = DEFAULT_K1, b: float = DEFAULT_B, layout: str | None = None,
+                          memory_mib: int | None = None, tmp_dir: str | os.PathLike[str] | None = None,
+                          kernel: str = "auto") -> BuildReport:
+    """Publish the documents of ``batches`` (corpus order; ``doc_ids`` one per document) as
+    ``buckets`` segment files in ``folder``, each atomic and verified; a segment may be empty.
+
+    One streaming count of the whole corpus (bounded memory, ``bm25_stream_build``), then
+    one split into hash buckets (``doc_bucket``) with the corpus's N, length and df, so
+    each segment's scores are the corpus's. Every segment has the layout ``choose_layout``
+    picks for the whole corpus (``layout`` forces one). Returns the build's report (its
+    ``bytes`` summed over the segments, ``paths`` bucket 0 first).
     """
     if buckets < 1:
         raise ValueError(f"buckets must be >= 1 (got {buckets})")
-    if len(doc_ids) != len(docs_tokens):
-        raise ValueError(f"{len(doc_ids)} doc ids for {len(docs_tokens)} documents")
-    df: Counter[str] = Counter()
-    for toks in docs_tokens:
-        df.update(set(toks))
-    stats = CorpusStats(len(docs_tokens), sum(map(len, docs_tokens)), dict(df))
-    bucket_of = np.fromiter((doc_bucket(d, buckets) for d in doc_ids), np.int64, len(doc_ids))
-    paths = []
-    for bk in range(buckets):
-        pos = np.flatnonzero(bucket_of == bk)
-        postings, vocab = build_postings([docs_tokens[i] for i in pos.tolist()], float(k1), float(b),
-                                         bm25.BITSET_MIN_DOCS, corpus=stats)
-        part = BM25Index.from_postings(postings, vocab, k1=k1, b=b, kernel="numpy")
-        paths.append(write_index(part, Path(folder) / segment_name(bk, buckets),
-                                 doc_ids=[doc_ids[i] for i in pos.tolist()], bucket=bk, buckets=buckets,
-                                 global_pos=pos, corpus=(stats.n_docs, stats.total_len)))
-    return paths
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        if tmp_dir is None:
+            tmp_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix=".bm25-build-", dir=folder))
+        counter = StreamCounter(tmp_dir, memory_mib=memory_mib, kernel=kernel)
+        for batch in batches:
+            counter.add(batch)
+        raw, _vocab = counter.finish()
+        t_count = time.perf_counter() - t0
+        if len(doc_ids) != raw.n_docs:
+            raise ValueError(f"{len(doc_ids)} doc ids for {raw.n_docs} documents")
+        bucket_of = np.fromiter((doc_bucket(d, buckets) for d in doc_ids), np.int64, len(doc_ids))
+        chosen = choose_layout(raw.n_postings, layout)
+        paths = []
+        for bk, (part, pos) in enumerate(split_buckets(raw, bucket_of, buckets, tmp_dir, kernel=kernel)):
+            paths.append(write_raw(part, folder / segment_name(bk, buckets), layout=chosen, k1=float(k1), b=float(b),
+                                   doc_ids=[doc_ids[i] for i in pos.tolist()], bucket=bk, buckets=buckets,
+                                   global_pos=pos))
+            del part
+        report = BuildReport(docs=raw.n_docs, postings=raw.n_postings, terms=raw.n_terms, layout=chosen,
+                             bytes=sum(p.stat().st_size for p in paths), seconds=round(time.perf_counter() - t0, 3),
+                             count_seconds=round(t_count, 3), runs=len(counter.runs),
+                             peak_rss_mib=round(peak_rss_mib(), 1), paths=tuple(str(p) for p in paths))
+        del raw
+    return report
 
 
 @dataclass(frozen=True)
@@ -102,6 +138,50 @@ class SegmentedBM25:
                 raise CorruptIndexError(seg.path, "corpus positions out of range or out of order")
         self.segments = sorted(segments, key=lambda s: s._toc.bucket)
         self.buckets = [s._toc.bucket for s in self.segments]
+        self.path = self.segments[0].path.parent
+
+    # ------------------------------------------------------------ doc ids
+    @property
+    def has_doc_ids(self) -> bool:
+        return all(seg.has_doc_ids for seg in self.segments)
+
+    def doc_ids(self, positions: Iterable[int]) -> list[str]:
+        """The doc ids recorded at publish for these corpus positions (mapped segments only)."""
+        out = []
+        for p in positions:
+            p = int(p)
+            for seg in self.segments:
+                g = seg._global_pos
+                i = int(np.searchsorted(g, p))
+                if i < len(g) and int(g[i]) == p:
+                    out.append(seg.doc_ids([i])[0])
+                    break
+            else:
+                raise IndexError(f"corpus position {p} is in no mapped segment of {self.path}")
+        return out
+
+    def same_doc_ids(self, ids: Sequence[str]) -> bool:
+        """Whether the segments' recorded doc ids are exactly ``ids`` at their corpus positions."""
+        return len(ids) == self.n_docs and self.same_doc_id_blob(*strings_to_blob(ids))
+
+    def same_doc_id_blob(self, off: np.ndarray, blob: np.ndarray) -> bool:
+        """``same_doc_ids`` for ids encoded as ``strings_to_blob`` encodes them: every mapped
+        segment's ids equal the corpus ids at its positions, and together the segments
+        hold every position (when all are mapped)."""
+        if not self.has_doc_ids or len(off) != self.n_docs + 1:
+            return False
+        if len(self.segments) == self.buckets_total and sum(s.n_docs for s in self.segments) != self.n_docs:
+            return False
+        off, blob = np.asarray(off, np.int64), np.asarray(blob)
+        for seg in self.segments:
+            g = np.asarray(seg._global_pos, np.int64)
+            lens = off[g + 1] - off[g]
+            sub_off = np.zeros(len(g) + 1, np.int64)
+            np.cumsum(lens, out=sub_off[1:])
+            gather = np.repeat(off[g] - sub_off[:-1], lens) + np.arange(int(sub_off[-1]), dtype=np.int64)
+            if not seg.same_doc_id_blob(sub_off, blob[gather]):
+                return False
+        return True
 
     def search(self, query_tokens: Sequence[str], k: int = 10, candidates: np.ndarray | None = None, *,
                stats: SurvivorStats | None = None) -> ScoredDocs:

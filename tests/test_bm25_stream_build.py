@@ -1,0 +1,194 @@
+"""The streaming BM25 build: the same postings as the in-memory build however the corpus is
+batched and however small the memory budget, the same answers once published (one file,
+hash-bucket segments, the warehouse's lexical files)."""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
+from ragspine_pipeline.retrieval.lexical import bm25_publish
+from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
+from ragspine_pipeline.retrieval.lexical.bm25_build import count_postings
+from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+from ragspine_pipeline.retrieval.lexical.bm25_segments import open_segments, write_segments_stream
+from ragspine_pipeline.retrieval.lexical.bm25_stream_build import (
+    StreamCounter,
+    build_index_file,
+    count_stream,
+    encode_batch,
+)
+from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+from ragspine_pipeline.warehouse.lexical_files import (
+    BM25_SEGMENTS,
+    bm25_file,
+    open_bm25_file,
+    write_bm25_file,
+)
+
+LIST = pa.list_(pa.string())
+LAYOUTS = ["plain"] + (["packed"] if hasattr(bm25_publish, "write_layout") else [])
+
+
+def zipf_docs(n: int, vocab: int = 400, seed: int = 0, max_len: int = 30) -> list[list[str]]:
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, vocab + 1) ** 1.1
+    p /= p.sum()
+    return [[f"t{t}" for t in rng.choice(vocab, size=int(rng.integers(0, max_len)), p=p)] for _ in range(n)]
+
+
+def awkward_docs() -> list[list[str]]:
+    docs = zipf_docs(1500, seed=3)
+    docs[0] = []  # empty documents, first and later
+    docs[5] = ["x"] * 300 + ["t1"]  # tf > 255: a uint16 tf column
+    docs[7] = []
+    docs[8] = ["營收", "下滑", "é", "x", "", "Ωmega"]  # unicode, and the empty string is a term
+    docs[-1] = []
+    return docs
+
+
+def as_batches(docs, size: int, form: str) -> list:
+    parts = [docs[i:i + size] for i in range(0, len(docs), size)]
+    parts.insert(1, [])  # a batch of zero documents
+    if form == "arrow":
+        return [pa.array(p, LIST) for p in parts]
+    if form == "chunked":
+        return [pa.chunked_array([pa.array(p[:50], LIST), pa.array(p[50:], LIST)]) for p in parts]
+    return parts
+
+
+def assert_same_raw(raw, vocab, ref, ref_vocab) -> None:
+    assert list(vocab) == list(ref_vocab) and list(raw.terms) == list(ref.terms)
+    for name in ("indptr", "indices", "tf", "doc_len"):
+        got, want = np.asarray(getattr(raw, name)), getattr(ref, name)
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+
+
+@pytest.mark.parametrize("kernel", ["numpy", "auto"])
+@pytest.mark.parametrize("run_postings", [None, 7, 997])
+@pytest.mark.parametrize("form", ["python", "arrow", "chunked"])
+def test_count_stream_equals_count_postings(tmp_path, kernel, run_postings, form):
+    docs = awkward_docs()
+    ref, ref_vocab = count_postings(docs)
+    raw, vocab = count_stream(as_batches(docs, 333, form), tmp_dir=tmp_path, run_postings=run_postings,
+                              kernel=kernel)
+    assert_same_raw(raw, vocab, ref, ref_vocab)
+
+
+def test_memory_budget_spills_runs_and_merges(tmp_path):
+    docs = zipf_docs(6000, vocab=20000, max_len=80)
+    counter = StreamCounter(tmp_path, memory_mib=1)  # runs of 65,536 postings
+    for i in range(0, len(docs), 700):
+        counter.add(pa.array(docs[i:i + 700], LIST))
+    raw, vocab = counter.finish()
+    assert raw.n_postings > 2 * 65_536 and len(counter.runs) >= 3 and isinstance(raw.indices, np.memmap)
+    assert_same_raw(raw, vocab, *count_postings(docs))
+
+
+def test_tokens_arrow_cannot_encode_take_the_python_path(tmp_path):
+    docs = [["a", "\ud800"], ["\ud800", "b", "a"], []]  # a lone surrogate is no UTF-8
+    raw, vocab = count_stream([docs], tmp_dir=tmp_path)
+    assert_same_raw(raw, vocab, *count_postings(docs))
+
+
+def test_bad_batches_are_clear_errors(tmp_path):
+    with pytest.raises(TypeError, match="list<string>"):
+        encode_batch(pa.array([1, 2]), {})
+    with pytest.raises(ValueError, match="null token"):
+        encode_batch(pa.array([["a", None]], LIST), {})
+    ids, offs = encode_batch(pa.array([["a"], None, ["b", "a"]], LIST), {})  # a null list: no tokens
+    assert ids.tolist() == [0, 1, 0] and offs.tolist() == [0, 1, 1, 3]
+    with pytest.raises(ValueError, match="doc ids"):
+        build_index_file([[["a"]]], tmp_path / "x.rsbm25", k1=1.5, b=0.75, doc_ids=["a", "b"])
+
+
+def queries(docs, n: int = 40, seed: int = 1) -> list[list[str]]:
+    rng = np.random.default_rng(seed)
+    terms = sorted({t for d in docs for t in d})
+    return [list(rng.choice(terms, size=int(rng.integers(1, 5)))) for _ in range(n)] + [["absent"], ["x", "t1"]]
+
+
+def assert_same_hits(a, b) -> None:
+    assert a.ids.tolist() == b.ids.tolist()
+    np.testing.assert_allclose(a.scores, b.scores, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_published_file_answers_as_bm25index(tmp_path, layout):
+    docs = awkward_docs()
+    ids = [f"d{i:05d}" for i in range(len(docs))]
+    report = build_index_file(as_batches(docs, 400, "arrow"), tmp_path / "i.rsbm25", k1=1.2, b=0.7, doc_ids=ids,
+                              layout=layout, memory_mib=1)
+    assert (report.docs, report.terms, report.layout) == (len(docs), len(count_postings(docs)[1]), layout)
+    assert report.bytes == (tmp_path / "i.rsbm25").stat().st_size and report.peak_rss_mib > 0
+    ref = BM25Index(docs, k1=1.2, b=0.7)
+    mapped = open_index(tmp_path / "i.rsbm25")
+    assert mapped.same_doc_ids(ids)
+    mask = np.random.default_rng(0).random(len(docs)) < 0.3
+    for q in queries(docs):
+        assert_same_hits(mapped.search(q, 10), ref.search(q, 10))
+        assert_same_hits(mapped.search(q, 10, candidates=mask), ref.search(q, 10, candidates=mask))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_bucket_segments_answer_as_one_index(tmp_path, layout):
+    docs = awkward_docs()
+    ids = [f"doc-{i}" for i in range(len(docs))]
+    report = write_segments_stream(tmp_path, as_batches(docs, 500, "chunked"), ids, buckets=4, k1=1.5, b=0.75,
+                                   layout=layout, memory_mib=1)
+    assert len(report.paths) == 4 and report.docs == len(docs)
+    ref = BM25Index(docs)
+    seg = open_segments(tmp_path)
+    assert seg.same_doc_ids(ids) and not seg.same_doc_ids(ids[::-1])
+    assert seg.doc_ids([0, 8, len(docs) - 1]) == [ids[0], ids[8], ids[-1]]
+    mask = np.random.default_rng(2).random(len(docs)) < 0.1
+    for q in queries(docs):
+        assert_same_hits(seg.search(q, 10), ref.search(q, 10))
+        assert_same_hits(seg.search(q, 10, candidates=mask), ref.search(q, 10, candidates=mask))
+    part = open_segments(tmp_path, [1, 3])  # a shard: only its buckets' documents
+    held = np.zeros(len(docs), bool)
+    held[np.concatenate([s._global_pos for s in part.segments])] = True
+    for q in queries(docs, 10):
+        full = ref.search(q, len(docs))
+        keep = held[full.ids]
+        got = part.search(q, 10)
+        assert got.ids.tolist() == full.ids[keep][:10].tolist()
+
+
+def warehouse_corpus(n: int = 400, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    words = ["revenue", "fell", "margin", "rose", "guidance", "cash", "debt", "營收", "下滑", "audit"]
+    chunks, tokens = [], []
+    for i in rng.permutation(n).tolist():  # not in chunk_id order: the writer sorts
+        toks = list(rng.choice(words, size=int(rng.integers(0, 12))))
+        cid = f"doc{i % 37:03d}#{i:05d}"
+        text = " ".join(toks)
+        chunks.append(Chunk(chunk_id=cid, doc_id=cid.split("#")[0], title="t", text=text,
+                            source_locator=SourceLocator(cid.split("#")[0], 0, len(text)),
+                            topic=("finance" if i % 3 else "legal")))
+        tokens.append(toks)
+    return chunks, tokens
+
+
+@pytest.mark.parametrize("buckets", [1, 4])
+@pytest.mark.parametrize("arrow", [False, True])
+def test_warehouse_round_trip(tmp_path, buckets, arrow):
+    chunks, tokens = warehouse_corpus()
+    ids = [c.chunk_id for c in chunks]
+    meta = write_bm25_file(tmp_path, pa.array(ids) if arrow else ids,
+                           pa.chunked_array([pa.array(tokens, LIST)]) if arrow else tokens, buckets=buckets)
+    assert meta["bm25_buckets"] == buckets and meta["bm25_docs"] == len(chunks)
+    assert bm25_file(tmp_path).name == (meta["bm25_file"])
+    assert (bm25_file(tmp_path).name == BM25_SEGMENTS) == (buckets > 1)
+    served = sorted(ids)
+    assert open_bm25_file(tmp_path, served[1:]) is None and open_bm25_file(tmp_path, served[::-1]) is None
+    mapped = open_bm25_file(tmp_path, served)
+    assert mapped is not None and mapped.doc_ids([0, 5]) == [served[0], served[5]]
+    from_tokens = HybridRetriever(chunks, docs_tokens=tokens, channels=("bm25",))
+    from_file = HybridRetriever(chunks, docs_tokens=None, channels=("bm25",), bm25_index=mapped)
+    for q in ("revenue fell", "營收下滑 audit", "cash debt guidance", "absent words"):
+        for filters in (None, {"topic": "legal"}):
+            a = from_tokens.search(q, top_k=10, filters=filters)
+            b = from_file.search(q, top_k=10, filters=filters)
+            assert [h.chunk.chunk_id for h in a] == [h.chunk.chunk_id for h in b]
+            np.testing.assert_allclose([h.bm25 for h in a], [h.bm25 for h in b], rtol=0, atol=1e-9)

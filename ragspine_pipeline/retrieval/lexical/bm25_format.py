@@ -1,4 +1,4 @@
-"""The on-disk layout of a built BM25 index (format version 1), its writer and its checks.
+"""The on-disk layout of a built BM25 index (format version 2), its writer and its checks.
 
 Why: a serving process should map the published index, not rebuild it from token lists
 (#27). One immutable file holds one index segment; every array a query reads is stored
@@ -23,7 +23,14 @@ Layout (little-endian; every array starts at a multiple of 64 bytes)::
     [-32, end)         footer: magic b"RSPBM25E", u64 file size, u64 TOC offset,
                        u32 TOC crc32, u32 crc32 of footer bytes [0, 28)
 
-Arrays: the ``Postings`` arrays (postings ``indptr``/``indices``/``tf``/``w``, per-term
+Versions and layouts: version 2 records the postings ``layout`` in the TOC: ``plain``
+(the arrays below; byte for byte version 1 apart from the version and that TOC field) or
+``packed`` (``bm25_packed``: block-packed doc-id deltas and term frequencies, no per-posting
+weight). A version 1 file is plain. Readers accept versions 1 and 2; any other version,
+or a layout this code does not know, is an ``IndexVersionError`` naming what was found
+and what is supported.
+
+Arrays (plain): the ``Postings`` arrays (postings ``indptr``/``indices``/``tf``/``w``, per-term
 ``df``/``idf``/``w_max``, block-max ``bptr``/``bmax``, ``bit_row``/``bits``, ``doc_len``);
 the vocabulary as a hash table (``vocab_hash``: sorted 64-bit blake2b of each term's UTF-8,
 ``vocab_tid``: the term id of each hash, ``vocab_off``/``vocab_blob``: term id t's UTF-8 is
@@ -54,7 +61,7 @@ import json
 import os
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -63,7 +70,9 @@ import numpy as np
 
 MAGIC = b"RSPBM25\0"
 FOOTER_MAGIC = b"RSPBM25E"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+LAYOUTS = ("plain", "packed")  # bm25_raw.PLAIN / PACKED; the TOC's "layout" field
 HEADER_BYTES = 64
 FOOTER_BYTES = 32
 BLOCK_BYTES = 1 << 16  # checksum block: 64 KiB, a few pages, cheap to verify on first read
@@ -87,10 +96,17 @@ class CorruptIndexError(IndexFormatError):
 class IndexVersionError(IndexFormatError):
     """A format version this code does not read (newer, or unknown)."""
 
-    def __init__(self, path: str | os.PathLike[str], found: int, supported: int = FORMAT_VERSION) -> None:
-        self.found, self.supported = found, supported
-        super().__init__(path, f"BM25 index format version {found}; this ragspine reads format "
-                               f"version {supported} (rebuild the index, or upgrade ragspine)")
+    def __init__(self, path: str | os.PathLike[str], found: int, supported: int = FORMAT_VERSION,
+                 layout: str | None = None) -> None:
+        self.found, self.supported, self.layout = found, supported, layout
+        if layout is None:
+            what = f"BM25 index format version {found}; this ragspine reads format version {supported}"
+            if supported > 1:
+                what += f" and older ({', '.join(map(str, READABLE_VERSIONS))})"
+        else:
+            what = (f"BM25 postings layout {layout!r} (format version {found}); this ragspine reads layouts "
+                    f"{', '.join(LAYOUTS)} up to format version {supported}")
+        super().__init__(path, what + " (rebuild the index, or upgrade ragspine)")
 
 
 @dataclass(frozen=True)
@@ -122,21 +138,23 @@ class Toc:
     # summed length, which its w and idf were computed with (0: the file is the corpus).
     corpus_docs: int = 0
     corpus_len: int = 0
+    layout: str = "plain"  # version 2: which postings layout the arrays are (LAYOUTS)
+    version: int = FORMAT_VERSION  # the file's format version (from the header; not written)
 
     def to_json(self) -> bytes:
-        d: dict[str, Any] = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "arrays"}
+        d: dict[str, Any] = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("arrays", "version")}
         d["format_version"] = FORMAT_VERSION
         d["arrays"] = {n: {"dtype": a.dtype, "shape": list(a.shape), "offset": a.offset, "nbytes": a.nbytes}
                        for n, a in self.arrays.items()}
         return json.dumps(d, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes) -> Toc:
+    def from_json(cls, raw: bytes, version: int = FORMAT_VERSION) -> Toc:
         d = json.loads(raw)
         arrays = {n: ArraySpec(a["dtype"], tuple(a["shape"]), a["offset"], a["nbytes"])
                   for n, a in d.pop("arrays").items()}
         d.pop("format_version", None)
-        return cls(arrays=arrays, **d)
+        return cls(arrays=arrays, version=version, **d)
 
 
 def term_hash(token: str) -> int:
@@ -174,7 +192,7 @@ def read_toc(path: str | os.PathLike[str], buf: np.ndarray) -> Toc:
         raise CorruptIndexError(path, "not a RAGSpine BM25 index file (bad magic or too short)")
     head = bytes(buf[:HEADER_BYTES])
     (_m, version, hsize, file_bytes, toc_off, toc_len, toc_crc, block, crc_off, _r) = _HEADER.unpack(head[:60])
-    if version != FORMAT_VERSION:  # before the checksum: a newer layout may differ past here
+    if version not in READABLE_VERSIONS:  # before the checksum: a newer layout may differ past here
         raise IndexVersionError(path, version)
     if zlib.crc32(head[:60]) != struct.unpack("<I", head[60:])[0]:
         raise CorruptIndexError(path, "header checksum mismatch")
@@ -192,9 +210,11 @@ def read_toc(path: str | os.PathLike[str], buf: np.ndarray) -> Toc:
     if zlib.crc32(raw) != toc_crc:
         raise CorruptIndexError(path, "table of contents checksum mismatch")
     try:
-        toc = Toc.from_json(raw)
+        toc = Toc.from_json(raw, version)
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptIndexError(path, f"table of contents unreadable: {exc}") from exc
+    if toc.layout not in LAYOUTS or (version == 1 and toc.layout != "plain"):
+        raise IndexVersionError(path, version, layout=str(toc.layout))
     n_blocks = (crc_off - HEADER_BYTES + BLOCK_BYTES - 1) // BLOCK_BYTES
     if toc.crc_offset != crc_off or toc.crc_count != n_blocks or crc_off + 4 * n_blocks > toc_off:
         raise CorruptIndexError(path, "checksum table does not cover the data region")
@@ -205,6 +225,15 @@ def read_toc(path: str | os.PathLike[str], buf: np.ndarray) -> Toc:
         if a.nbytes != want or a.offset % ALIGN or not (a.offset >= HEADER_BYTES and a.offset + a.nbytes <= crc_off):
             raise CorruptIndexError(path, f"array {name!r} lies outside the data region or has a bad size")
     return toc
+
+
+@dataclass(frozen=True)
+class ChunkedArray:
+    """A one-dimensional array handed to ``write_file`` in consecutive parts (e.g. packed
+    postings encoded a slice at a time), so the writer never holds it whole."""
+
+    dtype: str
+    chunks: Iterable[np.ndarray]
 
 
 class _BlockWriter:
@@ -226,13 +255,25 @@ class _BlockWriter:
                 self.crcs.append(self._crc)
                 self._crc = self._fill = 0
 
-    def array(self, arr: np.ndarray) -> ArraySpec:
+    def array(self, arr: np.ndarray | ChunkedArray) -> ArraySpec:
         self.write(b"\0" * (-self.pos % ALIGN))
+        if isinstance(arr, ChunkedArray):
+            return self._chunked(arr)
         arr = np.ascontiguousarray(arr)
         spec = ArraySpec(arr.dtype.newbyteorder("<").str, tuple(int(x) for x in arr.shape), self.pos, arr.nbytes)
         if arr.nbytes:
             self.write(memoryview(arr.astype(arr.dtype.newbyteorder("<"), copy=False).reshape(-1)))
         return spec
+
+    def _chunked(self, arr: ChunkedArray) -> ArraySpec:
+        dtype = np.dtype(arr.dtype).newbyteorder("<")
+        start, count = self.pos, 0
+        for part in arr.chunks:
+            part = np.ascontiguousarray(part, dtype=dtype).reshape(-1)
+            count += len(part)
+            if part.nbytes:
+                self.write(memoryview(part))
+        return ArraySpec(dtype.str, (count,), start, count * dtype.itemsize)
 
     def finish(self) -> np.ndarray:
         if self._fill:
@@ -260,8 +301,9 @@ def vocab_arrays(vocab: dict[str, int]) -> dict[str, np.ndarray]:
     return {"vocab_hash": hashes[order], "vocab_tid": order.astype(np.int64), "vocab_off": off, "vocab_blob": blob}
 
 
-def write_file(path: Path, arrays: dict[str, np.ndarray], scalars: dict[str, Any]) -> None:
-    """Write ``arrays`` and ``scalars`` (the TOC's other fields) to ``path`` (a temp file the
+def write_file(path: Path, arrays: dict[str, np.ndarray | ChunkedArray], scalars: dict[str, Any]) -> None:
+    """Write ``arrays`` (in this order; a ``ChunkedArray`` is consumed as it is written)
+    and ``scalars`` (the TOC's other fields) to ``path`` (a temp file the
     caller renames): data region, crc table, TOC, then header and footer; fsync."""
     with open(path, "wb") as f:
         f.write(b"\0" * HEADER_BYTES)

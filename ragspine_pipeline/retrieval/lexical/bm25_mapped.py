@@ -21,6 +21,7 @@ import threading
 import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,6 +38,10 @@ from .bm25_format import (
     strings_to_blob,
     term_hash,
 )
+from .bm25_raw import PACKED
+
+if TYPE_CHECKING:
+    from .bm25_packed_index import PackedBM25Index
 
 _CACHE_MAX = 1 << 16  # resolved tokens kept per index (cleared when full)
 _MISS = object()
@@ -193,21 +198,19 @@ class MappedVocabulary:
         return -1
 
 
-class MappedBM25Index(BM25Index):
-    """A ``BM25Index`` over a published file (``open_index``); same search API and results."""
+class MappedDocIds:
+    """The doc ids recorded in a published file (shared by both postings layouts).
+
+    Needs ``path``, ``n_docs``, ``_toc``, ``_file`` and, when the file has them, the
+    ``_doc_id_off`` / ``_doc_id_blob`` arrays.
+    """
 
     path: Path
-    n_terms: int
-
-    def _spec(self, name: str) -> ArraySpec:
-        return self._toc.arrays[name]
-
-    def _doc_lengths_read(self) -> None:
-        if not self._lengths_ok:
-            self._file.whole("doc_len")
-            if int(self._doc_len32.sum(dtype=np.int64)) != self.total_len:
-                raise CorruptIndexError(self.path, "document lengths do not add up to the recorded total")
-            self._lengths_ok = True
+    n_docs: int
+    _toc: Toc
+    _file: _MappedFile
+    _doc_id_off: np.ndarray
+    _doc_id_blob: np.ndarray
 
     # ------------------------------------------------------------ doc ids
     @property
@@ -242,6 +245,24 @@ class MappedBM25Index(BM25Index):
         self._file.whole("doc_id_blob")
         return bool(np.array_equal(off, self._doc_id_off) and np.array_equal(blob, self._doc_id_blob))
 
+
+
+class MappedBM25Index(MappedDocIds, BM25Index):
+    """A ``BM25Index`` over a published file (``open_index``); same search API and results."""
+
+    path: Path
+    n_terms: int
+
+    def _spec(self, name: str) -> ArraySpec:
+        return self._toc.arrays[name]
+
+    def _doc_lengths_read(self) -> None:
+        if not self._lengths_ok:
+            self._file.whole("doc_len")
+            if int(self._doc_len32.sum(dtype=np.int64)) != self.total_len:
+                raise CorruptIndexError(self.path, "document lengths do not add up to the recorded total")
+            self._lengths_ok = True
+
     # ------------------------------------------------------------ full check
     def verify(self) -> None:
         """Every checksum and the whole structure (what publishing runs before the rename)."""
@@ -259,36 +280,46 @@ class MappedBM25Index(BM25Index):
               and len(self._idf_full) == nt and len(self._w_max) == nt and len(self._bit_row) == nt
               and (self._bit_row >= -1).all() and (self._bit_row < self._bits.shape[0]).all()
               and self._bits.shape[1] == (n + 63) // 64)
-        ok = ok and _strings_ok(self._vocab_off, len(self._vocab_blob), nt)
-        ok = ok and np.array_equal(np.sort(self._vocab_tid), np.arange(nt)) and self._hashes_ok()
-        if self.has_doc_ids:
-            ok = ok and _strings_ok(self._doc_id_off, len(self._doc_id_blob), n)
-        if "global_pos" in self._toc.arrays:  # a segment: its documents' corpus positions
-            g = self._global_pos
-            ok = ok and len(g) == n and (n == 0 or (int(g[0]) >= 0 and int(g[-1]) < self._toc.corpus_docs
-                                                    and bool((np.diff(g) > 0).all())))
+        ok = ok and tables_ok(self._file)
         if not ok:
             raise CorruptIndexError(self.path, "index structure is inconsistent")
         self._file.term_ok[:] = True
         self.vocab._table_ok = True
 
 
-    def _hashes_ok(self) -> bool:
-        """The hash table is sorted and each entry is its term's hash (lookups depend on both)."""
-        hashes, off, raw = self._vocab_hash, self._vocab_off.tolist(), self._vocab_blob.tobytes()
-        want = np.fromiter((bytes_hash(raw[off[t]:off[t + 1]]) for t in self._vocab_tid.tolist()), np.uint64,
-                           len(hashes))
-        return bool((hashes[1:] >= hashes[:-1]).all() and np.array_equal(hashes, want))
+def tables_ok(f: _MappedFile) -> bool:
+    """The vocabulary, doc ids and corpus positions of a file are well formed (either layout)."""
+    a, n, nt = f.arrays, f.toc.n_docs, f.toc.n_terms
+    ok = (_strings_ok(a["vocab_off"], len(a["vocab_blob"]), nt)
+          and np.array_equal(np.sort(a["vocab_tid"]), np.arange(nt)) and _hashes_ok(f))
+    if "doc_id_off" in a:
+        ok = ok and _strings_ok(a["doc_id_off"], len(a["doc_id_blob"]), n)
+    if "global_pos" in a:  # a segment: its documents' corpus positions
+        g = a["global_pos"]
+        ok = ok and len(g) == n and (n == 0 or (int(g[0]) >= 0 and int(g[-1]) < f.toc.corpus_docs
+                                                and bool((np.diff(g) > 0).all())))
+    return bool(ok)
+
+
+def _hashes_ok(f: _MappedFile) -> bool:
+    """The hash table is sorted and each entry is its term's hash (lookups depend on both)."""
+    a = f.arrays
+    hashes, off, raw = a["vocab_hash"], a["vocab_off"].tolist(), a["vocab_blob"].tobytes()
+    want = np.fromiter((bytes_hash(raw[off[t]:off[t + 1]]) for t in a["vocab_tid"].tolist()), np.uint64,
+                       len(hashes))
+    return bool((hashes[1:] >= hashes[:-1]).all() and np.array_equal(hashes, want))
 
 
 def _strings_ok(off: np.ndarray, blob_len: int, n: int) -> bool:
     return bool(len(off) == n + 1 and off[0] == 0 and off[-1] == blob_len and (np.diff(off) >= 0).all())
 
 
-def open_index(path: str | os.PathLike[str], *, kernel: str = "auto") -> MappedBM25Index:
+def open_index(path: str | os.PathLike[str], *, kernel: str = "auto") -> MappedBM25Index | PackedBM25Index:
     """Map a published BM25 index file; raises ``IndexFormatError`` subclasses naming it.
 
-    k1 and b are the ones the file was built with (its ``w`` depends on them).
+    The file's layout decides the class: a ``MappedBM25Index`` for plain postings, a
+    ``bm25_packed_index.PackedBM25Index`` (same query API) for packed ones. k1 and b are
+    the ones the file was built with (its weights depend on them).
     """
     path = Path(path)
     try:
@@ -296,6 +327,10 @@ def open_index(path: str | os.PathLike[str], *, kernel: str = "auto") -> MappedB
     except (OSError, ValueError) as exc:  # missing, unreadable, or empty (mmap of 0 bytes)
         raise CorruptIndexError(path, f"cannot map the file: {exc}") from exc
     toc = read_toc(path, buf)
+    if toc.layout == PACKED:
+        from .bm25_packed_index import open_packed  # the packed reader builds on this module
+
+        return open_packed(path, buf, toc, kernel=kernel)
     f = _MappedFile(path, buf, toc)
     postings = Postings(**{name: f.array(name) for name in ARRAY_NAMES})
     if len(postings.doc_len) != toc.n_docs or len(postings.df) != toc.n_terms:

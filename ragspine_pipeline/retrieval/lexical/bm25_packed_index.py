@@ -1,0 +1,414 @@
+"""``PackedBM25Index``: the query API of ``BM25Index`` over a memory-mapped packed file.
+
+Why a class of its own (composed, not a ``BM25Index`` subclass): the packed layout has no
+per-posting weight array for the plain kernels to read; its kernels
+(``bm25_packed_kernels``) unpack blocks and recompute each weight exactly, so the answers
+are the plain layout's, bit for bit. ``bm25_mapped.open_index`` returns this class for a
+file whose TOC says ``"layout": "packed"``; everything that opens an index
+(``warehouse/lexical_files``, ``bm25_segments.open_segments``) gets it without a change.
+
+Integrity is the plain reader's: header, footer, TOC and checksum table at open; a term's
+per-term entries, block entries and packed words the first time the vocabulary resolves
+it (checksums, then the structure: widths, offsets, positions below N, skip data), the
+document lengths before the first query (every query reads them to recompute weights).
+Without numba (or ``kernel="numpy"``) a query decodes its terms with numpy and runs the
+plain numpy path (``bm25_numpy``) over them: slower, the same answers as a plain index's
+numpy path.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain, repeat
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...cpus import usable_cpus
+from . import bm25_kernel, bm25_numpy
+from .bm25 import EXHAUSTIVE_MAX_DOCS, KERNELS, MAXSCORE_MIN_DOCS, candidate_mask
+from .bm25_build import BLOCK_SIZE
+from .bm25_format import HEADER_BYTES, CorruptIndexError, Toc
+from .bm25_mapped import MappedDocIds, MappedVocabulary, _MappedFile, tables_ok
+from .bm25_packed import (
+    BLOCK_ARRAYS,
+    PACKED_ARRAYS,
+    PAD_WORDS,
+    SLICE_BLOCKS,
+    PackedArrays,
+    block_pointers,
+    check_blocks,
+    decode_term,
+    norm_of,
+    w_of,
+)
+from .bm25_pool import batch_pool, batch_spans
+from .bm25_topk import DENSE, ScoredDocs, empty_scored, top_k, top_k_dense
+
+_POSTINGS_PER_THREAD = 50_000  # as BM25Index: batch work per extra thread
+_LOCK = threading.Lock()
+_KERNELS: Any = None
+_TRIED = False
+
+
+def load_packed_kernels() -> Any:
+    """The compiled packed kernels module (warmed), or None without numba."""
+    global _KERNELS, _TRIED
+    if _TRIED:
+        return _KERNELS
+    with _LOCK:
+        if not _TRIED:
+            try:
+                from . import bm25_packed_kernels as kernels
+
+                _warm(kernels)
+                _KERNELS = kernels
+            except Exception:  # ImportError or a numba compile error: the numpy path
+                _KERNELS = None
+            _TRIED = True
+    return _KERNELS
+
+
+def _warm(kernels: Any) -> None:
+    """Compile every entry point for read-only arrays (what a mapping gives) on a tiny index."""
+    from .bm25_packed import encode
+    from .bm25_raw import RawPostings
+
+    raw = RawPostings(indptr=np.array([0, 2], np.int64), indices=np.array([0, 1], np.int32),
+                      tf=np.array([1, 3], np.uint8), doc_len=np.array([1, 3], np.uint32), terms=["a"])
+    enc = encode(raw, 1.5, 0.75)
+    data = np.concatenate(list(enc.words()))
+    arrays = {"indptr": raw.indptr, "bptr": enc.bptr, "data": data, "doc_len": raw.doc_len, **enc.blocks}
+    for a in arrays.values():
+        a.setflags(write=False)
+    pk = _pk_tuple(arrays)
+    q = np.zeros(1, np.int64)
+    acc, touched = np.zeros(2), np.zeros(2, np.int32)
+    for exhaustive in (0, 2):
+        kernels.search_one(pk, enc.idf, enc.w_max, q, 1.5, 0.75, 2.0, 1, acc, touched, exhaustive)
+    kernels.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), 1.5, 0.75, 2.0, 1, 2, 0)
+    bits, surv = np.zeros(1, np.uint8), np.zeros(2, np.int32)
+    kernels.prepare_mask(np.ones(2, np.bool_), raw.doc_len, bits, surv)
+    for s in (surv, surv[:0]):
+        kernels.search_filtered(pk, bits, s, 2, 4, q, 1.5, 0.75, 1, acc, touched, enc.w_max, 2.0)
+    kernels.decode_term(pk, 0)
+
+
+def _pk_tuple(a: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """The kernels' ``pk`` tuple (order fixed by ``bm25_packed_kernels``)."""
+    return (a["indptr"], a["bptr"], a["blk_last"], a["blk_off"], a["blk_dbits"], a["blk_tbits"],
+            a["blk_bmax"], a["data"], a["doc_len"])
+
+
+class _PackedFile(_MappedFile):
+    """The mapping of a packed file: a term's first use checks its blocks."""
+
+    def packed(self) -> PackedArrays:
+        a = self.arrays
+        return PackedArrays(data=a["data"], indptr=a["indptr"], bptr=a["bptr"],
+                            **{n: a[n] for n in BLOCK_ARRAYS})
+
+    def verify_term(self, t: int) -> None:
+        with self.lock:
+            if self.term_ok[t]:
+                return
+            a = self.arrays
+            for name in ("indptr", "bptr"):
+                self.elems(name, t, t + 2)
+            for name in ("idf", "w_max"):
+                self.elems(name, t, t + 1)
+            b0, b1 = int(a["bptr"][t]), int(a["bptr"][t + 1])
+            s, e = int(a["indptr"][t]), int(a["indptr"][t + 1])
+            if not (0 <= s <= e and b0 >= 0 and b1 - b0 == -(-(e - s) // BLOCK_SIZE)
+                    and b1 < len(a["blk_off"])):
+                raise CorruptIndexError(self.path, f"postings pointers of term {t} are out of range")
+            for name in BLOCK_ARRAYS:
+                self.elems(name, b0, b1 + (name == "blk_off"))
+            if b0 > 0:
+                self.elems("blk_last", b0 - 1, b0)
+            w0, w1 = int(a["blk_off"][b0]), int(a["blk_off"][b1])
+            if not 0 <= w0 <= w1 <= len(a["data"]) - PAD_WORDS:
+                raise CorruptIndexError(self.path, f"packed words of term {t} lie outside the data")
+            self.elems("data", w0, w1 + PAD_WORDS)
+            problem = check_blocks(self.packed(), b0, b1, self.toc.n_docs, len(a["data"]))
+            if problem is not None:
+                raise CorruptIndexError(self.path, f"term {t}: {problem}")
+            self.term_ok[t] = True
+
+
+@dataclass(frozen=True)
+class _QueryPostings:
+    """A few terms' postings decoded into the plain layout's arrays, for ``bm25_numpy``
+    (local term ids 0..m-1; ``n_docs``, ``avgdl`` and ``doc_len`` are the index's)."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    tf: np.ndarray
+    w: np.ndarray
+    df: np.ndarray
+    _idf_full: np.ndarray
+    _w_max: np.ndarray
+    doc_len: np.ndarray
+    n_docs: int
+    avgdl: float
+    k1: float
+    b: float
+
+
+class _PostingsView:
+    """``indices`` / ``tf`` of a packed index as slices over the plain postings numbering
+    (what ``bm25_segments`` reads: ``ix.indices[ix.indptr[t]:ix.indptr[t + 1]]``)."""
+
+    def __init__(self, ix: PackedBM25Index, which: int) -> None:
+        self._ix, self._which = ix, which
+
+    def __len__(self) -> int:
+        return int(self._ix.indptr[-1])
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("packed postings are read by contiguous slices")
+        start, stop, _ = key.indices(len(self))
+        ix = self._ix
+        if stop <= start:
+            return np.zeros(0, np.int64)
+        t = int(np.searchsorted(ix.indptr, start, side="right")) - 1
+        parts, pos = [], int(ix.indptr[t])
+        while pos < stop:
+            ix._file.verify_term(t)
+            parts.append(ix.decode(t)[self._which])
+            pos += len(parts[-1])
+            t += 1
+        first = int(np.searchsorted(ix.indptr, start, side="right")) - 1
+        flat = np.concatenate(parts)
+        lo = start - int(ix.indptr[first])
+        return flat[lo:lo + stop - start]
+
+
+class PackedBM25Index(MappedDocIds):
+    """A packed BM25 file, memory-mapped (``open_packed``); ``BM25Index``'s query API."""
+
+    path: Path
+    n_terms: int
+    n_docs: int
+    k1: float
+    b: float
+
+    # ------------------------------------------------------------ shape
+    @property
+    def kernel(self) -> str:
+        return "numba" if self._kernels is not None else "numpy"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the postings arrays (what the plain index's ``nbytes`` counts)."""
+        return int(sum(self._file.arrays[n].nbytes for n in PACKED_ARRAYS))
+
+    @property
+    def df(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def decode(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """(doc positions, tf) of a verified term id."""
+        if self._kernels is not None:
+            return self._kernels.decode_term(self._pk, t)
+        return decode_term(self._file.packed(), t)
+
+    def _doc_lengths_read(self) -> None:
+        if not self._lengths_ok:
+            self._file.whole("doc_len")
+            if int(self._doc_len32.sum(dtype=np.int64)) != self.total_len:
+                raise CorruptIndexError(self.path, "document lengths do not add up to the recorded total")
+            self._lengths_ok = True
+
+    def _query_term_ids(self, query_tokens: Sequence[str]) -> list[int]:
+        get = self.vocab.get
+        return [t for t in (get(q) for q in query_tokens) if t is not None]
+
+    def _as_mask(self, candidates: np.ndarray | None) -> np.ndarray | None:
+        self._doc_lengths_read()
+        return None if candidates is None else candidate_mask(candidates, self.n_docs)
+
+    # ------------------------------------------------------------ numpy path
+    def _query_postings(self, term_ids: list[int]) -> tuple[_QueryPostings, list[int]]:
+        """The distinct query terms decoded (plain arrays) and the query's local term ids."""
+        local: dict[int, int] = {}
+        for t in term_ids:
+            local.setdefault(t, len(local))
+        terms = list(local)
+        decoded = [self.decode(t) for t in terms]
+        indptr = np.zeros(len(terms) + 1, np.int64)
+        np.cumsum([len(d) for d, _ in decoded], out=indptr[1:])
+        docs = np.concatenate([d for d, _ in decoded]) if decoded else np.zeros(0, np.int64)
+        tf = np.concatenate([f for _, f in decoded]) if decoded else np.zeros(0, np.int64)
+        norm = norm_of(self._doc_len32[docs], self.k1, self.b, self._w_avgdl)
+        tids = np.asarray(terms, np.int64)
+        qp = _QueryPostings(indptr=indptr, indices=docs.astype(np.int32), tf=tf, w=w_of(tf, norm),
+                            df=np.diff(indptr), _idf_full=self._idf[tids], _w_max=self._w_max[tids],
+                            doc_len=self._doc_len32, n_docs=self.n_docs, avgdl=self.avgdl, k1=self.k1, b=self.b)
+        return qp, [local[t] for t in term_ids]
+
+    def _accumulate(self, query_tokens: Sequence[str], mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        qp, local = self._query_postings(self._query_term_ids(query_tokens))
+        return bm25_numpy.accumulate(qp, local, mask)  # type: ignore[arg-type]
+
+    def get_scores(self, query_tokens: Sequence[str], candidates: np.ndarray | None = None) -> np.ndarray:
+        """Dense score vector over all docs (0 outside the candidate mask)."""
+        ids, sc = self._accumulate(query_tokens, self._as_mask(candidates))
+        if ids is DENSE:
+            return sc
+        out = np.zeros(self.n_docs, dtype=np.float64)
+        out[ids] = sc
+        return out
+
+    # ------------------------------------------------------------ search
+    def search(self, query_tokens: Sequence[str], k: int = 10, candidates: np.ndarray | None = None) -> ScoredDocs:
+        """Top-``k`` matching docs by (-score, position); only docs with score > 0."""
+        mask = self._as_mask(candidates)
+        if k <= 0:
+            return empty_scored()
+        if self._kernels is not None:
+            return self._search_compiled(query_tokens, k, mask)
+        if mask is None:
+            qp, local = self._query_postings(self._query_term_ids(query_tokens))
+            pruned = bm25_numpy.maxscore(qp, local, k, MAXSCORE_MIN_DOCS)  # type: ignore[arg-type]
+            if pruned is not None:
+                return pruned
+            ids, sc = bm25_numpy.accumulate(qp, local, None)  # type: ignore[arg-type]
+        else:
+            ids, sc = self._accumulate(query_tokens, mask)
+        return top_k_dense(sc, k) if ids is DENSE else top_k(ids, sc, k)
+
+    def _search_compiled(self, query_tokens: Sequence[str], k: int, mask: np.ndarray | None) -> ScoredDocs:
+        tids = np.array(self._query_term_ids(query_tokens), np.int64)
+        if not len(tids) or self.avgdl == 0:
+            return empty_scored()
+        sc = self._scratch
+        if mask is None:
+            ids, scores = self._kernels.search_one(self._pk, self._idf, self._w_max, tids, self.k1, self.b,
+                                                   self._w_safe, int(k), sc.acc, sc.touched, self._exhaustive_docs)
+            return ScoredDocs(ids, scores)
+        # Survivors' count, length and bits; their positions when few (galloped into lists).
+        bits = np.zeros((self.n_docs + 7) // 8, np.uint8)
+        surv = np.empty(self.n_docs // 64, np.int32)
+        n, total = self._kernels.prepare_mask(mask, self._doc_len32, bits, surv)
+        surv = surv[:n] if n <= len(surv) else surv[:0]
+        ids, scores = self._kernels.search_filtered(self._pk, bits, surv, n, total, tids, self.k1, self.b, int(k),
+                                                    sc.acc, sc.touched, self._w_max, self.avgdl)
+        return ScoredDocs(ids, scores)
+
+    def search_batch(self, queries: Sequence[Sequence[str]], k: int = 10, *,
+                     threads: int | None = None) -> list[ScoredDocs]:
+        """``search(q, k)`` for each unfiltered query; results equal ``search``'s."""
+        if k <= 0 or not queries:
+            return [empty_scored() for _ in queries]
+        if self._kernels is None or self.avgdl == 0:
+            return [self.search(q, k) for q in queries]
+        ids, sc, cnt = self.search_batch_arrays(queries, k, threads=threads)
+        return [ScoredDocs(ids[i, :c], sc[i, :c]) for i, c in enumerate(cnt.tolist())]
+
+    def search_batch_arrays(self, queries: Sequence[Sequence[str]], k: int = 10, *,
+                            threads: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The batch as arrays (ids[nq, k] padded with -1, scores[nq, k], counts[nq]); the
+        compiled kernel runs chunks of it without the GIL on the shared batch pool."""
+        nq, kk = len(queries), max(int(k), 0)
+        self._doc_lengths_read()
+        if kk == 0 or nq == 0 or self.avgdl == 0 or self._kernels is None:
+            ids, sc, cnt = np.full((nq, kk), -1, np.int64), np.zeros((nq, kk)), np.zeros(nq, np.int64)
+            for i, q in enumerate(queries if kk and self.avgdl else []):
+                r = self.search(q, kk)
+                cnt[i] = n = len(r.ids)
+                ids[i, :n], sc[i, :n] = r.ids, r.scores
+            return ids, sc, cnt
+        flat = np.fromiter(map(self.vocab.get, chain.from_iterable(queries), repeat(-1)), np.int64)
+        ptr = np.zeros(nq + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, queries), np.int64, nq), out=ptr[1:])
+        known = flat[flat >= 0]
+        work = int((self.indptr[known + 1] - self.indptr[known]).sum())
+        chunks = batch_spans(nq, work, int(threads or usable_cpus()), _POSTINGS_PER_THREAD)
+        run = self._kernels.search_batch
+
+        def one(span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            a, b = span
+            return run(self._pk, self._idf, self._w_max, flat[ptr[a]:ptr[b]], ptr[a:b + 1] - ptr[a], self.k1,
+                       self.b, self._w_safe, kk, self.n_docs, self._exhaustive_docs)
+
+        if len(chunks) == 1:
+            return one(chunks[0])
+        rest = [batch_pool().submit(one, c) for c in chunks[1:]]
+        parts = [one(chunks[0])] + [f.result() for f in rest]
+        return tuple(np.concatenate([p[x] for p in parts]) for x in range(3))  # type: ignore[return-value]
+
+    # ------------------------------------------------------------ full check
+    def verify(self) -> None:
+        """Every checksum and the whole structure, every block decoded and its skip data and
+        bounds recomputed (what publishing runs before the rename)."""
+        f = self._file
+        self._blocks.check(HEADER_BYTES, self._blocks.end)
+        self._lengths_ok = False
+        self._doc_lengths_read()
+        a, n, nt = f.arrays, self.n_docs, self.n_terms
+        ip, bp = a["indptr"], a["bptr"]
+        n_blocks = len(a["blk_last"])
+        ok = (len(ip) == nt + 1 and len(bp) == nt + 1 and int(ip[0]) == 0 and bool((np.diff(ip) >= 0).all())
+              and np.array_equal(bp, block_pointers(ip)) and int(bp[-1]) == n_blocks
+              and all(len(a[x]) == n_blocks + (x == "blk_off") for x in BLOCK_ARRAYS)
+              and len(a["idf"]) == nt and len(a["w_max"]) == nt and int(a["blk_off"][0]) == 0
+              and int(a["blk_off"][-1]) == len(a["data"]) - PAD_WORDS and not a["data"][-PAD_WORDS:].any())
+        ok = ok and tables_ok(f)
+        if not ok:
+            raise CorruptIndexError(self.path, "index structure is inconsistent")
+        pk, norm = f.packed(), norm_of(self._doc_len32, self.k1, self.b, self._w_avgdl)
+        for b0 in range(0, n_blocks, SLICE_BLOCKS):
+            problem = check_blocks(pk, b0, min(b0 + SLICE_BLOCKS, n_blocks), n, len(a["data"]), norm,
+                                   self._doc_len32)
+            if problem is not None:
+                raise CorruptIndexError(self.path, f"blocks from {b0}: {problem}")
+        nonempty = np.flatnonzero(np.diff(ip))
+        w_max = np.zeros(nt)
+        if len(nonempty):
+            w_max[nonempty] = np.maximum.reduceat(a["blk_bmax"], bp[nonempty])
+        if not np.array_equal(w_max, a["w_max"]):
+            raise CorruptIndexError(self.path, "term max weights do not match the block maxima")
+        f.term_ok[:] = True
+        self.vocab._table_ok = True
+
+
+def open_packed(path: Path, buf: np.ndarray, toc: Toc, *, kernel: str = "auto") -> PackedBM25Index:
+    """A ``PackedBM25Index`` over a mapped packed file whose TOC ``read_toc`` has checked."""
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown BM25 kernel {kernel!r}; available: {', '.join(KERNELS)}")
+    f = _PackedFile(path, buf, toc)
+    for name in (*PACKED_ARRAYS, "vocab_hash", "vocab_tid", "vocab_off", "vocab_blob"):
+        f.array(name)  # every one present
+    a = f.arrays
+    if len(a["doc_len"]) != toc.n_docs or len(a["indptr"]) != toc.n_terms + 1 or len(a["data"]) < PAD_WORDS:
+        raise CorruptIndexError(path, "array sizes do not match the recorded counts")
+    ix = PackedBM25Index.__new__(PackedBM25Index)
+    ix.path, ix._toc, ix._file, ix._blocks = path, toc, f, f.blocks
+    ix.n_terms, ix.n_docs, ix.k1, ix.b = toc.n_terms, toc.n_docs, float(toc.k1), float(toc.b)
+    ix.total_len = int(toc.total_len)
+    ix.avgdl = ix.total_len / ix.n_docs if ix.n_docs else 0.0
+    # The weights' avgdl: the corpus's for a segment (as the plain layout computes it).
+    ix._w_avgdl = toc.corpus_len / toc.corpus_docs if toc.corpus_docs else ix.avgdl
+    ix._w_safe = ix._w_avgdl if ix._w_avgdl > 0 else 1.0
+    ix._lengths_ok = False
+    ix.indptr, ix.doc_len = a["indptr"], a["doc_len"]
+    ix._doc_len32 = a["doc_len"]
+    ix._idf, ix._w_max = a["idf"], a["w_max"]
+    ix.indices, ix.tf = _PostingsView(ix, 0), _PostingsView(ix, 1)
+    ix.vocab = MappedVocabulary(f)
+    for name in ("doc_id_off", "doc_id_blob", "global_pos"):
+        if name in a:
+            setattr(ix, f"_{name}", a[name])
+    ix._kernels = None if kernel == "numpy" else load_packed_kernels()
+    if kernel == "numba" and ix._kernels is None:
+        raise RuntimeError("kernel='numba' needs numba, which could not be imported or compiled "
+                           "(pip install 'numba>=0.60')")
+    ix._pk = _pk_tuple(a)
+    ix._exhaustive_docs = EXHAUSTIVE_MAX_DOCS
+    ix._scratch = bm25_kernel.Scratch(ix.n_docs) if ix._kernels is not None else None
+    return ix

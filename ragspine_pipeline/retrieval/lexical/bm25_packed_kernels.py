@@ -1,0 +1,411 @@
+"""numba kernels over packed postings (``bm25_packed``): exact top-k, batch and filtered.
+
+The same algorithms as the plain layout's kernels (``bm25_numba_unfiltered`` /
+``bm25_numba_filtered``, whose docstrings explain them), with each posting list read block
+by block: a block's gaps and tfs are unpacked into two 128-entry buffers and ``w`` is
+recomputed from the document length with the build's operations (``_w``), so each
+addition into the accumulator is the plain kernel's, in the same order, and the answers
+are identical. What packing changes is how a list is skipped: the lookup phase (a few
+candidates against a long list) walks the blocks' last doc ids and unpacks only the
+blocks that hold a candidate, whichever of the plain kernel's two lookup routes it would
+have taken (both add the same terms to the same candidates).
+
+Arrays are passed as ``pk``: the tuple (indptr, bptr, blk_last, blk_off, blk_dbits,
+blk_tbits, blk_bmax, data, doc_len) of ``PackedBM25Index._pk``.
+"""
+
+import numpy as np
+from numba import njit
+
+from .bm25_build import BLOCK_SIZE
+from .bm25_numba_select import (
+    _SLACK,
+    _distinct,
+    _gallop,
+    _kth_score,
+    _prune,
+    _push,
+    _take_top,
+)
+from .bm25_numba_unfiltered import _unique_terms
+
+_BLOCK = BLOCK_SIZE
+_U32 = np.uint64(32)
+_ONE = np.uint64(1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _field(data, pos, mask):
+    """The field at bit ``pos`` (masked to its width) of the packed words."""
+    wi = pos >> 5
+    both = np.uint64(data[wi]) | (np.uint64(data[wi + 1]) << _U32)
+    return np.int64((both >> np.uint64(pos & 31)) & mask)
+
+
+@njit(cache=True, nogil=True)
+def _unpack(pk, blk, first, n, docs, tfs):
+    """Block ``blk`` (n postings; ``first``: whether it opens its term) into docs/tfs[:n]."""
+    data = pk[7]
+    dw = np.int64(pk[4][blk])
+    tw = np.int64(pk[5][blk])
+    d = np.int64(-1) if first else np.int64(pk[2][blk - 1])
+    pos = pk[3][blk] * 32
+    if dw == 0:
+        for i in range(n):
+            d += 1
+            docs[i] = d
+    else:
+        mask = (_ONE << np.uint64(dw)) - _ONE
+        for i in range(n):
+            d += _field(data, pos, mask) + 1
+            docs[i] = d
+            pos += dw
+    if tw == 0:
+        for i in range(n):
+            tfs[i] = 1
+    else:
+        pos = (pk[3][blk] + ((n * dw + 31) >> 5)) * 32
+        mask = (_ONE << np.uint64(tw)) - _ONE
+        for i in range(n):
+            tfs[i] = _field(data, pos, mask) + 1
+            pos += tw
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _w(f, ln, k1, b, safe):
+    """The plain layout's w: tf / (k1 (1 - b + b len / avgdl) + tf), same operations."""
+    ff = np.float64(f)
+    return ff / (k1 * ((1.0 - b) + (b * np.float64(ln)) / safe) + ff)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _count(pk, t, blk):
+    """Postings in block ``blk`` of term t."""
+    return min(_BLOCK, pk[0][t + 1] - pk[0][t] - (blk - pk[1][t]) * _BLOCK)
+
+
+@njit(cache=True, nogil=True)
+def _lookup(pk, t, cand, nc, acc, s, k1, b, safe, docs, tfs, kb, bavg):
+    """Term t's contribution added to the sorted candidates cand[:nc] that it holds,
+    unpacking only the blocks that hold a candidate. ``bavg`` > 0: the filtered formula
+    (survivor avgdl: ``s`` x tf / (tf + k1 (kb + bavg len))), else ``w x s``."""
+    blk = pk[1][t]
+    end = pk[1][t + 1]
+    last = pk[2]
+    doc_len = pk[8]
+    x = 0
+    while x < nc and blk < end:
+        d = cand[x]
+        if last[blk] < d:
+            blk = _gallop(last, blk, end, d)
+            continue
+        n = _count(pk, t, blk)
+        _unpack(pk, blk, blk == pk[1][t], n, docs, tfs)
+        i = 0
+        bl = last[blk]
+        while x < nc and cand[x] <= bl:
+            d = cand[x]
+            while docs[i] < d:
+                i += 1
+            if docs[i] == d:
+                if bavg > 0.0:
+                    f = np.float64(tfs[i])
+                    acc[d] += s * f / (f + k1 * (kb + bavg * doc_len[d]))
+                else:
+                    acc[d] += _w(tfs[i], doc_len[d], k1, b, safe) * s
+            x += 1
+        blk += 1
+
+
+@njit(cache=True, nogil=True)
+def _exhaustive(pk, idf, qtids, k1p1, k, acc, k1, b, safe):
+    """Every posting scattered into acc in query-token order, then one ordered pass
+    (``bm25_numba_unfiltered._exhaustive``)."""
+    docs = np.empty(_BLOCK, np.int64)
+    tfs = np.empty(_BLOCK, np.int64)
+    doc_len = pk[8]
+    for j in range(qtids.shape[0]):
+        t = qtids[j]
+        s = idf[t] * k1p1
+        for blk in range(pk[1][t], pk[1][t + 1]):
+            n = _count(pk, t, blk)
+            _unpack(pk, blk, blk == pk[1][t], n, docs, tfs)
+            for i in range(n):
+                d = docs[i]
+                acc[d] += _w(tfs[i], doc_len[d], k1, b, safe) * s
+    kk = max(k, 1)
+    every = np.arange(acc.shape[0])
+    return _take_top(acc, every, every.shape[0], kk, np.empty(kk, np.float64), np.empty(kk, np.int64))
+
+
+@njit(cache=True, nogil=True)
+def search_one(pk, idf, wmax, qtids, k1, b, safe, k, acc, touched, exhaustive_docs):
+    """Exact unfiltered top-k over packed postings (``bm25_numba_unfiltered.search_one``).
+    acc must be all zeros on entry and is all zeros again on return."""
+    indptr, bptr, bmax, doc_len = pk[0], pk[1], pk[6], pk[8]
+    k1p1 = k1 + 1.0
+    n_docs = acc.shape[0]
+    if n_docs <= exhaustive_docs:
+        total = 0
+        longest = 0
+        for j in range(qtids.shape[0]):
+            df = indptr[qtids[j] + 1] - indptr[qtids[j]]
+            total += df
+            longest = max(longest, df)
+        if 4 * total >= n_docs and 2 * longest < total:
+            return _exhaustive(pk, idf, qtids, k1p1, k, acc, k1, b, safe)
+    docs = np.empty(_BLOCK, np.int64)
+    tfs = np.empty(_BLOCK, np.int64)
+    ut, scale, ub = _unique_terms(qtids, idf, wmax, k1p1)
+    nu = ut.shape[0]
+    remaining = np.zeros(nu + 1, np.float64)
+    for j in range(nu - 1, -1, -1):
+        remaining[j] = remaining[j + 1] + ub[j]
+    hs = np.empty(max(k, 1), np.float64)
+    hi = np.empty(max(k, 1), np.int64)
+    n_t = 0
+    j = 0
+    theta = -1.0
+    top1 = 0.0
+    if nu > 0 and k > 0:
+        # First term block by block, skipping blocks whose bound cannot reach the k-th best.
+        t = ut[0]
+        s = scale[0]
+        rest = remaining[1] * (1.0 + _SLACK)
+        nh = 0
+        for blk in range(bptr[t], bptr[t + 1]):
+            if nh == k and bmax[blk] * s * (1.0 + _SLACK) + rest < hs[0]:
+                continue
+            n = _count(pk, t, blk)
+            _unpack(pk, blk, blk == bptr[t], n, docs, tfs)
+            for i in range(n):
+                d = docs[i]
+                v = _w(tfs[i], doc_len[d], k1, b, safe) * s
+                touched[n_t] = d
+                n_t += 1
+                acc[d] = v
+                if v > top1:
+                    top1 = v
+                if nh < k or v > hs[0]:
+                    nh = _push(hs, hi, nh, k, v, d)
+        j = 1
+    while j < nu:
+        t = ut[j]
+        df = indptr[t + 1] - indptr[t]
+        if j > 0 and n_t >= k and remaining[j] * (1.0 + _SLACK) < top1 and 8 * df >= n_t:
+            theta = _kth_score(acc, touched, n_t, k, hs, hi)
+            if remaining[j] * (1.0 + _SLACK) < theta:
+                break
+        s = scale[j]
+        for blk in range(bptr[t], bptr[t + 1]):
+            n = _count(pk, t, blk)
+            _unpack(pk, blk, blk == bptr[t], n, docs, tfs)
+            for i in range(n):
+                d = docs[i]
+                v = acc[d]
+                if v == 0.0:
+                    touched[n_t] = d
+                    n_t += 1
+                v += _w(tfs[i], doc_len[d], k1, b, safe) * s
+                acc[d] = v
+                if v > top1:
+                    top1 = v
+        j += 1
+    if j == nu:
+        return _take_top(acc, touched, n_t, k, hs, hi)
+    cand = np.empty(n_t, np.int64)
+    nc = _prune(acc, touched, n_t, remaining[j] * (1.0 + _SLACK), theta, cand)
+    cand[:nc] = np.sort(cand[:nc])  # _prune keeps order, so the candidates stay sorted
+    for jj in range(j, nu):
+        _lookup(pk, ut[jj], cand, nc, acc, scale[jj], k1, b, safe, docs, tfs, 0.0, 0.0)
+        if jj + 1 < nu and nc > k:
+            theta = _kth_score(acc, cand, nc, k, hs, hi)
+            nc = _prune(acc, cand, nc, remaining[jj + 1] * (1.0 + _SLACK), theta, cand)
+    return _take_top(acc, cand, nc, k, hs, hi)
+
+
+@njit(cache=True, nogil=True)
+def search_batch(pk, idf, wmax, q_flat, q_ptr, k1, b, safe, k, n_docs, exhaustive_docs):
+    """Top-k of queries q_ptr[i]:q_ptr[i+1] of q_flat (-1: unknown token), serially and
+    without the GIL: (ids[nq, k] padded with -1, scores[nq, k], counts)."""
+    nq = q_ptr.shape[0] - 1
+    out_i = np.full((nq, k), -1, np.int64)
+    out_s = np.zeros((nq, k), np.float64)
+    out_n = np.zeros(nq, np.int64)
+    acc = np.zeros(max(n_docs, 1), np.float64)
+    touched = np.empty(max(n_docs, 1), np.int32)
+    for q in range(nq):
+        q_t = q_flat[q_ptr[q]:q_ptr[q + 1]]
+        m = 0
+        for x in range(q_t.shape[0]):
+            if q_t[x] >= 0:
+                m += 1
+        if m == 0:
+            continue
+        kept = np.empty(m, np.int64)
+        m = 0
+        for x in range(q_t.shape[0]):
+            if q_t[x] >= 0:
+                kept[m] = q_t[x]
+                m += 1
+        ids, sc = search_one(pk, idf, wmax, kept, k1, b, safe, k, acc, touched, exhaustive_docs)
+        n = ids.shape[0]
+        out_n[q] = n
+        out_i[q, :n] = ids
+        out_s[q, :n] = sc
+    return out_i, out_s, out_n
+
+
+@njit(cache=True, nogil=True)
+def prepare_mask(mask, doc_len, bits, surv):
+    """(survivors, their summed length) of a bool mask; sets their bits in ``bits`` (zeroed
+    uint8, little bit order) and records their positions in ``surv`` while they fit
+    (``len(surv)`` of them; the caller uses the positions only when all fitted)."""
+    n = 0
+    total = 0
+    cap = surv.shape[0]
+    for d in range(mask.shape[0]):
+        if mask[d]:
+            bits[d >> 3] |= np.uint8(1 << (d & 7))
+            if n < cap:
+                surv[n] = d
+            n += 1
+            total += np.int64(doc_len[d])
+    return n, total
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _alive(bits, d):
+    return (bits[d >> 3] >> (d & 7)) & 1
+
+
+@njit(cache=True, nogil=True)
+def _survivor_df(pk, t, bits, surv, n, gallop, docs, tfs):
+    """Term t's postings among the survivors: by galloping each survivor through the
+    blocks' last doc ids (few survivors), else by counting over every block."""
+    c = 0
+    b0 = pk[1][t]
+    end = pk[1][t + 1]
+    if gallop:
+        last = pk[2]
+        blk = b0
+        x = 0
+        while x < n and blk < end:
+            d = surv[x]
+            if last[blk] < d:
+                blk = _gallop(last, blk, end, d)
+                continue
+            nn = _count(pk, t, blk)
+            _unpack(pk, blk, blk == b0, nn, docs, tfs)
+            i = 0
+            while x < n and surv[x] <= last[blk]:
+                while docs[i] < surv[x]:
+                    i += 1
+                if docs[i] == surv[x]:
+                    c += 1
+                x += 1
+            blk += 1
+        return c
+    for blk in range(b0, end):
+        nn = _count(pk, t, blk)
+        _unpack(pk, blk, blk == b0, nn, docs, tfs)
+        for i in range(nn):
+            c += np.int64(_alive(bits, docs[i]))
+    return c
+
+
+@njit(cache=True, nogil=True)
+def search_filtered(pk, bits, surv, n, total, qtids, k1, b, k, acc, touched, wmax, avgdl_all):
+    """Exact filtered top-k: N, df and avgdl over the mask's n survivors, MaxScore-pruned
+    with the plain kernel's term order and arithmetic (``bm25_numba_filtered``)."""
+    empty_i = np.zeros(0, np.int64)
+    empty_s = np.zeros(0, np.float64)
+    if n == 0 or total == 0 or qtids.shape[0] == 0:
+        return empty_i, empty_s
+    doc_len = pk[8]
+    docs = np.empty(_BLOCK, np.int64)
+    tfs = np.empty(_BLOCK, np.int64)
+    avgdl = total / n
+    can_gallop = surv.shape[0] == n
+    ut, mult, _first = _distinct(qtids)
+    nu = ut.shape[0]
+    dfs = np.zeros(nu, np.int64)
+    for y in range(nu):
+        t = ut[y]
+        df = pk[0][t + 1] - pk[0][t]
+        dfs[y] = _survivor_df(pk, t, bits, surv, n, can_gallop and n * 16 < df, docs, tfs)
+    k1p1 = k1 + 1.0
+    grow = max(1.0, avgdl / avgdl_all) if avgdl_all > 0 else 1.0
+    scale = np.zeros(nu, np.float64)
+    ub = np.zeros(nu, np.float64)
+    for y in range(nu):
+        if dfs[y] > 0:
+            scale[y] = np.log1p((n - dfs[y] + 0.5) / (dfs[y] + 0.5)) * k1p1 * mult[y]
+            ub[y] = scale[y] * wmax[ut[y]] * grow
+    order = np.argsort(-ub, kind="mergesort")
+    remaining = np.zeros(nu + 1, np.float64)
+    for j in range(nu - 1, -1, -1):
+        remaining[j] = remaining[j + 1] + ub[order[j]]
+    kb = 1.0 - b
+    bavg = b / avgdl
+    hs = np.empty(max(k, 1), np.float64)
+    hi = np.empty(max(k, 1), np.int64)
+    n_t = 0
+    top1 = 0.0
+    theta = -1.0
+    j = 0
+    while j < nu:
+        y = order[j]
+        if dfs[y] == 0:
+            break
+        if j > 0 and n_t >= k and remaining[j] * (1.0 + _SLACK) < top1 and 8 * dfs[y] >= n_t:
+            theta = _kth_score(acc, touched, n_t, k, hs, hi)
+            if remaining[j] * (1.0 + _SLACK) < theta:
+                break
+        sc = scale[y]
+        t = ut[y]
+        for blk in range(pk[1][t], pk[1][t + 1]):
+            nn = _count(pk, t, blk)
+            _unpack(pk, blk, blk == pk[1][t], nn, docs, tfs)
+            for i in range(nn):
+                d = docs[i]
+                if _alive(bits, d):
+                    f = np.float64(tfs[i])
+                    v = acc[d]
+                    if v == 0.0:
+                        touched[n_t] = d
+                        n_t += 1
+                    v += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
+                    acc[d] = v
+                    if v > top1:
+                        top1 = v
+        j += 1
+    if j < nu and dfs[order[j]] > 0:
+        cand = np.empty(n_t, np.int64)
+        nc = _prune(acc, touched, n_t, remaining[j] * (1.0 + _SLACK), theta, cand)
+        cand[:nc] = np.sort(cand[:nc])
+        for jj in range(j, nu):
+            y = order[jj]
+            if dfs[y] == 0:
+                break
+            _lookup(pk, ut[y], cand, nc, acc, scale[y], k1, b, 1.0, docs, tfs, kb, bavg)
+        return _take_top(acc, cand, nc, k, hs, hi)
+    return _take_top(acc, touched, n_t, k, hs, hi)
+
+
+@njit(cache=True, nogil=True)
+def decode_term(pk, t):
+    """(doc positions, tf) of term t, unpacked (verification and tests)."""
+    df = pk[0][t + 1] - pk[0][t]
+    out_d = np.empty(df, np.int64)
+    out_f = np.empty(df, np.int64)
+    docs = np.empty(_BLOCK, np.int64)
+    tfs = np.empty(_BLOCK, np.int64)
+    p = 0
+    for blk in range(pk[1][t], pk[1][t + 1]):
+        n = _count(pk, t, blk)
+        _unpack(pk, blk, blk == pk[1][t], n, docs, tfs)
+        out_d[p:p + n] = docs[:n]
+        out_f[p:p + n] = tfs[:n]
+        p += n
+    return out_d, out_f

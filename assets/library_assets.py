@@ -129,7 +129,8 @@ def chunks(context: dg.AssetExecutionContext, config: ChunksConfig, warehouse: W
     wh = warehouse.tables()
     with wh.lock(lib):
         res = P.build_chunks(wh, lib, config.chunker or None, full_checks=config.full_checks,
-                             on_parse_error=config.on_parse_error or None)
+                             on_parse_error=config.on_parse_error or None, executor=warehouse.executor_name(),
+                             log=context.log.info)
         snap = wh.latest(P.SNAPSHOT, lib)
         protect = {snap.manifest["metadata"]["chunks"]} if snap else set()
         _prune(warehouse, P.CHUNKS, lib, protect)
@@ -138,11 +139,18 @@ def chunks(context: dg.AssetExecutionContext, config: ChunksConfig, warehouse: W
         metadata={k: md[k] for k in ("new", "changed", "unchanged", "withdrawn", "rows_written", "segments",
                                       "bytes_written", "active_chunks", "rows_total", "version", "chunker", "reused",
                                       "seconds")}
+        | _ray_metadata(md)
         | {"preview": dg.MetadataValue.md(md["preview_md"]),
            "changed_docs": dg.MetadataValue.json({"new": md["new_docs"], "changed": md["changed_docs"],
                                                   "withdrawn": md["withdrawn_docs"]})},
         check_results=_check_results(res.checks),
     )
+
+
+def _ray_metadata(md: dict) -> dict:
+    """The executor and, for a Ray run, its job's figures (cluster address, workers,
+    batches, seconds, rows/s) as the engine reports them."""
+    return {k: v for k, v in md.items() if (k == "executor" or k.startswith("ray_")) and v is not None}
 
 
 def _contextual(value: str) -> str | None:
@@ -200,7 +208,8 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, ware
     wh = warehouse.tables()
     with wh.lock(lib):
         res = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec,
-                                 contextual=_contextual(config.contextual), log=context.log.info)
+                                 contextual=_contextual(config.contextual), log=context.log.info,
+                                 executor=warehouse.executor_name())
         if res is None:
             return dg.MaterializeResult(metadata={"backend": "none", "spec": spec, "embedded": 0},
                                         check_results=[dg.AssetCheckResult(

@@ -37,6 +37,16 @@ class WarehouseResource(dg.ConfigurableResource):
     keep_versions: int = 5
     retain_for_seconds: float = -1.0  # negative: RAGSPINE_RETAIN_FOR_S or 3600
     restricted_catalog: bool = False
+    # Where the chunks and embeddings steps run: "local" (this process) or "ray" (Ray Data
+    # pipelines on the cluster at RAY_ADDRESS, else a local one; the [scale] extra).
+    # Empty: RAGSPINE_EXECUTOR (default local).
+    executor: str = ""
+
+    def executor_name(self) -> str:
+        """``executor``, else ``RAGSPINE_EXECUTOR``; an unknown value fails here, naming it."""
+        from ragspine_pipeline.scale.config import executor
+
+        return executor(self.executor or None)
 
     def retain_for(self) -> float:
         return self.retain_for_seconds if self.retain_for_seconds >= 0 else default_retain_for()

@@ -209,7 +209,7 @@ def _state_table(rows: list[dict[str, Any]]) -> pa.Table:
 @library_step
 def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = None,
                  raw_version: str | None = None, *, full_checks: bool = False,
-                 on_parse_error: str | None = None) -> StepResult:
+                 on_parse_error: str | None = None, executor: str | None = None, log=None) -> StepResult:
     """Publish the chunks of the raw version (default: the latest) incrementally.
 
     The documents looked at are the raw rows this step has not seen (the raw segments
@@ -218,6 +218,9 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
     this version wrote. ``on_parse_error`` (default ``RAGSPINE_ON_PARSE_ERROR`` or
     "withhold"): what a document whose file fails to parse serves meanwhile — nothing
     ("withhold"), or its last good version ("serve_last_good", availability first).
+    ``executor`` (default ``RAGSPINE_EXECUTOR``): "ray" reads and chunks the documents to
+    (re)chunk as a Ray Data pipeline (``scale.build``); everything else is this function's,
+    either way. ``log`` gets the progress of a Ray run, one line per batch.
     """
     t0 = time.perf_counter()
     withhold = on_parse_error_policy(on_parse_error) == "withhold"
@@ -262,7 +265,8 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
         gone = sorted(d for d in tombstoned if d in state and not state[d]["withdrawn"])
     else:
         gone = sorted(d for d, s in state.items() if not s["withdrawn"] and d not in present and d not in failed_ids)
-    docs = {d.doc_id: d for d in fetch_documents(raw_pub, {present[d]["source_path"] for d in todo})}
+    docs, chunked, job = _chunk_todo(raw_pub, {d: present[d]["source_path"] for d in todo}, chunker, chunker_spec,
+                                     executor, log, library)
 
     new, changed, state_only = [], [], []
     rows: list[Chunk] = []
@@ -270,8 +274,7 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
     versions: list[dict[str, Any]] = []
     updates: dict[str, dict[str, Any]] = {}
     for doc_id in todo:
-        doc = docs[doc_id]
-        chunks = chunker(doc)
+        chunks = chunked[doc_id]
         ids = [c.chunk_id for c in chunks]
         if len(set(ids)) != len(ids) or any(c.doc_id != doc_id or not c.chunk_id.startswith(f"{doc_id}#")
                                             for c in chunks):
@@ -368,7 +371,25 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
     md["withheld_docs"] = sorted(d for d, u in updates.items() if u.get("withheld"))[:20]
     md["on_parse_error"] = policy
     md["looked_at"] = len(rows_now)
+    md.update(job)
     return StepResult(pub, md, checks)
+
+
+def _chunk_todo(raw_pub: Published, paths: dict[str, str], chunker: Any, chunker_spec: str | None,
+                executor: str | None, log: Any, library: str,
+                ) -> tuple[dict[str, Any], dict[str, list[Chunk]], dict[str, Any]]:
+    """(doc_id -> Document, doc_id -> its chunks, the Ray job's metadata or {}) of the
+    documents to (re)chunk (doc_id -> source path): here, or on Ray (``executor="ray"``)."""
+    from ..scale.config import executor as executor_name
+
+    if executor_name(executor) == "ray":
+        if not paths:  # nothing to chunk: no cluster to start
+            return {}, {}, {"executor": "ray", "ray_batches": 0}
+        from ..scale.build import chunk_on_ray
+
+        return chunk_on_ray(raw_pub, paths, chunker_spec, chunker.key, log=log, desc=f"chunks[{library}]")
+    docs = {d.doc_id: d for d in fetch_documents(raw_pub, set(paths.values()))}
+    return docs, {d: chunker(docs[d]) for d in paths}, {}
 
 
 def _restricted_counts(t: pa.Table | None, state: dict[str, dict[str, Any]], doc_ids: list[str]

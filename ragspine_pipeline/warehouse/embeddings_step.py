@@ -40,6 +40,23 @@ def resolve_library_backend(backend: Any, spec: str, pub_chunks: Any) -> tuple[A
     return backend.backend_for(choice.model), choice.model, {"auto": auto, "fusion": fusion.to_dict()}
 
 
+def embed_for_step(backend: Any, spec: str, texts: list[str], library: str, log: Callable[[str], None] | None,
+                   executor: str | None) -> tuple[Any, dict[str, Any]]:
+    """(vectors of ``texts``, the Ray job's metadata or {}): embedded here in bounded
+    batches, or with ``executor="ray"`` on a Ray actor pool that builds ``spec`` per actor
+    (it must build the same model id as ``backend``: a mismatch fails the step)."""
+    from ..scale.config import executor as executor_name
+
+    if executor_name(executor) != "ray":
+        return embed_with_progress(backend, texts, library, log), {}
+    if not texts:  # nothing new to embed: no cluster to start
+        return [], {"executor": "ray", "ray_batches": 0}
+    from ..retrieval.vector.embedding_backends import backend_model_id
+    from ..scale.build import embed_on_ray
+
+    return embed_on_ray(spec, backend_model_id(backend), texts, log=log or LOG.info, desc=f"embeddings[{library}]")
+
+
 def embed_with_progress(backend: Any, texts: list[str], library: str,
                         log: Callable[[str], None] | None = None) -> list:
     """Embed in bounded batches, logging progress (the Dagster step passes its logger)."""

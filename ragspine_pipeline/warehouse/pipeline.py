@@ -269,7 +269,8 @@ def _text_hash(text: str) -> str:
 
 @library_step
 def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
-                     chunks_version: str | None = None, *, contextual: str | None = None, log=None) -> StepResult | None:
+                     chunks_version: str | None = None, *, contextual: str | None = None, log=None,
+                     executor: str | None = None) -> StepResult | None:
     """Vectors of the active chunks; only chunks without a vector from the same model are embedded.
 
     Returns None (nothing written) when no backend is configured: the default product is
@@ -277,13 +278,16 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
     version stays readable and keeps serving until a snapshot publishes the new one.
     ``contextual`` (default ``RAGSPINE_CONTEXTUAL``) embeds the header + text, the same
     index text the lexical step analyzes; a change of it re-embeds everything too.
+    ``executor`` (default ``RAGSPINE_EXECUTOR``): "ray" embeds the new chunks on a Ray actor
+    pool (``scale.build``), the same groups of texts, so the same vectors; the rest is this
+    function's either way.
     """
     if backend is None:
         return None
     t0 = time.perf_counter()
     pub_chunks = published_chunks(wh, library, chunks_version)
     from ..retrieval.vector.embedding_backends import backend_model_id
-    from .embeddings_step import embed_with_progress, resolve_library_backend
+    from .embeddings_step import embed_for_step, resolve_library_backend
 
     backend, spec, auto_meta = resolve_library_backend(backend, spec, pub_chunks)  # auto: per library
 
@@ -304,7 +308,7 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
                                            index_text=index_text)
     todo = sorted(texts)
     t1 = time.perf_counter()
-    fresh = embed_with_progress(backend, [texts[c][0] for c in todo], library, log)
+    fresh, job = embed_for_step(backend, spec, [texts[c][0] for c in todo], library, log, executor)
     embed_s = time.perf_counter() - t1
     dim = len(fresh[0]) if len(fresh) else int(prev.manifest["metadata"].get("dim", 0)) if append else 0
     table = pa.table({"chunk_id": pa.array(todo, pa.string()),
@@ -322,7 +326,7 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
                             "sentences_per_s": round(len(todo) / embed_s, 1) if todo and embed_s else None,
                             "segments": len(pub.segments("vectors")),
                             "bytes_written": pub.manifest.get("bytes_written", 0),
-                            "seconds": round(time.perf_counter() - t0, 3)},
+                            "seconds": round(time.perf_counter() - t0, 3), **job},
                       {"restricted_never_embedded": restricted_embedded_check(pub, pub_chunks)})
 
 

@@ -1116,42 +1116,55 @@ def _agreement(report: dict) -> None:
                                                    json.loads(refs[0].read_text()))["identical_topk"]
 
 
+def _key(r: dict) -> tuple:
+    return (r.get("suite"), r.get("engine"), r.get("docs"), r.get("variant"))
+
+
+def _store_large(key: tuple, row: dict, frows: list[dict], meta: dict) -> dict:
+    """Put one engine's row (and its filtered rows) into the results file, under a lock and
+    re-read, so two runs (say the 10M Lucene row and a ragspine row) never drop each other's rows."""
+    with open(_large_dir() / "results.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        report = load_results()
+        report.update(meta)
+        report["rows"] = [r for r in report["rows"] if _key(r) != key] + [row]
+        if frows:
+            report["filtered"] = [f for f in report["filtered"] if _key(f) != key] + frows
+        _agreement(report)
+        write_results(report)
+    return report
+
+
 def peers_large(args) -> None:
     """ragspine vs Lucene (and bm25s where it fits) at 1M/10M synthetic docs, resumable."""
     build = args.ragspine_build if args.ragspine_build != "auto" else ("stream" if _stream_available() else "memory")
-    report = load_results()
-    report["large_command"] = "python benchmarks/bench_bm25.py " + " ".join(sys.argv[1:])
-    report["large_machine"] = machine()
     lucene = lucene_setup()
-    report["lucene"] = lucene if isinstance(lucene, str) else f"Lucene via {Path(lucene[1]).name} on {lucene[0]}"
+    meta = {"large_command": "python benchmarks/bench_bm25.py " + " ".join(sys.argv[1:]), "large_machine": machine(),
+            "lucene": lucene if isinstance(lucene, str) else f"Lucene via {Path(lucene[1]).name} on {lucene[0]}"}
     for n in [int(s) for s in args.sizes.split(",") if s]:
         arrs = synthetic_arrays(n)
         queries = _large_queries(arrs)
         qj, qt = _large_dir() / f"queries_{n}.json", _large_dir() / f"queries_{n}.txt"
         qj.write_text(json.dumps(queries))
         qt.write_text("\n".join(" ".join(q) for q in queries) + "\n")
-        ctx = {"arrays": arrs, "queries_json": str(qj), "queries_txt": str(qt), "lucene": lucene, "report": report,
+        ctx = {"arrays": arrs, "queries_json": str(qj), "queries_txt": str(qt), "lucene": lucene,
                "tokens": int(np.asarray(arrs["lens"]).sum())}
         for engine in [e for e in args.engines.split(",") if e]:
             variant = f"{build}/{args.layout}" if engine == "ragspine" else ""
-            key = (engine, n, variant)
-            done = [r for r in report["rows"] if r.get("suite") == "large" and (r["engine"], r["docs"], r["variant"]) == key]
+            key = ("large", engine, n, variant)
+            report = load_results()  # as another run may have left it
+            done = [r for r in report["rows"] if _key(r) == key]
             if done and not args.force and "error" not in done[0]:
                 print(f"{engine} {n} {variant}: already in the results (--force to measure again)", file=sys.stderr)
                 continue
             t0 = time.time()
-            row, frows = LARGE_RUNNERS[engine](n, args, {**ctx, "variant": variant})
+            row, frows = LARGE_RUNNERS[engine](n, args, {**ctx, "variant": variant, "report": report})
             row["wall_s"] = time.time() - t0
-            report["rows"] = [r for r in report["rows"] if r not in done] + [row]
-            if frows:
-                report["filtered"] = [f for f in report.get("filtered", []) if (f["engine"], f["docs"], f["variant"]) != key
-                                      ] + frows
-            _agreement(report)
-            write_results(report)
+            report = _store_large(key, row, frows, meta)
             print(json.dumps({x: row.get(x) for x in ("engine", "docs", "variant", "qps", "batch_qps", "build_s",
                                                       "open_s", "index_bytes", "peak_build_mib", "error", "skipped")}),
                   file=sys.stderr, flush=True)
-    print(_large_markdown(report))
+    print(_large_markdown(load_results()))
 
 
 # --------------------------------------------------------------------------- results file (both commands)

@@ -167,3 +167,22 @@ def test_lucene_large_rows_resume(bench, monkeypatch):
     built = record.read_text()
     bench.peers_large(_args(bench, engines="lucene", force=False))
     assert record.read_text() == built
+
+
+def test_rows_of_other_runs_are_kept(bench):
+    """Two runs writing rows (a 10M Lucene run beside a ragspine one) never drop each other's."""
+    bench.RESULTS.mkdir(parents=True)
+    small = {"engine": "ragspine", "corpus": "scifact", "docs": 5183, "k1": 1.5}
+    (bench.RESULTS / "bm25_peers.json").write_text(json.dumps({"rows": [small], "filtered": []}))
+    meta = {"large_command": "x"}
+    luc = bench._row("lucene", 10, "", qps=5.0)
+    rs = bench._row("ragspine", 10, "stream/auto", qps=7.0)
+    frows = [{"suite": "large", "engine": "ragspine", "variant": "stream/auto", "docs": 10, "filter_keeps": 0.5,
+              "survivors": 5, "p50_ms": 1.0, "unfiltered_p50_ms": 1.0, "ratio_to_unfiltered": 1.0, "statistics": "s"}]
+    bench._store_large(bench._key(luc), luc, [], meta)
+    bench._store_large(bench._key(rs), rs, frows, meta)
+    bench._store_large(bench._key(rs), {**rs, "qps": 8.0}, frows, meta)
+    report = bench.load_results()
+    assert [(r["engine"], r.get("suite"), r["qps"]) for r in report["rows"]] == [
+        ("ragspine", None, None), ("lucene", "large", 5.0), ("ragspine", "large", 8.0)]
+    assert len(report["filtered"]) == 1 and report["large_command"] == "x"

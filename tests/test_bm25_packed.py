@@ -48,14 +48,6 @@ def same(a, b) -> None:
     assert np.array_equal(a.scores, b.scores)  # bit for bit: the same operations in the same order
 
 
-def close(a, b) -> None:
-    """Filtered answers: the same top-k and ties; scores equal to the last bits. The plain
-    filtered kernel orders its terms by its own bounds (room for a different summation
-    order), so its float sums may differ from the packed kernel's in the last ulp."""
-    assert a.ids.tolist() == b.ids.tolist()
-    assert np.allclose(a.scores, b.scores, rtol=1e-14, atol=0)
-
-
 def ref_top(q, docs, k, positions=None):
     pos = list(range(len(docs))) if positions is None else [int(x) for x in positions]
     ref = bm25_scores(q, [docs[i] for i in pos])
@@ -96,7 +88,7 @@ def test_packed_equals_plain_and_reference(tmp_path, kernel):
         assert np.array_equal(packed.get_scores(q), plain.get_scores(q))
         r_ids, r_scores = ref_top(q, docs, 10)
         res = packed.search(q, k=10)
-        assert res.ids.tolist() == r_ids and np.allclose(res.scores, r_scores, atol=1e-9, rtol=0)
+        assert res.ids.tolist() == r_ids and np.allsame(res.scores, r_scores, atol=1e-9, rtol=0)
     got = packed.search_batch(queries, k=10, threads=2)
     for q, r in zip(queries, got, strict=True):
         same(r, plain.search(q, k=10))
@@ -120,10 +112,10 @@ def test_filtered_equality_at_every_selectivity(tmp_path, keep):
     pos = np.flatnonzero(mask)
     for q in queries[:12] + queries[-3:]:
         res = packed.search(q, k=10, candidates=mask)
-        close(res, plain.search(q, k=10, candidates=mask))
+        same(res, plain.search(q, k=10, candidates=mask))
         same(packed_np.search(q, k=10, candidates=pos), plain_np.search(q, k=10, candidates=mask))
         r_ids, r_scores = ref_top(q, docs, 10, pos)  # N, df and avgdl over the survivors
-        assert res.ids.tolist() == r_ids and np.allclose(res.scores, r_scores, atol=1e-9, rtol=0)
+        assert res.ids.tolist() == r_ids and np.allsame(res.scores, r_scores, atol=1e-9, rtol=0)
         assert np.array_equal(packed.get_scores(q, mask), plain.get_scores(q, mask))
 
 
@@ -138,7 +130,7 @@ def test_degenerate_corpora(tmp_path):
             for q in (["a"], ["b", "a"], ["zz"], [], ["x", "y", "x"]):
                 for k in (1, 5, 1000):
                     same(packed.search(q, k=k), plain.search(q, k=k))
-                    close(packed.search(q, k=k, candidates=everyone), plain.search(q, k=k, candidates=everyone))
+                    same(packed.search(q, k=k, candidates=everyone), plain.search(q, k=k, candidates=everyone))
 
 
 def test_write_layout_dispatches_on_the_chosen_layout(tmp_path, monkeypatch):
@@ -177,12 +169,12 @@ def test_packed_segments_keep_the_corpus_statistics(tmp_path):
     for q in queries:
         r_ids, r_scores = ref_top(q, docs, 10)
         got = seg.search(q, k=10)
-        assert got.ids.tolist() == r_ids and np.allclose(got.scores, r_scores, atol=1e-9, rtol=0)
+        assert got.ids.tolist() == r_ids and np.allsame(got.scores, r_scores, atol=1e-9, rtol=0)
     mask = np.random.default_rng(1).random(len(docs)) < 0.2
     for q in queries[:10]:
         r_ids, r_scores = ref_top(q, docs, 10, np.flatnonzero(mask))
         got = seg.search(q, k=10, candidates=mask)
-        assert got.ids.tolist() == r_ids and np.allclose(got.scores, r_scores, atol=1e-12, rtol=0)
+        assert got.ids.tolist() == r_ids and np.allsame(got.scores, r_scores, atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in SHARED_EVAL.iterdir() if (p / "corpus.jsonl").exists())
@@ -199,10 +191,10 @@ def test_every_shared_set_packed_equals_plain(tmp_path, name):
     mask = np.random.default_rng(5).random(len(docs)) < 0.1
     for q in queries:
         same(packed.search(q, k=100), plain.search(q, k=100))
-        close(packed.search(q, k=10, candidates=mask), plain.search(q, k=10, candidates=mask))
+        same(packed.search(q, k=10, candidates=mask), plain.search(q, k=10, candidates=mask))
     for q in queries[:5]:
         r_ids, r_scores = ref_top(q, docs, 100)
-        assert np.allclose(packed.search(q, k=100).scores, r_scores, atol=1e-9, rtol=0)
+        assert np.allsame(packed.search(q, k=100).scores, r_scores, atol=1e-9, rtol=0)
 
 
 # --------------------------------------------------------------------- damage
@@ -343,4 +335,4 @@ def test_a_million_documents_packed_equals_plain(tmp_path):
     mask = rng.random(n) < 0.05
     for q in queries:
         same(packed.search(q, k=10), plain.search(q, k=10))
-        close(packed.search(q, k=10, candidates=mask), plain.search(q, k=10, candidates=mask))
+        same(packed.search(q, k=10, candidates=mask), plain.search(q, k=10, candidates=mask))

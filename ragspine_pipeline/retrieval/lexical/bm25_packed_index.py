@@ -49,6 +49,7 @@ from .bm25_pool import batch_pool, batch_spans
 from .bm25_topk import DENSE, ScoredDocs, empty_scored, top_k, top_k_dense
 
 _POSTINGS_PER_THREAD = 50_000  # as BM25Index: batch work per extra thread
+_TABLE_MAX = 1 << 20  # longest document length the weight tables cover (8 MiB each at most)
 _LOCK = threading.Lock()
 _KERNELS: Any = None
 _TRIED = False
@@ -87,20 +88,22 @@ def _warm(kernels: Any) -> None:
     pk = _pk_tuple(arrays)
     q = np.zeros(1, np.int64)
     acc, touched = np.zeros(2), np.zeros(2, np.int32)
+    norm = norm_of(np.arange(4), 1.5, 0.75, 2.0)
+    wt = (norm, w_of(np.ones(4, np.int64), norm), 1.5, 0.75, 2.0)
     for exhaustive in (0, 2):
-        kernels.search_one(pk, enc.idf, enc.w_max, q, 1.5, 0.75, 2.0, 1, acc, touched, exhaustive)
-    kernels.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), 1.5, 0.75, 2.0, 1, 2, 0)
+        kernels.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
+    kernels.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
     bits, surv = np.zeros(1, np.uint8), np.zeros(2, np.int32)
     kernels.prepare_mask(np.ones(2, np.bool_), raw.doc_len, bits, surv)
     for s in (surv, surv[:0]):
-        kernels.search_filtered(pk, bits, s, 2, 4, q, 1.5, 0.75, 1, acc, touched, enc.w_max, 2.0)
+        kernels.search_filtered(pk, bits, s, 2, 4, q, wt, 1, acc, touched, enc.w_max, 2.0)
     kernels.decode_term(pk, 0)
 
 
 def _pk_tuple(a: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
     """The kernels' ``pk`` tuple (order fixed by ``bm25_packed_kernels``)."""
     return (a["indptr"], a["bptr"], a["blk_last"], a["blk_off"], a["blk_dbits"], a["blk_tbits"],
-            a["blk_bmax"], a["data"], a["doc_len"])
+            a["blk_bmax"], a["data"], a["doc_len"], a["blk_maxtf"], a["blk_minlen"])
 
 
 class _PackedFile(_MappedFile):
@@ -228,6 +231,18 @@ class PackedBM25Index(MappedDocIds):
         get = self.vocab.get
         return [t for t in (get(q) for q in query_tokens) if t is not None]
 
+    def _weights(self) -> tuple[np.ndarray, np.ndarray, float, float, float]:
+        """The kernels' ``wt``: per document length up to the longest (at most
+        ``_TABLE_MAX``), its norm and its w at tf 1, computed once with the build's formula
+        (``norm_of`` / ``w_of``, so identical floats); then k1, b and the weights' avgdl."""
+        wt = self._wt
+        if wt is None:
+            self._doc_lengths_read()
+            longest = int(self._doc_len32.max()) if self.n_docs else 0
+            norm = norm_of(np.arange(min(longest, _TABLE_MAX) + 1), self.k1, self.b, self._w_avgdl)
+            wt = self._wt = (norm, w_of(np.ones(len(norm), np.int64), norm), self.k1, self.b, self._w_safe)
+        return wt
+
     def _as_mask(self, candidates: np.ndarray | None) -> np.ndarray | None:
         self._doc_lengths_read()
         return None if candidates is None else candidate_mask(candidates, self.n_docs)
@@ -288,15 +303,15 @@ class PackedBM25Index(MappedDocIds):
             return empty_scored()
         sc = self._scratch
         if mask is None:
-            ids, scores = self._kernels.search_one(self._pk, self._idf, self._w_max, tids, self.k1, self.b,
-                                                   self._w_safe, int(k), sc.acc, sc.touched, self._exhaustive_docs)
+            ids, scores = self._kernels.search_one(self._pk, self._idf, self._w_max, tids, self._weights(), int(k),
+                                                   sc.acc, sc.touched, self._exhaustive_docs)
             return ScoredDocs(ids, scores)
         # Survivors' count, length and bits; their positions when few (galloped into lists).
         bits = np.zeros((self.n_docs + 7) // 8, np.uint8)
         surv = np.empty(self.n_docs // 64, np.int32)
         n, total = self._kernels.prepare_mask(mask, self._doc_len32, bits, surv)
         surv = surv[:n] if n <= len(surv) else surv[:0]
-        ids, scores = self._kernels.search_filtered(self._pk, bits, surv, n, total, tids, self.k1, self.b, int(k),
+        ids, scores = self._kernels.search_filtered(self._pk, bits, surv, n, total, tids, self._weights(), int(k),
                                                     sc.acc, sc.touched, self._w_max, self.avgdl)
         return ScoredDocs(ids, scores)
 
@@ -330,11 +345,12 @@ class PackedBM25Index(MappedDocIds):
         work = int((self.indptr[known + 1] - self.indptr[known]).sum())
         chunks = batch_spans(nq, work, int(threads or usable_cpus()), _POSTINGS_PER_THREAD)
         run = self._kernels.search_batch
+        wt = self._weights()
 
         def one(span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             a, b = span
-            return run(self._pk, self._idf, self._w_max, flat[ptr[a]:ptr[b]], ptr[a:b + 1] - ptr[a], self.k1,
-                       self.b, self._w_safe, kk, self.n_docs, self._exhaustive_docs)
+            return run(self._pk, self._idf, self._w_max, flat[ptr[a]:ptr[b]], ptr[a:b + 1] - ptr[a], wt, kk,
+                       self.n_docs, self._exhaustive_docs)
 
         if len(chunks) == 1:
             return one(chunks[0])
@@ -396,6 +412,7 @@ def open_packed(path: Path, buf: np.ndarray, toc: Toc, *, kernel: str = "auto") 
     ix._w_avgdl = toc.corpus_len / toc.corpus_docs if toc.corpus_docs else ix.avgdl
     ix._w_safe = ix._w_avgdl if ix._w_avgdl > 0 else 1.0
     ix._lengths_ok = False
+    ix._wt = None
     ix.indptr, ix.doc_len = a["indptr"], a["doc_len"]
     ix._doc_len32 = a["doc_len"]
     ix._idf, ix._w_max = a["idf"], a["w_max"]

@@ -11,7 +11,7 @@ blocks that hold a candidate, whichever of the plain kernel's two lookup routes 
 have taken (both add the same terms to the same candidates).
 
 Arrays are passed as ``pk``: the tuple (indptr, bptr, blk_last, blk_off, blk_dbits,
-blk_tbits, blk_bmax, data, doc_len) of ``PackedBM25Index._pk``.
+blk_tbits, blk_bmax, data, doc_len, blk_maxtf, blk_minlen) of ``PackedBM25Index._pk``.
 """
 
 import numpy as np
@@ -30,52 +30,71 @@ from .bm25_numba_select import (
 from .bm25_numba_unfiltered import _unique_terms
 
 _BLOCK = BLOCK_SIZE
-_U32 = np.uint64(32)
 _ONE = np.uint64(1)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _field(data, pos, mask):
-    """The field at bit ``pos`` (masked to its width) of the packed words."""
-    wi = pos >> 5
-    both = np.uint64(data[wi]) | (np.uint64(data[wi + 1]) << _U32)
-    return np.int64((both >> np.uint64(pos & 31)) & mask)
 
 
 @njit(cache=True, nogil=True)
 def _unpack(pk, blk, first, n, docs, tfs):
-    """Block ``blk`` (n postings; ``first``: whether it opens its term) into docs/tfs[:n]."""
+    """Block ``blk`` (n postings; ``first``: whether it opens its term) into docs/tfs[:n].
+
+    Fields are read through a 64-bit buffer refilled a word at a time (a field of at most
+    32 bits always fits once the buffer holds fewer bits than it): one load per word, one
+    shift and mask per field."""
     data = pk[7]
     dw = np.int64(pk[4][blk])
     tw = np.int64(pk[5][blk])
     d = np.int64(-1) if first else np.int64(pk[2][blk - 1])
-    pos = pk[3][blk] * 32
+    wi = pk[3][blk]
     if dw == 0:
         for i in range(n):
             d += 1
             docs[i] = d
     else:
         mask = (_ONE << np.uint64(dw)) - _ONE
+        buf = np.uint64(0)
+        have = 0
         for i in range(n):
-            d += _field(data, pos, mask) + 1
+            if have < dw:
+                buf |= np.uint64(data[wi]) << np.uint64(have)
+                wi += 1
+                have += 32
+            d += np.int64(buf & mask) + 1
+            buf >>= np.uint64(dw)
+            have -= dw
             docs[i] = d
-            pos += dw
     if tw == 0:
         for i in range(n):
             tfs[i] = 1
     else:
-        pos = (pk[3][blk] + ((n * dw + 31) >> 5)) * 32
+        wi = pk[3][blk] + ((n * dw + 31) >> 5)
         mask = (_ONE << np.uint64(tw)) - _ONE
+        buf = np.uint64(0)
+        have = 0
         for i in range(n):
-            tfs[i] = _field(data, pos, mask) + 1
-            pos += tw
+            if have < tw:
+                buf |= np.uint64(data[wi]) << np.uint64(have)
+                wi += 1
+                have += 32
+            tfs[i] = np.int64(buf & mask) + 1
+            buf >>= np.uint64(tw)
+            have -= tw
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _w(f, ln, k1, b, safe):
-    """The plain layout's w: tf / (k1 (1 - b + b len / avgdl) + tf), same operations."""
+def _w(f, ln, wt):
+    """The plain layout's w = tf / (k1 (1 - b + b len / avgdl) + tf), same operations.
+
+    ``wt`` = (norm by length, w of tf 1 by length, k1, b, avgdl): lengths inside the
+    tables (``PackedBM25Index._weights``) read the norm, or for tf 1 the whole w, computed
+    once per length with the same formula; longer documents compute it here."""
+    ntab = wt[0]
+    if ln < ntab.shape[0]:
+        if f == 1:
+            return wt[1][ln]
+        ff = np.float64(f)
+        return ff / (ntab[ln] + ff)
     ff = np.float64(f)
-    return ff / (k1 * ((1.0 - b) + (b * np.float64(ln)) / safe) + ff)
+    return ff / (wt[2] * ((1.0 - wt[3]) + (wt[3] * np.float64(ln)) / wt[4]) + ff)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -85,7 +104,7 @@ def _count(pk, t, blk):
 
 
 @njit(cache=True, nogil=True)
-def _lookup(pk, t, cand, nc, acc, s, k1, b, safe, docs, tfs, kb, bavg):
+def _lookup(pk, t, cand, nc, acc, s, wt, k1, docs, tfs, kb, bavg):
     """Term t's contribution added to the sorted candidates cand[:nc] that it holds,
     unpacking only the blocks that hold a candidate. ``bavg`` > 0: the filtered formula
     (survivor avgdl: ``s`` x tf / (tf + k1 (kb + bavg len))), else ``w x s``."""
@@ -112,13 +131,13 @@ def _lookup(pk, t, cand, nc, acc, s, k1, b, safe, docs, tfs, kb, bavg):
                     f = np.float64(tfs[i])
                     acc[d] += s * f / (f + k1 * (kb + bavg * doc_len[d]))
                 else:
-                    acc[d] += _w(tfs[i], doc_len[d], k1, b, safe) * s
+                    acc[d] += _w(tfs[i], doc_len[d], wt) * s
             x += 1
         blk += 1
 
 
 @njit(cache=True, nogil=True)
-def _exhaustive(pk, idf, qtids, k1p1, k, acc, k1, b, safe):
+def _exhaustive(pk, idf, qtids, k1p1, k, acc, wt):
     """Every posting scattered into acc in query-token order, then one ordered pass
     (``bm25_numba_unfiltered._exhaustive``)."""
     docs = np.empty(_BLOCK, np.int64)
@@ -132,18 +151,18 @@ def _exhaustive(pk, idf, qtids, k1p1, k, acc, k1, b, safe):
             _unpack(pk, blk, blk == pk[1][t], n, docs, tfs)
             for i in range(n):
                 d = docs[i]
-                acc[d] += _w(tfs[i], doc_len[d], k1, b, safe) * s
+                acc[d] += _w(tfs[i], doc_len[d], wt) * s
     kk = max(k, 1)
     every = np.arange(acc.shape[0])
     return _take_top(acc, every, every.shape[0], kk, np.empty(kk, np.float64), np.empty(kk, np.int64))
 
 
 @njit(cache=True, nogil=True)
-def search_one(pk, idf, wmax, qtids, k1, b, safe, k, acc, touched, exhaustive_docs):
+def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
     """Exact unfiltered top-k over packed postings (``bm25_numba_unfiltered.search_one``).
     acc must be all zeros on entry and is all zeros again on return."""
     indptr, bptr, bmax, doc_len = pk[0], pk[1], pk[6], pk[8]
-    k1p1 = k1 + 1.0
+    k1p1 = wt[2] + 1.0
     n_docs = acc.shape[0]
     if n_docs <= exhaustive_docs:
         total = 0
@@ -153,7 +172,7 @@ def search_one(pk, idf, wmax, qtids, k1, b, safe, k, acc, touched, exhaustive_do
             total += df
             longest = max(longest, df)
         if 4 * total >= n_docs and 2 * longest < total:
-            return _exhaustive(pk, idf, qtids, k1p1, k, acc, k1, b, safe)
+            return _exhaustive(pk, idf, qtids, k1p1, k, acc, wt)
     docs = np.empty(_BLOCK, np.int64)
     tfs = np.empty(_BLOCK, np.int64)
     ut, scale, ub = _unique_terms(qtids, idf, wmax, k1p1)
@@ -180,7 +199,7 @@ def search_one(pk, idf, wmax, qtids, k1, b, safe, k, acc, touched, exhaustive_do
             _unpack(pk, blk, blk == bptr[t], n, docs, tfs)
             for i in range(n):
                 d = docs[i]
-                v = _w(tfs[i], doc_len[d], k1, b, safe) * s
+                v = _w(tfs[i], doc_len[d], wt) * s
                 touched[n_t] = d
                 n_t += 1
                 acc[d] = v
@@ -206,7 +225,7 @@ def search_one(pk, idf, wmax, qtids, k1, b, safe, k, acc, touched, exhaustive_do
                 if v == 0.0:
                     touched[n_t] = d
                     n_t += 1
-                v += _w(tfs[i], doc_len[d], k1, b, safe) * s
+                v += _w(tfs[i], doc_len[d], wt) * s
                 acc[d] = v
                 if v > top1:
                     top1 = v
@@ -217,7 +236,7 @@ def search_one(pk, idf, wmax, qtids, k1, b, safe, k, acc, touched, exhaustive_do
     nc = _prune(acc, touched, n_t, remaining[j] * (1.0 + _SLACK), theta, cand)
     cand[:nc] = np.sort(cand[:nc])  # _prune keeps order, so the candidates stay sorted
     for jj in range(j, nu):
-        _lookup(pk, ut[jj], cand, nc, acc, scale[jj], k1, b, safe, docs, tfs, 0.0, 0.0)
+        _lookup(pk, ut[jj], cand, nc, acc, scale[jj], wt, 0.0, docs, tfs, 0.0, 0.0)
         if jj + 1 < nu and nc > k:
             theta = _kth_score(acc, cand, nc, k, hs, hi)
             nc = _prune(acc, cand, nc, remaining[jj + 1] * (1.0 + _SLACK), theta, cand)
@@ -225,7 +244,7 @@ def search_one(pk, idf, wmax, qtids, k1, b, safe, k, acc, touched, exhaustive_do
 
 
 @njit(cache=True, nogil=True)
-def search_batch(pk, idf, wmax, q_flat, q_ptr, k1, b, safe, k, n_docs, exhaustive_docs):
+def search_batch(pk, idf, wmax, q_flat, q_ptr, wt, k, n_docs, exhaustive_docs):
     """Top-k of queries q_ptr[i]:q_ptr[i+1] of q_flat (-1: unknown token), serially and
     without the GIL: (ids[nq, k] padded with -1, scores[nq, k], counts)."""
     nq = q_ptr.shape[0] - 1
@@ -248,7 +267,7 @@ def search_batch(pk, idf, wmax, q_flat, q_ptr, k1, b, safe, k, n_docs, exhaustiv
             if q_t[x] >= 0:
                 kept[m] = q_t[x]
                 m += 1
-        ids, sc = search_one(pk, idf, wmax, kept, k1, b, safe, k, acc, touched, exhaustive_docs)
+        ids, sc = search_one(pk, idf, wmax, kept, wt, k, acc, touched, exhaustive_docs)
         n = ids.shape[0]
         out_n[q] = n
         out_i[q, :n] = ids
@@ -272,6 +291,12 @@ def prepare_mask(mask, doc_len, bits, surv):
             n += 1
             total += np.int64(doc_len[d])
     return n, total
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _tf_bound(f, ln, k1, kb, bavg):
+    """tf / (tf + k1 (kb + bavg len)): grows with tf, shrinks with len."""
+    return f / (f + k1 * (kb + bavg * ln))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -315,9 +340,12 @@ def _survivor_df(pk, t, bits, surv, n, gallop, docs, tfs):
 
 
 @njit(cache=True, nogil=True)
-def search_filtered(pk, bits, surv, n, total, qtids, k1, b, k, acc, touched, wmax, avgdl_all):
+def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, avgdl_all):
     """Exact filtered top-k: N, df and avgdl over the mask's n survivors, MaxScore-pruned
-    with the plain kernel's term order and arithmetic (``bm25_numba_filtered``)."""
+    with the plain kernel's term order and arithmetic (``bm25_numba_filtered``); k1 and b
+    are ``wt``'s."""
+    k1 = wt[2]
+    b = wt[3]
     empty_i = np.zeros(0, np.int64)
     empty_s = np.zeros(0, np.float64)
     if n == 0 or total == 0 or qtids.shape[0] == 0:
@@ -335,25 +363,61 @@ def search_filtered(pk, bits, surv, n, total, qtids, k1, b, k, acc, touched, wma
         df = pk[0][t + 1] - pk[0][t]
         dfs[y] = _survivor_df(pk, t, bits, surv, n, can_gallop and n * 16 < df, docs, tfs)
     k1p1 = k1 + 1.0
+    kb = 1.0 - b
+    bavg = b / avgdl
     grow = max(1.0, avgdl / avgdl_all) if avgdl_all > 0 else 1.0
     scale = np.zeros(nu, np.float64)
     ub = np.zeros(nu, np.float64)
     for y in range(nu):
         if dfs[y] > 0:
+            t = ut[y]
             scale[y] = np.log1p((n - dfs[y] + 0.5) / (dfs[y] + 0.5)) * k1p1 * mult[y]
-            ub[y] = scale[y] * wmax[ut[y]] * grow
+            # The term's tf factor at the survivors' avgdl is at most its full-corpus max w
+            # grown by avgdl'/avgdl, and at most its largest tf over its shortest document.
+            maxtf = 0
+            minlen = np.int64(0xFFFFFFFF)
+            for blk in range(pk[1][t], pk[1][t + 1]):
+                maxtf = max(maxtf, np.int64(pk[9][blk]))
+                minlen = min(minlen, np.int64(pk[10][blk]))
+            ub[y] = scale[y] * min(wmax[t] * grow, _tf_bound(np.float64(maxtf), np.float64(minlen), k1, kb, bavg))
     order = np.argsort(-ub, kind="mergesort")
     remaining = np.zeros(nu + 1, np.float64)
     for j in range(nu - 1, -1, -1):
         remaining[j] = remaining[j + 1] + ub[order[j]]
-    kb = 1.0 - b
-    bavg = b / avgdl
     hs = np.empty(max(k, 1), np.float64)
     hi = np.empty(max(k, 1), np.int64)
     n_t = 0
     top1 = 0.0
     theta = -1.0
     j = 0
+    if nu > 0 and dfs[order[0]] > 0:
+        # The highest-bound term block by block (acc still empty, as in search_one): once k
+        # docs are seen, a block whose bound (its max w grown, or its max tf over its
+        # shortest doc) plus every other term's bound is below the k-th best is skipped.
+        y = order[0]
+        t = ut[y]
+        sc = scale[y]
+        rest = remaining[1] * (1.0 + _SLACK)
+        nh = 0
+        for blk in range(pk[1][t], pk[1][t + 1]):
+            if nh == k and min(pk[6][blk] * grow, _tf_bound(np.float64(pk[9][blk]), np.float64(pk[10][blk]), k1,
+                                                            kb, bavg)) * sc * (1.0 + _SLACK) + rest < hs[0]:
+                continue
+            nn = _count(pk, t, blk)
+            _unpack(pk, blk, blk == pk[1][t], nn, docs, tfs)
+            for i in range(nn):
+                d = docs[i]
+                if _alive(bits, d):
+                    f = np.float64(tfs[i])
+                    v = sc * f / (f + k1 * (kb + bavg * doc_len[d]))
+                    touched[n_t] = d
+                    n_t += 1
+                    acc[d] = v
+                    if v > top1:
+                        top1 = v
+                    if nh < k or v > hs[0]:
+                        nh = _push(hs, hi, nh, k, v, d)
+        j = 1
     while j < nu:
         y = order[j]
         if dfs[y] == 0:
@@ -388,7 +452,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, k1, b, k, acc, touched, wma
             y = order[jj]
             if dfs[y] == 0:
                 break
-            _lookup(pk, ut[y], cand, nc, acc, scale[y], k1, b, 1.0, docs, tfs, kb, bavg)
+            _lookup(pk, ut[y], cand, nc, acc, scale[y], wt, k1, docs, tfs, kb, bavg)
         return _take_top(acc, cand, nc, k, hs, hi)
     return _take_top(acc, touched, n_t, k, hs, hi)
 

@@ -117,8 +117,14 @@ class ShardedAssembly(ServingAssembly):
         return front
 
     def _layout(self, library: str, version: str, hybrid: Any) -> Path:
+        """A layout of this version with at least ``shards`` buckets (the fewest such), or
+        a new one with exactly ``shards`` (``b{B}`` folders, written once, then only read)."""
         assert self.layout_root is not None
-        folder = self.layout_root / library / version / f"b{self.shards}"
+        base = self.layout_root / library / version
+        have = sorted((segment_buckets(p), p) for p in base.glob("b*") if segment_buckets(p) >= self.shards)
+        if have:
+            return have[0][1]
+        folder = base / f"b{self.shards}"
         if segment_buckets(folder) != self.shards:
             ids = hybrid.chunks.chunk_ids() if callable(getattr(hybrid.chunks, "chunk_ids", None)) else [
                 c.chunk_id for c in hybrid.chunks]

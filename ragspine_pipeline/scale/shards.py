@@ -205,6 +205,10 @@ class BM25Shard:
                 "ids_digest": ids_digest(self.chunk_ids), "n_docs": self.index.n_docs,
                 "dense": self.vectors is not None}
 
+    def held_chunk_ids(self) -> list[str]:
+        """The chunk ids this shard holds, in position order (audits: RESTRICTED in none)."""
+        return list(self.chunk_ids)
+
     def survivor_stats(self, queries: list[list[str]], packed: np.ndarray) -> list[SurvivorStats]:
         mask = unpack_mask(packed, self.index.n_docs)
         return [self.index.survivor_stats(q, mask) for q in queries]

@@ -91,48 +91,87 @@ def tables(root: Path, lib: str) -> dict[str, pa.Table]:
 
 
 def _child_main(job_file: str) -> None:
-    """Inside the namespace: build on one local Ray cluster as ``job_file`` says; write the result."""
-    from ragspine_pipeline.scale import build as scale_build
+    """Inside the namespace: each of the job's runs on one local Ray cluster; their results."""
     from ragspine_pipeline.scale.cluster import ray_cluster
 
     job = json.loads(Path(job_file).read_text())
-    lines: list[str] = []
-    result: dict[str, Any] = {}
+    results: dict[str, Any] = {}
     with ray_cluster(2) as cluster:
-        result["address"] = cluster.address
-        if job.get("fail_embeddings"):  # every embedding worker dies: the step must fail clearly
-            wh = VersionedTables(job["root"])
-            lib = job["libs"][0]
-            build_raw_documents(wh, Path(job["corpus"]), lib)
-            build_chunks(wh, lib, executor="ray")
-            with scale_build.inject_worker_kills(job["markers"], "embeddings", times=1000):
-                try:
-                    build_embeddings(wh, lib, make_embedding_backend(SPEC), SPEC, executor="ray")
-                    result["error"] = None
-                except scale_build.RayStepFailed as exc:
-                    result["error"] = str(exc)
-            result["published"] = wh.latest(EMBEDDINGS, lib) is not None
-        else:
-            with scale_build.inject_worker_kills(job["markers"], *job.get("kill", [])):
-                result["steps"] = build(Path(job["root"]), Path(job["corpus"]), job["libs"], "ray", lines.append)
-    result["log_lines"] = lines
-    Path(job["out"]).write_text(json.dumps(result, default=str))
+        for run in job["runs"]:
+            results[run["name"]] = {"address": cluster.address, **_child_run(run)}
+    Path(job["out"]).write_text(json.dumps(results, default=str))
 
 
-def run_on_ray(tmp: Path, job: dict[str, Any]) -> dict[str, Any]:
-    """Run ``_child_main`` in a private network namespace; its result. Tears down by pid."""
+def _child_run(run: dict[str, Any]) -> dict[str, Any]:
+    """One build on the connected cluster: through Dagster, through the engine with killed
+    workers, or with embedding workers that never stop dying (the step must fail)."""
+    from ragspine_pipeline.scale import build as scale_build
+
+    if run["mode"] == "dagster":
+        steps, lines = _materialize(run)
+        return {"steps": steps, "log_lines": lines}
+    if run["mode"] == "kill":
+        lines: list[str] = []
+        with scale_build.inject_worker_kills(run["markers"], *run["kill"]):
+            return {"steps": build(Path(run["root"]), Path(run["corpus"]), run["libs"], "ray", lines.append),
+                    "log_lines": lines}
+    wh = VersionedTables(run["root"])  # "fail"
+    lib = run["libs"][0]
+    build_raw_documents(wh, Path(run["corpus"]), lib)
+    build_chunks(wh, lib, executor="ray")
+    error = None
+    with scale_build.inject_worker_kills(run["markers"], "embeddings", times=1000):
+        try:
+            build_embeddings(wh, lib, make_embedding_backend(SPEC), SPEC, executor="ray")
+        except scale_build.RayStepFailed as exc:
+            error = str(exc)
+    return {"error": error, "published": wh.latest(EMBEDDINGS, lib) is not None}
+
+
+def _materialize(job: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """raw_documents -> chunks -> embeddings through Dagster with ``executor="ray"`` on the
+    warehouse resource: (each library's asset metadata, the runs' log lines)."""
+    import dagster as dg
+
+    from assets.library_assets import chunks, embeddings, raw_documents
+    from assets.partitions import library_partitions
+    from resources import WarehouseResource
+
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(library_partitions.name, job["libs"])
+    warehouse = WarehouseResource(root=job["root"], corpus_root=job["corpus"], executor="ray")
+    steps: dict[str, Any] = {}
+    lines: list[str] = []
+    for lib in job["libs"]:
+        res = dg.materialize([raw_documents, chunks, embeddings], partition_key=lib, instance=instance,
+                             resources={"warehouse": warehouse},
+                             run_config={"ops": {"embeddings": {"config": {"embedding": SPEC}}}})
+        mats = {e.asset_key.to_user_string(): {k: v.value for k, v in
+                                                e.step_materialization_data.materialization.metadata.items()}
+                for e in res.get_asset_materialization_events()}
+        steps[lib] = {"chunks": mats["chunks"], "embeddings": mats["embeddings"],
+                      "checks": {c.check_name: bool(c.passed) for c in res.get_asset_check_evaluations()}}
+        lines += [e.user_message for e in instance.all_logs(res.run_id) if e.user_message]
+    return steps, lines
+
+
+def run_on_ray(tmp: Path, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run ``runs`` (name, mode, root, corpus, libs[, kill]) in one child on one Ray
+    cluster in a private network and pid namespace; each run's result with the names of
+    its kill markers. Tears down by pid."""
     ray_tmp = Path(tempfile.mkdtemp(prefix="r1ray", dir="/tmp"))  # short: Ray's socket paths must fit
-    markers = tmp / "markers"
-    markers.mkdir(exist_ok=True)
-    job = {**job, "out": str(tmp / "result.json"), "markers": str(markers)}
+    for run in runs:
+        run["markers"] = str(tmp / "markers" / run["name"])
+        Path(run["markers"]).mkdir(parents=True)
     job_file = tmp / "job.json"
-    job_file.write_text(json.dumps(job))
+    job_file.write_text(json.dumps({"runs": runs, "out": str(tmp / "result.json")}))
     env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "RAY_USAGE_STATS_ENABLED": "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    cmd = f"ip link set lo up && exec {sys.executable} {Path(__file__).resolve()} {job_file}"
+    # A pid namespace too: whatever the child leaves is killed with it when it exits.
+    cmd = ["unshare", "-n", "-p", "-f", "--mount-proc", "bash", "-c",
+           f"ip link set lo up && {sys.executable} {Path(__file__).resolve()} {job_file}"]
     try:
-        proc = subprocess.run(["unshare", "-n", "bash", "-c", cmd], env=env, capture_output=True, text=True,
-                              timeout=CHILD_TIMEOUT_S, check=False)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)
     finally:
         left = _ray_processes(ray_tmp)
         for pid in left:  # ours alone (their command line names our private temp folder)
@@ -141,8 +180,9 @@ def run_on_ray(tmp: Path, job: dict[str, Any]) -> dict[str, Any]:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert proc.returncode == 0, f"Ray child failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     assert not left, f"Ray processes left behind after the cluster shut down: {left}"
-    result = json.loads(Path(job["out"]).read_text())
-    result["markers"] = sorted(p.name for p in markers.iterdir())
+    result = json.loads((tmp / "result.json").read_text())
+    for run in runs:
+        result[run["name"]]["markers"] = sorted(p.name for p in Path(run["markers"]).iterdir())
     return result
 
 
@@ -168,6 +208,21 @@ def local_demo(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def ray_demo(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
+    """The demo corpus built on one Ray cluster twice: through Dagster, and through the
+    engine with one chunking task and one embedding actor SIGKILLed (one cluster start)."""
+    if NAMESPACE_PROBLEM is not None:
+        pytest.skip(f"Ray test skipped: {NAMESPACE_PROBLEM}")
+    tmp = tmp_path_factory.mktemp("ray")
+    corpus = str(DEMO_ROOT)
+    res = run_on_ray(tmp, [
+        {"name": "dagster", "mode": "dagster", "root": str(tmp / "dagster"), "corpus": corpus, "libs": list(LIBS)},
+        {"name": "kill", "mode": "kill", "root": str(tmp / "kill"), "corpus": corpus, "libs": ["acme_reports"],
+         "kill": ["chunks", "embeddings"]}])
+    return tmp, res
+
+
 def assert_same(local: Path, ray_root: Path, libs) -> None:
     for lib in libs:
         a, b = tables(local, lib), tables(ray_root, lib)
@@ -178,10 +233,11 @@ def assert_same(local: Path, ray_root: Path, libs) -> None:
 
 
 @needs_ray
-def test_demo_corpus_on_ray_equals_local_build(tmp_path: Path, local_demo: Path) -> None:
-    res = run_on_ray(tmp_path, {"root": str(tmp_path / "wh"), "corpus": str(DEMO_ROOT), "libs": list(LIBS)})
+def test_demo_corpus_through_dagster_on_ray_equals_local_build(local_demo: Path, ray_demo) -> None:
+    tmp, all_runs = ray_demo
+    res = all_runs["dagster"]
     assert res["address"].startswith("127.0.0.1:")
-    assert_same(local_demo, tmp_path / "wh", LIBS)
+    assert_same(local_demo, tmp / "dagster", LIBS)
     for lib in LIBS:
         steps = res["steps"][lib]
         assert all(steps["checks"].values()), steps["checks"]
@@ -189,28 +245,26 @@ def test_demo_corpus_on_ray_equals_local_build(tmp_path: Path, local_demo: Path)
             md = steps[step]
             assert md["executor"] == "ray" and md["ray_address"].startswith("127.0.0.1:"), md
             assert md["ray_batches"] >= 1 and md["ray_workers"] == 2 and md["ray_rows_per_s"] > 0, md
-    # Progress: one log line per output batch of each Ray run.
+    # Progress in the Dagster event log: one line per output batch of each Ray run.
     batches = sum(res["steps"][lib][s]["ray_batches"] for lib in LIBS for s in ("chunks", "embeddings"))
     assert len([ln for ln in res["log_lines"] if " on ray: " in ln]) == batches
 
 
 @needs_ray
-def test_killed_workers_are_retried_and_the_build_finishes(tmp_path: Path, local_demo: Path) -> None:
-    res = run_on_ray(tmp_path, {"root": str(tmp_path / "wh"), "corpus": str(DEMO_ROOT), "libs": ["acme_reports"],
-                                "kill": ["chunks", "embeddings"]})
-    assert res["markers"] == ["chunks-0", "embeddings-0"]  # one chunking task and one actor were SIGKILLed
-    assert_same(local_demo, tmp_path / "wh", ["acme_reports"])
+def test_killed_workers_are_retried_and_the_build_finishes(local_demo: Path, ray_demo) -> None:
+    tmp, all_runs = ray_demo
+    assert all_runs["kill"]["markers"] == ["chunks-0", "embeddings-0"]  # one task and one actor were SIGKILLed
+    assert_same(local_demo, tmp / "kill", ["acme_reports"])
 
 
 @needs_ray
 @pytest.mark.slow
 def test_workers_that_keep_dying_fail_the_step_and_publish_nothing(tmp_path: Path) -> None:
-    res = run_on_ray(tmp_path, {"root": str(tmp_path / "wh"), "corpus": str(DEMO_ROOT), "libs": ["acme_reports"],
-                                "fail_embeddings": True})
+    res = run_on_ray(tmp_path, [{"name": "fail", "mode": "fail", "root": str(tmp_path / "wh"),
+                                 "corpus": str(DEMO_ROOT), "libs": ["acme_reports"]}])["fail"]
     assert res["error"] and "nothing was published" in res["error"], res
     assert res["published"] is False
-    wh = VersionedTables(tmp_path / "wh")
-    assert wh.versions(EMBEDDINGS, "acme_reports") == []
+    assert VersionedTables(tmp_path / "wh").versions(EMBEDDINGS, "acme_reports") == []
 
 
 def _synthetic_corpus(folder: Path, n: int) -> None:
@@ -236,7 +290,8 @@ def test_five_thousand_documents_on_ray_equal_the_local_build(tmp_path: Path) ->
     corpus = tmp_path / "corpus"
     _synthetic_corpus(corpus, 5000)
     build(tmp_path / "local", corpus, ["synth"], "local")
-    res = run_on_ray(tmp_path, {"root": str(tmp_path / "wh"), "corpus": str(corpus), "libs": ["synth"]})
+    res = run_on_ray(tmp_path, [{"name": "synth", "mode": "kill", "root": str(tmp_path / "wh"),
+                                 "corpus": str(corpus), "libs": ["synth"], "kill": []}])["synth"]
     assert res["steps"]["synth"]["chunks"]["ray_rows"] == 5000
     assert_same(tmp_path / "local", tmp_path / "wh", ["synth"])
 

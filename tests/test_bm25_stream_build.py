@@ -14,6 +14,7 @@ from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
 from ragspine_pipeline.retrieval.lexical.bm25_segments import open_segments, write_segments_stream
 from ragspine_pipeline.retrieval.lexical.bm25_stream_build import (
     StreamCounter,
+    TermIds,
     build_index_file,
     count_stream,
     encode_batch,
@@ -86,17 +87,18 @@ def test_memory_budget_spills_runs_and_merges(tmp_path):
 
 
 def test_tokens_arrow_cannot_encode_take_the_python_path(tmp_path):
-    docs = [["a", "\ud800"], ["\ud800", "b", "a"], []]  # a lone surrogate is no UTF-8
-    raw, vocab = count_stream([docs], tmp_dir=tmp_path)
-    assert_same_raw(raw, vocab, *count_postings(docs))
+    docs = [["a", "\ud800"], ["\ud800", "b", "a"], [], ["c", "a", "\ud800"], ["d", "b"]]  # lone surrogates
+    batches = [docs[:2], pa.array([["c", "a", "x"]], LIST), docs[2:4], pa.array([["d", "b"]], LIST)]
+    raw, vocab = count_stream(batches, tmp_dir=tmp_path)
+    assert_same_raw(raw, vocab, *count_postings(docs[:2] + [["c", "a", "x"]] + docs[2:4] + [["d", "b"]]))
 
 
 def test_bad_batches_are_clear_errors(tmp_path):
     with pytest.raises(TypeError, match="list<string>"):
-        encode_batch(pa.array([1, 2]), {})
+        encode_batch(pa.array([1, 2]), TermIds())
     with pytest.raises(ValueError, match="null token"):
-        encode_batch(pa.array([["a", None]], LIST), {})
-    ids, offs = encode_batch(pa.array([["a"], None, ["b", "a"]], LIST), {})  # a null list: no tokens
+        encode_batch(pa.array([["a", None]], LIST), TermIds())
+    ids, offs = encode_batch(pa.array([["a"], None, ["b", "a"]], LIST), TermIds())  # a null list: no tokens
     assert ids.tolist() == [0, 1, 0] and offs.tolist() == [0, 1, 1, 3]
     with pytest.raises(ValueError, match="doc ids"):
         build_index_file([[["a"]]], tmp_path / "x.rsbm25", k1=1.5, b=0.75, doc_ids=["a", "b"])

@@ -82,9 +82,7 @@ def write_segments_stream(folder: str | os.PathLike[str], batches: Iterable[Batc
         if tmp_dir is None:
             tmp_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix=".bm25-build-", dir=folder))
         counter = StreamCounter(tmp_dir, memory_mib=memory_mib, kernel=kernel)
-        for batch in batches:
-            counter.add(batch)
-        raw, _vocab = counter.finish()
+        raw, _vocab = counter.consume(batches).finish()
         t_count = time.perf_counter() - t0
         if len(doc_ids) != raw.n_docs:
             raise ValueError(f"{len(doc_ids)} doc ids for {raw.n_docs} documents")

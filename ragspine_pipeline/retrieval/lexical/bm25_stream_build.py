@@ -24,8 +24,9 @@ import resource
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,7 @@ from .bm25_stream_kernels import kernels
 # Bytes of run buffer per posting: doc-major (term int32 + tf uint32) and the CSC copy the
 # run is sorted into (doc int32 + tf uint32).
 BYTES_PER_POSTING = 16
+_END = object()
 Batch = Sequence[Sequence[str]] | pa.Array | pa.ChunkedArray
 
 
@@ -72,70 +74,133 @@ class BuildReport:
 
 
 # ----------------------------------------------------------------------------- token ids
-def _pieces(batch: Batch) -> Iterator[pa.Array | Sequence[Sequence[str]]]:
-    if isinstance(batch, pa.ChunkedArray):
-        yield from batch.chunks
-    else:
-        yield batch
+class TermIds(dict[str, int]):
+    """term -> id in first-seen order, and the same terms as an Arrow binary array.
+
+    Why both: a batch's distinct terms are looked up in C (``pyarrow.compute.index_in``
+    against the array), so Python touches only the terms it has never seen, not every
+    distinct term of every batch. Binary, not string: a term Arrow cannot hold as UTF-8
+    (a lone surrogate from a Python batch) is kept as its surrogatepass bytes, which no
+    Arrow batch can match.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._known = pa.array([], pa.binary())
+
+    def lookup(self, dictionary: pa.Array) -> np.ndarray:
+        """Term ids (int32) of an Arrow batch's distinct terms, in its order of first
+        appearance; new terms get the next ids in that order."""
+        if len(self._known) < len(self):  # terms added by Python batches since
+            extra = [t.encode("utf-8", "surrogatepass") for t in islice(self, len(self._known), None)]
+            self._known = pa.concat_arrays([self._known, pa.array(extra, pa.binary())])
+        as_bytes = dictionary.cast(pa.binary())
+        lut = pc.index_in(as_bytes, value_set=self._known).fill_null(-1).to_numpy().astype(np.int32)
+        new = np.flatnonzero(lut < 0)
+        if len(new):
+            base = len(self)
+            take = pa.array(new)
+            self.update(zip(dictionary.take(take).to_pylist(), range(base, base + len(new)), strict=True))
+            lut[new] = np.arange(base, base + len(new), dtype=np.int32)
+            self._known = pa.concat_arrays([self._known, as_bytes.take(take)])
+        return lut
 
 
-def encode_batch(batch: pa.Array | Sequence[Sequence[str]], vocab: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """(term id per token int32, token offsets per document int64 [docs + 1]) of one batch,
-    adding its new terms to ``vocab`` in first-seen order.
+@dataclass(frozen=True)
+class Prepared:
+    """One piece of a batch, dictionary-encoded without the vocabulary (so it can be
+    prepared on another thread while the previous piece is counted): token offsets per
+    document, and the distinct terms + per-token codes, or the token lists themselves when
+    Arrow cannot hold them."""
+
+    offs: np.ndarray  # int64 [docs + 1]
+    dictionary: pa.Array | None = None
+    codes: np.ndarray | None = None
+    python: Sequence[Sequence[str]] | None = None
+
+
+def prepare(batch: Batch) -> list[Prepared]:
+    """The vocabulary-free half of encoding a batch (Arrow compute, releases the GIL).
 
     Python token lists go through Arrow too (one C conversion, then dictionary encoding:
     ~2x faster than a dict lookup per token); strings Arrow cannot encode (lone
     surrogates) take the dict-per-token path.
     """
+    if isinstance(batch, pa.ChunkedArray):
+        return [p for chunk in batch.chunks for p in prepare(chunk)]
     if not isinstance(batch, pa.Array):
         try:
             arrow = pa.array(batch, type=pa.list_(pa.string()))
         except (pa.ArrowException, UnicodeError, TypeError):
-            return _encode_python(batch, vocab)
-        if isinstance(arrow, pa.ChunkedArray):  # past 2 GiB of characters
-            parts = [_encode_arrow(c, vocab) for c in arrow.chunks]
-            return _join(parts)
-        return _encode_arrow(arrow, vocab)
-    return _encode_arrow(batch, vocab)
-
-
-def _encode_arrow(arr: pa.Array, vocab: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    typ = arr.type
+            lens = np.fromiter(map(len, batch), np.int64, len(batch))
+            return [Prepared(_offsets(lens), python=batch)]
+        return prepare(arrow)  # a ChunkedArray past 2 GiB of characters
+    typ = batch.type
     if not ((pa.types.is_list(typ) or pa.types.is_large_list(typ))
             and (pa.types.is_string(typ.value_type) or pa.types.is_large_string(typ.value_type))):
         raise TypeError(f"a batch of documents must be list<string> (token lists), not {typ}")
-    lens = pc.list_value_length(arr).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    offs = np.zeros(len(lens) + 1, np.int64)
-    np.cumsum(lens, out=offs[1:])
-    values = arr.flatten()
+    offs = _offsets(pc.list_value_length(batch).fill_null(0).to_numpy(zero_copy_only=False))
+    values = batch.flatten()
     if values.null_count:
         raise ValueError("a document holds a null token")
     if not len(values):
-        return np.zeros(0, np.int32), offs
-    enc = values.dictionary_encode()
-    setdefault = vocab.setdefault
-    uniq = enc.dictionary.to_pylist()  # in order of first appearance in the batch
-    lut = np.fromiter((setdefault(t, len(vocab)) for t in uniq), np.int32, len(uniq))
-    return lut[enc.indices.to_numpy()], offs
+        return [Prepared(offs, python=[])]
+    enc = values.dictionary_encode()  # distinct terms in order of first appearance
+    return [Prepared(offs, enc.dictionary, enc.indices.to_numpy())]
 
 
-def _encode_python(batch: Sequence[Sequence[str]], vocab: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    lens = np.fromiter(map(len, batch), np.int64, len(batch))
+def _offsets(lens: np.ndarray) -> np.ndarray:
     offs = np.zeros(len(lens) + 1, np.int64)
     np.cumsum(lens, out=offs[1:])
+    return offs
+
+
+def resolve(prep: Prepared, vocab: TermIds) -> np.ndarray:
+    """Term ids (int32, one per token) of a prepared piece, adding its new terms to
+    ``vocab`` in first-seen order (pieces must be resolved in corpus order)."""
+    if prep.python is not None:
+        return _encode_python(prep.python, vocab)
+    return vocab.lookup(prep.dictionary)[prep.codes]
+
+
+def encode_batch(batch: Batch, vocab: TermIds) -> tuple[np.ndarray, np.ndarray]:
+    """(term id per token int32, token offsets per document int64 [docs + 1]) of one batch,
+    adding its new terms to ``vocab`` in first-seen order."""
+    parts = [(resolve(p, vocab), p.offs) for p in prepare(batch)]
+    tids = np.concatenate([t for t, _ in parts]) if parts else np.zeros(0, np.int32)
+    offs = [np.zeros(1, np.int64)]
+    for _, o in parts:
+        offs.append(o[1:] + offs[-1][-1])
+    return tids, np.concatenate(offs)
+
+
+def prepared(batches: Iterable[Batch], *, ahead: bool = True) -> Iterator[Prepared]:
+    """The pieces of ``batches`` in order; with ``ahead``, the next batch is pulled and
+    prepared on a worker thread while the caller counts the current one (Arrow's
+    dictionary encoding releases the GIL: on two cores it overlaps the counting)."""
+    it = iter(batches)
+
+    def step() -> list[Prepared] | None:
+        batch = next(it, _END)
+        return None if batch is _END else prepare(batch)
+
+    if not ahead:
+        while (pieces := step()) is not None:
+            yield from pieces
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="bm25-prepare") as pool:
+        fut = pool.submit(step)
+        while (pieces := fut.result()) is not None:
+            fut = pool.submit(step)
+            yield from pieces
+
+
+def _encode_python(batch: Sequence[Sequence[str]], vocab: TermIds) -> np.ndarray:
     flat = list(chain.from_iterable(batch))
     setdefault = vocab.setdefault
     for t in dict.fromkeys(flat):  # the batch's distinct terms, first seen first
         setdefault(t, len(vocab))
-    return np.fromiter(map(vocab.__getitem__, flat), np.int32, len(flat)), offs
-
-
-def _join(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    tids = np.concatenate([t for t, _ in parts])
-    offs = [parts[0][1]]
-    for _, o in parts[1:]:
-        offs.append(o[1:] + offs[-1][-1])
-    return tids, np.concatenate(offs)
+    return np.fromiter(map(vocab.__getitem__, flat), np.int32, len(flat))
 
 
 # ----------------------------------------------------------------------------- counting
@@ -153,7 +218,7 @@ class StreamCounter:
         if self.cap < 1:
             raise ValueError(f"run_postings must be >= 1 (got {run_postings})")
         self.k = kernels(kernel)
-        self.vocab: dict[str, int] = {}
+        self.vocab = TermIds()
         self.n_docs = 0
         self.doc_len: list[np.ndarray] = []
         self.runs: list[_Run] = []
@@ -167,9 +232,18 @@ class StreamCounter:
 
     def add(self, batch: Batch) -> None:
         """Count one batch of documents (the next ones in corpus order)."""
-        for piece in _pieces(batch):
-            tids, offs = encode_batch(piece, self.vocab)
-            self._count(tids, offs)
+        for piece in prepare(batch):
+            self.add_prepared(piece)
+
+    def add_prepared(self, piece: Prepared) -> None:
+        """Count one prepared piece (the next documents in corpus order)."""
+        self._count(resolve(piece, self.vocab), piece.offs)
+
+    def consume(self, batches: Iterable[Batch], *, ahead: bool = True) -> StreamCounter:
+        """Count every batch, preparing the next on a worker thread (``prepared``)."""
+        for piece in prepared(batches, ahead=ahead):
+            self.add_prepared(piece)
+        return self
 
     def _count(self, tids: np.ndarray, offs: np.ndarray) -> None:
         n = len(offs) - 1
@@ -286,9 +360,7 @@ def count_stream(batches: Iterable[Batch], *, memory_mib: int | None = None, tmp
     returned arrays (they may be memory-mapped from it).
     """
     counter = StreamCounter(tmp_dir, memory_mib=memory_mib, run_postings=run_postings, kernel=kernel)
-    for batch in batches:
-        counter.add(batch)
-    return counter.finish()
+    return counter.consume(batches).finish()
 
 
 # ----------------------------------------------------------------------------- buckets
@@ -393,9 +465,7 @@ def build_index_file(batches: Iterable[Batch], path: str | os.PathLike[str], *, 
         if tmp_dir is None:
             tmp_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix=".bm25-build-", dir=path.parent))
         counter = StreamCounter(tmp_dir, memory_mib=memory_mib, kernel=kernel)
-        for batch in batches:
-            counter.add(batch)
-        raw, _vocab = counter.finish()
+        raw, _vocab = counter.consume(batches).finish()
         t_count = time.perf_counter() - t0
         if doc_ids is not None and len(doc_ids) != raw.n_docs:
             raise ValueError(f"{len(doc_ids)} doc ids for {raw.n_docs} documents")

@@ -1,0 +1,344 @@
+"""BM25 build time and peak memory: the in-memory build against the streaming build.
+
+    python benchmarks/bench_bm25_build.py generate --docs 10000000      # cache the synthetic corpus
+    prlimit --as=14000000000 python benchmarks/bench_bm25_build.py run --sizes 1000000,10000000
+    python benchmarks/bench_bm25_build.py buckets --docs 1000000         # qps: 1 vs 8 vs 16 segments
+
+The corpus is ``bench_bm25.synthetic_corpus``'s (Zipf s=1.1 over 200k terms, Poisson(60)
+lengths, seed 7), cached as ``benchmarks/.cache/synthetic_<n>_7.npz`` (int32 term ids +
+lengths; the same file ``bench_bm25`` reads, written here in slices so 600M tokens never
+need more than a few GB). Each build runs in a fresh subprocess so its peak RSS is its own
+(``ru_maxrss``). The streaming build is fed what a real corpus gives it: batches of 100k
+documents of token strings ``w<id>``, as an Arrow list<string> array (what the
+warehouse's Parquet tokens column reads as); the time to make those batches is measured
+apart (``feed_s``) and is not in ``build_s``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CACHE = ROOT / "benchmarks" / ".cache"
+RESULTS = ROOT / "benchmarks" / "results"
+VOCAB, SEED, K1, B = 200_000, 7, 1.5, 0.75
+SLICE_TOKENS = 50_000_000  # tokens drawn per slice while generating (~0.8 GB of temporaries)
+BATCH_DOCS = 100_000
+
+
+# --------------------------------------------------------------------------- corpus
+def corpus_path(n_docs: int, seed: int = SEED) -> Path:
+    return CACHE / f"synthetic_{n_docs}_{seed}.npz"
+
+
+def generate(n_docs: int, seed: int = SEED) -> Path:
+    """Write ``synthetic_corpus``'s npz for ``n_docs`` (unless present), drawing in slices.
+
+    ``Generator.choice(p=...)`` draws one uniform double per sample, so drawing the tokens
+    in consecutive slices yields exactly the array one call would (checked by the tests of
+    this script's caller, ``bench_bm25.synthetic_corpus``, on small sizes), and the query
+    draws that follow see the same generator state.
+    """
+    path = corpus_path(n_docs, seed)
+    if path.exists():
+        return path
+    CACHE.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, VOCAB + 1) ** 1.1
+    p /= p.sum()
+    lens = np.maximum(rng.poisson(60, n_docs), 1)
+    total = int(lens.sum())
+    toks = np.empty(total, np.int32)
+    for lo in range(0, total, SLICE_TOKENS):
+        hi = min(total, lo + SLICE_TOKENS)
+        toks[lo:hi] = rng.choice(VOCAB, size=hi - lo, p=p)
+    q_lens = rng.integers(2, 6, 200)
+    q_toks = np.concatenate([rng.choice(VOCAB, size=n, p=p) for n in q_lens]).astype(np.int32)
+    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.npz")
+    np.savez(tmp, lens=lens, toks=toks, q_lens=q_lens, q_toks=q_toks)
+    os.replace(tmp, path)  # another process checking for the file sees all of it or nothing
+    return path
+
+
+def _npz_member(path: Path, name: str) -> tuple[int, np.dtype, tuple[int, ...]]:
+    """(byte offset, dtype, shape) of an uncompressed npz member, so it can be read in slices."""
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(f"{name}.npy")
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise ValueError(f"{path}: {name} is compressed")
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        local = f.read(30)
+        f.seek(info.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little"))
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _fortran, dtype = read(f)
+        return f.tell(), dtype, shape
+
+
+def load_small(path: Path, name: str) -> np.ndarray:
+    with np.load(path) as z:
+        return z[name]
+
+
+class Feed:
+    """The corpus as Arrow list<string> batches of ``BATCH_DOCS`` documents, read from the
+    npz a slice at a time (never all 600M tokens); ``seconds`` is the time spent making them."""
+
+    def __init__(self, n_docs: int) -> None:
+        self.path = corpus_path(n_docs)
+        self.lens = load_small(self.path, "lens")
+        self.tok_off, dtype, _shape = _npz_member(self.path, "toks")
+        if dtype != np.int32:
+            raise ValueError(f"{self.path}: toks are {dtype}, not int32")
+        self.names = pa.array([f"w{i}" for i in range(VOCAB)])
+        self.seconds = 0.0
+
+    def _slices(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(lengths, term ids) of each batch, read from the file."""
+        with open(self.path, "rb") as f:
+            tok = 0
+            for lo in range(0, len(self.lens), BATCH_DOCS):
+                lens = self.lens[lo:lo + BATCH_DOCS]
+                n = int(lens.sum())
+                f.seek(self.tok_off + 4 * tok)
+                tok += n
+                yield lens, np.fromfile(f, np.int32, n)
+
+    def __iter__(self) -> Iterator[pa.Array]:
+        t0 = time.perf_counter()
+        for lens, ids in self._slices():
+            offs = np.zeros(len(lens) + 1, np.int32)
+            np.cumsum(lens, out=offs[1:])
+            batch = pa.ListArray.from_arrays(pa.array(offs), self.names.take(pa.array(ids)))
+            self.seconds += time.perf_counter() - t0
+            yield batch
+            t0 = time.perf_counter()
+
+    def python_docs(self) -> list[list[str]]:
+        """Every document as a Python token list (the old build's input), sharing one
+        string object per term as ``bench_bm25.synthetic_corpus`` does."""
+        t0 = time.perf_counter()
+        names = [f"w{i}" for i in range(VOCAB)]
+        docs: list[list[str]] = []
+        for lens, ids in self._slices():
+            flat = [names[t] for t in ids.tolist()]
+            pos = 0
+            for n in lens.tolist():
+                docs.append(flat[pos:pos + n])
+                pos += n
+        self.seconds += time.perf_counter() - t0
+        return docs
+
+    def queries(self) -> list[list[str]]:
+        q_lens, q_toks = load_small(self.path, "q_lens"), load_small(self.path, "q_toks")
+        out, pos = [], 0
+        for n in q_lens.tolist():
+            out.append([f"w{t}" for t in q_toks[pos:pos + n].tolist()])
+            pos += n
+        return out
+
+
+# --------------------------------------------------------------------------- one build
+def build_one(n_docs: int, build: str, layout: str, memory_mib: int | None) -> dict:
+    """One build in this (fresh) process: its time, size and peak RSS."""
+    from ragspine_pipeline.retrieval.lexical import bm25_stream_build as sb
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    out = CACHE / f"bm25_build_{n_docs}_{build}.rsbm25"
+    feed = Feed(n_docs)
+    with tempfile.TemporaryDirectory(dir=CACHE) as warm:  # compile (or load) the kernels untimed
+        sb.count_stream([[["a", "b"], ["a"]]], tmp_dir=warm)
+    row: dict = {"docs": n_docs, "build": build, "tokens": int(feed.lens.sum())}
+    t0 = time.perf_counter()
+    if build == "stream":
+        rep = sb.build_index_file(feed, out, k1=K1, b=B, layout=layout, memory_mib=memory_mib, tmp_dir=None)
+        total = time.perf_counter() - t0
+        row.update(layout=rep.layout, postings=rep.postings, terms=rep.terms, bytes=rep.bytes, runs=rep.runs,
+                   count_s=round(rep.count_seconds - feed.seconds, 2), write_s=round(rep.seconds - rep.count_seconds, 2))
+    else:
+        from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
+        from ragspine_pipeline.retrieval.lexical.bm25_publish import write_index
+
+        docs = feed.python_docs()  # what the old build needed: every token list in memory
+        t0 = time.perf_counter()
+        index = BM25Index(docs, k1=K1, b=B, kernel="numpy")
+        t_count = time.perf_counter() - t0
+        write_index(index, out)
+        total = time.perf_counter() - t0 + feed.seconds  # build_s below subtracts feed.seconds
+        row.update(layout="plain", postings=int(index.indptr[-1]), terms=len(index.vocab), bytes=out.stat().st_size,
+                   runs=0, count_s=round(t_count, 2), write_s=round(time.perf_counter() - t0 - t_count, 2))
+    row.update(build_s=round(total - feed.seconds, 2), feed_s=round(feed.seconds, 2), load=round(os.getloadavg()[0], 1),
+               peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+               memory_mib=memory_mib)
+    out.unlink()
+    return row
+
+
+# --------------------------------------------------------------------------- results
+def _key(row: dict) -> tuple:
+    return (row.get("kind", "build"), row["docs"], row.get("build"), row.get("buckets"))
+
+
+def save(rows: list[dict], command: str) -> None:
+    """Merge ``rows`` into results/bm25_build.json (same key replaced) and write the page."""
+    path = RESULTS / "bm25_build.json"
+    old = json.loads(path.read_text()) if path.exists() else {"rows": []}
+    keep = {_key(r): r for r in old["rows"]}
+    for r in rows:
+        keep[_key(r)] = r
+    data = {"command": command, "machine": machine(), "rows": sorted(keep.values(), key=_key)}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    (RESULTS / "bm25_build.md").write_text(markdown(data))
+
+
+def machine() -> dict:
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "mem_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
+
+
+def markdown(data: dict) -> str:
+    builds = [r for r in data["rows"] if r.get("kind", "build") == "build"]
+    qps = [r for r in data["rows"] if r.get("kind") == "buckets"]
+    lines = ["# BM25 build: in-memory vs streaming", "",
+             "Synthetic Zipf corpus (s=1.1, 200k terms, Poisson(60) lengths, seed 7). Each build in a fresh",
+             "process (`flock /tmp/heavy.lock nice -n 10 prlimit --as=14000000000 ...`); peak RSS is its",
+             "`ru_maxrss`; `build_s` excludes `feed_s` (making the Arrow batches of 100k documents, or for",
+             "the in-memory build the Python token lists, which it must hold whole). `load`: the machine's",
+             "1-minute load average when the row finished (2 cores shared with other work: times are",
+             "inflated by about load/2). `count_s`: tokens to counted postings (the in-memory build's",
+             "also includes its weights, as `BM25Index` computes them); `write_s`: the rest (weights or",
+             "packing, writing, verifying).",
+             "", f"Last command: `{data['command']}`", "", f"Machine: {data['machine']}", "",
+             "| docs | build | layout | build s | count s | write s | feed s | peak RSS MiB | postings | runs | bytes | load |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in builds:
+        lines.append(f"| {r['docs']:,} | {r['build']} | {r['layout']} | {r['build_s']} | {r['count_s']} | "
+                     f"{r['write_s']} | {r['feed_s']} | {r['peak_rss_mib']:,.0f} | {r['postings']:,} | {r['runs']} | "
+                     f"{r['bytes']:,} | {r.get('load', '')} |")
+    if qps:
+        lines += ["", "## Hash-bucket segments: single-process query throughput", "",
+                  "200 queries x rounds, top-10, one thread; segments via `SegmentedBM25`, 1 bucket = one index file.",
+                  "", "| docs | buckets | qps (median of rounds) | vs 1 bucket | identical top-10 | load |",
+                  "|---:|---:|---:|---:|---|---:|"]
+        for r in qps:
+            lines.append(f"| {r['docs']:,} | {r['buckets']} | {r['qps']:,.0f} | {r['ratio']:.3f} | {r['identical']} | "
+                         f"{r.get('load', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- buckets
+def bucket_qps(n_docs: int, bucket_counts: list[int], rounds: int) -> list[dict]:
+    """Single-process top-10 qps of one index file vs the same corpus as B segments."""
+    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.bm25_segments import (
+        open_segments,
+        write_segments_stream,
+    )
+    from ragspine_pipeline.retrieval.lexical.bm25_stream_build import build_index_file
+
+    feed = Feed(n_docs)
+    ids = [f"c{i:09d}" for i in range(n_docs)]
+    queries = feed.queries()
+    opened = {}
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        for nb in bucket_counts:
+            if nb == 1:
+                build_index_file(feed, Path(tmp) / "one.rsbm25", k1=K1, b=B, doc_ids=ids)
+                opened[nb] = open_index(Path(tmp) / "one.rsbm25")
+            else:
+                write_segments_stream(Path(tmp) / f"seg{nb}", feed, ids, buckets=nb, k1=K1, b=B)
+                opened[nb] = open_segments(Path(tmp) / f"seg{nb}")
+        answers = {nb: [ix.search(q, 10) for q in queries] for nb, ix in opened.items()}  # warm: pages, kernels
+        base = answers[bucket_counts[0]]
+        times: dict[int, list[float]] = {nb: [] for nb in opened}
+        for _ in range(rounds):  # interleaved, so load on the machine hits every config alike
+            for nb, ix in opened.items():
+                t0 = time.perf_counter()
+                for q in queries:
+                    ix.search(q, 10)
+                times[nb].append(time.perf_counter() - t0)
+        rows = []
+        best = len(queries) / float(np.median(times[bucket_counts[0]]))
+        for nb in opened:
+            same = all(a.ids.tolist() == c.ids.tolist() and np.allclose(a.scores, c.scores, rtol=0, atol=1e-9)
+                       for a, c in zip(base, answers[nb], strict=True))
+            q = len(queries) / float(np.median(times[nb]))
+            rows.append({"kind": "buckets", "docs": n_docs, "buckets": nb, "qps": round(q, 1),
+                         "ratio": round(q / best, 3), "identical": same, "rounds": rounds,
+                         "load": round(os.getloadavg()[0], 1)})
+        del opened
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate", help="cache the synthetic corpus of --docs documents")
+    g.add_argument("--docs", type=int, required=True)
+    o = sub.add_parser("one", help="one build in this process; prints its row as JSON")
+    o.add_argument("--docs", type=int, required=True)
+    o.add_argument("--build", choices=("memory", "stream"), required=True)
+    o.add_argument("--layout", default=None)
+    o.add_argument("--memory-mib", type=int, default=None)
+    r = sub.add_parser("run", help="old and streaming builds, each in a fresh process")
+    r.add_argument("--sizes", default="1000000,10000000")
+    r.add_argument("--builds", default="memory,stream")
+    r.add_argument("--memory-max-docs", type=int, default=1_000_000, help="largest corpus for the old build")
+    r.add_argument("--layout", default=None)
+    bq = sub.add_parser("buckets", help="single-process qps of 1 vs B hash-bucket segments")
+    bq.add_argument("--docs", type=int, default=1_000_000)
+    bq.add_argument("--buckets", default="1,8,16")
+    bq.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args(argv)
+    command = "python benchmarks/bench_bm25_build.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.cmd == "generate":
+        t0 = time.perf_counter()
+        path = generate(args.docs)
+        print(f"{path} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f} s")
+    elif args.cmd == "one":
+        print(json.dumps(build_one(args.docs, args.build, args.layout, args.memory_mib)))
+    elif args.cmd == "run":
+        for n in (int(x) for x in args.sizes.split(",")):
+            generate(n)
+            for build in args.builds.split(","):
+                if build == "memory" and n > args.memory_max_docs:
+                    continue
+                cmd = [sys.executable, __file__, "one", "--docs", str(n), "--build", build]
+                cmd += ["--layout", args.layout] if args.layout else []
+                done = subprocess.run(cmd, capture_output=True, text=True)
+                if done.returncode:
+                    print(done.stdout, done.stderr, file=sys.stderr)
+                    row = {"docs": n, "build": build, "error": done.stderr.strip().splitlines()[-1:]}
+                    print(json.dumps(row))
+                    continue
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+                print(json.dumps(row), flush=True)
+                save([row], command)
+    elif args.cmd == "buckets":
+        rows = bucket_qps(args.docs, [int(x) for x in args.buckets.split(",")], args.rounds)
+        for row in rows:
+            print(json.dumps(row))
+        save(rows, command)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -10,6 +10,7 @@ from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
 from ragspine_pipeline.retrieval.lexical import bm25_publish
 from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
 from ragspine_pipeline.retrieval.lexical.bm25_build import count_postings
+from ragspine_pipeline.retrieval.lexical.bm25_format import IndexFormatError
 from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
 from ragspine_pipeline.retrieval.lexical.bm25_segments import open_segments, write_segments_stream
 from ragspine_pipeline.retrieval.lexical.bm25_stream_build import (
@@ -141,6 +142,7 @@ def test_bucket_segments_answer_as_one_index(tmp_path, layout):
     assert len(report.paths) == 4 and report.docs == len(docs)
     ref = BM25Index(docs)
     seg = open_segments(tmp_path)
+    seg.verify()
     assert seg.same_doc_ids(ids) and not seg.same_doc_ids(ids[::-1])
     assert seg.doc_ids([0, 8, len(docs) - 1]) == [ids[0], ids[8], ids[-1]]
     mask = np.random.default_rng(2).random(len(docs)) < 0.1
@@ -194,3 +196,16 @@ def test_warehouse_round_trip(tmp_path, buckets, arrow):
             b = from_file.search(q, top_k=10, filters=filters)
             assert [h.chunk.chunk_id for h in a] == [h.chunk.chunk_id for h in b]
             np.testing.assert_allclose([h.bm25 for h in a], [h.bm25 for h in b], rtol=0, atol=1e-9)
+
+
+def test_damaged_or_missing_segment_is_an_error_naming_it(tmp_path):
+    chunks, tokens = warehouse_corpus(120, seed=4)
+    ids = [c.chunk_id for c in chunks]
+    write_bm25_file(tmp_path, ids, tokens, buckets=3)
+    seg = sorted((tmp_path / BM25_SEGMENTS).glob("*.rsbm25"))[1]
+    seg.write_bytes(seg.read_bytes()[:-9])
+    with pytest.raises(IndexFormatError, match=seg.name):
+        open_bm25_file(tmp_path, sorted(ids))
+    seg.unlink()
+    with pytest.raises(FileNotFoundError, match=seg.name):
+        open_bm25_file(tmp_path, sorted(ids))

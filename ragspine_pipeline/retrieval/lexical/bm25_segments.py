@@ -138,6 +138,12 @@ class SegmentedBM25:
         self.buckets = [s._toc.bucket for s in self.segments]
         self.path = self.segments[0].path.parent
 
+    def verify(self) -> None:
+        """Every checksum and the structure of every mapped segment (``CorruptIndexError``
+        naming the damaged file)."""
+        for seg in self.segments:
+            seg.verify()
+
     # ------------------------------------------------------------ doc ids
     @property
     def has_doc_ids(self) -> bool:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ...cpus import usable_cpus
-from . import bm25_kernel, bm25_numpy
+from . import bm25_filter, bm25_kernel, bm25_numpy
 from .bm25_build import BITSET_DF_FRACTION, BLOCK_SIZE, Postings, build_postings
 from .bm25_pool import batch_pool, batch_spans
 from .bm25_reference import (
@@ -162,10 +162,14 @@ class BM25Index:
         k: int = 10,
         candidates: np.ndarray | None = None,
     ) -> ScoredDocs:
-        """Top-``k`` matching docs by (-score, position); only docs with score > 0."""
-        mask = self._as_mask(candidates)
+        """Top-``k`` matching docs by (-score, position); only docs with score > 0.
+
+        ``candidates`` (a filter): a bool mask over the index positions, or the surviving
+        positions (any order; a selective filter given as positions costs O(survivors)).
+        """
         if k > 0 and self._kernels is not None:
-            return self._search_compiled(query_tokens, k, mask)
+            return self._search_compiled(query_tokens, k, candidates)
+        mask = self._as_mask(candidates)
         if mask is None and k > 0:
             pruned = self._maxscore(query_tokens, k)
             if pruned is not None:
@@ -230,53 +234,34 @@ class BM25Index:
         parts = [one(chunks[0])] + [f.result() for f in rest]
         return tuple(np.concatenate([p[x] for p in parts]) for x in range(3))  # type: ignore[return-value]
 
-    def _search_compiled(self, query_tokens: Sequence[str], k: int, mask: np.ndarray | None) -> ScoredDocs:
+    def _search_compiled(self, query_tokens: Sequence[str], k: int, candidates: np.ndarray | None) -> ScoredDocs:
         """Top-k through the compiled kernels (pruned unfiltered, or survivor statistics)."""
         tids = np.array(self._query_term_ids(query_tokens), np.int64)
+        if candidates is not None:
+            self._doc_lengths_read()
         if not len(tids) or self.avgdl == 0:
+            if candidates is not None:
+                bm25_filter.check(candidates, self.n_docs)
             return empty_scored()
         sc = self._scratch
-        if mask is None:
-            ids, scores = self._kernels.search_one(self.indptr, self.indices, self.w, self._idf_full,
-                                                   self._w_max, tids, self.k1 + 1.0, int(k),
-                                                   sc.acc, sc.touched, self._exhaustive_docs,
-                                                   self._bptr, self._bmax)
+        kern = self._kernels
+        if candidates is None:
+            ids, scores = kern.search_one(self.indptr, self.indices, self.w, self._idf_full, self._w_max, tids,
+                                          self.k1 + 1.0, int(k), sc.acc, sc.touched, self._exhaustive_docs,
+                                          self._bptr, self._bmax)
             return ScoredDocs(ids, scores)
-        # One pass over the mask: survivor count and length, packed bits (padded to whole
-        # uint64 words for the bitset popcounts) and, when few, their positions.
-        n_docs = self.n_docs
-        bits = np.zeros(((n_docs + 63) // 64) * 8, np.uint8)
-        cap = n_docs // 64
-        surv = np.empty(cap + 1, np.int32)
-        n, total = self._kernels.mask_prepare(mask[: n_docs // 8 * 8].view(np.uint64), mask,
-                                              self._doc_len32, bits, surv)
-        if 0 < n <= cap:
-            # Few survivors: long lists are galloped at their positions instead of scanned.
-            surv = surv[:n]
-            pre_df = np.full(len(tids), -1, np.int64)  # galloping the few is cheaper
-        else:
-            surv = surv[:0]
-            pre_df = self._survivor_df(tids, bits.view(np.uint64))
-        ids, scores = self._kernels.search_filtered(self.indptr, self.indices, self.tf, self._doc_len32,
-                                                    bits, surv, n, total, tids, pre_df, self.k1, self.b,
-                                                    int(k), sc.acc, sc.touched, self._w_max, self.avgdl)
+        sup = bm25_filter.support(self)
+        sup.ensure_terms(kern, tids)
+        surv = bm25_filter.prepare(self, kern, candidates, sc)
+        try:
+            ids, scores = kern.search_filtered(
+                self.indptr, self.indices, self.tf, self._doc_len32, surv.bits, surv.positions, surv.n, surv.total,
+                tids, self._bit_row, self._bits, sup.rank_dir, self.k1, self.b, int(k), sc.acc, sc.touched,
+                self._w_max, self.avgdl, self._bptr, self._bmax, sup.blk_tf, sup.blk_len, sup.t_maxtf, sup.t_minlen)
+        finally:
+            if surv.scratch_set is not None:
+                kern.clear_bits(surv.scratch_set, surv.bits)
         return ScoredDocs(ids, scores)
-
-    def _survivor_df(self, tids: np.ndarray, mbits: np.ndarray) -> np.ndarray:
-        """Per query token: its df over the survivors (``mbits``: the packed mask as uint64
-        words) when its list has a bitset, else -1 (the kernel counts those from the
-        postings)."""
-        out = np.full(len(tids), -1, np.int64)
-        rows = self._bit_row[tids]
-        if (rows < 0).all():
-            return out
-        seen: dict[int, int] = {}
-        for x, r in enumerate(rows.tolist()):
-            if r >= 0:
-                if r not in seen:
-                    seen[r] = int(np.bitwise_count(self._bits[r] & mbits).sum())
-                out[x] = seen[r]
-        return out
 
     def _as_mask(self, candidates: np.ndarray | None) -> np.ndarray | None:
         if candidates is None:
@@ -292,8 +277,11 @@ def candidate_mask(candidates: np.ndarray, n_docs: int) -> np.ndarray:
         if cand.shape != (n_docs,):
             raise ValueError("candidate mask must have one entry per indexed document")
         return cand
+    pos = cand.astype(np.int64)
+    if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= n_docs):
+        raise ValueError(f"candidate positions must lie in 0..{n_docs - 1}")
     mask = np.zeros(n_docs, dtype=bool)
-    mask[cand.astype(np.int64)] = True
+    mask[pos] = True
     return mask
 
 

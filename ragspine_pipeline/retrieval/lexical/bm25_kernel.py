@@ -56,13 +56,20 @@ class Kernels:
     search_one: Any
     search_batch: Any
     search_filtered: Any
-    mask_prepare: Any
+    pack_mask: Any
+    bits_to_positions: Any
+    set_positions: Any
+    clear_bits: Any
+    term_block_bounds: Any
+    rank_directory: Any
 
 
 def _compile() -> Kernels:
+    from . import bm25_filter_numba as fp
     from . import bm25_numba as nb
 
-    return Kernels(nb.search_one, nb.search_batch, nb.search_filtered, nb.mask_prepare)
+    return Kernels(nb.search_one, nb.search_batch, nb.search_filtered, fp.pack_mask, fp.bits_to_positions,
+                   fp.set_positions, fp.clear_bits, fp.term_block_bounds, fp.rank_directory)
 
 
 def _warm(k: Kernels) -> None:
@@ -79,11 +86,21 @@ def _warm(k: Kernels) -> None:
         k.search_one(indptr, indices, w, idf, w, q, 2.0, 1, acc, touched, exhaustive_docs, bptr, w)
     k.search_batch(indptr, indices, w, idf, w, q, np.array([0, 1], np.int64), 2.0, 1, 1, 1, bptr, w)
     mask, doc_len = np.ones(1, np.bool_), np.ones(1, np.uint32)
-    bits, surv = np.zeros(8, np.uint8), np.zeros(2, np.int32)
-    n, total = k.mask_prepare(np.zeros(0, np.uint64), mask, doc_len, bits, surv)
+    bits, slices = np.zeros(1, np.uint64), np.ones((1, 1), np.uint64)
+    n, total = k.pack_mask(np.zeros(0, np.uint64), mask, slices, bits)
+    surv = np.zeros(1, np.int64)
+    k.bits_to_positions(bits, surv)
+    k.set_positions(surv, doc_len, bits)
+    k.clear_bits(surv, bits)
+    blk_tf, blk_len = np.zeros(1, np.uint32), np.zeros(1, np.uint32)
     # tf is uint8 on nearly every corpus (wider widths compile on first use, then cached).
-    k.search_filtered(indptr, indices, np.ones(1, np.uint8), doc_len, bits, surv[:1], n, total,
-                      q, np.full(1, -1, np.int64), 1.5, 0.75, 1, acc, touched, w, 1.0)
+    tf8 = np.ones(1, np.uint8)
+    k.term_block_bounds(indptr, indices, tf8, doc_len, bptr, 0, 128, blk_tf, blk_len)
+    rank_dir = np.zeros((1, 1), np.uint32)
+    k.rank_directory(bits, rank_dir[0])
+    k.search_filtered(indptr, indices, tf8, doc_len, bits, surv, n, total, q, np.full(1, -1, np.int32),
+                      np.zeros((1, 1), np.uint64), rank_dir, 1.5, 0.75, 1, acc, touched, w, 1.0, bptr, w, blk_tf,
+                      blk_len, blk_tf, blk_len)
 
 
 def load_kernels() -> Kernels | None:
@@ -104,8 +121,16 @@ def load_kernels() -> Kernels | None:
 
 
 class Scratch(threading.local):
-    """Per-thread accumulator and touched-doc list for one index."""
+    """Per-thread accumulator, touched-doc list and packed-filter buffers for one index.
+
+    ``mask_bits`` receives a packed bool mask (every word rewritten per query);
+    ``pos_bits`` stays all zeros between queries (positions set their bits and clear them
+    after), so a filter given as positions costs O(positions), not O(N).
+    """
 
     def __init__(self, n_docs: int) -> None:
         self.acc = np.zeros(max(n_docs, 1), np.float64)
         self.touched = np.zeros(max(n_docs, 1), np.int32)
+        words = (max(n_docs, 1) + 63) // 64
+        self.mask_bits = np.zeros(words, np.uint64)
+        self.pos_bits = np.zeros(words, np.uint64)

@@ -1,12 +1,22 @@
-"""The filtered numba BM25 route: ``mask_prepare`` (one pass over a filter mask) and
-``search_filtered`` (N, df and avgdl over the survivors, MaxScore-pruned). See
-``bm25_kernel``.
+"""The filtered numba BM25 route: ``search_filtered`` (N, df and avgdl over the survivors,
+MaxScore- and block-bound-pruned). See ``bm25_kernel``. The filter arrives packed
+(``bm25_filter.prepare``); ``mask_prepare``, the older one-pass preparation over a bool
+mask, is kept for callers of its import path.
 """
 
 import numpy as np
 from numba import njit
 
-from .bm25_numba_select import _SLACK, _distinct, _gallop, _kth_score, _prune, _take_top
+from .bm25_build import BLOCK_SIZE
+from .bm25_filter_numba import popcount64, rank
+from .bm25_numba_select import _SLACK, _distinct, _gallop_each, _kth_score, _prune, _push, _take_top
+
+_BLOCK = BLOCK_SIZE  # postings per block of the block bounds (a compile-time constant)
+# Few survivors (their positions known): a bitset term is read by rank over them when its
+# list is this many times longer (a scan reads every posting; a rank is ~3 cache misses);
+# a term without bitset is gathered by galloping when its list is this many times longer.
+_RANK_MIN = 16
+_GALLOP_MIN = 64
 
 _PACK = np.uint64(0x0102040810204080)  # 8 bool bytes x this >> 56 = their 8 bits (little order)
 _SHIFT = np.uint64(56)
@@ -62,121 +72,273 @@ def _alive(bits, d):
     return (bits[d >> 3] >> (d & 7)) & 1
 
 
-@njit(cache=True, nogil=True)
-def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, pre_df, k1, b, k, acc,
-                    touched, wmax, avgdl_all):
-    """Exact filtered top-k: N, df and avgdl over the mask's n survivors (the spec),
-    MaxScore-pruned like ``search_one``. ``bits`` is the packed mask (``mask_prepare``).
+@njit(cache=True, nogil=True, inline="always")
+def _alive64(bits, d):
+    return (bits[d >> 6] >> np.uint64(d & 63)) & np.uint64(1)
 
-    ``surv`` holds the survivors' positions when the caller found them few (else it is
-    empty): a term whose list is much longer than that is then gathered by galloping
-    each survivor into it. Every other term's survivor df is a branchless count over
-    its list, and its postings are scored only while it can still change the top k;
-    after that it is looked up for the remaining candidates alone. A term's bound is
-    ``pre_df[x] >= 0`` is token x's survivor df, already known (a bitset popcount).
-    idf over the survivors x (k1 + 1) x max(1, avgdl_f / avgdl) x its full-corpus
-    max tf/(tf + norm): with the survivors' avgdl_f the factor can grow by at most that
-    ratio. acc is zero on entry and exit.
+
+@njit(cache=True, nogil=True)
+def _and_count(bits, row):
+    c = 0
+    for w in range(bits.shape[0]):
+        c += popcount64(bits[w] & row[w])
+    return c
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _tf_bound(f, ln, k1, kb, bavg):
+    # tf/(tf + k1 (1 - b + b len/avgdl)) grows with tf and shrinks with len: the block's
+    # largest tf over its shortest document bounds every posting of the block.
+    return f / (f + k1 * (kb + bavg * ln))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _w(sc, f, k1, kb, bavg, ln):
+    # One posting's score at the survivors' avgdl: idf' (k1 + 1) tf / (tf + k1 (1 - b + b len / avgdl')).
+    return sc * f / (f + k1 * (kb + bavg * ln))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _add(acc, touched, n_t, top1, d, x):
+    # Add x to d's partial score, recording d as touched on its first contribution.
+    v = acc[d]
+    if v == 0.0:
+        touched[n_t] = d
+        n_t += 1
+    v += x
+    acc[d] = v
+    return n_t, max(top1, v)
+
+
+@njit(cache=True, nogil=True)
+def _first_term_blocks(t, sc, rest, grow, indptr, indices, tf, doc_len, bits, bptr, bmax, blk_tf, blk_len, k1, kb,
+                       bavg, k, acc, touched, hs, hi):
+    """The highest-bound term, block by block, into an empty acc (as in search_one): once
+    k docs are seen, a block whose bound plus every other term's bound (``rest``) is below
+    the k-th best so far cannot hold a top-k doc and is skipped whole. A block's bound at
+    the survivors' avgdl is the smaller of its full-corpus max w x ``grow`` and its largest
+    tf over its shortest document. Returns (n_t, top1)."""
+    n_t = 0
+    top1 = 0.0
+    nh = 0
+    bound_sc = sc * (1.0 + _SLACK)
+    rest = rest * (1.0 + _SLACK)
+    bk = bptr[t]
+    e0 = indptr[t + 1]
+    for p0 in range(indptr[t], e0, _BLOCK):
+        if nh == k and min(bmax[bk] * grow, _tf_bound(np.float64(blk_tf[bk]), np.float64(blk_len[bk]), k1, kb,
+                                                      bavg)) * bound_sc + rest < hs[0]:
+            bk += 1
+            continue
+        bk += 1
+        for p in range(p0, min(p0 + _BLOCK, e0)):
+            d = indices[p]
+            if _alive64(bits, d):
+                v = _w(sc, np.float64(tf[p]), k1, kb, bavg, doc_len[d])
+                touched[n_t] = d
+                n_t += 1
+                acc[d] = v
+                top1 = max(top1, v)
+                if nh < k or v > hs[0]:
+                    nh = _push(hs, hi, nh, k, v, d)
+    return n_t, top1
+
+
+@njit(cache=True, nogil=True)
+def _score_term(t, mode, sc, g_lo, dft, g_doc, g_tf, indptr, indices, tf, doc_len, bits, surv, n, term_bits, bit_row,
+                rank_dir, coin, k1, kb, bavg, acc, touched, n_t, top1):
+    """Every surviving posting of term t into acc (an essential term): from its gathered
+    postings (mode 1), by rank over the few survivors (mode 2), or by a scan of its list.
+    Returns (n_t, top1)."""
+    if mode == 1:
+        for q in range(g_lo, g_lo + dft):
+            d = g_doc[q]
+            n_t, top1 = _add(acc, touched, n_t, top1, d, _w(sc, g_tf[q], k1, kb, bavg, doc_len[d]))
+    elif mode == 2:
+        row = term_bits[bit_row[t]]
+        rdir = rank_dir[bit_row[t]]
+        s0 = indptr[t]
+        for x in range(n):
+            d = surv[x]
+            if _alive64(row, d):
+                f = np.float64(tf[s0 + rank(row, rdir, d)])
+                n_t, top1 = _add(acc, touched, n_t, top1, d, _w(sc, f, k1, kb, bavg, doc_len[d]))
+    elif coin:
+        n_t, top1 = _scan_branchless(indptr[t], indptr[t + 1], indices, tf, doc_len, bits, sc, k1, kb, bavg, acc,
+                                     touched, n_t, top1)
+    else:
+        for p in range(indptr[t], indptr[t + 1]):
+            d = indices[p]
+            if _alive64(bits, d):
+                n_t, top1 = _add(acc, touched, n_t, top1, d, _w(sc, np.float64(tf[p]), k1, kb, bavg, doc_len[d]))
+    return n_t, top1
+
+
+@njit(cache=True, nogil=True)
+def _lookup_term(t, mode, sc, g_lo, dft, g_doc, g_tf, indptr, indices, tf, doc_len, cand, nc, term_bits, bit_row,
+                 rank_dir, k1, kb, bavg, acc):
+    """Term t's postings of the candidates cand[:nc] (sorted, partial scores in acc) added
+    to acc: from its gathered postings, by rank in its bitset row, by galloping, or by a
+    scan of its list, whichever reads least."""
+    lo = indptr[t]
+    e0 = indptr[t + 1]
+    df = e0 - lo
+    if mode == 1:
+        for q in range(g_lo, g_lo + dft):
+            d = g_doc[q]
+            if acc[d] != 0.0:
+                acc[d] += _w(sc, g_tf[q], k1, kb, bavg, doc_len[d])
+    elif bit_row[t] >= 0 and nc * _RANK_MIN < df:
+        row = term_bits[bit_row[t]]
+        rdir = rank_dir[bit_row[t]]
+        for x in range(nc):
+            d = cand[x]
+            if _alive64(row, d):
+                acc[d] += _w(sc, np.float64(tf[lo + rank(row, rdir, d)]), k1, kb, bavg, doc_len[d])
+    elif nc * (4 + 2 * np.log2(df / max(nc, 1) + 1.0)) < df:
+        at = np.empty(nc, np.int64)
+        _gallop_each(indices, lo, e0, cand, nc, at)
+        for x in range(nc):
+            if at[x] >= 0:
+                d = cand[x]
+                acc[d] += _w(sc, np.float64(tf[at[x]]), k1, kb, bavg, doc_len[d])
+    else:
+        for p in range(lo, e0):
+            d = indices[p]
+            if acc[d] != 0.0:
+                acc[d] += _w(sc, np.float64(tf[p]), k1, kb, bavg, doc_len[d])
+
+
+@njit(cache=True, nogil=True)
+def _scan_branchless(s0, e0, indices, tf, doc_len, bits, sc, k1, kb, bavg, acc, touched, n_t, top1):
+    """Score postings s0:e0 into acc without branching on survivorship: a non-survivor
+    adds 0.0 and is not recorded as touched. Returns (n_t, top1)."""
+    for p in range(s0, e0):
+        d = indices[p]
+        alive = np.float64(_alive64(bits, d))
+        f = np.float64(tf[p])
+        v = acc[d]
+        nv = v + alive * _w(sc, f, k1, kb, bavg, doc_len[d])
+        acc[d] = nv
+        touched[n_t] = d
+        n_t += np.int64((v == 0.0) & (nv != 0.0))
+        top1 = max(top1, nv)
+    return n_t, top1
+
+
+@njit(cache=True, nogil=True)
+def _term_bound(y, t, scale, wmax, grow, t_maxtf, t_minlen, k1, kb, bavg):
+    return scale[y] * min(wmax[t] * grow, _tf_bound(np.float64(t_maxtf[t]), np.float64(t_minlen[t]), k1, kb, bavg))
+
+
+@njit(cache=True, nogil=True)
+def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, bit_row, term_bits, rank_dir, k1, b,
+                    k, acc, touched, wmax, avgdl_all, bptr, bmax, blk_tf, blk_len, t_maxtf, t_minlen):
+    """Exact filtered top-k: N, df and avgdl over the filter's n survivors (the spec),
+    MaxScore-pruned like ``search_one``. ``bits`` is the packed filter (uint64 words).
+
+    Survivor df: a term with a bitset row counts by popcount of (row & filter); a term
+    without one by a branchless pass over its list, or, when the survivors are few
+    (``surv`` holds their positions, else it is empty) and its list much longer, by
+    galloping each survivor into it (its postings are gathered on the way). Scoring
+    reads a bitset term's postings for few survivors by rank (``rank_dir``: the
+    survivor's place in the list in O(1)) instead of scanning the list.
+
+    A term's bound is its idf over the survivors x (k1 + 1) x a bound of its tf factor at
+    the survivors' avgdl': the smaller of its full-corpus max w x max(1, avgdl'/avgdl)
+    and its largest tf over its shortest document; per block the same with the block's
+    max w, max tf and shortest document. The highest-bound term is scanned block by block,
+    skipping blocks that cannot reach the k-th best; terms are scored by descending bound
+    until the rest cannot change the top k, then looked up for the remaining candidates
+    only. acc is zero on entry and exit.
     """
     empty_i = np.zeros(0, np.int64)
     empty_s = np.zeros(0, np.float64)
     if n == 0 or total == 0 or qtids.shape[0] == 0:
         return empty_i, empty_s
     avgdl = total / n
-    can_gallop = surv.shape[0] == n
-    ut, mult, first = _distinct(qtids)
+    few = surv.shape[0] == n
+    # Survivor tests that a branch predictor cannot learn (a filter keeping 20-90% of the
+    # corpus) cost more as mispredicted branches than as arithmetic: scan those lists
+    # without a branch on the survivor bit.
+    coin = 5 * n >= acc.shape[0] and 10 * n <= 9 * acc.shape[0]
+    ut, mult, _first = _distinct(qtids)
     nu = ut.shape[0]
-    known = pre_df[first]
-    # Survivor df per term; short-survivor terms gathered into (g_doc, g_tf).
+    # mode: 0 scan the list, 1 gathered by galloping (g_doc, g_tf), 2 by rank over the survivors.
     dfs = np.zeros(nu, np.int64)
-    gathered = np.zeros(nu, np.bool_)
+    mode = np.zeros(nu, np.int64)
     cap = 0
     for y in range(nu):
-        df = indptr[ut[y] + 1] - indptr[ut[y]]
-        if can_gallop and n * 16 < df and known[y] < 0:
-            gathered[y] = True
+        t = ut[y]
+        df = indptr[t + 1] - indptr[t]
+        if few and bit_row[t] >= 0 and n * _RANK_MIN < df:
+            mode[y] = 2
+        elif few and bit_row[t] < 0 and n * _GALLOP_MIN < df:
+            mode[y] = 1
             cap += min(df, n)
     g_doc = np.empty(cap, np.int32)
     g_tf = np.empty(cap, np.float64)
     g_lo = np.zeros(nu, np.int64)
     g = 0
+    at = np.empty(n if cap else 0, np.int64)
     for y in range(nu):
-        s0 = indptr[ut[y]]
-        e0 = indptr[ut[y] + 1]
-        if gathered[y]:
+        t = ut[y]
+        s0 = indptr[t]
+        e0 = indptr[t + 1]
+        if mode[y] == 1:
             g_lo[y] = g
-            lo = s0
+            _gallop_each(indices, s0, e0, surv, n, at)
             for x in range(n):
-                if lo >= e0:
-                    break
-                d = surv[x]
-                lo = _gallop(indices, lo, e0, d)
-                if lo < e0 and indices[lo] == d:
-                    g_doc[g] = d
-                    g_tf[g] = tf[lo]
+                if at[x] >= 0:
+                    g_doc[g] = surv[x]
+                    g_tf[g] = tf[at[x]]
                     g += 1
             dfs[y] = g - g_lo[y]
-        elif known[y] >= 0:
-            dfs[y] = known[y]
+        elif bit_row[t] >= 0:
+            dfs[y] = _and_count(bits, term_bits[bit_row[t]])
         else:
             c = 0
             for p in range(s0, e0):
-                c += np.int64(_alive(bits, indices[p]))
+                c += np.int64(_alive64(bits, indices[p]))
             dfs[y] = c
     k1p1 = k1 + 1.0
+    kb = 1.0 - b
+    bavg = b / avgdl
     grow = max(1.0, avgdl / avgdl_all) if avgdl_all > 0 else 1.0
     scale = np.zeros(nu, np.float64)
     ub = np.zeros(nu, np.float64)
     for y in range(nu):
         if dfs[y] > 0:
             scale[y] = np.log1p((n - dfs[y] + 0.5) / (dfs[y] + 0.5)) * k1p1 * mult[y]
-            ub[y] = scale[y] * wmax[ut[y]] * grow
+            ub[y] = _term_bound(y, ut[y], scale, wmax, grow, t_maxtf, t_minlen, k1, kb, bavg)
     order = np.argsort(-ub, kind="mergesort")
     remaining = np.zeros(nu + 1, np.float64)
     for j in range(nu - 1, -1, -1):
         remaining[j] = remaining[j + 1] + ub[order[j]]
-    kb = 1.0 - b
-    bavg = b / avgdl
     hs = np.empty(max(k, 1), np.float64)
     hi = np.empty(max(k, 1), np.int64)
     n_t = 0
     top1 = 0.0
     theta = -1.0
     j = 0
+    if nu > 0 and dfs[order[0]] > 0 and mode[order[0]] == 0:
+        y = order[0]
+        n_t, top1 = _first_term_blocks(ut[y], scale[y], remaining[1], grow, indptr, indices, tf, doc_len, bits, bptr,
+                                       bmax, blk_tf, blk_len, k1, kb, bavg, k, acc, touched, hs, hi)
+        j = 1
     while j < nu:
         y = order[j]
         if dfs[y] == 0:
             break  # sorted by bound: every later term has no surviving posting either
-        if j > 0 and n_t >= k and remaining[j] * (1.0 + _SLACK) < top1 and 8 * dfs[y] >= n_t:
+        # Checking costs about n_t; only before a list at least that long (its scan reads
+        # every posting, survivor or not).
+        if j > 0 and n_t >= k and remaining[j] * (1.0 + _SLACK) < top1 and 8 * (
+                indptr[ut[y] + 1] - indptr[ut[y]]) >= n_t:
             theta = _kth_score(acc, touched, n_t, k, hs, hi)
             if remaining[j] * (1.0 + _SLACK) < theta:
                 break
-        sc = scale[y]
-        if gathered[y]:
-            for q in range(g_lo[y], g_lo[y] + dfs[y]):
-                d = g_doc[q]
-                f = g_tf[q]
-                v = acc[d]
-                if v == 0.0:
-                    touched[n_t] = d
-                    n_t += 1
-                v += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
-                acc[d] = v
-                if v > top1:
-                    top1 = v
-        else:
-            for p in range(indptr[ut[y]], indptr[ut[y] + 1]):
-                d = indices[p]
-                if _alive(bits, d):
-                    f = np.float64(tf[p])
-                    v = acc[d]
-                    if v == 0.0:
-                        touched[n_t] = d
-                        n_t += 1
-                    v += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
-                    acc[d] = v
-                    if v > top1:
-                        top1 = v
+        n_t, top1 = _score_term(ut[y], mode[y], scale[y], g_lo[y], dfs[y], g_doc, g_tf, indptr, indices, tf, doc_len,
+                                bits, surv, n, term_bits, bit_row, rank_dir, coin, k1, kb, bavg, acc, touched, n_t, top1)
         j += 1
     if j < nu and dfs[order[j]] > 0:
         # Lookup phase: candidates that can still reach theta, remaining terms looked up.
@@ -187,31 +349,7 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, p
             y = order[jj]
             if dfs[y] == 0:
                 break
-            sc = scale[y]
-            if gathered[y]:
-                for q in range(g_lo[y], g_lo[y] + dfs[y]):
-                    d = g_doc[q]
-                    if acc[d] != 0.0:
-                        f = g_tf[q]
-                        acc[d] += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
-            else:
-                lo = indptr[ut[y]]
-                e0 = indptr[ut[y] + 1]
-                df = e0 - lo
-                if nc * (4 + 2 * np.log2(df / max(nc, 1) + 1.0)) < df:
-                    for x in range(nc):
-                        if lo >= e0:
-                            break
-                        d = cand[x]
-                        lo = _gallop(indices, lo, e0, d)
-                        if lo < e0 and indices[lo] == d:
-                            f = np.float64(tf[lo])
-                            acc[d] += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
-                else:
-                    for p in range(lo, e0):
-                        d = indices[p]
-                        if acc[d] != 0.0:
-                            f = np.float64(tf[p])
-                            acc[d] += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
+            _lookup_term(ut[y], mode[y], scale[y], g_lo[y], dfs[y], g_doc, g_tf, indptr, indices, tf, doc_len,
+                         cand, nc, term_bits, bit_row, rank_dir, k1, kb, bavg, acc)
         return _take_top(acc, cand, nc, k, hs, hi)
     return _take_top(acc, touched, n_t, k, hs, hi)

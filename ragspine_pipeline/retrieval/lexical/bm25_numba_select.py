@@ -141,6 +141,25 @@ def _gallop(post, lo, hi_, d):
 
 
 @njit(cache=True, nogil=True)
+def _gallop_each(post, lo, hi_, docs, n, out):
+    """For each of the ascending docs[:n]: its index in post[lo:hi_], or -1 when absent
+    (galloping forward from the previous hit). Returns how many were found."""
+    found = 0
+    for x in range(n):
+        if lo >= hi_:
+            out[x] = -1
+            continue
+        d = docs[x]
+        lo = _gallop(post, lo, hi_, d)
+        if lo < hi_ and post[lo] == d:
+            out[x] = lo
+            found += 1
+        else:
+            out[x] = -1
+    return found
+
+
+@njit(cache=True, nogil=True)
 def _distinct(qtids):
     """(distinct term ids in first-seen order, how often each occurs, the query position
     of each one's first occurrence). Queries are short: a linear scan beats hashing."""

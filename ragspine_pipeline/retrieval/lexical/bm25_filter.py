@@ -1,0 +1,185 @@
+"""A filter's survivors, prepared for the compiled filtered kernel, and the per-index
+support that makes that cheap (issue #27 item 4: selective filters no slower than none).
+
+The spec scores a filtered query with N, df and avgdl over the filter survivors. Before
+scoring, the kernel therefore needs the survivors' count and summed length and a packed
+bitset to test postings against; when the survivors are few, also their sorted positions
+(long lists are then galloped at those positions instead of scanned).
+
+A filter arrives as a bool mask over the index positions or as positions:
+
+* a mask is packed 64 documents per word and counted by popcount; the survivors' summed
+  length comes from the bit-sliced document lengths (``FilterSupport.slices``), so no pass
+  reads N lengths;
+* positions (sorted or not) cost O(their number): a gather of their lengths and their bits
+  set in a per-thread zeroed buffer, cleared after the query. A selective filter given as
+  positions never does an O(N) pass.
+
+``FilterSupport`` is built lazily, in memory, per index (nothing is added to the file
+format, so it serves a memory-mapped index as well): the length slices on the first
+filtered query, and per term on its first filtered use, per block of ``BLOCK_SIZE``
+postings the largest tf and the smallest document length, and for a term with a bitset
+row the row's rank directory (a document's place in the list in O(1)). From the first,
+``maxtf / (maxtf + k1 (1 - b + b minlen / avgdl'))`` bounds the tf factor of every posting
+of the block for any survivor avgdl', which lets the filtered kernel skip blocks and
+terms (MaxScore) exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .bm25_build import BLOCK_SIZE
+
+if TYPE_CHECKING:
+    from .bm25 import BM25Index
+
+RANK_WORDS = 8  # bitset words per rank-directory entry: one 64-byte cache line of a row
+FEW_SURVIVORS_DIV = 64  # survivors <= N / this: their positions go to the kernel (gallop, no scan)
+
+
+@dataclass(frozen=True)
+class Survivors:
+    """A filter's survivors as the filtered kernel reads them."""
+
+    n: int  # how many
+    total: int  # their summed length
+    bits: np.ndarray  # uint64 words, little bit order: the packed filter
+    positions: np.ndarray  # int64 ascending positions when few (<= N / FEW_SURVIVORS_DIV), else empty
+    scratch_set: np.ndarray | None  # positions whose bits must be cleared from the scratch after the query
+
+
+class FilterSupport:
+    """Lazily built, in-memory helpers of one index's filtered queries (thread-safe)."""
+
+    def __init__(self, ix: BM25Index) -> None:
+        self._ix = ix
+        self._lock = threading.Lock()
+        self._slices: np.ndarray | None = None
+        n_terms, n_blocks = len(ix.df), int(ix._bptr[-1])
+        self.done = np.zeros(n_terms, np.bool_)
+        # np.zeros maps untouched pages lazily: only the blocks of queried terms cost memory.
+        self.blk_tf = np.zeros(max(n_blocks, 1), np.uint32)
+        self.blk_len = np.zeros(max(n_blocks, 1), np.uint32)
+        self.t_maxtf = np.zeros(max(n_terms, 1), np.uint32)
+        self.t_minlen = np.zeros(max(n_terms, 1), np.uint32)
+        rows, words = ix._bits.shape if ix._bits.ndim == 2 else (0, 0)
+        self.rank_dir = np.zeros((max(rows, 1), words // RANK_WORDS + 1), np.uint32)
+        self.rank_done = np.zeros(max(rows, 1), np.bool_)
+
+    def slices(self) -> np.ndarray:
+        """Bit-sliced document lengths: row b is the bitset of documents whose length has bit
+        b set (uint64 words), so a mask's summed length is sum_b 2^b popcount(mask & row b)."""
+        if self._slices is None:
+            with self._lock:
+                if self._slices is None:
+                    self._slices = length_slices(self._ix._doc_len32)
+        return self._slices
+
+    def ensure_terms(self, kernels: Any, tids: np.ndarray) -> None:
+        """Block bounds of every term of ``tids`` that has none yet (a term's first filtered use)."""
+        if self.done[tids].all():
+            return
+        ix = self._ix
+        with self._lock:
+            for t in np.unique(tids).tolist():
+                if not self.done[t]:
+                    kernels.term_block_bounds(ix.indptr, ix.indices, ix.tf, ix._doc_len32, ix._bptr, t, BLOCK_SIZE,
+                                              self.blk_tf, self.blk_len)
+                    b0, b1 = int(ix._bptr[t]), int(ix._bptr[t + 1])
+                    if b1 > b0:
+                        self.t_maxtf[t] = self.blk_tf[b0:b1].max()
+                        self.t_minlen[t] = self.blk_len[b0:b1].min()
+                    row = int(ix._bit_row[t])
+                    if row >= 0 and not self.rank_done[row]:
+                        kernels.rank_directory(ix._bits[row], self.rank_dir[row])
+                        self.rank_done[row] = True
+                    self.done[t] = True  # after the arrays: a reader that sees it sees them
+
+
+def length_slices(doc_len: np.ndarray) -> np.ndarray:
+    """(bits of the longest length, ceil(N/64)) uint64: row b = the bitset of the documents
+    whose length has bit b set."""
+    n = len(doc_len)
+    words = (n + 63) // 64
+    top = int(doc_len.max()).bit_length() if n else 0
+    out = np.zeros((top, words), np.uint64)
+    pad = np.zeros(words * 64, np.bool_)
+    for b in range(top):
+        pad[:n] = (doc_len >> np.uint32(b)) & np.uint32(1)
+        out[b] = np.packbits(pad, bitorder="little").view(np.uint64)
+    return out
+
+
+def support(ix: BM25Index) -> FilterSupport:
+    """The index's ``FilterSupport``, created on its first filtered query."""
+    sup = ix.__dict__.get("_filter_support")
+    if sup is None:
+        with _CREATE_LOCK:
+            sup = ix.__dict__.get("_filter_support")
+            if sup is None:
+                sup = ix._filter_support = FilterSupport(ix)
+    return sup
+
+
+_CREATE_LOCK = threading.Lock()
+
+
+def prepare(ix: BM25Index, kernels: Any, candidates: np.ndarray, scratch: Any) -> Survivors:
+    """The survivors of ``candidates`` (a bool mask over the index positions, or positions).
+
+    Raises ValueError for a mask of the wrong length or a position outside the index.
+    """
+    n_docs = ix.n_docs
+    cand = np.asarray(candidates)
+    if cand.dtype == np.bool_:
+        if cand.shape != (n_docs,):
+            raise ValueError("candidate mask must have one entry per indexed document")
+        bits = scratch.mask_bits
+        n, total = kernels.pack_mask(cand[: n_docs // 8 * 8].view(np.uint64), cand, support(ix).slices(), bits)
+        if 0 < n <= n_docs // FEW_SURVIVORS_DIV:
+            pos = np.empty(n, np.int64)
+            kernels.bits_to_positions(bits, pos)
+        else:
+            pos = _NONE
+        return Survivors(int(n), int(total), bits, pos, None)
+    pos = _positions(cand)
+    bits = scratch.pos_bits
+    state, total = kernels.set_positions(pos, ix._doc_len32, bits)
+    if state != 0:
+        kernels.clear_bits(pos, bits)
+        if state == 2:
+            raise ValueError(f"candidate positions must lie in 0..{n_docs - 1}")
+        pos = np.unique(pos)  # unsorted or repeated: sort once, then set again
+        state, total = kernels.set_positions(pos, ix._doc_len32, bits)
+    n = len(pos)
+    few = pos if n <= n_docs // FEW_SURVIVORS_DIV else _NONE
+    return Survivors(n, int(total), bits, few, pos)
+
+
+def check(candidates: np.ndarray, n_docs: int) -> None:
+    """Raise what ``prepare`` raises for a malformed filter, without preparing it."""
+    cand = np.asarray(candidates)
+    if cand.dtype == np.bool_:
+        if cand.shape != (n_docs,):
+            raise ValueError("candidate mask must have one entry per indexed document")
+        return
+    pos = _positions(cand)
+    if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= n_docs):
+        raise ValueError(f"candidate positions must lie in 0..{n_docs - 1}")
+
+
+def _positions(cand: np.ndarray) -> np.ndarray:
+    """Integer positions as a contiguous int64 array (no copy when they already are)."""
+    if cand.ndim != 1 or not (np.issubdtype(cand.dtype, np.integer) or cand.size == 0):
+        raise ValueError("candidates must be a bool mask or a 1-d array of integer positions")
+    if cand.dtype == np.uint64 and cand.size and int(cand.max()) >= 2**63:
+        raise ValueError("candidate positions must lie in the index")
+    return np.ascontiguousarray(cand, np.int64)
+
+
+_NONE = np.zeros(0, np.int64)

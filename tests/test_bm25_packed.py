@@ -88,7 +88,7 @@ def test_packed_equals_plain_and_reference(tmp_path, kernel):
         assert np.array_equal(packed.get_scores(q), plain.get_scores(q))
         r_ids, r_scores = ref_top(q, docs, 10)
         res = packed.search(q, k=10)
-        assert res.ids.tolist() == r_ids and np.allsame(res.scores, r_scores, atol=1e-9, rtol=0)
+        assert res.ids.tolist() == r_ids and np.allclose(res.scores, r_scores, atol=1e-9, rtol=0)
     got = packed.search_batch(queries, k=10, threads=2)
     for q, r in zip(queries, got, strict=True):
         same(r, plain.search(q, k=10))
@@ -100,10 +100,16 @@ def test_packed_equals_plain_and_reference(tmp_path, kernel):
     assert packed.nbytes < plain.nbytes / 3
 
 
+@pytest.mark.parametrize("bitsets", [False, True])
 @pytest.mark.parametrize("keep", [0.5, 0.05, 0.001, 0.0001])
-def test_filtered_equality_at_every_selectivity(tmp_path, keep):
+def test_filtered_equality_at_every_selectivity(tmp_path, monkeypatch, keep, bitsets):
+    from ragspine_pipeline.retrieval.lexical import bm25
+
+    if bitsets:  # long lists get popcount bitsets (normally only from 65,536 docs)
+        monkeypatch.setattr(bm25, "BITSET_MIN_DOCS", 0)
     docs, queries = zipf_corpus(20_000, n_vocab=300, seed=2, max_len=25)
     packed, plain = publish_both(tmp_path, docs)
+    assert (packed._file.arrays["bits"].shape[0] > 0) == bitsets
     packed_np = open_index(packed.path, kernel="numpy")
     plain_np = open_index(plain.path, kernel="numpy")
     rng = np.random.default_rng(int(keep * 1e4))
@@ -115,7 +121,7 @@ def test_filtered_equality_at_every_selectivity(tmp_path, keep):
         same(res, plain.search(q, k=10, candidates=mask))
         same(packed_np.search(q, k=10, candidates=pos), plain_np.search(q, k=10, candidates=mask))
         r_ids, r_scores = ref_top(q, docs, 10, pos)  # N, df and avgdl over the survivors
-        assert res.ids.tolist() == r_ids and np.allsame(res.scores, r_scores, atol=1e-9, rtol=0)
+        assert res.ids.tolist() == r_ids and np.allclose(res.scores, r_scores, atol=1e-9, rtol=0)
         assert np.array_equal(packed.get_scores(q, mask), plain.get_scores(q, mask))
 
 
@@ -169,12 +175,12 @@ def test_packed_segments_keep_the_corpus_statistics(tmp_path):
     for q in queries:
         r_ids, r_scores = ref_top(q, docs, 10)
         got = seg.search(q, k=10)
-        assert got.ids.tolist() == r_ids and np.allsame(got.scores, r_scores, atol=1e-9, rtol=0)
+        assert got.ids.tolist() == r_ids and np.allclose(got.scores, r_scores, atol=1e-9, rtol=0)
     mask = np.random.default_rng(1).random(len(docs)) < 0.2
     for q in queries[:10]:
         r_ids, r_scores = ref_top(q, docs, 10, np.flatnonzero(mask))
         got = seg.search(q, k=10, candidates=mask)
-        assert got.ids.tolist() == r_ids and np.allsame(got.scores, r_scores, atol=1e-12, rtol=0)
+        assert got.ids.tolist() == r_ids and np.allclose(got.scores, r_scores, atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in SHARED_EVAL.iterdir() if (p / "corpus.jsonl").exists())
@@ -194,7 +200,7 @@ def test_every_shared_set_packed_equals_plain(tmp_path, name):
         same(packed.search(q, k=10, candidates=mask), plain.search(q, k=10, candidates=mask))
     for q in queries[:5]:
         r_ids, r_scores = ref_top(q, docs, 100)
-        assert np.allsame(packed.search(q, k=100).scores, r_scores, atol=1e-9, rtol=0)
+        assert np.allclose(packed.search(q, k=100).scores, r_scores, atol=1e-9, rtol=0)
 
 
 # --------------------------------------------------------------------- damage

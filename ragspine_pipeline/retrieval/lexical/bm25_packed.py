@@ -20,6 +20,8 @@ Arrays (names are the file's; ``B`` blocks, term t's blocks are ``bptr[t]:bptr[t
     blk_bmax    float64 [B]        exact max w of the block (block-max skipping)
     blk_maxtf, blk_minlen uint32 [B] max tf and min doc length of the block (filtered
                                    bounds: they bound w for any survivor avgdl)
+    bit_row     int32 [n_terms]    row of ``bits`` of the longest lists, or -1
+    bits        uint64 [rows, ceil(N/64)] their postings as bitsets (filtered survivor df)
     doc_len     uint32 [n_docs]
 
 A block of n postings holds n gap fields then n tf fields, each field run starting on a
@@ -45,11 +47,16 @@ from .bm25_build import BLOCK_SIZE
 from .bm25_raw import RawPostings
 from .bm25_reference import bm25_idf
 
+# Filtered queries: lists with df >= N / PACKED_BITSET_FRACTION (corpora from
+# bm25.BITSET_MIN_DOCS documents) also get a bitset row, so their survivor df is a popcount
+# instead of unpacking the list. Rows cost N/8 bytes each: a coarser cut than the plain
+# layout's N/16 keeps them to a few percent of a packed corpus.
+PACKED_BITSET_FRACTION = 8
 SLICE_BLOCKS = 1 << 14  # blocks encoded per slice (<= 2M postings, ~250 MB of temporaries)
 PAD_WORDS = 2  # zero words after the last block: a field read may touch the next word
 BLOCK_ARRAYS = ("blk_off", "blk_last", "blk_dbits", "blk_tbits", "blk_bmax", "blk_maxtf", "blk_minlen")
-TERM_ARRAYS = ("indptr", "bptr", "idf", "w_max")
-PACKED_ARRAYS = ("data", *BLOCK_ARRAYS, *TERM_ARRAYS, "doc_len")
+TERM_ARRAYS = ("indptr", "bptr", "idf", "w_max", "bit_row")
+PACKED_ARRAYS = ("data", *BLOCK_ARRAYS, *TERM_ARRAYS, "bits", "doc_len")
 
 
 def norm_of(doc_len: np.ndarray, k1: float, b: float, avgdl: float) -> np.ndarray:

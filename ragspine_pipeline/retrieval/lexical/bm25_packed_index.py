@@ -52,28 +52,31 @@ _POSTINGS_PER_THREAD = 50_000  # as BM25Index: batch work per extra thread
 _TABLE_MAX = 1 << 20  # longest document length the weight tables cover (8 MiB each at most)
 _LOCK = threading.Lock()
 _KERNELS: Any = None
+_FILTERED: Any = None
 _TRIED = False
 
 
 def load_packed_kernels() -> Any:
-    """The compiled packed kernels module (warmed), or None without numba."""
-    global _KERNELS, _TRIED
+    """The compiled packed kernels (``bm25_packed_kernels``, warmed; its filtered route is
+    ``bm25_packed_filtered``), or None without numba."""
+    global _KERNELS, _FILTERED, _TRIED
     if _TRIED:
         return _KERNELS
     with _LOCK:
         if not _TRIED:
             try:
+                from . import bm25_packed_filtered
                 from . import bm25_packed_kernels as kernels
 
-                _warm(kernels)
-                _KERNELS = kernels
+                _warm(kernels, bm25_packed_filtered)
+                _KERNELS, _FILTERED = kernels, bm25_packed_filtered
             except Exception:  # ImportError or a numba compile error: the numpy path
                 _KERNELS = None
             _TRIED = True
     return _KERNELS
 
 
-def _warm(kernels: Any) -> None:
+def _warm(kernels: Any, filtered: Any) -> None:
     """Compile every entry point for read-only arrays (what a mapping gives) on a tiny index."""
     from .bm25_packed import encode
     from .bm25_raw import RawPostings
@@ -82,7 +85,8 @@ def _warm(kernels: Any) -> None:
                       tf=np.array([1, 3], np.uint8), doc_len=np.array([1, 3], np.uint32), terms=["a"])
     enc = encode(raw, 1.5, 0.75)
     data = np.concatenate(list(enc.words()))
-    arrays = {"indptr": raw.indptr, "bptr": enc.bptr, "data": data, "doc_len": raw.doc_len, **enc.blocks}
+    arrays = {"indptr": raw.indptr, "bptr": enc.bptr, "data": data, "doc_len": raw.doc_len, **enc.blocks,
+              "bit_row": np.array([0], np.int32), "bits": np.full((1, 1), 3, np.uint64)}
     for a in arrays.values():
         a.setflags(write=False)
     pk = _pk_tuple(arrays)
@@ -93,17 +97,17 @@ def _warm(kernels: Any) -> None:
     for exhaustive in (0, 2):
         kernels.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
     kernels.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
-    bits, surv = np.zeros(1, np.uint8), np.zeros(2, np.int32)
-    kernels.prepare_mask(np.ones(2, np.bool_), raw.doc_len, bits, surv)
+    bits, surv = np.zeros(1, np.uint64), np.zeros(2, np.int32)
+    filtered.prepare_mask(np.ones(2, np.bool_), raw.doc_len, bits, surv)
     for s in (surv, surv[:0]):
-        kernels.search_filtered(pk, bits, s, 2, 4, q, wt, 1, acc, touched, enc.w_max, 2.0)
+        filtered.search_filtered(pk, bits, s, 2, 4, q, wt, 1, acc, touched, enc.w_max, 2.0)
     kernels.decode_term(pk, 0)
 
 
 def _pk_tuple(a: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
     """The kernels' ``pk`` tuple (order fixed by ``bm25_packed_kernels``)."""
     return (a["indptr"], a["bptr"], a["blk_last"], a["blk_off"], a["blk_dbits"], a["blk_tbits"],
-            a["blk_bmax"], a["data"], a["doc_len"], a["blk_maxtf"], a["blk_minlen"])
+            a["blk_bmax"], a["data"], a["doc_len"], a["blk_maxtf"], a["blk_minlen"], a["bit_row"], a["bits"])
 
 
 class _PackedFile(_MappedFile):
@@ -121,13 +125,17 @@ class _PackedFile(_MappedFile):
             a = self.arrays
             for name in ("indptr", "bptr"):
                 self.elems(name, t, t + 2)
-            for name in ("idf", "w_max"):
+            for name in ("idf", "w_max", "bit_row"):
                 self.elems(name, t, t + 1)
             b0, b1 = int(a["bptr"][t]), int(a["bptr"][t + 1])
             s, e = int(a["indptr"][t]), int(a["indptr"][t + 1])
+            row = int(a["bit_row"][t])
             if not (0 <= s <= e and b0 >= 0 and b1 - b0 == -(-(e - s) // BLOCK_SIZE)
-                    and b1 < len(a["blk_off"])):
+                    and b1 < len(a["blk_off"]) and -1 <= row < a["bits"].shape[0]):
                 raise CorruptIndexError(self.path, f"postings pointers of term {t} are out of range")
+            if row >= 0:
+                words = a["bits"].shape[1]
+                self.elems("bits", row * words, (row + 1) * words)
             for name in BLOCK_ARRAYS:
                 self.elems(name, b0, b1 + (name == "blk_off"))
             if b0 > 0:
@@ -307,11 +315,11 @@ class PackedBM25Index(MappedDocIds):
                                                    sc.acc, sc.touched, self._exhaustive_docs)
             return ScoredDocs(ids, scores)
         # Survivors' count, length and bits; their positions when few (galloped into lists).
-        bits = np.zeros((self.n_docs + 7) // 8, np.uint8)
+        bits = np.zeros((self.n_docs + 63) // 64, np.uint64)
         surv = np.empty(self.n_docs // 64, np.int32)
-        n, total = self._kernels.prepare_mask(mask, self._doc_len32, bits, surv)
+        n, total = self._filtered.prepare_mask(mask, self._doc_len32, bits, surv)
         surv = surv[:n] if n <= len(surv) else surv[:0]
-        ids, scores = self._kernels.search_filtered(self._pk, bits, surv, n, total, tids, self._weights(), int(k),
+        ids, scores = self._filtered.search_filtered(self._pk, bits, surv, n, total, tids, self._weights(), int(k),
                                                     sc.acc, sc.touched, self._w_max, self.avgdl)
         return ScoredDocs(ids, scores)
 
@@ -373,6 +381,8 @@ class PackedBM25Index(MappedDocIds):
               and np.array_equal(bp, block_pointers(ip)) and int(bp[-1]) == n_blocks
               and all(len(a[x]) == n_blocks + (x == "blk_off") for x in BLOCK_ARRAYS)
               and len(a["idf"]) == nt and len(a["w_max"]) == nt and int(a["blk_off"][0]) == 0
+              and len(a["bit_row"]) == nt and a["bits"].shape[1] == (n + 63) // 64
+              and bool((a["bit_row"] >= -1).all()) and bool((a["bit_row"] < a["bits"].shape[0]).all())
               and int(a["blk_off"][-1]) == len(a["data"]) - PAD_WORDS and not a["data"][-PAD_WORDS:].any())
         ok = ok and tables_ok(f)
         if not ok:
@@ -389,6 +399,11 @@ class PackedBM25Index(MappedDocIds):
             w_max[nonempty] = np.maximum.reduceat(a["blk_bmax"], bp[nonempty])
         if not np.array_equal(w_max, a["w_max"]):
             raise CorruptIndexError(self.path, "term max weights do not match the block maxima")
+        for t in np.flatnonzero(a["bit_row"] >= 0).tolist():
+            row = np.zeros(a["bits"].shape[1] * 64, np.bool_)
+            row[decode_term(pk, t)[0]] = True
+            if not np.array_equal(np.packbits(row, bitorder="little").view(np.uint64), a["bits"][a["bit_row"][t]]):
+                raise CorruptIndexError(self.path, f"bitset of term {t} does not match its postings")
         f.term_ok[:] = True
         self.vocab._table_ok = True
 
@@ -422,6 +437,7 @@ def open_packed(path: Path, buf: np.ndarray, toc: Toc, *, kernel: str = "auto") 
         if name in a:
             setattr(ix, f"_{name}", a[name])
     ix._kernels = None if kernel == "numpy" else load_packed_kernels()
+    ix._filtered = None if ix._kernels is None else _FILTERED
     if kernel == "numba" and ix._kernels is None:
         raise RuntimeError("kernel='numba' needs numba, which could not be imported or compiled "
                            "(pip install 'numba>=0.60')")

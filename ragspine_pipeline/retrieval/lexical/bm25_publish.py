@@ -23,10 +23,10 @@ import numpy as np
 
 from . import bm25
 from .bm25 import BM25Index
-from .bm25_build import postings_from_raw
+from .bm25_build import bitsets, postings_from_raw
 from .bm25_format import ChunkedArray, CorruptIndexError, strings_to_blob, vocab_arrays, write_file
 from .bm25_mapped import open_index
-from .bm25_packed import encode
+from .bm25_packed import PACKED_BITSET_FRACTION, encode
 from .bm25_raw import PACKED, PLAIN, RawPostings, choose_layout
 
 
@@ -130,7 +130,11 @@ def write_packed(raw: RawPostings, path: str | os.PathLike[str], *, k1: float, b
     # data first: its generator fills the block arrays and w_max written after it.
     arrays: dict[str, np.ndarray | ChunkedArray] = {"data": ChunkedArray("<u4", enc.words())}
     arrays.update(enc.blocks)
-    arrays.update(indptr=np.asarray(raw.indptr, np.int64), bptr=enc.bptr, idf=enc.idf, w_max=enc.w_max,
+    indptr = np.asarray(raw.indptr, np.int64)
+    df = np.diff(indptr)
+    bit_row, bits = bitsets(indptr, raw.indices, np.where(df * PACKED_BITSET_FRACTION >= raw.n_docs, df, 0),
+                            raw.n_docs, bm25.BITSET_MIN_DOCS)
+    arrays.update(indptr=indptr, bptr=enc.bptr, idf=enc.idf, w_max=enc.w_max, bit_row=bit_row, bits=bits,
                   doc_len=doc_len)
     arrays.update(vocab_arrays(_raw_vocab(raw)))
     arrays.update(extras)

@@ -267,6 +267,17 @@ def test_workers_that_keep_dying_fail_the_step_and_publish_nothing(tmp_path: Pat
     assert VersionedTables(tmp_path / "wh").versions(EMBEDDINGS, "acme_reports") == []
 
 
+def test_executor_setting_is_checked_and_local_needs_no_ray(tmp_path: Path) -> None:
+    from ragspine_pipeline.settings import SettingsError
+    from resources import WarehouseResource
+
+    assert WarehouseResource(executor="ray").executor_name() == "ray"
+    with pytest.raises(SettingsError, match="RAGSPINE_EXECUTOR"):
+        WarehouseResource(executor="spark").executor_name()
+    steps = build(tmp_path / "wh", DEMO_ROOT, ["acme_reports"], "local")["acme_reports"]
+    assert not [k for s in ("chunks", "embeddings") for k in steps[s] if k.startswith("ray_") or k == "executor"]
+
+
 def _synthetic_corpus(folder: Path, n: int) -> None:
     """``n`` short markdown documents with varied lengths and labels, deterministic."""
     import random

@@ -25,6 +25,7 @@ from .. import settings
 from .config import ScaleUnavailable, ray_workers, require_ray
 
 OBJECT_STORE_BYTES = 256 * 1024 * 1024
+START_ATTEMPTS = 2  # Ray gives its raylet a fixed 30 s to register: a busy machine can miss it once
 
 
 @dataclass(frozen=True)
@@ -68,18 +69,30 @@ def ray_cluster(workers: int | None = None, *, address: str | None = None) -> It
         return
     target = address or os.environ.get("RAY_ADDRESS") or None
     t0 = time.perf_counter()
-    try:
-        if target:
-            ray.init(address=target, log_to_driver=False)
-        else:
-            ray.init(num_cpus=ray_workers(workers), include_dashboard=False,
-                     object_store_memory=OBJECT_STORE_BYTES, log_to_driver=False)
-    except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; all mean "no cluster"
-        where = f"the Ray cluster at {target}" if target else "a local Ray cluster"
-        raise ScaleUnavailable(f"could not start or reach {where}: {type(exc).__name__}: {exc}") from exc
+    _connect(ray, target, workers)
     try:
         info = ClusterInfo(_gcs_address(ray), _workers_on(ray, workers) if target else ray_workers(workers),
                            started=not target, startup_s=time.perf_counter() - t0)
         yield info
     finally:
         ray.shutdown()  # stops a cluster this call started; only disconnects from RAY_ADDRESS
+
+
+def _connect(ray: Any, target: str | None, workers: int | None) -> None:
+    """``ray.init``: connect to ``target``, else start a local cluster (a second attempt
+    after a failed start); every failure is ``ScaleUnavailable`` naming the cluster."""
+    where = f"the Ray cluster at {target}" if target else "a local Ray cluster"
+    attempts = 1 if target else START_ATTEMPTS
+    for attempt in range(1, attempts + 1):
+        try:
+            if target:
+                ray.init(address=target, log_to_driver=False)
+            else:
+                ray.init(num_cpus=ray_workers(workers), include_dashboard=False,
+                         object_store_memory=OBJECT_STORE_BYTES, log_to_driver=False)
+            return
+        except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; all mean "no cluster"
+            ray.shutdown()  # whatever the failed start left running
+            if attempt == attempts:
+                raise ScaleUnavailable(f"could not start or reach {where} ({attempts} attempt(s)): "
+                                       f"{type(exc).__name__}: {exc}") from exc

@@ -292,3 +292,39 @@ def test_inner_served_demo_over_http(ray_cluster: Any, tmp_path: Path) -> None:
             time.sleep(0.1)
     finally:
         SV.shutdown()
+
+
+# ------------------------------------------------------------------ without Ray
+def test_buckets_are_assigned_round_robin_and_too_many_shards_is_a_clear_error() -> None:
+    from ragspine_pipeline.scale.shards import assign_buckets
+
+    assert assign_buckets(4, 1) == [(0, 1, 2, 3)]
+    assert assign_buckets(4, 2) == [(0, 2), (1, 3)]
+    assert assign_buckets(5, 4) == [(0, 4), (1,), (2,), (3,)]
+    with pytest.raises(ValueError, match="RAGSPINE_BM25_BUCKETS >= 4"):
+        assign_buckets(2, 4)
+
+
+def test_a_bucket_layout_holds_every_chunk_once(tmp_path: Path) -> None:
+    """write_layout from a built index, then the shards' segments: a partition of the
+    corpus positions whose recorded ids are the chunks at those positions."""
+    from ragspine_pipeline.scale.shards import BM25Shard, ids_digest, write_layout
+
+    chunks, _ = _synthetic(300)
+    single = _retriever(chunks)
+    ids = [c.chunk_id for c in single.chunks]
+    write_layout(tmp_path, single.index, ids, 3)
+    parts = [BM25Shard(str(tmp_path), b).describe() for b in ([0, 2], [1])]
+    held = np.sort(np.concatenate([p["positions"] for p in parts]))
+    assert np.array_equal(held, np.arange(len(ids)))
+    for p in parts:
+        assert p["ids_digest"] == ids_digest([ids[i] for i in p["positions"].tolist()])
+
+
+def test_serve_refuses_shard_flags_without_ray(capsys: pytest.CaptureFixture[str]) -> None:
+    from ragspine_pipeline.service.main import serve_main
+
+    assert serve_main(["--shards", "2"]) == 2
+    assert "--shards: only with --ray" in capsys.readouterr().err
+    assert serve_main(["--ray", "--workers", "2"]) == 2
+    assert "--workers: not with --ray" in capsys.readouterr().err

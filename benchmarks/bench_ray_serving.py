@@ -9,7 +9,7 @@ Steps (``--steps``, default both):
   worker), and ``serve --ray`` with S = 1, 2, 4 shards (one replica); beside them, the
   same queries in-process (``open_published_retriever``). p50/p95 ms and qps per
   configuration, and RSS/PSS/USS of every shard process (``/proc/PID/smaps_rollup``).
-- ``faults``: the demo warehouse on Ray Serve with S = 2; ``--clients`` clients send the
+- ``faults``: the demo warehouse published in 2 hash buckets, on Ray Serve with S = 2; ``--clients`` clients send the
   golden queries for ``--duration`` seconds while one shard of a library is killed with
   SIGKILL at ``--kill-at`` s. Every response must be a 200 equal to the single-process
   service's answer (BM25 and fused scores to 1e-9, float32 cosines to 1e-6) or a 503
@@ -274,14 +274,18 @@ def run_faults(duration: float, clients: int, kill_at: float) -> dict[str, Any]:
     from ragspine_pipeline.scale import serve as SV
     from ragspine_pipeline.service.app import create_app
 
-    wh, _, queries = build_demo(CACHE / "demo")
+    os.environ["RAGSPINE_BM25_BUCKETS"] = "2"  # published in 2 buckets: each shard maps its published one
+    try:
+        wh, _, queries = build_demo(CACHE / "demo")
+    finally:
+        del os.environ["RAGSPINE_BM25_BUCKETS"]
     bodies = [{"query": q["query"], "filters": q["filters"], "top_k": 10, "mode": m} for q in queries
               for m in ("bm25", None)]
     with TestClient(create_app(wh)) as single:
         while single.get("/readyz").status_code != 200:
             time.sleep(0.05)
         expected = [single.post("/v1/search", json=b).json() for b in bodies]
-    SV.deploy(SV.config_from(wh, shards=2, port=RAY_PORT, layout_root=str(CACHE / "demo_layout"), timeout_s=2.0))
+    SV.deploy(SV.config_from(wh, shards=2, port=RAY_PORT, timeout_s=2.0))
     try:
         base = f"http://127.0.0.1:{RAY_PORT}"
         with httpx.Client(base_url=base, timeout=60) as c:

@@ -244,9 +244,14 @@ def test_inner_served_demo_over_http(ray_cluster: Any, tmp_path: Path) -> None:
     from ragspine_pipeline.warehouse.chunk_tables import active_chunks
     from ragspine_pipeline.warehouse.versioned import VersionedTables
 
-    wh, _ = build_warehouse(tmp_path)
+    # Published in 2 hash buckets: the shards map the published segments (the production path).
+    os.environ["RAGSPINE_BM25_BUCKETS"] = "2"
+    try:
+        wh, _ = build_warehouse(tmp_path)
+    finally:
+        del os.environ["RAGSPINE_BM25_BUCKETS"]
     queries = [{"query": g["query"], "filters": g.get("filters")} for g in load_golden(DEMO_ROOT / "golden_queries.json")]
-    SV.deploy(SV.config_from(wh, shards=2, port=8000, timeout_s=2.0, layout_root=str(tmp_path / "layout")))
+    SV.deploy(SV.config_from(wh, shards=2, port=8000, timeout_s=2.0))
     try:
         client = httpx.Client(base_url="http://127.0.0.1:8000", timeout=60)
         wait_ready(client.get, timeout_s=120)

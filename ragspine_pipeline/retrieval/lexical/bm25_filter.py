@@ -149,16 +149,18 @@ def prepare(ix: BM25Index, kernels: Any, candidates: np.ndarray, scratch: Any) -
         return Survivors(int(n), int(total), bits, pos, None)
     pos = _positions(cand)
     bits = scratch.pos_bits
-    state, total = kernels.set_positions(pos, ix._doc_len32, bits)
+    gather = len(pos) <= n_docs // FEW_SURVIVORS_DIV
+    state, total = kernels.set_positions(pos, ix._doc_len32, bits, gather)
     if state != 0:
         kernels.clear_bits(pos, bits)
         if state == 2:
             raise ValueError(f"candidate positions must lie in 0..{n_docs - 1}")
         pos = np.unique(pos)  # unsorted or repeated: sort once, then set again
-        state, total = kernels.set_positions(pos, ix._doc_len32, bits)
-    n = len(pos)
-    few = pos if n <= n_docs // FEW_SURVIVORS_DIV else _NONE
-    return Survivors(n, int(total), bits, few, pos)
+        gather = len(pos) <= n_docs // FEW_SURVIVORS_DIV
+        state, total = kernels.set_positions(pos, ix._doc_len32, bits, gather)
+    if not gather:
+        total = kernels.sliced_total(bits, support(ix).slices())
+    return Survivors(len(pos), int(total), bits, pos if gather else _NONE, pos)
 
 
 def check(candidates: np.ndarray, n_docs: int) -> None:

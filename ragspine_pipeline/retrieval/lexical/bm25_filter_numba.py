@@ -69,6 +69,12 @@ def pack_mask(words, mask, slices, bits):
                 x |= np.uint64(1) << np.uint64(d - w * 64)
         bits[w] = x
         n += popcount64(x)
+    return n, sliced_total(bits, slices)
+
+
+@njit(cache=True, nogil=True)
+def sliced_total(bits, slices):
+    """Summed length of the documents set in ``bits``: sum_s 2^s popcount(bits & slices[s])."""
     total = 0
     for s in range(slices.shape[0]):
         row = slices[s]
@@ -76,7 +82,7 @@ def pack_mask(words, mask, slices, bits):
         for w in range(bits.shape[0]):
             c += popcount64(bits[w] & row[w])
         total += c << s
-    return n, total
+    return total
 
 
 @njit(cache=True, nogil=True)
@@ -94,11 +100,13 @@ def bits_to_positions(bits, out):
 
 
 @njit(cache=True, nogil=True)
-def set_positions(pos, doc_len, bits):
+def set_positions(pos, doc_len, bits, gather):
     """Set the bits of positions in a zeroed buffer, in one pass that also checks them:
-    (state, their summed length). state 0: strictly ascending, all set; 1: in range but
-    not strictly ascending (the caller sorts, clears and sets again: a repeat would count
-    twice); 2: a position outside the index (nothing past it is set; the caller clears)."""
+    (state, their summed length when ``gather``, else 0). state 0: strictly ascending, all
+    set; 1: in range but not strictly ascending (the caller sorts, clears and sets again:
+    a repeat would count twice); 2: a position outside the index (nothing past it is set;
+    the caller clears). Gathering lengths reads a cache line per position; for many
+    positions the caller sums them from the bits instead (``sliced_total``)."""
     n_docs = doc_len.shape[0]
     total = 0
     state = 0
@@ -111,7 +119,8 @@ def set_positions(pos, doc_len, bits):
             state = 1
         prev = d
         bits[d >> 6] |= np.uint64(1) << np.uint64(d & 63)
-        total += np.int64(doc_len[d])
+        if gather:
+            total += np.int64(doc_len[d])
     return state, total
 
 

@@ -59,6 +59,7 @@ class Kernels:
     pack_mask: Any
     bits_to_positions: Any
     set_positions: Any
+    sliced_total: Any
     clear_bits: Any
     term_block_bounds: Any
     rank_directory: Any
@@ -69,7 +70,8 @@ def _compile() -> Kernels:
     from . import bm25_numba as nb
 
     return Kernels(nb.search_one, nb.search_batch, nb.search_filtered, fp.pack_mask, fp.bits_to_positions,
-                   fp.set_positions, fp.clear_bits, fp.term_block_bounds, fp.rank_directory)
+                   fp.set_positions, fp.sliced_total, fp.clear_bits, fp.term_block_bounds,
+                   fp.rank_directory)
 
 
 def _warm(k: Kernels) -> None:
@@ -90,7 +92,9 @@ def _warm(k: Kernels) -> None:
     n, total = k.pack_mask(np.zeros(0, np.uint64), mask, slices, bits)
     surv = np.zeros(1, np.int64)
     k.bits_to_positions(bits, surv)
-    k.set_positions(surv, doc_len, bits)
+    for gather in (True, False):
+        k.set_positions(surv, doc_len, bits, gather)
+    k.sliced_total(bits, slices)
     k.clear_bits(surv, bits)
     blk_tf, blk_len = np.zeros(1, np.uint32), np.zeros(1, np.uint32)
     # tf is uint8 on nearly every corpus (wider widths compile on first use, then cached).

@@ -7,7 +7,6 @@ import pyarrow as pa
 import pytest
 
 from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
-from ragspine_pipeline.retrieval.lexical import bm25_publish
 from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
 from ragspine_pipeline.retrieval.lexical.bm25_build import count_postings
 from ragspine_pipeline.retrieval.lexical.bm25_format import IndexFormatError
@@ -29,7 +28,7 @@ from ragspine_pipeline.warehouse.lexical_files import (
 )
 
 LIST = pa.list_(pa.string())
-LAYOUTS = ["plain"] + (["packed"] if hasattr(bm25_publish, "write_layout") else [])
+LAYOUTS = ["plain", "packed"]
 
 
 def zipf_docs(n: int, vocab: int = 400, seed: int = 0, max_len: int = 30) -> list[list[str]]:

@@ -32,6 +32,7 @@ import numpy as np
 from .bm25 import candidate_mask
 from .bm25_format import CorruptIndexError, doc_bucket, strings_to_blob
 from .bm25_mapped import MappedBM25Index, open_index
+from .bm25_publish import write_layout
 from .bm25_raw import choose_layout
 from .bm25_reference import DEFAULT_B, DEFAULT_K1, bm25_idf
 from .bm25_stream_build import (
@@ -40,7 +41,6 @@ from .bm25_stream_build import (
     StreamCounter,
     peak_rss_mib,
     split_buckets,
-    write_raw,
 )
 from .bm25_topk import ScoredDocs, empty_scored, top_k
 
@@ -90,7 +90,7 @@ def write_segments_stream(folder: str | os.PathLike[str], batches: Iterable[Batc
         chosen = choose_layout(raw.n_postings, layout)
         paths = []
         for bk, (part, pos) in enumerate(split_buckets(raw, bucket_of, buckets, tmp_dir, kernel=kernel)):
-            paths.append(write_raw(part, folder / segment_name(bk, buckets), layout=chosen, k1=float(k1), b=float(b),
+            paths.append(write_layout(part, folder / segment_name(bk, buckets), layout=chosen, k1=float(k1), b=float(b),
                                    doc_ids=[doc_ids[i] for i in pos.tolist()], bucket=bk, buckets=buckets,
                                    global_pos=pos))
             del part

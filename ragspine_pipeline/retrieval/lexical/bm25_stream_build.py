@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .bm25_build import tf_dtype
+from .bm25_publish import write_layout
 from .bm25_raw import RawPostings, build_memory_budget, choose_layout
 from .bm25_stream_kernels import kernels
 
@@ -424,30 +425,6 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def write_raw(raw: RawPostings, path: Path, *, layout: str, k1: float, b: float,
-              doc_ids: Sequence[str] | None = None, bucket: int = 0, buckets: int = 1,
-              global_pos: np.ndarray | None = None) -> Path:
-    """Publish counted postings in ``layout`` (atomic, verified); a hash-bucket segment
-    gives its bucket, the bucket count and its documents' corpus positions (its corpus
-    statistics are ``raw``'s ``corpus_*``)."""
-    from . import bm25_publish
-
-    segment = {"bucket": bucket, "buckets": buckets, "global_pos": global_pos}
-    write_layout = getattr(bm25_publish, "write_layout", None)
-    if write_layout is not None:
-        return write_layout(raw, path, layout=layout, k1=k1, b=b, doc_ids=doc_ids, **segment)
-    if layout != "plain":
-        raise NotImplementedError(f"the {layout} layout has no writer in this build (bm25_publish.write_layout)")
-    from . import bm25
-    from .bm25_build import postings_from_raw
-
-    index = bm25.BM25Index.from_postings(postings_from_raw(raw, k1, b, bm25.BITSET_MIN_DOCS),
-                                         dict(zip(raw.terms, range(raw.n_terms), strict=True)),
-                                         k1=k1, b=b, kernel="numpy")
-    corpus = (0, 0) if raw.corpus_docs is None else (raw.corpus_docs, raw.corpus_len or 0)
-    return bm25_publish.write_index(index, path, doc_ids=doc_ids, corpus=corpus, **segment)
-
-
 def build_index_file(batches: Iterable[Batch], path: str | os.PathLike[str], *, k1: float, b: float,
                      doc_ids: Sequence[str] | None = None, layout: str | None = None, memory_mib: int | None = None,
                      tmp_dir: str | os.PathLike[str] | None = None, kernel: str = "auto") -> BuildReport:
@@ -470,7 +447,7 @@ def build_index_file(batches: Iterable[Batch], path: str | os.PathLike[str], *, 
         if doc_ids is not None and len(doc_ids) != raw.n_docs:
             raise ValueError(f"{len(doc_ids)} doc ids for {raw.n_docs} documents")
         chosen = choose_layout(raw.n_postings, layout)
-        write_raw(raw, path, layout=chosen, k1=k1, b=b, doc_ids=doc_ids)
+        write_layout(raw, path, layout=chosen, k1=k1, b=b, doc_ids=doc_ids)
         report = BuildReport(docs=raw.n_docs, postings=raw.n_postings, terms=raw.n_terms, layout=chosen,
                              bytes=path.stat().st_size, seconds=round(time.perf_counter() - t0, 3),
                              count_seconds=round(t_count, 3), runs=len(counter.runs), peak_rss_mib=round(peak_rss_mib(), 1),

@@ -337,12 +337,16 @@ def run_faults(duration: float, clients: int, kill_at: float) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ report
-def write_results(out: Path, res: dict[str, Any], command: str) -> list[Path]:
+def write_results(out: Path, res: dict[str, Any]) -> list[Path]:
     machine = (f"{os.cpu_count()} CPUs shared by the load client, the Ray cluster (GCS, raylet, Serve proxy and "
                f"controller, replica, shards) and other work; load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
                f"at the end; Python {platform.python_version()}")
-    lines = ["# Service on Ray Serve: sharded exact serving (issue 30)", "", f"Command: `{command}`", "",
-             f"Machine: {machine}.", ""]
+    js = out / "ray_serving.json"
+    if js.exists():  # a run of one step keeps the other step's committed section
+        old = json.loads(js.read_text(encoding="utf-8"))
+        res = {**{k: v for k, v in old.items() if k in ("latency", "faults")}, **res}
+    lines = ["# Service on Ray Serve: sharded exact serving (issue 30)", "",
+             f"Machine (last run): {machine}.", ""]
     lat = res.get("latency")
     if lat:
         lines += [f"## Latency over HTTP, {lat['library']} (252,930 chunks, BM25-only; 250k instead of 1M to fit "
@@ -350,6 +354,7 @@ def write_results(out: Path, res: dict[str, Any], command: str) -> list[Path]:
                   f"One client, the {lat['queries']} SciFact test queries x {lat['rounds']}, top_k 10, mode bm25. "
                   "Ray rows: `serve --ray --shards S` (1 replica), the library laid out in 4 hash buckets "
                   "(a shard maps 4/S of them). Ratio: p50 over the single-process service's.", "",
+                  f"Command: `{lat['command']}`", "",
                   "| configuration | p50 ms | p95 ms | qps | errors | p50 ratio |", "|---|---|---|---|---|---|"]
         base = lat["single_service"]["p50_ms"]
         for key, label in [("in_process", "in-process (open_published_retriever)"),
@@ -373,7 +378,7 @@ def write_results(out: Path, res: dict[str, Any], command: str) -> list[Path]:
                   f"Demo warehouse on Ray Serve, S = 2, {f['clients']} clients for {f['duration_s']:g} s, the golden "
                   f"queries in bm25 and hybrid mode; one acme_reports shard SIGKILLed at {f['kill_at_s']:g} s. "
                   "Exact: equal to the single-process service's answer (BM25/fused scores to 1e-9, cosines 1e-6).",
-                  "", "| requests | 200 exact | 200 not exact | 503 | 503 without a clear message | other | "
+                  "", f"Command: `{f['command']}`", "", "| requests | 200 exact | 200 not exact | 503 | 503 without a clear message | other | "
                   "error window s (from start) | window length s | shard answering again after s | "
                   "p50 / max ms |",
                   "|---|---|---|---|---|---|---|---|---|---|",
@@ -386,9 +391,8 @@ def write_results(out: Path, res: dict[str, Any], command: str) -> list[Path]:
         if f.get("example_503"):
             lines += [f"A 503's message: \"{f['example_503']}\"", ""]
     md = out / "ray_serving.md"
-    js = out / "ray_serving.json"
     md.write_text("\n".join(lines), encoding="utf-8")
-    js.write_text(json.dumps({"command": command, **res}, indent=2), encoding="utf-8")
+    js.write_text(json.dumps(res, indent=2), encoding="utf-8")
     return [js, md]
 
 
@@ -418,14 +422,16 @@ def main() -> None:
     from ragspine_pipeline.scale.serve import ensure_ray
 
     ensure_ray()
+    command = ("nice -n 10 python -m benchmarks.bench_ray_serving " + " ".join(sys.argv[1:])).strip()
     res: dict[str, Any] = {}
     if "faults" in steps:
-        res["faults"] = run_faults(args.duration, args.clients, args.kill_at)
+        res["faults"] = {"command": command, **run_faults(args.duration, args.clients, args.kill_at)}
         print(f"  faults: {res['faults']}", file=sys.stderr)
+        say_written(write_results(out, res))
     if "latency" in steps:
-        res["latency"] = run_latency(data, args.rounds, [int(x) for x in args.shards.split(",")])
-    command = "nice -n 10 python -m benchmarks.bench_ray_serving " + " ".join(sys.argv[1:])
-    say_written(write_results(out, res, command.strip()))
+        res["latency"] = {"command": command,
+                          **run_latency(data, args.rounds, [int(x) for x in args.shards.split(",")])}
+        say_written(write_results(out, res))
 
 
 def _quote(s: str) -> str:

@@ -178,8 +178,9 @@ def warehouse_corpus(n: int = 400, seed: int = 0):
 def test_warehouse_round_trip(tmp_path, buckets, arrow):
     chunks, tokens = warehouse_corpus()
     ids = [c.chunk_id for c in chunks]
-    meta = write_bm25_file(tmp_path, pa.array(ids) if arrow else ids,
-                           pa.chunked_array([pa.array(tokens, LIST)]) if arrow else tokens, buckets=buckets)
+    arrow_tokens = pa.chunked_array([pa.array(tokens[i:i + 150], LIST) for i in range(0, len(tokens), 150)])
+    meta = write_bm25_file(tmp_path, pa.array(ids) if arrow else ids, arrow_tokens if arrow else tokens,
+                           buckets=buckets)
     assert meta["bm25_buckets"] == buckets and meta["bm25_docs"] == len(chunks)
     assert bm25_file(tmp_path).name == (meta["bm25_file"])
     assert (bm25_file(tmp_path).name == BM25_SEGMENTS) == (buckets > 1)

@@ -95,9 +95,24 @@ def _batches(docs_tokens: Batch, order: np.ndarray) -> Iterator[Batch]:
     for lo in range(0, len(order), BATCH_DOCS):
         idx = order[lo:lo + BATCH_DOCS]
         if arrow:
-            yield docs_tokens.slice(lo, len(idx)) if in_order else docs_tokens.take(pa.array(idx))
+            yield docs_tokens.slice(lo, len(idx)) if in_order else _take_rows(docs_tokens, idx)
         else:
             yield [docs_tokens[i] for i in idx.tolist()]
+
+
+def _take_rows(tokens: pa.Array | pa.ChunkedArray, idx: np.ndarray) -> pa.Array:
+    """Rows ``idx`` of ``tokens``, each chunk taking only its own rows (a ChunkedArray's
+    own take may concatenate every chunk first: a copy of the whole column per batch)."""
+    if isinstance(tokens, pa.Array):
+        return tokens.take(pa.array(idx))
+    starts = np.cumsum([0] + [len(c) for c in tokens.chunks])
+    which = np.searchsorted(starts, idx, side="right") - 1
+    order = np.argsort(which, kind="stable")
+    rows, chunk = idx[order], which[order]
+    cuts = np.searchsorted(chunk, np.arange(tokens.num_chunks + 1))
+    parts = [tokens.chunk(c).take(pa.array(rows[cuts[c]:cuts[c + 1]] - starts[c]))
+             for c in range(tokens.num_chunks) if cuts[c + 1] > cuts[c]]
+    return pa.concat_arrays(parts).take(pa.array(np.argsort(order)))
 
 
 def bm25_file(version_dir: str | Path) -> Path | None:

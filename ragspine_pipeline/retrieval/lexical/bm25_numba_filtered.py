@@ -148,8 +148,8 @@ def _first_term_blocks(t, sc, rest, grow, indptr, indices, tf, doc_len, bits, bp
 def _score_term(t, mode, sc, g_lo, dft, g_doc, g_tf, indptr, indices, tf, doc_len, bits, surv, n, term_bits, bit_row,
                 rank_dir, coin, k1, kb, bavg, acc, touched, n_t, top1):
     """Every surviving posting of term t into acc (an essential term): from its gathered
-    postings (mode 1), by rank over the few survivors (mode 2), or by a scan of its list.
-    Returns (n_t, top1)."""
+    postings (mode 1), by rank over the few survivors (mode 2) or over the set bits of
+    (filter & its bitset row) (mode 3), or by a scan of its list. Returns (n_t, top1)."""
     if mode == 1:
         for q in range(g_lo, g_lo + dft):
             d = g_doc[q]
@@ -163,6 +163,19 @@ def _score_term(t, mode, sc, g_lo, dft, g_doc, g_tf, indptr, indices, tf, doc_le
             if _alive64(row, d):
                 f = np.float64(tf[s0 + rank(row, rdir, d)])
                 n_t, top1 = _add(acc, touched, n_t, top1, d, _w(sc, f, k1, kb, bavg, doc_len[d]))
+    elif mode == 3:
+        row = term_bits[bit_row[t]]
+        s0 = indptr[t]
+        for w in range(bits.shape[0]):  # s0 + run: the list position of word w's first doc
+            x = bits[w] & row[w]
+            r = row[w]
+            while x != 0:
+                low = x & (~x + np.uint64(1))
+                d = w * 64 + popcount64(low - np.uint64(1))
+                f = np.float64(tf[s0 + popcount64(r & (low - np.uint64(1)))])
+                n_t, top1 = _add(acc, touched, n_t, top1, d, _w(sc, f, k1, kb, bavg, doc_len[d]))
+                x ^= low
+            s0 += popcount64(r)
     elif coin:
         n_t, top1 = _scan_branchless(indptr[t], indptr[t + 1], indices, tf, doc_len, bits, sc, k1, kb, bavg, acc,
                                      touched, n_t, top1)
@@ -264,35 +277,50 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
     coin = 5 * n >= acc.shape[0] and 10 * n <= 9 * acc.shape[0]
     ut, mult, _first = _distinct(qtids)
     nu = ut.shape[0]
-    # mode: 0 scan the list, 1 gathered by galloping (g_doc, g_tf), 2 by rank over the survivors.
+    # How each term's surviving postings are read (its survivor df comes on the way or by
+    # popcount): 0 scan its list; 1 gathered into (g_doc, g_tf) once, by galloping the few
+    # survivors into it or by one branchless pass over it, then read from there; 2 by rank
+    # of each of the few survivors in its bitset row; 3 by rank of each set bit of
+    # (filter & its bitset row). A broad filter (over a quarter of the corpus) scans.
+    broad = 4 * n > acc.shape[0]
     dfs = np.zeros(nu, np.int64)
     mode = np.zeros(nu, np.int64)
     cap = 0
     for y in range(nu):
         t = ut[y]
         df = indptr[t + 1] - indptr[t]
-        if few and bit_row[t] >= 0 and n * _RANK_MIN < df:
-            mode[y] = 2
-        elif few and bit_row[t] < 0 and n * _GALLOP_MIN < df:
+        if bit_row[t] >= 0:
+            if few and n * _RANK_MIN < df:
+                mode[y] = 2
+            elif not broad:
+                mode[y] = 3
+        elif (few and n * _GALLOP_MIN < df) or not broad:
             mode[y] = 1
-            cap += min(df, n)
+            cap += min(df, n) + 1
     g_doc = np.empty(cap, np.int32)
     g_tf = np.empty(cap, np.float64)
     g_lo = np.zeros(nu, np.int64)
     g = 0
-    at = np.empty(n if cap else 0, np.int64)
+    at = np.empty(n if few and cap else 0, np.int64)
     for y in range(nu):
         t = ut[y]
         s0 = indptr[t]
         e0 = indptr[t + 1]
         if mode[y] == 1:
             g_lo[y] = g
-            _gallop_each(indices, s0, e0, surv, n, at)
-            for x in range(n):
-                if at[x] >= 0:
-                    g_doc[g] = surv[x]
-                    g_tf[g] = tf[at[x]]
-                    g += 1
+            if few and n * _GALLOP_MIN < e0 - s0:
+                _gallop_each(indices, s0, e0, surv, n, at)
+                for x in range(n):
+                    if at[x] >= 0:
+                        g_doc[g] = surv[x]
+                        g_tf[g] = tf[at[x]]
+                        g += 1
+            else:
+                for p in range(s0, e0):  # write every posting, keep the survivors
+                    d = indices[p]
+                    g_doc[g] = d
+                    g_tf[g] = tf[p]
+                    g += np.int64(_alive64(bits, d))
             dfs[y] = g - g_lo[y]
         elif bit_row[t] >= 0:
             dfs[y] = _and_count(bits, term_bits[bit_row[t]])

@@ -67,7 +67,7 @@ def write_bm25_file(version_dir: str | Path, chunk_ids: Ids, docs_tokens: Batch,
     if (pc.count_distinct(chunk_ids).as_py() if arrow_ids else len(set(chunk_ids))) != n:
         raise ValueError("chunk ids must be unique")
     if arrow_ids:
-        order = pc.sort_indices(chunk_ids).to_numpy()
+        order = pc.sort_indices(chunk_ids).to_numpy().astype(np.int64)
         sorted_ids = chunk_ids.take(pa.array(order)).to_pylist()
     else:
         order = np.array(sorted(range(n), key=chunk_ids.__getitem__), np.int64)

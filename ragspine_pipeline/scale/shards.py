@@ -102,32 +102,49 @@ def segment_buckets(folder: str | os.PathLike[str]) -> int:
     return int(files[0].name.rsplit("-of-", 1)[1].split(".")[0]) if files else 0
 
 
-def index_tokens(index: Any) -> list[list[str]]:
-    """Each document of a built BM25 index as a bag of its tokens (term repeated tf times),
-    in position order: BM25 reads counts only, so segments written from these score as the
-    index does. Lets a library published as one file be laid out in buckets for a test or
-    a benchmark without its token table."""
+def index_token_batches(index: Any, batch_docs: int = 20000) -> Iterator[list[list[str]]]:
+    """The documents of a built BM25 index as bags of tokens (term repeated tf times), in
+    position order, ``batch_docs`` at a time: BM25 reads counts only, so segments written
+    from these score as the index does. The postings are turned document-major once in
+    numpy (a few arrays the size of the postings); only one batch is Python lists at a time.
+    Lets a library published as one file be laid out in buckets for a test or a benchmark."""
     vocab = index.vocab
-    term = vocab.term if callable(getattr(vocab, "term", None)) else dict(
-        (t, s) for s, t in vocab.items()).__getitem__
-    docs: list[list[str]] = [[] for _ in range(index.n_docs)]
-    indptr, indices, tf = np.asarray(index.indptr), np.asarray(index.indices), np.asarray(index.tf)
-    for t in range(len(indptr) - 1):
-        s = term(t)
-        for d, f in zip(indices[indptr[t]:indptr[t + 1]].tolist(), tf[indptr[t]:indptr[t + 1]].tolist(),
-                        strict=True):
-            docs[d].extend([s] * int(f))
-    return docs
+    n_terms = len(np.asarray(index.indptr)) - 1
+    if callable(getattr(vocab, "term", None)):
+        terms = [vocab.term(t) for t in range(n_terms)]
+    else:
+        terms = [""] * n_terms
+        for s, t in vocab.items():
+            terms[t] = s
+    indptr = np.asarray(index.indptr)
+    indices = np.asarray(index.indices).astype(np.int64)
+    term_of = np.repeat(np.arange(n_terms, dtype=np.int64), np.diff(indptr))
+    order = np.argsort(indices, kind="stable")  # by document, then term id
+    docs, term_of, tf = indices[order], term_of[order], np.asarray(index.tf)[order].astype(np.int64)
+    del order, indices
+    doc_ptr = np.searchsorted(docs, np.arange(index.n_docs + 1))
+    for a in range(0, index.n_docs, batch_docs):
+        b = min(index.n_docs, a + batch_docs)
+        t_part, f_part = term_of[doc_ptr[a]:doc_ptr[b]].tolist(), tf[doc_ptr[a]:doc_ptr[b]].tolist()
+        base = int(doc_ptr[a])
+        batch = []
+        for d in range(a, b):
+            toks: list[str] = []
+            for j in range(int(doc_ptr[d]) - base, int(doc_ptr[d + 1]) - base):
+                toks.extend([terms[t_part[j]]] * f_part[j])
+            batch.append(toks)
+        yield batch
 
 
 def write_layout(folder: str | os.PathLike[str], index: Any, doc_ids: Sequence[str], buckets: int) -> Path:
-    """Write ``index`` (one file) as ``buckets`` hash-bucket segments into ``folder``: the
-    layout a library published with ``RAGSPINE_BM25_BUCKETS=buckets`` has (tests and
-    benchmarks; serving maps published buckets)."""
-    from ..retrieval.lexical.bm25_segments import write_segments
+    """Write ``index`` (one file) as ``buckets`` hash-bucket segments into ``folder`` with the
+    streaming segment writer (bounded memory): the layout a library published with
+    ``RAGSPINE_BM25_BUCKETS=buckets`` has (tests and benchmarks; serving maps published buckets)."""
+    from ..retrieval.lexical.bm25_segments import write_segments_stream
 
     Path(folder).mkdir(parents=True, exist_ok=True)
-    write_segments(folder, index_tokens(index), list(doc_ids), buckets=buckets, k1=index.k1, b=index.b)
+    write_segments_stream(folder, index_token_batches(index), list(doc_ids), buckets=buckets, k1=index.k1,
+                          b=index.b)
     return Path(folder)
 
 
@@ -423,5 +440,5 @@ def attach(hybrid: Any, front: ShardedBM25) -> None:
 
 
 __all__ = ["NAMESPACE", "BM25Shard", "ShardRequest", "ShardUnavailable", "ShardedBM25", "VectorSource",
-           "assign_buckets", "attach", "ids_digest", "index_tokens", "segment_buckets", "shard_actor_class",
+           "assign_buckets", "attach", "ids_digest", "index_token_batches", "segment_buckets", "shard_actor_class",
            "shard_request", "start_shards", "write_layout"]

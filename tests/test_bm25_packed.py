@@ -55,7 +55,8 @@ def ref_top(q, docs, k, positions=None):
     return [pos[j] for j in order], [ref[j] for j in order]
 
 
-def test_codec_round_trips_every_list_and_the_plain_bounds():
+def test_codec_round_trips_every_list_and_the_plain_bounds(monkeypatch):
+    from ragspine_pipeline.retrieval.lexical import bm25_packed
     from ragspine_pipeline.retrieval.lexical.bm25_build import postings_from_raw
 
     docs, _ = zipf_corpus(3000, seed=11)
@@ -71,6 +72,10 @@ def test_codec_round_trips_every_list_and_the_plain_bounds():
     plain = postings_from_raw(raw, 1.5, 0.75, 1 << 30)
     assert np.array_equal(enc.blocks["blk_bmax"], plain.bmax) and np.array_equal(enc.w_max, plain.w_max)
     assert np.array_equal(enc.idf, plain.idf)
+    monkeypatch.setattr(bm25_packed, "compiled", lambda: None)  # the numpy encoder: the same bytes
+    enc_np = encode(raw, 1.5, 0.75)
+    assert np.array_equal(np.concatenate(list(enc_np.words())), data)
+    assert all(np.array_equal(enc_np.blocks[x], enc.blocks[x]) for x in enc.blocks)
     assert len(data) * 4 < 0.25 * raw.n_postings * 13  # far below the plain layout's 13 bytes a posting
 
 
@@ -256,9 +261,13 @@ def test_a_flip_in_packed_words_fails_the_first_query_that_reads_them(tmp_path):
     assert str(packed.path) in str(err.value)
 
 
-def test_a_writer_bug_is_caught_by_the_structure_checks(tmp_path, monkeypatch):
-    from ragspine_pipeline.retrieval.lexical import bm25_packed
+@pytest.mark.parametrize("numba", [True, False])
+def test_a_writer_bug_is_caught_by_the_structure_checks(tmp_path, monkeypatch, numba):
+    from ragspine_pipeline.retrieval.lexical import bm25_packed, bm25_packed_index
 
+    if not numba:  # the numpy encoder and the numpy full check
+        monkeypatch.setattr(bm25_packed, "compiled", lambda: None)
+        monkeypatch.setattr(bm25_packed_index, "compiled", lambda: None)
     docs, _ = zipf_corpus(500, seed=7)
     raw, _ = count_postings(docs)
     real = bm25_packed._encode_slice

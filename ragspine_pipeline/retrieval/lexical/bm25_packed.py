@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
@@ -149,13 +150,24 @@ def encode(raw: RawPostings, k1: float, b: float) -> PackedEncoding:
                           w_max=np.zeros(raw.n_terms, np.float64), blocks=blocks)
 
 
-def _block_layout(indptr: np.ndarray, bptr: np.ndarray, b0: int, b1: int) -> tuple[np.ndarray, np.ndarray]:
-    """(first posting, posting count) of blocks b0..b1-1."""
+def _block_layout(indptr: np.ndarray, bptr: np.ndarray, b0: int,
+                  b1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first posting, posting count, whether it opens its term) of blocks b0..b1-1."""
     blk = np.arange(b0, b1, dtype=np.int64)
     term = np.searchsorted(bptr, blk, side="right") - 1
-    start = indptr[term] + (blk - bptr[term]) * BLOCK_SIZE
+    nth = blk - bptr[term]
+    start = indptr[term] + nth * BLOCK_SIZE
     count = np.minimum(BLOCK_SIZE, indptr[term + 1] - start)
-    return start, count
+    return start, count, nth == 0
+
+
+def compiled() -> ModuleType | None:
+    """``bm25_packed_kernels`` when numba imports (encoding and checking then run compiled)."""
+    try:
+        from . import bm25_packed_kernels
+    except ImportError:
+        return None
+    return bm25_packed_kernels
 
 
 def _encode_slice(enc: PackedEncoding, b0: int, b1: int, base: int) -> np.ndarray:
@@ -163,8 +175,18 @@ def _encode_slice(enc: PackedEncoding, b0: int, b1: int, base: int) -> np.ndarra
     fills their block entries (word offsets from ``base``)."""
     raw, out = enc.raw, enc.blocks
     indptr = np.asarray(raw.indptr, np.int64)
-    start, count = _block_layout(indptr, enc.bptr, b0, b1)
+    start, count, term_first = _block_layout(indptr, enc.bptr, b0, b1)
     p0, p1 = int(start[0]), int(start[-1] + count[-1])
+    kernels = compiled()
+    if kernels is not None:
+        words = np.empty(2 * (p1 - p0) + len(count), np.uint32)
+        blocks = tuple(out[name][b0:b1] for name in BLOCK_ARRAYS)
+        used = kernels.encode_slice(np.asarray(raw.indices[p0:p1]), np.asarray(raw.tf[p0:p1]), enc.norm,
+                                    np.asarray(raw.doc_len), count, term_first,
+                                    int(raw.indices[p0 - 1]) if p0 > 0 else -1, words, blocks, base)
+        if used < 0:
+            raise ValueError("RawPostings doc positions must ascend strictly within each term")
+        return words[:used]
     docs = np.asarray(raw.indices[p0:p1]).astype(np.int64)
     tfs = np.asarray(raw.tf[p0:p1]).astype(np.int64)
     local = start - p0  # first posting of each block within the slice
@@ -172,7 +194,6 @@ def _encode_slice(enc: PackedEncoding, b0: int, b1: int, base: int) -> np.ndarra
     prev = np.empty_like(docs)
     prev[1:] = docs[:-1]
     prev[0] = int(raw.indices[p0 - 1]) if p0 > 0 else -1
-    term_first = np.isin(start, indptr)  # blocks that open a term
     prev[local[term_first]] = -1
     gaps = docs - prev - 1
     if len(gaps) and int(gaps.min()) < 0:

@@ -87,7 +87,7 @@ def _gather(pk, t, surv, n, docs, tfs, g_doc, g_tf, g):
             blk = _gallop(last, blk, end, d)
             continue
         nn = _count(pk, t, blk)
-        _unpack(pk, blk, blk == b0, nn, docs, tfs)
+        _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == b0, nn, docs, tfs)
         i = 0
         bl = last[blk]
         while x < n and surv[x] <= bl:
@@ -109,7 +109,7 @@ def _count_alive(pk, t, bits, docs, tfs):
     c = 0
     for blk in range(pk[1][t], pk[1][t + 1]):
         nn = _count(pk, t, blk)
-        _unpack(pk, blk, blk == pk[1][t], nn, docs, tfs)
+        _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == pk[1][t], nn, docs, tfs)
         for i in range(nn):
             c += np.int64(_alive(bits, docs[i]))
     return c
@@ -197,7 +197,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
                                                             kb, bavg)) * sc * (1.0 + _SLACK) + rest < hs[0]:
                 continue
             nn = _count(pk, t, blk)
-            _unpack(pk, blk, blk == pk[1][t], nn, docs, tfs)
+            _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == pk[1][t], nn, docs, tfs)
             for i in range(nn):
                 d = docs[i]
                 if _alive(bits, d):
@@ -236,7 +236,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
         else:
             for blk in range(pk[1][t], pk[1][t + 1]):
                 nn = _count(pk, t, blk)
-                _unpack(pk, blk, blk == pk[1][t], nn, docs, tfs)
+                _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == pk[1][t], nn, docs, tfs)
                 for i in range(nn):
                     d = docs[i]
                     if _alive(bits, d):

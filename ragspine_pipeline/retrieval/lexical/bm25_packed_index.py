@@ -41,6 +41,7 @@ from .bm25_packed import (
     PackedArrays,
     block_pointers,
     check_blocks,
+    compiled,
     decode_term,
     norm_of,
     w_of,
@@ -388,7 +389,13 @@ class PackedBM25Index(MappedDocIds):
         if not ok:
             raise CorruptIndexError(self.path, "index structure is inconsistent")
         pk, norm = f.packed(), norm_of(self._doc_len32, self.k1, self.b, self._w_avgdl)
-        for b0 in range(0, n_blocks, SLICE_BLOCKS):
+        kernels = compiled()
+        if kernels is not None and n_blocks:
+            bad = int(kernels.check_all(self._pk, n, len(a["data"]), norm))
+            if bad >= 0:
+                raise CorruptIndexError(self.path, f"block {bad}: fields, offsets, positions or skip data "
+                                                   f"do not match its postings")
+        for b0 in range(0, n_blocks if kernels is None else 0, SLICE_BLOCKS):
             problem = check_blocks(pk, b0, min(b0 + SLICE_BLOCKS, n_blocks), n, len(a["data"]), norm,
                                    self._doc_len32)
             if problem is not None:

@@ -712,6 +712,7 @@ LARGE_FILTERS = (0.5, 0.05, 0.001, 0.0001)
 LARGE_ROUNDS = 3  # timed passes over the queries (qps: the median pass; latencies: all samples)
 DOC_STEP = 100_000  # documents per batch fed to a streaming build / written as text
 HEAVY_LOCK = "/tmp/heavy.lock"  # the machine-wide lock every >2 GB process holds (common rules)
+HEAVY_FROM = 250_000  # corpus size from which a step may pass 2 GB and takes HEAVY_LOCK
 RAGSPINE_AS = 14_000_000_000  # prlimit --as of ragspine's build and query processes
 BM25S_CAP = 12_000_000_000  # bm25s runs only under this address-space cap, or is skipped
 LUCENE_XMX = "6g"
@@ -991,7 +992,7 @@ def _large_ragspine(n: int, args, ctx: dict) -> tuple[dict, list[dict]]:
                         f"box (--memory-build-max {args.memory_build_max}); use --ragspine-build stream"), []
         rec = _run_measured([sys.executable, __file__, "_large", json.dumps({**base, "step": "build", "build": build,
                                                                               "layout": layout})],
-                            heavy=True, cap=RAGSPINE_AS)
+                            heavy=n >= HEAVY_FROM, cap=RAGSPINE_AS)
         if "error" in rec:
             return _row("ragspine", n, variant, error="build: " + rec["error"]), []
         record.write_text(json.dumps(rec))
@@ -1001,7 +1002,7 @@ def _large_ragspine(n: int, args, ctx: dict) -> tuple[dict, list[dict]]:
                            heavy=False, cap=RAGSPINE_AS)
     q = _run_measured([sys.executable, __file__, "_large", json.dumps({
         **base, "step": "query", "queries": ctx["queries_json"], "ids": str(_ids_file("ragspine", n, variant)),
-        "filters": [] if args.no_filters else list(LARGE_FILTERS)})], heavy=True, cap=RAGSPINE_AS)
+        "filters": [] if args.no_filters else list(LARGE_FILTERS)})], heavy=n >= HEAVY_FROM, cap=RAGSPINE_AS)
     for step, res in (("open", opened), ("query", q)):
         if "error" in res:
             return _row("ragspine", n, variant, error=f"{step}: {res['error']}"), []
@@ -1040,7 +1041,7 @@ def _large_lucene(n: int, args, ctx: dict) -> tuple[dict, list[dict]]:
         if folder.exists():
             shutil.rmtree(folder)
         rec = _run_measured([java, f"-Xmx{LUCENE_XMX}", "-cp", cp, "LuceneBench", "build", str(docs), str(folder)],
-                            heavy=True)
+                            heavy=n >= HEAVY_FROM)
         if "error" in rec:
             return _row("lucene", n, "", error="build: " + rec["error"]), []
         record.write_text(json.dumps(rec))
@@ -1050,7 +1051,7 @@ def _large_lucene(n: int, args, ctx: dict) -> tuple[dict, list[dict]]:
            str(_ids_file("lucene", n, "")), str(K1), str(B), str(args.k), "2"]
     if not args.no_filters:
         cmd += [_mask_prefix(n), ",".join(map(str, LARGE_FILTERS))]
-    q = _run_measured(cmd, heavy=True)
+    q = _run_measured(cmd, heavy=n >= HEAVY_FROM)
     for step, res in (("open", opened), ("query", q)):
         if "error" in res:
             return _row("lucene", n, "", error=f"{step}: {res['error']}"), []
@@ -1087,7 +1088,7 @@ def _large_bm25s(n: int, args, ctx: dict) -> tuple[dict, list[dict]]:
         return _row("bm25s_numba", n, "", error="bm25s is not installed (pip install -e '.[bench]')"), []
     spec = {"engine": "bm25s_numba", "corpus": f"synthetic:{n}", "k1": K1, "k": args.k, "filters": False,
             "ids_path": str(_ids_file("bm25s_numba", n, "")), "cache": str(CACHE)}
-    r = _run_measured([sys.executable, __file__, "_worker", json.dumps(spec)], heavy=True, cap=BM25S_CAP)
+    r = _run_measured([sys.executable, __file__, "_worker", json.dumps(spec)], heavy=n >= HEAVY_FROM, cap=BM25S_CAP)
     if "error" in r:
         return _row("bm25s_numba", n, "", error=r["error"] + f" (under prlimit --as={BM25S_CAP})"), []
     keep = ("queries", "tokens", "k", "qps", "p50_ms", "p95_ms", "batch_qps", "batch", "build_s", "warmup_s")

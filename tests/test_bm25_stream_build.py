@@ -209,3 +209,21 @@ def test_damaged_or_missing_segment_is_an_error_naming_it(tmp_path):
     seg.unlink()
     with pytest.raises(FileNotFoundError, match=seg.name):
         open_bm25_file(tmp_path, sorted(ids))
+
+
+@pytest.mark.slow
+def test_a_larger_zipf_corpus_counts_the_same_through_many_runs(tmp_path):
+    rng = np.random.default_rng(11)
+    p = 1.0 / np.arange(1, 50_001) ** 1.1
+    p /= p.sum()
+    lens = rng.poisson(40, 150_000)
+    toks = rng.choice(50_000, size=int(lens.sum()), p=p)
+    names = np.array([f"w{i}" for i in range(50_000)], dtype=object)
+    flat = names[toks].tolist()
+    bounds = np.concatenate(([0], np.cumsum(lens))).tolist()
+    docs = [flat[bounds[i]:bounds[i + 1]] for i in range(len(lens))]
+    counter = StreamCounter(tmp_path, memory_mib=64)  # ~4M postings a run
+    counter.consume(pa.array(docs[i:i + 20_000], LIST) for i in range(0, len(docs), 20_000))
+    raw, vocab = counter.finish()
+    assert len(counter.runs) >= 2
+    assert_same_raw(raw, vocab, *count_postings(docs))

@@ -165,10 +165,8 @@ def write_bucket_layout(wh: Path) -> Path:
     return CACHE / "layout"
 
 
-def in_process(wh: Path, queries: list[str], rounds: int) -> dict[str, Any]:
-    from ragspine_pipeline.serving import open_published_retriever
-
-    r = open_published_retriever(wh, mode="bm25")
+def timed_retriever(r: Any, queries: list[str], rounds: int) -> dict[str, Any]:
+    """One caller in this process, one query at a time (no HTTP): p50/p95 ms and qps."""
     for q in queries[:20]:
         r.retrieve(q, top_k=10)
     lat = []
@@ -184,7 +182,11 @@ def in_process(wh: Path, queries: list[str], rounds: int) -> dict[str, Any]:
             "p95_ms": round(pct(ms, 95), 2)}
 
 
-def single_service(wh: Path, bodies: list[dict], rounds: int) -> dict[str, Any]:
+def answers(client: Any, bodies: list[dict]) -> list[Any]:
+    return [client.post("/v1/search", json=b).json() for b in bodies]
+
+
+def single_service(wh: Path, bodies: list[dict], rounds: int) -> tuple[dict[str, Any], list[Any]]:
     import httpx
 
     port = free_port()
@@ -198,17 +200,23 @@ def single_service(wh: Path, bodies: list[dict], rounds: int) -> dict[str, Any]:
             out = sequential(c, bodies, rounds)
             out["memory_mib"] = rollup_mib(proc.pid)
             out["ready_s"] = round(ready, 1)
-            return out
+            return out, answers(c, bodies)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
 
 
-def ray_service(wh: Path, bodies: list[dict], rounds: int, shards: int, layout: Path) -> dict[str, Any]:
+def ray_service(wh: Path, bodies: list[dict], rounds: int, shards: int, layout: Path,
+                expected: list[Any]) -> dict[str, Any]:
+    """``serve --ray --shards S`` over HTTP; then the same shards from this process (the
+    front in-process, no HTTP): what the shard hops cost apart from Serve's."""
     import httpx
     import ray
 
+    from ragspine_pipeline.filter_input import hybrid_retrievers
     from ragspine_pipeline.scale import serve as SV
+    from ragspine_pipeline.scale.shards import ShardedBM25, attach
+    from ragspine_pipeline.serving import open_published_retriever
 
     SV.deploy(SV.config_from(wh, shards=shards, port=RAY_PORT, mode="bm25", layout_root=str(layout),
                              timeout_s=10.0))
@@ -217,25 +225,34 @@ def ray_service(wh: Path, bodies: list[dict], rounds: int, shards: int, layout: 
             ready = wait_ready(c)
             out = sequential(c, bodies, rounds)
             out["ready_s"] = round(ready, 1)
-            infos = [ray.get(ray.get_actor(n, namespace="ragspine").describe.remote()) for n in SV.shard_actors()]
+            got = answers(c, bodies)
+            out["answers_differing_from_single_service"] = sum(bool(differences(a, b))
+                                                               for a, b in zip(expected, got, strict=True))
+            handles = [ray.get_actor(n, namespace="ragspine") for n in SV.shard_actors()]
+            infos = [ray.get(h.describe.remote()) for h in handles]
             out["shards_memory_mib"] = [{"buckets": i["buckets"], "chunks": len(i["positions"]),
                                          **rollup_mib(i["pid"])} for i in infos]
+            r = open_published_retriever(wh, mode="bm25")
+            attach(hybrid_retrievers(r)[0], ShardedBM25(handles, timeout_s=10.0))
+            out["in_process_front"] = timed_retriever(r, [b["query"] for b in bodies], rounds)
             return out
     finally:
         SV.shutdown()
 
 
 def run_latency(data: Path, rounds: int, shard_counts: list[int]) -> dict[str, Any]:
+    from ragspine_pipeline.serving import open_published_retriever
+
     wh, queries = scifact_library(data)
     layout = write_bucket_layout(wh)
     bodies = [{"query": q, "top_k": 10, "mode": "bm25"} for q in queries]
     res: dict[str, Any] = {"library": LIBRARY, "queries": len(queries), "rounds": rounds}
-    res["in_process"] = in_process(wh, queries, rounds)
+    res["in_process"] = timed_retriever(open_published_retriever(wh, mode="bm25"), queries, rounds)
     print(f"  in-process: {res['in_process']}", file=sys.stderr)
-    res["single_service"] = single_service(wh, bodies, rounds)
+    res["single_service"], expected = single_service(wh, bodies, rounds)
     print(f"  single service: {res['single_service']}", file=sys.stderr)
     for s in shard_counts:
-        res[f"ray_s{s}"] = ray_service(wh, bodies, rounds, s, layout)
+        res[f"ray_s{s}"] = ray_service(wh, bodies, rounds, s, layout, expected)
         print(f"  ray S={s}: {res[f'ray_s{s}']}", file=sys.stderr)
     return res
 
@@ -359,12 +376,19 @@ def write_results(out: Path, res: dict[str, Any]) -> list[Path]:
                   f"Command: `{lat['command']}`", "",
                   "| configuration | p50 ms | p95 ms | qps | errors | p50 ratio |", "|---|---|---|---|---|---|"]
         base = lat["single_service"]["p50_ms"]
-        for key, label in [("in_process", "in-process (open_published_retriever)"),
-                           ("single_service", "single-process service (ragspine serve)")] + [
-                (k, f"Ray Serve, S = {k[5:]}") for k in lat if k.startswith("ray_s")]:
-            r = lat[key]
+        rows = [("in-process (open_published_retriever)", lat["in_process"]),
+                ("single-process service (ragspine serve)", lat["single_service"])]
+        for k in lat:
+            if k.startswith("ray_s"):
+                rows.append((f"Ray Serve, S = {k[5:]}", lat[k]))
+                if "in_process_front" in lat[k]:
+                    rows.append((f"S = {k[5:]} shards from one process (no HTTP)", lat[k]["in_process_front"]))
+        for label, r in rows:
             lines.append(f"| {label} | {r['p50_ms']} | {r['p95_ms']} | {r['qps']} | {r['errors']} | "
                          f"{r['p50_ms'] / base:.2f} |")
+        diffs = {k[5:]: lat[k].get("answers_differing_from_single_service") for k in lat if k.startswith("ray_s")}
+        lines += ["", "Answers over HTTP differing from the single-process service's (all queries; BM25 scores "
+                  f"to 1e-9): {', '.join(f'S = {s}: {d}' for s, d in diffs.items())}."]
         lines += ["", "Memory per shard process (MiB, after the run; mapped index pages count in RSS and are "
                   "shared through the page cache, USS is the shard's own):", "",
                   "| S | shard buckets | chunks | RSS | PSS | USS |", "|---|---|---|---|---|---|"]

@@ -389,6 +389,13 @@ def write_results(out: Path, res: dict[str, Any]) -> list[Path]:
         diffs = {k[5:]: lat[k].get("answers_differing_from_single_service") for k in lat if k.startswith("ray_s")}
         lines += ["", "Answers over HTTP differing from the single-process service's (all queries; BM25 scores "
                   f"to 1e-9): {', '.join(f'S = {s}: {d}' for s, d in diffs.items())}."]
+        http = round(base - lat["in_process"]["p50_ms"], 2)
+        for k in (k for k in lat if k.startswith("ray_s") and "in_process_front" in lat[k]):
+            r, front = lat[k], lat[k]["in_process_front"]
+            lines += ["", f"Where the time goes at S = {k[5:]} (p50 differences): the shard hops "
+                      f"{front['p50_ms'] - lat['in_process']['p50_ms']:.2f} ms (shards from one process minus "
+                      f"in-process), Ray Serve's proxy and replica {r['p50_ms'] - front['p50_ms']:.2f} ms (Ray Serve "
+                      f"minus shards from one process); uvicorn's HTTP path in the single service: {http:.2f} ms."]
         lines += ["", "Memory per shard process (MiB, after the run; mapped index pages count in RSS and are "
                   "shared through the page cache, USS is the shard's own):", "",
                   "| S | shard buckets | chunks | RSS | PSS | USS |", "|---|---|---|---|---|---|"]

@@ -333,3 +333,15 @@ def test_serve_refuses_shard_flags_without_ray(capsys: pytest.CaptureFixture[str
     assert "--shards: only with --ray" in capsys.readouterr().err
     assert serve_main(["--ray", "--workers", "2"]) == 2
     assert "--workers: not with --ray" in capsys.readouterr().err
+
+
+def test_near_equal_bm25_scores_from_two_segments_are_a_tie_ordered_by_position() -> None:
+    """Copies of one text in two segments may score one ulp apart (each segment's kernel
+    sums terms in its own order); the merge orders them by position, as one index does."""
+    from ragspine_pipeline.scale.shards import bm25_order
+
+    s = 25.62076037
+    got = bm25_order(np.array([83850, 58557, 33264, 7, 9]),
+                     np.array([s, np.nextafter(s, 0), s, 30.0, 0.0]), 3)
+    assert got.ids.tolist() == [7, 33264, 58557]
+    assert bm25_order(np.array([5, 4]), np.array([2.0, 2.0 - 1e-9]), 2).ids.tolist() == [5, 4]

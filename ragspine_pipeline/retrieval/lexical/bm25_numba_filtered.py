@@ -17,6 +17,10 @@ _BLOCK = BLOCK_SIZE  # postings per block of the block bounds (a compile-time co
 # a term without bitset is gathered by galloping when its list is this many times longer.
 _RANK_MIN = 16
 _GALLOP_MIN = 64
+# A scanned term is read block by block with skipping while the documents touched before
+# it (each looked up afterwards when its block was skipped) are this many times fewer than
+# its postings.
+_SKIP_MAX_TOUCHED = 32
 
 _PACK = np.uint64(0x0102040810204080)  # 8 bool bytes x this >> 56 = their 8 bits (little order)
 _SHIFT = np.uint64(56)
@@ -111,36 +115,63 @@ def _add(acc, touched, n_t, top1, d, x):
 
 
 @njit(cache=True, nogil=True)
-def _first_term_blocks(t, sc, rest, grow, indptr, indices, tf, doc_len, bits, bptr, bmax, blk_tf, blk_len, k1, kb,
-                       bavg, k, acc, touched, hs, hi):
-    """The highest-bound term, block by block, into an empty acc (as in search_one): once
-    k docs are seen, a block whose bound plus every other term's bound (``rest``) is below
-    the k-th best so far cannot hold a top-k doc and is skipped whole. A block's bound at
-    the survivors' avgdl is the smaller of its full-corpus max w x ``grow`` and its largest
-    tf over its shortest document. Returns (n_t, top1)."""
-    n_t = 0
-    top1 = 0.0
+def _scan_blocks(t, sc, rest, grow, indptr, indices, tf, doc_len, bits, bptr, bmax, blk_tf, blk_len, k1, kb, bavg, k,
+                 acc, touched, n_t, top1, hs, hi):
+    """Term t's surviving postings into acc, block by block, skipping blocks that cannot
+    bring a new document into the top k. Returns (n_t, top1).
+
+    A heap keeps k distinct documents' partial scores (those touched before, then each
+    newly touched one with its first contribution): its root is at most the final k-th
+    best. A document this term touches first scores at most the block's bound plus every
+    later term's bound (``rest``), so when that is below the root the block is skipped
+    (as search_one does for its first term). The documents touched before t that lie in a
+    skipped block still get t's contribution: each is looked up afterwards (they are few:
+    the caller takes this route only then). A block's bound at the survivors' avgdl is the
+    smaller of its full-corpus max w x ``grow`` and its largest tf over its shortest doc.
+    """
+    s0 = indptr[t]
+    e0 = indptr[t + 1]
+    before = n_t
     nh = 0
+    for x in range(before):
+        d = touched[x]
+        if nh < k or acc[d] > hs[0]:
+            nh = _push(hs, hi, nh, k, acc[d], d)
     bound_sc = sc * (1.0 + _SLACK)
     rest = rest * (1.0 + _SLACK)
-    bk = bptr[t]
-    e0 = indptr[t + 1]
-    for p0 in range(indptr[t], e0, _BLOCK):
+    b0 = bptr[t]
+    skipped = np.zeros(bptr[t + 1] - b0, np.bool_)
+    any_skipped = False
+    for p0 in range(s0, e0, _BLOCK):
+        bk = b0 + (p0 - s0) // _BLOCK
         if nh == k and min(bmax[bk] * grow, _tf_bound(np.float64(blk_tf[bk]), np.float64(blk_len[bk]), k1, kb,
                                                       bavg)) * bound_sc + rest < hs[0]:
-            bk += 1
+            skipped[bk - b0] = True
+            any_skipped = True
             continue
-        bk += 1
         for p in range(p0, min(p0 + _BLOCK, e0)):
             d = indices[p]
             if _alive64(bits, d):
-                v = _w(sc, np.float64(tf[p]), k1, kb, bavg, doc_len[d])
-                touched[n_t] = d
-                n_t += 1
+                x = _w(sc, np.float64(tf[p]), k1, kb, bavg, doc_len[d])
+                v = acc[d]
+                if v == 0.0:
+                    touched[n_t] = d
+                    n_t += 1
+                    if nh < k or x > hs[0]:
+                        nh = _push(hs, hi, nh, k, x, d)
+                v += x
                 acc[d] = v
                 top1 = max(top1, v)
-                if nh < k or v > hs[0]:
-                    nh = _push(hs, hi, nh, k, v, d)
+    if any_skipped and before > 0:
+        prev = np.sort(touched[:before])
+        at = np.empty(before, np.int64)
+        _gallop_each(indices, s0, e0, prev, before, at)
+        for x in range(before):
+            p = at[x]
+            if p >= 0 and skipped[(p - s0) // _BLOCK]:
+                d = prev[x]
+                acc[d] += _w(sc, np.float64(tf[p]), k1, kb, bavg, doc_len[d])
+                top1 = max(top1, acc[d])
     return n_t, top1
 
 
@@ -351,8 +382,8 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
     j = 0
     if nu > 0 and dfs[order[0]] > 0 and mode[order[0]] == 0:
         y = order[0]
-        n_t, top1 = _first_term_blocks(ut[y], scale[y], remaining[1], grow, indptr, indices, tf, doc_len, bits, bptr,
-                                       bmax, blk_tf, blk_len, k1, kb, bavg, k, acc, touched, hs, hi)
+        n_t, top1 = _scan_blocks(ut[y], scale[y], remaining[1], grow, indptr, indices, tf, doc_len, bits, bptr, bmax,
+                                 blk_tf, blk_len, k1, kb, bavg, k, acc, touched, 0, 0.0, hs, hi)
         j = 1
     while j < nu:
         y = order[j]
@@ -365,8 +396,13 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
             theta = _kth_score(acc, touched, n_t, k, hs, hi)
             if remaining[j] * (1.0 + _SLACK) < theta:
                 break
-        n_t, top1 = _score_term(ut[y], mode[y], scale[y], g_lo[y], dfs[y], g_doc, g_tf, indptr, indices, tf, doc_len,
-                                bits, surv, n, term_bits, bit_row, rank_dir, coin, k1, kb, bavg, acc, touched, n_t, top1)
+        if mode[y] == 0 and n_t * _SKIP_MAX_TOUCHED < indptr[ut[y] + 1] - indptr[ut[y]]:
+            n_t, top1 = _scan_blocks(ut[y], scale[y], remaining[j + 1], grow, indptr, indices, tf, doc_len, bits, bptr,
+                                     bmax, blk_tf, blk_len, k1, kb, bavg, k, acc, touched, n_t, top1, hs, hi)
+        else:
+            n_t, top1 = _score_term(ut[y], mode[y], scale[y], g_lo[y], dfs[y], g_doc, g_tf, indptr, indices, tf,
+                                    doc_len, bits, surv, n, term_bits, bit_row, rank_dir, coin, k1, kb, bavg, acc,
+                                    touched, n_t, top1)
         j += 1
     if j < nu and dfs[order[j]] > 0:
         # Lookup phase: candidates that can still reach theta, remaining terms looked up.

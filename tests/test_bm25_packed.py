@@ -130,6 +130,22 @@ def test_filtered_equality_at_every_selectivity(tmp_path, monkeypatch, keep, bit
         assert np.array_equal(packed.get_scores(q, mask), plain.get_scores(q, mask))
 
 
+def test_without_length_codes_weights_come_from_the_lengths(tmp_path, monkeypatch):
+    """A corpus of more than 65,536 distinct lengths has no length codes: the kernels then
+    index the weight tables by length (and compute past them); the answers do not change."""
+    from ragspine_pipeline.retrieval.lexical import bm25_packed_index, bm25_publish
+
+    monkeypatch.setattr(bm25_publish, "length_codes", lambda doc_len: None)
+    monkeypatch.setattr(bm25_packed_index, "_TABLE_MAX", 30)  # longer documents computed in the kernel
+    docs, queries = zipf_corpus(3000, seed=12, max_len=60)
+    packed, plain = publish_both(tmp_path, docs)
+    assert "doc_code" not in packed._file.arrays
+    mask = np.random.default_rng(2).random(len(docs)) < 0.3
+    for q in queries:
+        same(packed.search(q, k=10), plain.search(q, k=10))
+        same(packed.search(q, k=10, candidates=mask), plain.search(q, k=10, candidates=mask))
+
+
 def test_degenerate_corpora(tmp_path):
     cases = ([[]], [[], []], [["a"]], [["a", "a", "b"], []], [["a"]] * 300,  # a term in every doc
              [["x"] * 1000, ["x", "y"], []])

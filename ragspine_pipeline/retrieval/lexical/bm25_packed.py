@@ -23,6 +23,8 @@ Arrays (names are the file's; ``B`` blocks, term t's blocks are ``bptr[t]:bptr[t
     bit_row     int32 [n_terms]    row of ``bits`` of the longest lists, or -1
     bits        uint64 [rows, ceil(N/64)] their postings as bitsets (filtered survivor df)
     doc_len     uint32 [n_docs]
+    doc_code    uint8/uint16 [n_docs], code_len uint32 [codes] (optional): each document's
+                                   length as an index into the distinct lengths
 
 A block of n postings holds n gap fields then n tf fields, each field run starting on a
 word boundary; value i of a run of width W starts at bit i*W, little-endian across words.
@@ -97,6 +99,19 @@ def block_pointers(indptr: np.ndarray) -> np.ndarray:
     bptr = np.zeros(len(df) + 1, np.int64)
     np.cumsum((df + BLOCK_SIZE - 1) // BLOCK_SIZE, out=bptr[1:])
     return bptr
+
+
+def length_codes(doc_len: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(per document the index of its length among the distinct lengths, those lengths),
+    uint8 codes for up to 256 distinct lengths, uint16 up to 65,536, else None.
+
+    Why: a query reads each matched document's length to recompute its weight; a byte
+    per document (1 MB at 1M documents) stays in cache where 4-byte lengths do not, and
+    the weight tables are then indexed by code (as Lucene reads a norm byte per doc)."""
+    lengths, codes = np.unique(np.asarray(doc_len), return_inverse=True)
+    if len(lengths) > 1 << 16:
+        return None
+    return codes.astype(np.uint8 if len(lengths) <= 1 << 8 else np.uint16), lengths.astype(np.uint32)
 
 
 def bit_width(x: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from .bm25_numba_select import _SLACK, _distinct, _gallop, _kth_score, _prune, _push, _take_top
-from .bm25_packed_kernels import _BLOCK, _ONE, _count, _lookup, _unpack
+from .bm25_packed_kernels import _BLOCK, _ONE, _count, _lookup, _match_block, _unpack
 
 _M1 = np.uint64(0x5555555555555555)
 _M2 = np.uint64(0x3333333333333333)
@@ -75,30 +75,22 @@ def _tf_bound(f, ln, k1, kb, bavg):
 @njit(cache=True, nogil=True)
 def _gather(pk, t, surv, n, docs, tfs, g_doc, g_tf, g):
     """Append term t's postings at the survivors surv[:n] to (g_doc, g_tf) from g; returns
-    the new end. Only blocks holding a survivor are unpacked."""
+    the new end. Only blocks holding a survivor are read (``_match_block``)."""
     b0 = pk[1][t]
     end = pk[1][t + 1]
     last = pk[2]
     blk = b0
     x = 0
     while x < n and blk < end:
-        d = surv[x]
-        if last[blk] < d:
-            blk = _gallop(last, blk, end, d)
+        if last[blk] < surv[x]:
+            blk = _gallop(last, blk, end, surv[x])
             continue
         nn = _count(pk, t, blk)
-        _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == b0, nn, docs, tfs)
-        i = 0
-        bl = last[blk]
-        while x < n and surv[x] <= bl:
-            d = surv[x]
-            while docs[i] < d:
-                i += 1
-            if docs[i] == d:
-                g_doc[g] = d
-                g_tf[g] = np.float64(tfs[i])
-                g += 1
-            x += 1
+        x, m = _match_block(pk[7], pk[3], pk[4], pk[5], last, blk, blk == b0, nn, surv, x, n, docs, tfs)
+        for h in range(m):
+            g_doc[g] = surv[docs[h]]
+            g_tf[g] = np.float64(tfs[h])
+            g += 1
         blk += 1
     return g
 

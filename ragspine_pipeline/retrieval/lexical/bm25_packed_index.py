@@ -90,25 +90,30 @@ def _warm(kernels: Any, filtered: Any) -> None:
               "bit_row": np.array([0], np.int32), "bits": np.full((1, 1), 3, np.uint64)}
     for a in arrays.values():
         a.setflags(write=False)
-    pk = _pk_tuple(arrays)
     q = np.zeros(1, np.int64)
     acc, touched = np.zeros(2), np.zeros(2, np.int32)
     norm = norm_of(np.arange(4), 1.5, 0.75, 2.0)
     wt = (norm, w_of(np.ones(4, np.int64), norm), 1.5, 0.75, 2.0)
-    for exhaustive in (0, 2):
-        kernels.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
-    kernels.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
     bits, surv = np.zeros(1, np.uint64), np.zeros(2, np.int32)
     filtered.prepare_mask(np.ones(2, np.bool_), raw.doc_len, bits, surv)
-    for s in (surv, surv[:0]):
-        filtered.search_filtered(pk, bits, s, 2, 4, q, wt, 1, acc, touched, enc.w_max, 2.0)
+    for code in (np.uint8, np.uint16, None):  # length codes of each width, or the lengths
+        arrays["doc_code"] = np.array([0, 1], code) if code is not None else raw.doc_len
+        arrays["doc_code"].setflags(write=False)
+        pk = _pk_tuple(arrays)
+        for exhaustive in (0, 2):
+            kernels.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
+        kernels.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
+        for s in (surv, surv[:0]):
+            filtered.search_filtered(pk, bits, s, 2, 4, q, wt, 1, acc, touched, enc.w_max, 2.0)
+        kernels.check_all(pk, 2, len(data), norm_of(raw.doc_len, 1.5, 0.75, 2.0))
     kernels.decode_term(pk, 0)
 
 
 def _pk_tuple(a: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
     """The kernels' ``pk`` tuple (order fixed by ``bm25_packed_kernels``)."""
     return (a["indptr"], a["bptr"], a["blk_last"], a["blk_off"], a["blk_dbits"], a["blk_tbits"],
-            a["blk_bmax"], a["data"], a["doc_len"], a["blk_maxtf"], a["blk_minlen"], a["bit_row"], a["bits"])
+            a["blk_bmax"], a["data"], a["doc_len"], a["blk_maxtf"], a["blk_minlen"], a["bit_row"], a["bits"],
+            a.get("doc_code", a["doc_len"]))
 
 
 class _PackedFile(_MappedFile):
@@ -230,10 +235,19 @@ class PackedBM25Index(MappedDocIds):
         return decode_term(self._file.packed(), t)
 
     def _doc_lengths_read(self) -> None:
+        """Before the first query: lengths (and length codes) verified, as every query reads them."""
         if not self._lengths_ok:
-            self._file.whole("doc_len")
+            f = self._file
+            f.whole("doc_len")
             if int(self._doc_len32.sum(dtype=np.int64)) != self.total_len:
                 raise CorruptIndexError(self.path, "document lengths do not add up to the recorded total")
+            if "doc_code" in f.arrays:
+                f.whole("doc_code")
+                f.whole("code_len")
+                codes, lengths = f.arrays["doc_code"], f.arrays["code_len"]
+                if len(codes) != self.n_docs or (self.n_docs and (int(codes.max()) >= len(lengths) or not
+                                                                  np.array_equal(lengths[codes], self._doc_len32))):
+                    raise CorruptIndexError(self.path, "document length codes do not match the lengths")
             self._lengths_ok = True
 
     def _query_term_ids(self, query_tokens: Sequence[str]) -> list[int]:
@@ -241,14 +255,18 @@ class PackedBM25Index(MappedDocIds):
         return [t for t in (get(q) for q in query_tokens) if t is not None]
 
     def _weights(self) -> tuple[np.ndarray, np.ndarray, float, float, float]:
-        """The kernels' ``wt``: per document length up to the longest (at most
-        ``_TABLE_MAX``), its norm and its w at tf 1, computed once with the build's formula
-        (``norm_of`` / ``w_of``, so identical floats); then k1, b and the weights' avgdl."""
+        """The kernels' ``wt``: per length code (or per length up to the longest, at most
+        ``_TABLE_MAX``, for a file without codes) its norm and its w at tf 1, computed once
+        with the build's formula (``norm_of`` / ``w_of``, so identical floats); then k1, b
+        and the weights' avgdl."""
         wt = self._wt
         if wt is None:
             self._doc_lengths_read()
-            longest = int(self._doc_len32.max()) if self.n_docs else 0
-            norm = norm_of(np.arange(min(longest, _TABLE_MAX) + 1), self.k1, self.b, self._w_avgdl)
+            if "doc_code" in self._file.arrays:  # tables by length code
+                lengths = self._file.arrays["code_len"]
+            else:  # tables by length, up to the longest document
+                lengths = np.arange(min(int(self._doc_len32.max()) if self.n_docs else 0, _TABLE_MAX) + 1)
+            norm = norm_of(lengths, self.k1, self.b, self._w_avgdl)
             wt = self._wt = (norm, w_of(np.ones(len(norm), np.int64), norm), self.k1, self.b, self._w_safe)
         return wt
 

@@ -11,7 +11,8 @@ blocks that hold a candidate, whichever of the plain kernel's two lookup routes 
 have taken (both add the same terms to the same candidates).
 
 Arrays are passed as ``pk``: the tuple (indptr, bptr, blk_last, blk_off, blk_dbits,
-blk_tbits, blk_bmax, data, doc_len, blk_maxtf, blk_minlen) of ``PackedBM25Index._pk``.
+blk_tbits, blk_bmax, data, doc_len, blk_maxtf, blk_minlen, bit_row, bits, doc length codes)
+of ``PackedBM25Index._pk``.
 """
 
 import numpy as np
@@ -85,9 +86,11 @@ def _unpack(data, off, dbits, tbits, last, blk, first, n, docs, tfs):
 def _w(f, ln, wt):
     """The plain layout's w = tf / (k1 (1 - b + b len / avgdl) + tf), same operations.
 
-    ``wt`` = (norm by length, w of tf 1 by length, k1, b, avgdl): lengths inside the
-    tables (``PackedBM25Index._weights``) read the norm, or for tf 1 the whole w, computed
-    once per length with the same formula; longer documents compute it here."""
+    ``ln`` is the document's length code (``pk[13]``: an index into the file's distinct
+    lengths, or the length itself). ``wt`` = (norm by code, w of tf 1 by code, k1, b,
+    avgdl): codes inside the tables (``PackedBM25Index._weights``) read the norm, or for
+    tf 1 the whole w, computed once per length with the same formula; a length past the
+    tables (only without codes) computes it here."""
     ntab = wt[0]
     if ln < ntab.shape[0]:
         if f == 1:
@@ -104,36 +107,74 @@ def _count(pk, t, blk):
     return min(_BLOCK, pk[0][t + 1] - pk[0][t] - (blk - pk[1][t]) * _BLOCK)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _match_block(data, off, dbits, tbits, last, blk, first, n, keys, x, nk, hit_key, hit_tf):
+    """Which of the sorted keys[x:] up to the block's last doc the block holds: their
+    indices into hit_key and tfs into hit_tf. Gaps are unpacked only as far as the last
+    key needs, a tf only for a hit (read directly at its index). Returns (next x, hits)."""
+    dw = np.int64(dbits[blk])
+    tw = np.int64(tbits[blk])
+    d = np.int64(-1) if first else np.int64(last[blk - 1])
+    wi = off[blk]
+    tf_bit = (off[blk] + ((n * dw + 31) >> 5)) * 32
+    dmask = (_ONE << np.uint64(dw)) - _ONE
+    tmask = (_ONE << np.uint64(tw)) - _ONE
+    buf = np.uint64(0)
+    have = 0
+    i = -1
+    m = 0
+    bl = last[blk]
+    while x < nk and keys[x] <= bl:
+        key = keys[x]
+        while d < key:
+            i += 1
+            if dw == 0:
+                d += 1
+            else:
+                if have < dw:
+                    buf |= np.uint64(data[wi]) << np.uint64(have)
+                    wi += 1
+                    have += 32
+                d += np.int64(buf & dmask) + 1
+                buf >>= np.uint64(dw)
+                have -= dw
+        if d == key:
+            f = 1
+            if tw > 0:
+                pos = tf_bit + i * tw
+                both = np.uint64(data[pos >> 5]) | (np.uint64(data[(pos >> 5) + 1]) << np.uint64(32))
+                f = np.int64((both >> np.uint64(pos & 31)) & tmask) + 1
+            hit_key[m] = x
+            hit_tf[m] = f
+            m += 1
+        x += 1
+    return x, m
+
+
 @njit(cache=True, nogil=True)
 def _lookup(pk, t, cand, nc, acc, s, wt, k1, docs, tfs, kb, bavg):
     """Term t's contribution added to the sorted candidates cand[:nc] that it holds,
-    unpacking only the blocks that hold a candidate. ``bavg`` > 0: the filtered formula
-    (survivor avgdl: ``s`` x tf / (tf + k1 (kb + bavg len))), else ``w x s``."""
+    reading only the blocks that hold a candidate (``_match_block``; docs/tfs are its
+    scratch). ``bavg`` > 0: the filtered formula (survivor avgdl: ``s`` x tf / (tf + k1
+    (kb + bavg len))), else ``w x s``."""
     blk = pk[1][t]
     end = pk[1][t + 1]
     last = pk[2]
     doc_len = pk[8]
     x = 0
     while x < nc and blk < end:
-        d = cand[x]
-        if last[blk] < d:
-            blk = _gallop(last, blk, end, d)
+        if last[blk] < cand[x]:
+            blk = _gallop(last, blk, end, cand[x])
             continue
         n = _count(pk, t, blk)
-        _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == pk[1][t], n, docs, tfs)
-        i = 0
-        bl = last[blk]
-        while x < nc and cand[x] <= bl:
-            d = cand[x]
-            while docs[i] < d:
-                i += 1
-            if docs[i] == d:
-                if bavg > 0.0:
-                    f = np.float64(tfs[i])
-                    acc[d] += s * f / (f + k1 * (kb + bavg * doc_len[d]))
-                else:
-                    acc[d] += _w(tfs[i], doc_len[d], wt) * s
-            x += 1
+        x, m = _match_block(pk[7], pk[3], pk[4], pk[5], last, blk, blk == pk[1][t], n, cand, x, nc, docs, tfs)
+        for h in range(m):
+            d = cand[docs[h]]
+            if bavg > 0.0:
+                f = np.float64(tfs[h])
+                acc[d] += s * f / (f + k1 * (kb + bavg * doc_len[d]))
+            else:
+                acc[d] += _w(tfs[h], pk[13][d], wt) * s
         blk += 1
 
 
@@ -143,7 +184,7 @@ def _exhaustive(pk, idf, qtids, k1p1, k, acc, wt):
     (``bm25_numba_unfiltered._exhaustive``)."""
     docs = np.empty(_BLOCK, np.int64)
     tfs = np.empty(_BLOCK, np.int64)
-    doc_len = pk[8]
+    dcode = pk[13]
     for j in range(qtids.shape[0]):
         t = qtids[j]
         s = idf[t] * k1p1
@@ -152,7 +193,7 @@ def _exhaustive(pk, idf, qtids, k1p1, k, acc, wt):
             _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == pk[1][t], n, docs, tfs)
             for i in range(n):
                 d = docs[i]
-                acc[d] += _w(tfs[i], doc_len[d], wt) * s
+                acc[d] += _w(tfs[i], dcode[d], wt) * s
     kk = max(k, 1)
     every = np.arange(acc.shape[0])
     return _take_top(acc, every, every.shape[0], kk, np.empty(kk, np.float64), np.empty(kk, np.int64))
@@ -162,7 +203,7 @@ def _exhaustive(pk, idf, qtids, k1p1, k, acc, wt):
 def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
     """Exact unfiltered top-k over packed postings (``bm25_numba_unfiltered.search_one``).
     acc must be all zeros on entry and is all zeros again on return."""
-    indptr, bptr, bmax, doc_len = pk[0], pk[1], pk[6], pk[8]
+    indptr, bptr, bmax, dcode = pk[0], pk[1], pk[6], pk[13]
     k1p1 = wt[2] + 1.0
     n_docs = acc.shape[0]
     if n_docs <= exhaustive_docs:
@@ -200,7 +241,7 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
             _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == bptr[t], n, docs, tfs)
             for i in range(n):
                 d = docs[i]
-                v = _w(tfs[i], doc_len[d], wt) * s
+                v = _w(tfs[i], dcode[d], wt) * s
                 touched[n_t] = d
                 n_t += 1
                 acc[d] = v
@@ -226,7 +267,7 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
                 if v == 0.0:
                     touched[n_t] = d
                     n_t += 1
-                v += _w(tfs[i], doc_len[d], wt) * s
+                v += _w(tfs[i], dcode[d], wt) * s
                 acc[d] = v
                 if v > top1:
                     top1 = v

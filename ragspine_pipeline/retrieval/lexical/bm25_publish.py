@@ -26,7 +26,7 @@ from .bm25 import BM25Index
 from .bm25_build import bitsets, postings_from_raw
 from .bm25_format import ChunkedArray, CorruptIndexError, strings_to_blob, vocab_arrays, write_file
 from .bm25_mapped import open_index
-from .bm25_packed import PACKED_BITSET_FRACTION, encode
+from .bm25_packed import PACKED_BITSET_FRACTION, encode, length_codes
 from .bm25_raw import PACKED, PLAIN, RawPostings, choose_layout
 
 
@@ -136,6 +136,9 @@ def write_packed(raw: RawPostings, path: str | os.PathLike[str], *, k1: float, b
                             raw.n_docs, bm25.BITSET_MIN_DOCS)
     arrays.update(indptr=indptr, bptr=enc.bptr, idf=enc.idf, w_max=enc.w_max, bit_row=bit_row, bits=bits,
                   doc_len=doc_len)
+    codes = length_codes(doc_len)
+    if codes is not None:
+        arrays["doc_code"], arrays["code_len"] = codes
     arrays.update(vocab_arrays(_raw_vocab(raw)))
     arrays.update(extras)
     corpus = _corpus(raw)

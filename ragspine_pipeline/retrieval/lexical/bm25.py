@@ -255,7 +255,7 @@ class BM25Index:
         surv = bm25_filter.prepare(self, kern, candidates, sc)
         try:
             ids, scores = kern.search_filtered(
-                self.indptr, self.indices, self.tf, self._doc_len32, surv.bits, surv.positions, surv.n, surv.total,
+                self.indptr, self.indices, self.tf, sup.lengths(), surv.bits, surv.positions, surv.n, surv.total,
                 tids, self._bit_row, self._bits, sup.rank_dir, self.k1, self.b, int(k), sc.acc, sc.touched,
                 self._w_max, self.avgdl, self._bptr, self._bmax, sup.blk_tf, sup.blk_len, sup.t_maxtf, sup.t_minlen)
         finally:

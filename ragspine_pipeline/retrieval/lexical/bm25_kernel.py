@@ -102,7 +102,8 @@ def _warm(k: Kernels) -> None:
     k.term_block_bounds(indptr, indices, tf8, doc_len, bptr, 0, 128, blk_tf, blk_len)
     rank_dir = np.zeros((1, 1), np.uint32)
     k.rank_directory(bits, rank_dir[0])
-    k.search_filtered(indptr, indices, tf8, doc_len, bits, surv, n, total, q, np.full(1, -1, np.int32),
+    # Lengths come as the narrowest type (bm25_filter.compact_lengths): uint8 on most corpora.
+    k.search_filtered(indptr, indices, tf8, doc_len.astype(np.uint8), bits, surv, n, total, q, np.full(1, -1, np.int32),
                       np.zeros((1, 1), np.uint64), rank_dir, 1.5, 0.75, 1, acc, touched, w, 1.0, bptr, w, blk_tf,
                       blk_len, blk_tf, blk_len)
 

@@ -143,8 +143,18 @@ def measure(n: int, rounds: int, label: str) -> dict:
                      "ratio_p50": round(p50 / unf, 3), "cpu_p50_ms": round(p50_cpu, 4),
                      "unfiltered_cpu_p50_ms": round(unf_cpu, 4), "ratio_cpu_p50": round(p50_cpu / unf_cpu, 3),
                      "identical_to_numpy_path": exact[name]})
-    return {"label": label, "docs": n, "unfiltered_p50_ms": round(unf, 4), "unfiltered_cpu_p50_ms": round(unf_cpu, 4),
+    return {"label": label, "docs": n, "commit": _commit(), "loadavg_1m": round(os.getloadavg()[0], 2),
+            "unfiltered_p50_ms": round(unf, 4), "unfiltered_cpu_p50_ms": round(unf_cpu, 4),
             "unfiltered_mean_ms": round(1000 * float(np.mean(lat["unfiltered"])), 4), "rows": rows}
+
+
+def _commit() -> str:
+    """The engine's commit (the code measured; a "before" run uses an older checkout)."""
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def machine() -> dict:
@@ -167,7 +177,9 @@ def markdown(report: dict) -> str:
              "Filtered scores use N, df and avgdl over the survivors (the spec) and are compared with the "
              "numpy path (same ids, scores to 1e-9). Goal: p50 <= 1.1x the unfiltered p50.", ""]
     for run in report["runs"]:
+        facts = ", ".join(f"{key} {run[key]}" for key in ("commit", "loadavg_1m") if key in run)
         lines += [f"## {run['label']} ({run['docs']:,} docs): unfiltered p50 {run['unfiltered_p50_ms']:.3f} ms", "",
+                  *([f"Engine at {facts}.", ""] if facts else []),
                   "| filter keeps | given as | survivors | p50 ms | mean ms | p50 / unfiltered p50 | CPU-time p50 ratio "
                   "| identical to numpy path |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -188,12 +200,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--label", default="after", help="name of this run in the results (e.g. before/after)")
     ap.add_argument("--keep", action="store_true", help="keep the other labels' runs already in the results")
+    ap.add_argument("--render", action="store_true", help="only rewrite bm25_filters.md from the JSON")
     add_io_args(ap, data=False)
     args = ap.parse_args()
-    ensure_index(args.docs)
-    run = measure(args.docs, args.rounds, args.label)
     out = out_dir(args.out)
     path = out / "bm25_filters.json"
+    if args.render:
+        (out / "bm25_filters.md").write_text(markdown(json.loads(path.read_text())))
+        return
+    ensure_index(args.docs)
+    run = measure(args.docs, args.rounds, args.label)
     runs = []
     if args.keep and path.exists():
         runs = [r for r in json.loads(path.read_text())["runs"] if r["label"] != args.label]

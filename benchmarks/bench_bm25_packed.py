@@ -118,7 +118,10 @@ def main() -> None:
         t_build, _ = _timed(lambda w=writer, p=path: w(raw, p, k1=1.5, b=0.75))
         t_open, ix = _timed(lambda p=path: open_index(p))
         size = path.stat().st_size
+        arrays = ix._file.arrays
         rows[layout] = {"layout": layout, "docs": raw.n_docs, "postings": raw.n_postings, "bytes": size,
+                        "bitset_rows": int(arrays["bits"].shape[0]),
+                        "array_bytes": {name: int(arr.nbytes) for name, arr in arrays.items()},
                         "bytes_per_posting": round(size / raw.n_postings, 3), "write_s": round(t_build, 2),
                         "open_s": round(t_open, 4), **measure(ix, queries, masks)}
         opened[layout] = ix

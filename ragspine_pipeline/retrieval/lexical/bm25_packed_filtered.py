@@ -14,8 +14,10 @@ packed layout changes is how a term's survivors are found:
 
 Scoring then follows MaxScore by descending term bound (the idf over the survivors x the
 smaller of the full-corpus max w grown by avgdl'/avgdl and the term's max tf over its
-shortest document); the highest-bound term is read block by block, skipping blocks whose
-bound cannot reach the k-th best; later terms are looked up for the remaining candidates.
+shortest document); a scanned term is read block by block, skipping blocks whose bound
+cannot bring a new document into the top k (``_scan_term``; a rare term with fewer than
+k survivors then no longer forces a full scan of a long one); once the remaining terms
+cannot change the top k, they are looked up for the remaining candidates.
 """
 
 import numpy as np
@@ -34,15 +36,30 @@ _H01 = np.uint64(0x0101010101010101)
 def prepare_mask(mask, doc_len, bits, surv):
     """(survivors, their summed length) of a bool mask; sets their bits in ``bits``
     (zeroed uint64 words) and records their positions in ``surv`` while they fit
-    (``len(surv)`` of them; the caller uses the positions only when all fitted)."""
+    (``len(surv) - 1`` of them, the last slot a scratch; the caller uses the positions
+    only when all fitted).
+
+    Eight documents at a time: an all-false stretch (a selective filter) costs one test;
+    otherwise the eight are added without a branch (a filter keeping 5-50% is a coin flip
+    per document for a branch predictor)."""
     n = 0
     total = 0
-    cap = surv.shape[0]
-    for d in range(mask.shape[0]):
+    cap = surv.shape[0] - 1
+    nd = mask.shape[0]
+    eights = mask[:nd // 8 * 8].view(np.uint64)
+    for e in range(eights.shape[0]):
+        if eights[e] != 0:
+            base = e * 8
+            for d in range(base, base + 8):
+                c = np.int64(mask[d])
+                bits[d >> 6] |= np.uint64(c) << np.uint64(d & 63)
+                surv[min(n, cap)] = d
+                n += c
+                total += c * np.int64(doc_len[d])
+    for d in range(nd // 8 * 8, nd):
         if mask[d]:
             bits[d >> 6] |= _ONE << np.uint64(d & 63)
-            if n < cap:
-                surv[n] = d
+            surv[min(n, cap)] = d
             n += 1
             total += np.int64(doc_len[d])
     return n, total
@@ -119,6 +136,64 @@ def _term_tf_bound(pk, t, k1, kb, bavg):
 
 
 @njit(cache=True, nogil=True)
+def _scan_term(pk, t, bits, acc, touched, n_t, top1, sc, rest, skip, k, hs, hi, grow, k1, kb, bavg, docs, tfs):
+    """Add term t's surviving postings to acc (``sc`` x its tf factor); returns (n_t, top1).
+
+    With ``skip``, the term is read block by block with a heap of the k best documents of
+    this scan (distinct, their partial scores: lower bounds of their final ones): a block
+    whose bound x ``sc`` plus ``rest`` (the later terms' bounds) is below the k-th of them
+    cannot bring in a document not touched yet, and is skipped; documents touched before
+    the scan that lie in skipped blocks then get the term from those blocks alone (each
+    document still sums its terms in term order)."""
+    doc_len = pk[8]
+    last = pk[2]
+    b0 = pk[1][t]
+    b1 = pk[1][t + 1]
+    n_before = n_t
+    skipped = np.empty(b1 - b0 if skip and n_before > 0 else 0, np.int64)
+    nsk = 0
+    nh = 0
+    for blk in range(b0, b1):
+        if skip and nh == k and min(pk[6][blk] * grow, _tf_bound(np.float64(pk[9][blk]), np.float64(pk[10][blk]),
+                                                                 k1, kb, bavg)) * sc * (1.0 + _SLACK) + rest < hs[0]:
+            if n_before > 0:
+                skipped[nsk] = blk
+                nsk += 1
+            continue
+        nn = _count(pk, t, blk)
+        _unpack(pk[7], pk[3], pk[4], pk[5], last, blk, blk == b0, nn, docs, tfs)
+        for i in range(nn):
+            d = docs[i]
+            if _alive(bits, d):
+                f = np.float64(tfs[i])
+                v = acc[d]
+                if v == 0.0:
+                    touched[n_t] = d
+                    n_t += 1
+                v += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
+                acc[d] = v
+                if v > top1:
+                    top1 = v
+                if skip and (nh < k or v > hs[0]):
+                    nh = _push(hs, hi, nh, k, v, d)
+    if nsk > 0:
+        before = np.sort(touched[:n_before])
+        x = 0
+        for z in range(nsk):
+            blk = skipped[z]
+            lo = last[blk - 1] if blk > b0 else -1
+            while x < n_before and before[x] <= lo:
+                x += 1
+            nn = _count(pk, t, blk)
+            x, m = _match_block(pk[7], pk[3], pk[4], pk[5], last, blk, blk == b0, nn, before, x, n_before, docs, tfs)
+            for h in range(m):
+                d = before[docs[h]]
+                f = np.float64(tfs[h])
+                acc[d] += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
+    return n_t, top1
+
+
+@njit(cache=True, nogil=True)
 def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, avgdl_all):
     """Exact filtered top-k over packed postings (see the module docstring); ``bits`` is
     the filter as uint64 words (``prepare_mask``); k1 and b are ``wt``'s. acc is zero on
@@ -177,32 +252,6 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     top1 = 0.0
     theta = -1.0
     j = 0
-    if nu > 0 and dfs[order[0]] > 0 and not gathered[order[0]]:
-        # The highest-bound term block by block (acc still empty, as in search_one).
-        y = order[0]
-        t = ut[y]
-        sc = scale[y]
-        rest = remaining[1] * (1.0 + _SLACK)
-        nh = 0
-        for blk in range(pk[1][t], pk[1][t + 1]):
-            if nh == k and min(pk[6][blk] * grow, _tf_bound(np.float64(pk[9][blk]), np.float64(pk[10][blk]), k1,
-                                                            kb, bavg)) * sc * (1.0 + _SLACK) + rest < hs[0]:
-                continue
-            nn = _count(pk, t, blk)
-            _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == pk[1][t], nn, docs, tfs)
-            for i in range(nn):
-                d = docs[i]
-                if _alive(bits, d):
-                    f = np.float64(tfs[i])
-                    v = sc * f / (f + k1 * (kb + bavg * doc_len[d]))
-                    touched[n_t] = d
-                    n_t += 1
-                    acc[d] = v
-                    if v > top1:
-                        top1 = v
-                    if nh < k or v > hs[0]:
-                        nh = _push(hs, hi, nh, k, v, d)
-        j = 1
     while j < nu:
         y = order[j]
         if dfs[y] == 0:
@@ -226,21 +275,11 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
                 if v > top1:
                     top1 = v
         else:
-            for blk in range(pk[1][t], pk[1][t + 1]):
-                nn = _count(pk, t, blk)
-                _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == pk[1][t], nn, docs, tfs)
-                for i in range(nn):
-                    d = docs[i]
-                    if _alive(bits, d):
-                        f = np.float64(tfs[i])
-                        v = acc[d]
-                        if v == 0.0:
-                            touched[n_t] = d
-                            n_t += 1
-                        v += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
-                        acc[d] = v
-                        if v > top1:
-                            top1 = v
+            # Block skipping needs the documents touched before, sorted: only when they are
+            # few against the list (always for the first term).
+            skip = 8 * n_t < pk[0][t + 1] - pk[0][t]
+            n_t, top1 = _scan_term(pk, t, bits, acc, touched, n_t, top1, sc, remaining[j + 1] * (1.0 + _SLACK),
+                                   skip, k, hs, hi, grow, k1, kb, bavg, docs, tfs)
         j += 1
     if j < nu and dfs[order[j]] > 0:
         # Lookup phase: candidates that can still reach theta; remaining terms looked up.

@@ -94,7 +94,7 @@ def _warm(kernels: Any, filtered: Any) -> None:
     acc, touched = np.zeros(2), np.zeros(2, np.int32)
     norm = norm_of(np.arange(4), 1.5, 0.75, 2.0)
     wt = (norm, w_of(np.ones(4, np.int64), norm), 1.5, 0.75, 2.0)
-    bits, surv = np.zeros(1, np.uint64), np.zeros(2, np.int32)
+    bits, surv = np.zeros(1, np.uint64), np.zeros(3, np.int32)
     filtered.prepare_mask(np.ones(2, np.bool_), raw.doc_len, bits, surv)
     for code in (np.uint8, np.uint16, None):  # length codes of each width, or the lengths
         arrays["doc_code"] = np.array([0, 1], code) if code is not None else raw.doc_len
@@ -103,7 +103,7 @@ def _warm(kernels: Any, filtered: Any) -> None:
         for exhaustive in (0, 2):
             kernels.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
         kernels.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
-        for s in (surv, surv[:0]):
+        for s in (surv[:2], surv[:0]):
             filtered.search_filtered(pk, bits, s, 2, 4, q, wt, 1, acc, touched, enc.w_max, 2.0)
         kernels.check_all(pk, 2, len(data), norm_of(raw.doc_len, 1.5, 0.75, 2.0))
     kernels.decode_term(pk, 0)
@@ -335,9 +335,9 @@ class PackedBM25Index(MappedDocIds):
             return ScoredDocs(ids, scores)
         # Survivors' count, length and bits; their positions when few (galloped into lists).
         bits = np.zeros((self.n_docs + 63) // 64, np.uint64)
-        surv = np.empty(self.n_docs // 64, np.int32)
+        surv = np.empty(self.n_docs // 64 + 1, np.int32)
         n, total = self._filtered.prepare_mask(mask, self._doc_len32, bits, surv)
-        surv = surv[:n] if n <= len(surv) else surv[:0]
+        surv = surv[:n] if n < len(surv) else surv[:0]
         ids, scores = self._filtered.search_filtered(self._pk, bits, surv, n, total, tids, self._weights(), int(k),
                                                     sc.acc, sc.touched, self._w_max, self.avgdl)
         return ScoredDocs(ids, scores)

@@ -12,8 +12,8 @@ prlimit --as``): a 1M build peaks at ~2.5 GB.
 Filters keep 50%, 5%, 0.1% and 0.01% of the chunks (fixed random draws). Each round runs
 every query unfiltered and then under every filter, back to back, so load on the shared
 machine hits all rows alike; the p50 of each row is over all rounds. A filter is passed as
-a bool mask (what ``HybridRetriever`` passes) and, for the selective ones, also as sorted
-positions. Every filtered top-k is compared with the numpy path (the executable spec:
+a bool mask (what ``HybridRetriever`` passes), packed (``PackedFilter``: what word-wise
+AND/OR of per-field bitmaps gives) and, for the selective ones, as sorted positions. Every filtered top-k is compared with the numpy path (the executable spec:
 N, df and avgdl over the survivors): same ids, scores within 1e-9.
 
 Results: ``bm25_filters.json`` (rows with ``engine``, ``docs``, ``filter_keeps``, ``p50_ms``,
@@ -94,12 +94,18 @@ def measure(n: int, rounds: int, label: str) -> dict:
     bm25_kernel.load_kernels()
     idx = open_index(index_path(n))
     queries = [q for q in json.loads(queries_path(n).read_text()) if any(idx.vocab.get(t) is not None for t in q)]
-    filters: dict[str, np.ndarray] = {}
+    from ragspine_pipeline.retrieval.lexical.bm25 import PackedFilter
+
+    filters: dict[str, object] = {}
+    survivors: dict[str, int] = {}
     for keep in KEEPS:
         mask = np.random.default_rng(int(keep * 1e6) + 1).random(n) < keep
         filters[f"{keep}:mask"] = mask
+        filters[f"{keep}:packed"] = PackedFilter.from_mask(mask)
         if keep <= POSITIONS_UP_TO:
             filters[f"{keep}:positions"] = np.flatnonzero(mask).astype(np.int64)
+        for form in ("mask", "packed", "positions"):
+            survivors[f"{keep}:{form}"] = int(mask.sum())
     for q in queries[:5]:  # warm: kernels, first-use checks, lazily built filter support
         idx.search(q, 10)
         for f in filters.values():
@@ -132,12 +138,12 @@ def measure(n: int, rounds: int, label: str) -> dict:
     unf = 1000 * statistics.median(lat["unfiltered"])
     unf_cpu = 1000 * statistics.median(cpu["unfiltered"])
     rows = []
-    for name, f in filters.items():
+    for name in filters:
         keep, form = name.split(":")
         p50 = 1000 * statistics.median(lat[name])
         p50_cpu = 1000 * statistics.median(cpu[name])
         rows.append({"engine": "ragspine", "label": label, "docs": n, "filter_keeps": float(keep),
-                     "filter_as": form, "survivors": int(f.sum() if f.dtype == bool else len(f)),
+                     "filter_as": form, "survivors": survivors[name],
                      "queries": len(queries), "rounds": rounds, "p50_ms": round(p50, 4),
                      "mean_ms": round(1000 * float(np.mean(lat[name])), 4), "unfiltered_p50_ms": round(unf, 4),
                      "ratio_p50": round(p50 / unf, 3), "cpu_p50_ms": round(p50_cpu, 4),

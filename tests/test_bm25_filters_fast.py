@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from ragspine_pipeline.retrieval.lexical import bm25, bm25_filter
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index, bm25_scores
+from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index, PackedFilter, bm25_scores
 
 pytest.importorskip("numba")
 
@@ -89,6 +89,8 @@ def test_every_selectivity_equals_the_numpy_path_as_mask_and_as_positions(indexe
             assert_same(fast.search(q, k, candidates=pos), want)
             assert_same(fast.search(q, k, candidates=pos.astype(np.int32)), want)
             assert_same(fast.search(q, k, candidates=shuffled), want)  # unsorted, repeated
+            assert_same(fast.search(q, k, candidates=PackedFilter.from_mask(mask)), want)
+            assert_same(spec.search(q, k, candidates=PackedFilter.from_mask(mask)), want)
     assert not fast._scratch.pos_bits.any()  # positions leave the scratch clean
 
 
@@ -140,6 +142,13 @@ def test_malformed_filters_are_clear_errors_and_leave_no_trace(indexes, corpus):
         with pytest.raises(ValueError, match="must lie in"):
             fast.search(["absent-token"], 5, candidates=bad)  # checked even when nothing matches
     assert not fast._scratch.pos_bits.any()
+    with pytest.raises(ValueError, match="uint64 words"):
+        fast.search(["w1"], 5, candidates=PackedFilter(np.zeros(3, np.uint64)))
+    stray = PackedFilter.from_mask(np.zeros(N_DOCS, bool))
+    stray.words[-1] = np.uint64(1) << np.uint64(63)  # N_DOCS % 64 != 0: past the last document
+    for idx in (fast, spec):
+        with pytest.raises(ValueError, match="past the last indexed document"):
+            idx.search(["w1"], 5, candidates=stray)
     pos = np.flatnonzero(_mask(0.05))
     assert_same(fast.search(queries[0], 10, candidates=pos), spec.search(queries[0], 10, candidates=pos))
 

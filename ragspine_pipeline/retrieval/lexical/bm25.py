@@ -27,6 +27,7 @@ import numpy as np
 from ...cpus import usable_cpus
 from . import bm25_filter, bm25_kernel, bm25_numpy
 from .bm25_build import BITSET_DF_FRACTION, BLOCK_SIZE, Postings, build_postings
+from .bm25_filter import PackedFilter
 from .bm25_pool import batch_pool, batch_spans
 from .bm25_reference import (
     DEFAULT_B,
@@ -40,7 +41,7 @@ from .bm25_topk import DENSE, ScoredDocs, empty_scored, top_k, top_k_dense
 
 __all__ = [
     "BITSET_DF_FRACTION", "BITSET_MIN_DOCS", "BLOCK_SIZE", "DEFAULT_B", "DEFAULT_BM25_B", "DEFAULT_BM25_K1",
-    "DEFAULT_K1", "EXHAUSTIVE_MAX_DOCS", "KERNELS", "MAXSCORE_MIN_DOCS", "BM25Index", "ScoredDocs",
+    "DEFAULT_K1", "EXHAUSTIVE_MAX_DOCS", "KERNELS", "MAXSCORE_MIN_DOCS", "BM25Index", "PackedFilter", "ScoredDocs",
     "bm25_idf", "bm25_scores",
 ]
 
@@ -145,7 +146,7 @@ class BM25Index:
         return bm25_numpy.maxscore(self, self._query_term_ids(query_tokens), k, MAXSCORE_MIN_DOCS)
 
     def get_scores(
-        self, query_tokens: Sequence[str], candidates: np.ndarray | None = None
+        self, query_tokens: Sequence[str], candidates: np.ndarray | PackedFilter | None = None
     ) -> np.ndarray:
         """Dense score vector over all docs (0 outside the candidate mask)."""
         mask = self._as_mask(candidates)
@@ -160,12 +161,13 @@ class BM25Index:
         self,
         query_tokens: Sequence[str],
         k: int = 10,
-        candidates: np.ndarray | None = None,
+        candidates: np.ndarray | PackedFilter | None = None,
     ) -> ScoredDocs:
         """Top-``k`` matching docs by (-score, position); only docs with score > 0.
 
-        ``candidates`` (a filter): a bool mask over the index positions, or the surviving
-        positions (any order; a selective filter given as positions costs O(survivors)).
+        ``candidates`` (a filter): a bool mask over the index positions, the surviving
+        positions (any order; a selective filter given as positions costs O(survivors)),
+        or a ``PackedFilter`` (packed bits: no packing pass).
         """
         if k > 0 and self._kernels is not None:
             return self._search_compiled(query_tokens, k, candidates)
@@ -234,7 +236,7 @@ class BM25Index:
         parts = [one(chunks[0])] + [f.result() for f in rest]
         return tuple(np.concatenate([p[x] for p in parts]) for x in range(3))  # type: ignore[return-value]
 
-    def _search_compiled(self, query_tokens: Sequence[str], k: int, candidates: np.ndarray | None) -> ScoredDocs:
+    def _search_compiled(self, query_tokens: Sequence[str], k: int, candidates: np.ndarray | PackedFilter | None) -> ScoredDocs:
         """Top-k through the compiled kernels (pruned unfiltered, or survivor statistics)."""
         tids = np.array(self._query_term_ids(query_tokens), np.int64)
         if candidates is not None:
@@ -263,15 +265,18 @@ class BM25Index:
                 kern.clear_bits(surv.scratch_set, surv.bits)
         return ScoredDocs(ids, scores)
 
-    def _as_mask(self, candidates: np.ndarray | None) -> np.ndarray | None:
+    def _as_mask(self, candidates: np.ndarray | PackedFilter | None) -> np.ndarray | None:
         if candidates is None:
             return None
         self._doc_lengths_read()
         return candidate_mask(candidates, self.n_docs)
 
 
-def candidate_mask(candidates: np.ndarray, n_docs: int) -> np.ndarray:
-    """A filter as a bool mask over ``n_docs`` positions (given as a mask or as positions)."""
+def candidate_mask(candidates: Any, n_docs: int) -> np.ndarray:
+    """A filter as a bool mask over ``n_docs`` positions (given as a mask, as positions or
+    as a ``PackedFilter``)."""
+    if isinstance(candidates, PackedFilter):
+        return candidates.to_mask(n_docs)
     cand = np.asarray(candidates)
     if cand.dtype == bool:
         if cand.shape != (n_docs,):

@@ -6,11 +6,13 @@ scoring, the kernel therefore needs the survivors' count and summed length and a
 bitset to test postings against; when the survivors are few, also their sorted positions
 (long lists are then galloped at those positions instead of scanned).
 
-A filter arrives as a bool mask over the index positions or as positions:
+A filter arrives as a bool mask over the index positions, as positions, or packed
+(``PackedFilter``: what word-wise AND/OR of per-field bitmaps gives, an eighth of a mask):
 
 * a mask is packed 64 documents per word and counted by popcount; the survivors' summed
   length comes from the bit-sliced document lengths (``FilterSupport.slices``), so no pass
   reads N lengths;
+* packed bits skip the packing: a popcount and the length slices;
 * positions (sorted or not) cost O(their number): a gather of their lengths and their bits
   set in a per-thread zeroed buffer, cleared after the query. A selective filter given as
   positions never does an O(N) pass.
@@ -147,24 +149,59 @@ def support(ix: BM25Index) -> FilterSupport:
 _CREATE_LOCK = threading.Lock()
 
 
-def prepare(ix: BM25Index, kernels: Any, candidates: np.ndarray, scratch: Any) -> Survivors:
-    """The survivors of ``candidates`` (a bool mask over the index positions, or positions).
+@dataclass(frozen=True)
+class PackedFilter:
+    """A filter as packed bits: bit d of ``words`` (uint64, little bit order, ceil(N/64)
+    words, bits past N zero) keeps document position d.
+
+    An eighth of a bool mask's bytes, so preparing it skips the packing pass: a caller that
+    combines per-field bitmaps with word-wise AND/OR can hand the result over as is.
+    """
+
+    words: np.ndarray
+
+    @classmethod
+    def from_mask(cls, mask: np.ndarray) -> PackedFilter:
+        """Pack a bool mask (one entry per indexed document)."""
+        mask = np.asarray(mask, np.bool_)
+        padded = np.zeros(-(-len(mask) // 64) * 64, np.bool_)
+        padded[: len(mask)] = mask
+        return cls(np.packbits(padded, bitorder="little").view(np.uint64))
+
+    def to_mask(self, n_docs: int) -> np.ndarray:
+        """The bool mask over ``n_docs`` positions (checked as ``prepare`` checks it)."""
+        words = _checked_words(self, n_docs)
+        return np.unpackbits(words.view(np.uint8), bitorder="little")[:n_docs].astype(np.bool_)
+
+
+def _checked_words(f: PackedFilter, n_docs: int) -> np.ndarray:
+    words = np.ascontiguousarray(f.words)
+    if words.dtype != np.uint64 or words.shape != ((n_docs + 63) // 64,):
+        raise ValueError(f"a packed filter needs {(n_docs + 63) // 64} uint64 words for {n_docs} documents")
+    if n_docs % 64 and int(words[-1]) >> (n_docs % 64):
+        raise ValueError("a packed filter has bits set past the last indexed document")
+    return words
+
+
+def prepare(ix: BM25Index, kernels: Any, candidates: Any, scratch: Any) -> Survivors:
+    """The survivors of ``candidates``: a bool mask over the index positions, positions,
+    or a ``PackedFilter``.
 
     Raises ValueError for a mask of the wrong length or a position outside the index.
     """
     n_docs = ix.n_docs
+    if isinstance(candidates, PackedFilter):
+        bits = _checked_words(candidates, n_docs)
+        n = int(kernels.count_bits(bits))
+        total = int(kernels.sliced_total(bits, support(ix).slices())) if n else 0
+        return Survivors(n, total, bits, _few_positions(kernels, bits, n, n_docs), None)
     cand = np.asarray(candidates)
     if cand.dtype == np.bool_:
         if cand.shape != (n_docs,):
             raise ValueError("candidate mask must have one entry per indexed document")
         bits = scratch.mask_bits
         n, total = kernels.pack_mask(cand[: n_docs // 8 * 8].view(np.uint64), cand, support(ix).slices(), bits)
-        if 0 < n <= n_docs // FEW_SURVIVORS_DIV:
-            pos = np.empty(n, np.int64)
-            kernels.bits_to_positions(bits, pos)
-        else:
-            pos = _NONE
-        return Survivors(int(n), int(total), bits, pos, None)
+        return Survivors(int(n), int(total), bits, _few_positions(kernels, bits, int(n), n_docs), None)
     pos = _positions(cand)
     bits = scratch.pos_bits
     gather = len(pos) <= n_docs // FEW_SURVIVORS_DIV
@@ -181,8 +218,20 @@ def prepare(ix: BM25Index, kernels: Any, candidates: np.ndarray, scratch: Any) -
     return Survivors(len(pos), int(total), bits, pos if gather else _NONE, pos)
 
 
-def check(candidates: np.ndarray, n_docs: int) -> None:
+def _few_positions(kernels: Any, bits: np.ndarray, n: int, n_docs: int) -> np.ndarray:
+    """The survivors' positions when they are few (the kernel gallops or ranks them), else empty."""
+    if not 0 < n <= n_docs // FEW_SURVIVORS_DIV:
+        return _NONE
+    pos = np.empty(n, np.int64)
+    kernels.bits_to_positions(bits, pos)
+    return pos
+
+
+def check(candidates: Any, n_docs: int) -> None:
     """Raise what ``prepare`` raises for a malformed filter, without preparing it."""
+    if isinstance(candidates, PackedFilter):
+        _checked_words(candidates, n_docs)
+        return
     cand = np.asarray(candidates)
     if cand.dtype == np.bool_:
         if cand.shape != (n_docs,):

@@ -73,6 +73,15 @@ def pack_mask(words, mask, slices, bits):
 
 
 @njit(cache=True, nogil=True)
+def count_bits(bits):
+    """Set bits of a packed filter: its survivors."""
+    n = 0
+    for w in range(bits.shape[0]):
+        n += popcount64(bits[w])
+    return n
+
+
+@njit(cache=True, nogil=True)
 def sliced_total(bits, slices):
     """Summed length of the documents set in ``bits``: sum_s 2^s popcount(bits & slices[s])."""
     total = 0

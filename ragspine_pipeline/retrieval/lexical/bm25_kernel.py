@@ -60,6 +60,7 @@ class Kernels:
     bits_to_positions: Any
     set_positions: Any
     sliced_total: Any
+    count_bits: Any
     clear_bits: Any
     term_block_bounds: Any
     rank_directory: Any
@@ -70,7 +71,7 @@ def _compile() -> Kernels:
     from . import bm25_numba as nb
 
     return Kernels(nb.search_one, nb.search_batch, nb.search_filtered, fp.pack_mask, fp.bits_to_positions,
-                   fp.set_positions, fp.sliced_total, fp.clear_bits, fp.term_block_bounds,
+                   fp.set_positions, fp.sliced_total, fp.count_bits, fp.clear_bits, fp.term_block_bounds,
                    fp.rank_directory)
 
 
@@ -95,6 +96,7 @@ def _warm(k: Kernels) -> None:
     for gather in (True, False):
         k.set_positions(surv, doc_len, bits, gather)
     k.sliced_total(bits, slices)
+    k.count_bits(bits)
     k.clear_bits(surv, bits)
     blk_tf, blk_len = np.zeros(1, np.uint32), np.zeros(1, np.uint32)
     # tf is uint8 on nearly every corpus (wider widths compile on first use, then cached).

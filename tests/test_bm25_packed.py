@@ -17,7 +17,6 @@ from ragspine_pipeline.retrieval.lexical.bm25_format import (
     FORMAT_VERSION,
     HEADER_BYTES,
     CorruptIndexError,
-    IndexFormatError,
     IndexVersionError,
     doc_bucket,
     pack_header,
@@ -31,7 +30,7 @@ from ragspine_pipeline.retrieval.lexical.bm25_packed import (
 )
 from ragspine_pipeline.retrieval.lexical.bm25_packed_index import PackedBM25Index
 from ragspine_pipeline.retrieval.lexical.bm25_publish import write_layout, write_packed, write_plain
-from tests.test_bm25_mmap import KERNELS, SHARED_EVAL, zipf_corpus  # noqa: E402  (the same sets and kernels)
+from tests.test_bm25_mmap import KERNELS, SHARED_EVAL, damaged_outcome, zipf_corpus  # noqa: E402  (the same sets and kernels)
 
 
 def publish_both(tmp_path: Path, docs, *, name: str = "lex", kernel: str = "auto", **kw):
@@ -225,23 +224,6 @@ def test_every_shared_set_packed_equals_plain(tmp_path, name):
 
 
 # --------------------------------------------------------------------- damage
-def outcome(path: Path, docs, queries, intact) -> str:
-    """"error" (a typed error naming the file) or "same" (every answer is the intact one's)."""
-    try:
-        ix = open_index(path)
-        for q in queries:
-            same(ix.search(q, k=10), intact.search(q, k=10))
-        mask = np.zeros(len(docs), bool)
-        mask[::3] = True
-        for q in queries[:5]:
-            same(ix.search(q, k=10, candidates=mask), intact.search(q, k=10, candidates=mask))
-        ix.verify()
-    except IndexFormatError as exc:
-        assert str(path) in str(exc)
-        return "error"
-    return "same"
-
-
 def test_truncated_and_bit_flipped_packed_files_are_clear_errors(tmp_path):
     docs, queries = zipf_corpus(3000, seed=4)
     packed, _plain = publish_both(tmp_path, docs)
@@ -258,7 +240,7 @@ def test_truncated_and_bit_flipped_packed_files_are_clear_errors(tmp_path):
         flipped = bytearray(raw)
         flipped[int(at)] ^= 1 << int(rng.integers(0, 8))
         bad.write_bytes(bytes(flipped))
-        outcomes.append(outcome(bad, docs, queries, packed))
+        outcomes.append(damaged_outcome(bad, docs, queries, packed))  # the intact packed index
     assert outcomes == ["error"] * len(positions)
 
 

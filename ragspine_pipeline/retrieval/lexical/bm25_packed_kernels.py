@@ -34,52 +34,49 @@ _ONE = np.uint64(1)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _unpack(data, off, dbits, tbits, last, blk, first, n, docs, tfs):
-    """Block ``blk`` (n postings; ``first``: whether it opens its term) into docs/tfs[:n].
-
-    The arrays come one by one (pk[7], pk[3], pk[4], pk[5], pk[2]), not as the ``pk``
-    tuple: measured, reading them through the tuple inside the loop was ~9x slower.
+def _run(data, wi, width, n, out, start, chain):
+    """n fields of ``width`` bits from word wi into out[:n]: with ``chain``, doc positions
+    (each field a gap - 1 after ``start``), else tfs (each field tf - 1).
 
     Fields are read through a 64-bit buffer refilled a word at a time (a field of at most
     32 bits always fits once the buffer holds fewer bits than it): one load per word, one
     shift and mask per field."""
+    mask = (_ONE << np.uint64(width)) - _ONE
+    buf = np.uint64(0)
+    have = 0
+    v = start
+    for i in range(n):
+        if have < width:
+            buf |= np.uint64(data[wi]) << np.uint64(have)
+            wi += 1
+            have += 32
+        x = np.int64(buf & mask) + 1
+        buf >>= np.uint64(width)
+        have -= width
+        v = v + x if chain else x
+        out[i] = v
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _unpack(data, off, dbits, tbits, last, blk, first, n, docs, tfs):
+    """Block ``blk`` (n postings; ``first``: whether it opens its term) into docs/tfs[:n].
+
+    The arrays come one by one (pk[7], pk[3], pk[4], pk[5], pk[2]), not as the ``pk``
+    tuple: measured, reading them through the tuple inside the loop was ~9x slower."""
     dw = np.int64(dbits[blk])
     tw = np.int64(tbits[blk])
     d = np.int64(-1) if first else np.int64(last[blk - 1])
-    wi = off[blk]
     if dw == 0:
         for i in range(n):
             d += 1
             docs[i] = d
     else:
-        mask = (_ONE << np.uint64(dw)) - _ONE
-        buf = np.uint64(0)
-        have = 0
-        for i in range(n):
-            if have < dw:
-                buf |= np.uint64(data[wi]) << np.uint64(have)
-                wi += 1
-                have += 32
-            d += np.int64(buf & mask) + 1
-            buf >>= np.uint64(dw)
-            have -= dw
-            docs[i] = d
+        _run(data, off[blk], dw, n, docs, d, True)
     if tw == 0:
         for i in range(n):
             tfs[i] = 1
     else:
-        wi = off[blk] + ((n * dw + 31) >> 5)
-        mask = (_ONE << np.uint64(tw)) - _ONE
-        buf = np.uint64(0)
-        have = 0
-        for i in range(n):
-            if have < tw:
-                buf |= np.uint64(data[wi]) << np.uint64(have)
-                wi += 1
-                have += 32
-            tfs[i] = np.int64(buf & mask) + 1
-            buf >>= np.uint64(tw)
-            have -= tw
+        _run(data, off[blk] + ((n * dw + 31) >> 5), tw, n, tfs, np.int64(0), False)
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -83,8 +83,11 @@ def child(root: str, executor: str, workers: int, out: str) -> None:
     wh = VersionedTables(root)
 
     def run() -> dict[str, Any]:
-        return build_embeddings(wh, LIBRARY, backend, SPEC, executor=executor,
-                                log=lambda _line: stamps.append(time.perf_counter())).metadata
+        c0, t1 = time.process_time(), time.perf_counter()  # this process, every thread
+        md = build_embeddings(wh, LIBRARY, backend, SPEC, executor=executor,
+                              log=lambda _line: stamps.append(time.perf_counter())).metadata
+        md["driver_cpu_s"], md["driver_wall_s"] = time.process_time() - c0, time.perf_counter() - t1
+        return md
 
     if executor == "ray":
         from ragspine_pipeline.scale.cluster import ray_cluster
@@ -148,7 +151,11 @@ def summarize(runs: list[dict[str, Any]], work: Path) -> dict[str, Any]:
             steady = round(n * (len(stamps) - 1) / len(stamps) / (stamps[-1] - stamps[0]), 1)
         elif r["name"].startswith("local") and len(stamps) >= 2:
             steady = r.get("sentences_per_s")
-        rows.append({"run": r["name"], "model_id": r["model_id"], "chunks": n,
+        # Cores the model calls got: local, the step's CPU time over its wall time (both threads);
+        # Ray, the actors' CPU time in the model calls over the pipeline's wall time.
+        cores = (r["ray_worker_cpu_s"] / r["ray_seconds"]) if r.get("ray_worker_cpu_s") else \
+            r["driver_cpu_s"] / r["driver_wall_s"]
+        rows.append({"run": r["name"], "model_id": r["model_id"], "chunks": n, "cores_used": round(cores, 2),
                      "step_wall_s": r["step_wall_s"], "embed_phase_s": round(embed_s, 2),
                      "texts_per_s": round(n / embed_s, 1), "steady_texts_per_s": steady,
                      "ray_startup_s": r.get("cluster", {}).get("ray_startup_s"),
@@ -174,12 +181,12 @@ def markdown(res: dict[str, Any]) -> str:
              f"Command: `{res['command']}`  ", f"Machine: {res['machine']}  ",
              f"Library: first {res['docs']} SciFact documents, {res['rows'][0]['chunks']} chunks "
              f"(paragraph:480:80), embedding spec `auto` -> `{res['rows'][0]['model_id']}`.", "",
-             "| run | step wall s | embed phase s | texts/s | steady texts/s | Ray start s | batches | "
+             "| run | step wall s | embed phase s | texts/s | steady texts/s | cores used | Ray start s | batches | "
              "load before | identical to local | max abs delta |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         lines.append(f"| {r['run']} | {r['step_wall_s']} | {r['embed_phase_s']} | {r['texts_per_s']} | "
-                     f"{r['steady_texts_per_s'] or '-'} | {r['ray_startup_s'] if r['ray_startup_s'] is not None else '-'}"
+                     f"{r['steady_texts_per_s'] or '-'} | {r['cores_used']} | {r['ray_startup_s'] if r['ray_startup_s'] is not None else '-'}"
                      f" | {r['ray_batches'] or '-'} | {r['load_before']} | {r['identical_to_local']} | "
                      f"{r['max_abs_delta']} |")
     lines += ["", "Best round per config: " + ", ".join(f"{k} = {v}" for k, v in res["best"].items()) + "  ",
@@ -188,7 +195,8 @@ def markdown(res: dict[str, Any]) -> str:
               "write). *embed phase*: local, the model calls; Ray, the pipeline from its start to its last batch "
               "(actor start and one model load per actor included). *steady*: texts per second between the "
               "first and the last batch that came back (warm actors). *Ray start*: starting the local cluster "
-              "(not in the embed phase).", "", res["bound"], ""]
+              "(not in the embed phase). *cores used*: local, the step's CPU time over its wall time; Ray, the actors' "
+              "CPU time in the model calls over the pipeline's wall time (2.0 = both cores).", "", res["bound"], ""]
     return "\n".join(lines)
 
 
@@ -226,15 +234,17 @@ def main() -> int:
 
 
 def bound_note(res: dict[str, Any]) -> str:
-    """Where the run is bound, from its own figures."""
-    by = {r["run"]: r for r in res["rows"]}
-    ray2 = by[res["best"]["ray-2"]]
-    return ("Where it is bound: the ONNX model calls (CPU). Each Ray actor runs one intra-op thread on one "
-            f"core, so 2 actors use both cores of this machine; the local build uses both cores inside one "
-            f"session. Fixed costs around the embedding: starting the local cluster "
-            f"({ray2['ray_startup_s']} s here) and one model load per actor, paid once per step; "
-            "texts and vectors move through the object store in 256-text groups "
-            "(a few hundred KB), which is small against the model time.")
+    """Where the run is bound, from its own figures (the best round of each config)."""
+    rows = {r["run"]: r for r in res["rows"]}
+    best = {cfg: rows[name] for cfg, name in res["best"].items()}
+    return ("Where it is bound: the model calls, on CPU. Cores the model calls got (2.0 = both cores of this "
+            f"box): local {best['local']['cores_used']} (one ONNX session, 2 intra-op threads), "
+            f"ray-1 {best['ray-1']['cores_used']}, ray-2 {best['ray-2']['cores_used']} (one-thread actors). "
+            "Below 2.0 for ray-2, the box's other load took the second core: 1 to 2 workers can only scale "
+            "with the cores they get. Fixed costs around the embedding: starting the local cluster "
+            f"({best['ray-2']['ray_startup_s']} s) and one model load per actor, once per step; texts and "
+            "vectors cross the object store in 256-text groups (a few hundred KB each), small against the "
+            "model time.")
 
 
 if __name__ == "__main__":

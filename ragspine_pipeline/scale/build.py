@@ -104,11 +104,16 @@ class RayJob:
     batches: int
     rows: int
     seconds: float
+    busy_s: float | None = None  # summed over workers: wall time inside the model calls
+    cpu_s: float | None = None  # summed over workers: CPU time of those calls (busy_s / cpu_s: starved or not)
 
     def metadata(self) -> dict[str, Any]:
         rate = round(self.rows / self.seconds, 1) if self.rows and self.seconds > 0 else None
-        return {"executor": "ray", **self.cluster.metadata(), "ray_batches": self.batches, "ray_rows": self.rows,
-                "ray_seconds": round(self.seconds, 3), "ray_rows_per_s": rate}
+        md = {"executor": "ray", **self.cluster.metadata(), "ray_batches": self.batches, "ray_rows": self.rows,
+              "ray_seconds": round(self.seconds, 3), "ray_rows_per_s": rate}
+        if self.busy_s is not None:
+            md.update(ray_worker_busy_s=round(self.busy_s, 3), ray_worker_cpu_s=round(self.cpu_s or 0.0, 3))
+        return md
 
 
 def _quiet_data_context() -> None:
@@ -252,9 +257,12 @@ class _Embedder:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         _maybe_die(self.fault, "embeddings")
-        groups, blobs, counts = [], [], []
+        groups, blobs, counts, busy, cpu = [], [], [], [], []
         for group, texts in zip(batch.column("group").to_pylist(), batch.column("texts").to_pylist(), strict=True):
+            t0, c0 = time.perf_counter(), time.process_time()
             vecs = np.asarray(self.backend.embed_texts(texts), dtype=np.float32)
+            busy.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
             if vecs.ndim != 2 or len(vecs) != len(texts):
                 raise RuntimeError("embedding backend returned a wrong number of vectors")
             groups.append(group)
@@ -262,7 +270,8 @@ class _Embedder:
             counts.append(vecs.shape)
         return pa.table({"group": pa.array(groups, pa.int64()), "vectors": pa.array(blobs, pa.binary()),
                          "rows": pa.array([c[0] for c in counts], pa.int64()),
-                         "dim": pa.array([c[1] for c in counts], pa.int64())})
+                         "dim": pa.array([c[1] for c in counts], pa.int64()),
+                         "busy_s": pa.array(busy, pa.float64()), "cpu_s": pa.array(cpu, pa.float64())})
 
 
 def embed_on_ray(spec: str, model_id: str, texts: list[str], *, workers: int | None = None,
@@ -294,4 +303,6 @@ def embed_on_ray(spec: str, model_id: str, texts: list[str], *, workers: int | N
     if sorted(parts) != list(range(len(groups))):
         raise RayStepFailed(f"{desc} on Ray: {len(groups) - len(parts)} of {len(groups)} groups came back missing")
     vectors = np.concatenate([parts[g] for g in range(len(groups))]) if groups else np.zeros((0, 0), np.float32)
-    return vectors, RayJob(cluster, batches, len(texts), seconds).metadata()
+    busy = sum(pc.sum(t.column("busy_s")).as_py() or 0.0 for t in out)
+    cpu = sum(pc.sum(t.column("cpu_s")).as_py() or 0.0 for t in out)
+    return vectors, RayJob(cluster, batches, len(texts), seconds, busy, cpu).metadata()

@@ -181,7 +181,8 @@ def markdown(report: dict) -> str:
              "Synthetic Zipf corpus (`bench_bm25.synthetic_corpus`), memory-mapped published index, top-10. "
              "Each round runs a query unfiltered, then under every filter; p50 over all rounds. "
              "Filtered scores use N, df and avgdl over the survivors (the spec) and are compared with the "
-             "numpy path (same ids, scores to 1e-9). Goal: p50 <= 1.1x the unfiltered p50.", ""]
+             "numpy path (same ids, scores to 1e-9). Goal: p50 <= 1.1x the unfiltered p50.", "",
+             *([report["note"], ""] if report.get("note") else [])]
     for run in report["runs"]:
         facts = ", ".join(f"{key} {run[key]}" for key in ("commit", "loadavg_1m") if key in run)
         lines += [f"## {run['label']} ({run['docs']:,} docs): unfiltered p50 {run['unfiltered_p50_ms']:.3f} ms", "",

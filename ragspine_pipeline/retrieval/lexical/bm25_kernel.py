@@ -19,11 +19,13 @@ pass and prune:
 * ``search_batch``: many queries in one call without the GIL (one scratch per call);
   ``BM25Index.search_batch`` runs chunks of a batch on threads.
 * ``search_filtered``: the spec's filtered semantics (N, df and avgdl over the filter
-  survivors), MaxScore-pruned. A term's survivor df is a branchless count over its list
-  or, when the survivors are few, found by galloping each survivor into the list; terms
-  are then scored by descending bound until the rest cannot change the top k, and the
-  rest are looked up for the remaining candidates only. A selective filter costs about
-  as much as its survivors, a broad one about a count pass over the query's postings.
+  survivors), MaxScore- and block-bound-pruned, on a filter prepared by ``bm25_filter``
+  (packed bits, survivor count and length without a per-document pass; the kernels of
+  that step are ``bm25_filter_numba``'s). A term's survivor df is a popcount of its
+  bitset row against the filter, or comes from one pass over its list that also gathers
+  its surviving postings, or from galloping the few survivors into it; a bitset term is
+  read at the survivors by rank. A selective filter costs about as much as its
+  survivors, a broad one about an unfiltered query plus reading the filter once.
 
 Every kernel returns (doc positions, scores) ranked by (score desc, position asc) and
 keeps only scores > 0; scores equal the reference formula to 1e-9 (tests check this

@@ -50,7 +50,7 @@ CACHE = ROOT / "benchmarks" / ".cache" / "ray_serving"
 OPEN_CACHE = ROOT / "benchmarks" / ".cache" / "open"
 LIBRARY = "scifact_x10"
 LAYOUT_BUCKETS = 4
-NETNS_ENV = "RAGSPINE_BENCH_NETNS"
+NETNS_ENV = "BENCH_RAY_SERVING_IN_NETNS"
 RAY_PORT = 8000
 
 

@@ -3,7 +3,7 @@
 Ray must keep every address on loopback, so the checks run inside a private network
 namespace: ``test_in_private_network_namespace`` starts ``unshare -n -p`` (network and PID
 namespaces), brings ``lo`` up and runs this file's ``inner`` tests there with
-``RAGSPINE_TEST_NETNS=1`` (they skip outside it), then ``ray stop --force`` — which sees
+``SCALE_SERVING_IN_NETNS=1`` (they skip outside it), then ``ray stop --force`` — which sees
 only that namespace's processes, so it never stops another run's cluster on a shared
 machine — and checks that no Ray process is left.
 Where namespaces or Ray are unavailable the outer test skips and says why.
@@ -33,7 +33,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-IN_NETNS = os.environ.get("RAGSPINE_TEST_NETNS") == "1"
+IN_NETNS = os.environ.get("SCALE_SERVING_IN_NETNS") == "1"
 inner = pytest.mark.skipif(not IN_NETNS, reason="runs inside the private network namespace that "
                                                 "test_in_private_network_namespace starts")
 SCIFACT = Path(os.environ.get("RAGSPINE_BENCH_DATA") or ROOT.parent / "shared" / "eval") / "scifact"
@@ -61,7 +61,7 @@ def _run_inner(tmp_path: Path, marks: str) -> None:
     if why:
         pytest.skip(why)
     py, ray_cli = sys.executable, str(Path(sys.executable).with_name("ray"))
-    script = (f"ip link set lo up; RAGSPINE_TEST_NETNS=1 {py} -m pytest -q -x -p no:cacheprovider --durations=0 "
+    script = (f"ip link set lo up; SCALE_SERVING_IN_NETNS=1 {py} -m pytest -q -x -p no:cacheprovider --durations=0 "
               f"-k inner -m '{marks}' {__file__}; rc=$?; {ray_cli} stop --force >/dev/null 2>&1; "
               "echo RAY_LEFT: $(ps -eo args= | grep -E 'raylet|gcs_server|ray::|default_worker' | grep -v grep); "
               "exit $rc")

@@ -301,7 +301,7 @@ class ShardedBM25:
         self.shards = list(shards)
         self.timeout_s = shard_timeout_s(timeout_s)
         self.path = path
-        infos = self._gather("open", {i: s.describe.remote() for i, s in enumerate(self.shards)}, wait=None)
+        infos = self._gather("open", {i: s.describe.remote() for i, s in enumerate(self.shards)}, query=False)
         self.infos = [infos[i] for i in range(len(self.shards))]
         counts = {int(x["n_docs"]) for x in self.infos}
         if len(counts) != 1:
@@ -324,11 +324,13 @@ class ShardedBM25:
                                  "positions: the segments are not this snapshot's")
 
     # ------------------------------------------------------------ scatter-gather
-    def _gather(self, phase: str, calls: dict[int, Any], wait: float | None = -1.0) -> dict[int, Any]:
-        """Results of one phase by shard; a shard that fails or misses the deadline is
-        recorded in the request scope (allow_partial) or raised as ``ShardUnavailable``."""
+    def _gather(self, phase: str, calls: dict[int, Any], *, query: bool = True) -> dict[int, Any]:
+        """Results of one phase by shard. A query phase has the shard deadline, and a shard
+        that fails or misses it is recorded in the request scope (allow_partial) or raised as
+        ``ShardUnavailable``; opening (``query=False``) waits for every shard and never
+        accepts fewer."""
         ray = require_ray()
-        timeout = self.timeout_s if wait == -1.0 else wait
+        timeout = self.timeout_s if query else None
         refs = list(calls.values())
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
         done = set(ready)
@@ -346,7 +348,7 @@ class ShardedBM25:
                 missing[i] = f"{type(exc).__name__} (the shard is restarting or unreachable)"
         if missing:
             req = _REQUEST.get()
-            if req is None or not req.allow_partial or not out or wait is None:
+            if req is None or not req.allow_partial or not out or not query:
                 raise ShardUnavailable(phase, missing)
             req.missing.update(missing)
         return out

@@ -23,6 +23,9 @@ from .bm25_raw import RawPostings
 from .bm25_reference import bm25_idf
 
 BLOCK_SIZE = 128  # postings per block-max bound (the kernels read this constant)
+# Bitset words per rank-directory entry of a filtered query's bitset rows: one 64-byte cache line
+# (``bm25_filter`` builds the directory, ``bm25_filter_numba`` reads it).
+RANK_WORDS = 8
 # Filtered queries: postings lists with df >= N / BITSET_DF_FRACTION get a bitset (corpora
 # of at least the caller's ``bitset_min_docs`` documents), so their survivor df is a popcount.
 BITSET_DF_FRACTION = 16

@@ -35,12 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .bm25_build import BLOCK_SIZE
+from .bm25_build import BLOCK_SIZE, RANK_WORDS
 
 if TYPE_CHECKING:
     from .bm25 import BM25Index
 
-RANK_WORDS = 8  # bitset words per rank-directory entry: one 64-byte cache line of a row
 FEW_SURVIVORS_DIV = 64  # survivors <= N / this: their positions go to the kernel (gallop, no scan)
 
 

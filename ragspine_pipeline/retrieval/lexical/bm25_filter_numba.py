@@ -23,7 +23,7 @@ unfiltered query. Here:
 import numpy as np
 from numba import njit
 
-from .bm25_filter import RANK_WORDS
+from .bm25_build import RANK_WORDS
 
 _PACK = np.uint64(0x0102040810204080)  # 8 bool bytes x this >> 56 = their 8 bits (little order)
 _SHIFT = np.uint64(56)

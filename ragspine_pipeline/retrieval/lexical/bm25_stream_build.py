@@ -302,8 +302,11 @@ class StreamCounter:
         self._pos, self._npost, self._run_doc0 = 0, [], next_doc
 
     def finish(self) -> tuple[RawPostings, dict[str, int]]:
-        """The corpus's raw postings (memory-mapped from ``tmp_dir`` when runs were spilled)
-        and its vocabulary (term -> id, first seen first)."""
+        """The corpus's raw postings and its vocabulary (term -> id, first seen first).
+
+        When runs were spilled, ``indices`` and ``tf`` (5-8 bytes a posting) are memory-mapped
+        from ``tmp_dir``; ``indptr`` (8 bytes a term) and ``doc_len`` (4 bytes a document)
+        stay in memory: 40 MB at 10M documents."""
         doc_len = np.concatenate(self.doc_len) if self.doc_len else np.zeros(0, np.uint32)
         terms = list(self.vocab)
         if not self.runs:

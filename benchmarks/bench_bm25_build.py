@@ -206,7 +206,9 @@ def save(rows: list[dict], command: str) -> None:
         keep[_key(r)] = r
     commands = old.get("commands", {})
     for r in rows:
-        commands[r.get("kind", "build")] = command
+        kind = r.get("kind", "build")
+        listed = commands[kind] if isinstance(commands.get(kind), list) else [commands[kind]] if kind in commands else []
+        commands[kind] = listed if command in listed else [*listed, command]
     data = {"commands": commands, "machine": machine(), "rows": sorted(keep.values(), key=_key)}
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
@@ -230,14 +232,22 @@ def markdown(data: dict) -> str:
              "inflated by about load/2). `count_s`: tokens to counted postings (the in-memory build's",
              "also includes its weights, as `BM25Index` computes them); `write_s`: the rest (weights or",
              "packing, writing, verifying).",
-             "", *[f"- {kind}: `{cmd}`" for kind, cmd in sorted(data["commands"].items())],
+             "", *[f"- {kind}: `{cmd}`" for kind, cmds in sorted(data["commands"].items()) for cmd in cmds],
              "", f"Machine: {data['machine']}", "",
              "| docs | build | layout | build s | count s | write s | feed s | peak RSS MiB | postings | runs | bytes | load |",
              "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in builds:
+        if "error" in r:
+            lines.append(f"| {r['docs']:,} | {r['build']} | {r['layout']} | failed: {r['error']} |"
+                         + " |" * 7 + f" {r.get('load') or ''} |")
+            continue
         lines.append(f"| {r['docs']:,} | {r['build']} | {r['layout']} | {r['build_s']} | {r['count_s']} | "
                      f"{r['write_s']} | {r['feed_s']} | {r['peak_rss_mib']:,.0f} | {r['postings']:,} | {r['runs']} | "
                      f"{r['bytes']:,} | {r.get('load', '')} |")
+    if any("error" in r for r in builds):
+        lines += ["", "A failed row shows the build's last error line. The plain layout keeps a float64 weight per",
+                  "posting in memory while its verify step maps the finished file, so at 10M documents it passes",
+                  "a 14 GB address-space cap; the auto layout (packed from 100M postings) is the one for that size."]
     if qps:
         lines += ["", "## Hash-bucket segments: single-process query throughput", "",
                   "200 queries x rounds, top-10, one thread; segments via `SegmentedBM25`, 1 bucket = one index file.",
@@ -338,8 +348,11 @@ def main(argv: list[str] | None = None) -> int:
                 done = subprocess.run(cmd, capture_output=True, text=True)
                 if done.returncode:
                     print(done.stdout, done.stderr, file=sys.stderr)
-                    row = {"docs": n, "build": build, "error": done.stderr.strip().splitlines()[-1:]}
+                    row = {"docs": n, "build": build, "layout": args.layout or "auto",
+                           "error": (done.stderr.strip().splitlines() or ["?"])[-1][-300:],
+                           "load": round(os.getloadavg()[0], 1)}
                     print(json.dumps(row))
+                    save([row], command)
                     continue
                 row = json.loads(done.stdout.strip().splitlines()[-1])
                 print(json.dumps(row), flush=True)

@@ -162,10 +162,10 @@ class PackedFilter:
     @classmethod
     def from_mask(cls, mask: np.ndarray) -> PackedFilter:
         """Pack a bool mask (one entry per indexed document)."""
-        mask = np.asarray(mask, np.bool_)
-        padded = np.zeros(-(-len(mask) // 64) * 64, np.bool_)
-        padded[: len(mask)] = mask
-        return cls(np.packbits(padded, bitorder="little").view(np.uint64))
+        packed = np.packbits(np.asarray(mask, np.bool_), bitorder="little")  # bits past N are zero
+        words = np.zeros(-(-len(packed) // 8) * 8, np.uint8)  # whole uint64 words: N/8 bytes, not N
+        words[: len(packed)] = packed
+        return cls(words.view(np.uint64))
 
     def to_mask(self, n_docs: int) -> np.ndarray:
         """The bool mask over ``n_docs`` positions (checked as ``prepare`` checks it)."""
@@ -251,3 +251,21 @@ def _positions(cand: np.ndarray) -> np.ndarray:
 
 
 _NONE = np.zeros(0, np.int64)
+
+
+def handover(mask: np.ndarray) -> np.ndarray | PackedFilter:
+    """A caller's bool mask in the form the compiled filtered kernel prepares cheapest
+    (``benchmarks/results/bm25_filters.md``): the positions when the survivors are few
+    (<= N / ``FEW_SURVIVORS_DIV``: O(survivors), no pass over N at all in the kernel), else
+    the packed words (a popcount instead of the kernel's packing pass over N bools).
+
+    Only ``BM25Index`` (and the memory-mapped index, its subclass) gains from it; other
+    indexes convert any form back to a mask, so callers hand them the mask itself
+    (``hybrid.bm25_candidates``). Answers are the mask's, bit for bit: every form names the
+    same survivors.
+    """
+    mask = np.asarray(mask, np.bool_)
+    n_docs = len(mask)
+    if np.count_nonzero(mask) <= n_docs // FEW_SURVIVORS_DIV:
+        return np.flatnonzero(mask)
+    return PackedFilter.from_mask(mask)

@@ -8,7 +8,7 @@ process start. Importing this module needs numba; nothing is compiled until a ke
 first called. This module keeps every name importable from its old path.
 """
 
-from .bm25_numba_filtered import _PACK, _SHIFT, _alive, mask_prepare, search_filtered
+from .bm25_numba_filtered import search_filtered
 from .bm25_numba_select import (
     _SLACK,
     _distinct,
@@ -24,7 +24,7 @@ from .bm25_numba_select import (
 from .bm25_numba_unfiltered import _BLOCK, _exhaustive, _unique_terms, search_batch, search_one
 
 __all__ = [
-    "_BLOCK", "_PACK", "_SHIFT", "_SLACK", "_alive", "_distinct", "_drain", "_exhaustive", "_gallop",
-    "_kth_score", "_prune", "_push", "_sift_down", "_take_top", "_unique_terms", "_worse", "mask_prepare",
+    "_BLOCK", "_SLACK", "_distinct", "_drain", "_exhaustive", "_gallop",
+    "_kth_score", "_prune", "_push", "_sift_down", "_take_top", "_unique_terms", "_worse",
     "search_batch", "search_filtered", "search_one",
 ]

@@ -1,7 +1,6 @@
 """The filtered numba BM25 route: ``search_filtered`` (N, df and avgdl over the survivors,
 MaxScore- and block-bound-pruned). See ``bm25_kernel``. The filter arrives packed
-(``bm25_filter.prepare``); ``mask_prepare``, the older one-pass preparation over a bool
-mask, is kept for callers of its import path.
+(``bm25_filter.prepare``).
 """
 
 import numpy as np
@@ -21,59 +20,6 @@ _GALLOP_MIN = 64
 # it (each looked up afterwards when its block was skipped) are this many times fewer than
 # its postings.
 _SKIP_MAX_TOUCHED = 32
-
-_PACK = np.uint64(0x0102040810204080)  # 8 bool bytes x this >> 56 = their 8 bits (little order)
-_SHIFT = np.uint64(56)
-
-
-@njit(cache=True, nogil=True)
-def mask_prepare(words, mask, doc_len, bits, surv):
-    """One pass over a filter mask, for a filtered query: (survivors n, their summed length).
-
-    ``words`` is the mask's first N//8 bytes read as uint64 (eight bools per word), so an
-    all-false stretch costs one compare per eight documents and never reads their
-    lengths. Fills ``bits`` (zeroed, uint8, little bit order: the packed mask the kernel
-    tests instead of the eight-times-larger bool array, and the bitset popcounts read)
-    and, while they fit, the survivors' positions into ``surv`` (``len(surv) - 1`` of
-    them: the caller uses them only when n fits).
-    """
-    cap = surv.shape[0] - 1
-    n = 0
-    total = 0
-    nw = words.shape[0]
-    wi = 0
-    while wi < nw and n <= cap:  # positions still fit: record them
-        if words[wi] != 0:
-            bits[wi] = np.uint8((words[wi] * _PACK) >> _SHIFT)
-            base = wi * 8
-            for i in range(8):
-                d = base + i
-                c = np.int64(mask[d])
-                surv[min(n, cap)] = d
-                n += c
-                total += np.int64(doc_len[d]) * c
-        wi += 1
-    while wi < nw:  # many survivors: counts and bits only
-        if words[wi] != 0:
-            bits[wi] = np.uint8((words[wi] * _PACK) >> _SHIFT)
-            base = wi * 8
-            for i in range(8):
-                c = np.int64(mask[base + i])
-                n += c
-                total += np.int64(doc_len[base + i]) * c
-        wi += 1
-    for d in range(nw * 8, mask.shape[0]):
-        if mask[d]:
-            bits[d >> 3] |= np.uint8(1 << (d & 7))
-            surv[min(n, cap)] = d
-            n += 1
-            total += np.int64(doc_len[d])
-    return n, total
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _alive(bits, d):
-    return (bits[d >> 3] >> (d & 7)) & 1
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -36,6 +36,7 @@ from ..filters import compile_filters, predicate_mask
 from ..vector.embedding_backends import EmbeddingBackend
 from .analyzer import Analyzer, make_analyzer
 from .bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
+from .bm25_filter import PackedFilter, handover
 from .fusion import DEFAULT_RRF_K, FusionConfig, Run, fuse_runs, fusion_configured, fusion_from_env
 from .glossary import GlossaryQueryRewriter, query_variants
 
@@ -55,6 +56,20 @@ DEFAULT_CANDIDATE_K = 100
 def default_index_text(chunk: Chunk) -> str:
     """What BM25 indexes for a chunk: its text (headers are an opt-in layer)."""
     return chunk.text
+
+
+def bm25_candidates(index: Any, mask: np.ndarray | None) -> np.ndarray | PackedFilter | None:
+    """The pre-filter as ``index.search(candidates=...)`` prepares it cheapest.
+
+    A ``BM25Index`` with compiled kernels (in memory or memory-mapped) gets the survivors'
+    positions when they are few, else packed words (``bm25_filter.handover``): the filtered
+    kernel then skips its pass over N bools. Every other index (the numpy path, segments,
+    the packed file index, the sharded front) turns any form back into a bool mask, so it
+    gets the mask as is. Either way the same survivors: the answers are the mask's.
+    """
+    if mask is None or not isinstance(index, BM25Index) or getattr(index, "_kernels", None) is None:
+        return mask
+    return handover(mask)
 
 
 def _check_channels(channels: Sequence[str]) -> None:
@@ -409,8 +424,9 @@ class HybridRetriever:
         queries = [v.text for v in variants]
         rankings: list[Run] = []
         bm25_best: dict[int, float] = {}
+        cand = bm25_candidates(self.index, fmask) if "bm25" in self.channels else None  # once for all variants
         for v in variants if "bm25" in self.channels else ():
-            hits = self.index.search(self.analyzer.analyze_query(v.text, self._languages), k=depth, candidates=fmask)
+            hits = self.index.search(self.analyzer.analyze_query(v.text, self._languages), k=depth, candidates=cand)
             ranked, scores = hits.ids.tolist(), hits.scores.tolist()
             rankings.append(Run(ranked, scores, v.weight))
             for p, s in zip(ranked, scores, strict=True):
@@ -423,8 +439,12 @@ class HybridRetriever:
         run_dense = (self.embedding_backend is not None and "dense" in self.channels
                      and ("bm25" not in self.channels or fusion.dense_weight > 0))
         if run_dense:
-            positions = (np.flatnonzero(fmask) if fmask is not None
-                         else np.arange(len(self.chunks)))
+            if fmask is None:
+                positions = np.arange(len(self.chunks))
+            elif isinstance(cand, np.ndarray) and cand.dtype != np.bool_:
+                positions = cand  # the handover's survivors: np.flatnonzero(fmask) already
+            else:
+                positions = np.flatnonzero(fmask)
             for v, (ranked, sims) in zip(variants, self._dense_rankings(queries, positions, depth), strict=True):
                 dense_rankings.append(Run(ranked, [sims[p] for p in ranked], v.weight))
                 for p, s in sims.items():

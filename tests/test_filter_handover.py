@@ -1,0 +1,127 @@
+"""The product's pre-filter reaches BM25 in the cheap form (issue #27 item 4, caller side).
+
+``HybridRetriever`` evaluates the metadata predicates into a bool mask; the compiled
+filtered kernel prepares positions (few survivors) or packed words faster than a mask, so
+the retriever hands those over (``hybrid.bm25_candidates``). These tests pin the choice
+and that the answers are the bool mask's, bit for bit, at every selectivity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
+from ragspine_pipeline.retrieval.lexical import hybrid
+from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
+from ragspine_pipeline.retrieval.lexical.bm25_filter import (
+    FEW_SURVIVORS_DIV,
+    PackedFilter,
+    handover,
+)
+from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever, bm25_candidates
+
+pytest.importorskip("numba")
+
+N_CHUNKS = 12_800  # N // 64 = 200 survivors: 50% and 5% go packed, 0.1% and 0.01% as positions
+# One metadata field per selectivity, so each filter keeps exactly its share of chunks.
+KEEPS = {"topic": 0.5, "entity": 0.05, "geography": 0.001, "period": 0.0001}
+
+
+def _chunks() -> list[Chunk]:
+    rng = np.random.default_rng(5)
+    vocab = np.array([f"w{i}" for i in range(300)])
+    p = 1.0 / np.arange(1, 301) ** 1.1
+    p /= p.sum()
+    picks = {f: set(rng.choice(N_CHUNKS, max(1, round(k * N_CHUNKS)), replace=False).tolist())
+             for f, k in KEEPS.items()}
+    out = []
+    for i in range(N_CHUNKS):
+        text = " ".join(rng.choice(vocab, int(rng.integers(5, 30)), p=p).tolist())
+        meta = {f: ("yes" if i in picks[f] else "no") for f in KEEPS}
+        out.append(Chunk(f"c{i:05d}", f"d{i:05d}", "", text, SourceLocator(f"d{i:05d}", 0, len(text)), **meta))
+    return out
+
+
+@pytest.fixture(scope="module")
+def retriever() -> HybridRetriever:
+    r = HybridRetriever(_chunks(), channels=("bm25",))
+    assert r.index._kernels is not None  # the compiled route is the one that takes the cheap forms
+    return r
+
+
+QUERIES = ["w0 w5", "w1 w17 w40", "w250", "w3 w3 w299", "w2 w8 w13 w21 w34"]
+
+
+def test_handover_picks_positions_for_few_survivors_else_packed() -> None:
+    n = 6400
+    few = np.zeros(n, bool)
+    few[np.arange(0, n, 32)[: n // FEW_SURVIVORS_DIV]] = True  # exactly N/64 survivors: positions
+    got = handover(few)
+    assert isinstance(got, np.ndarray) and got.dtype == np.int64
+    np.testing.assert_array_equal(got, np.flatnonzero(few))
+    many = few.copy()
+    many[1] = True  # one more than N/64: packed words
+    packed = handover(many)
+    assert isinstance(packed, PackedFilter) and packed.words.dtype == np.uint64
+    assert packed.words.shape == ((n + 63) // 64,)
+    np.testing.assert_array_equal(packed.to_mask(n), many)
+    assert len(handover(np.zeros(n, bool))) == 0  # nothing survives: no positions
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 1000, 4097])
+def test_packed_words_round_trip_at_every_tail(n: int) -> None:
+    """Whole uint64 words with no stray bit past N, whatever N modulo 64 and 8 is."""
+    mask = np.random.default_rng(n).random(n) < 0.7
+    words = PackedFilter.from_mask(mask).words
+    assert words.shape == ((n + 63) // 64,)
+    np.testing.assert_array_equal(PackedFilter(words).to_mask(n), mask)
+
+
+def test_only_compiled_in_memory_indexes_get_the_cheap_form() -> None:
+    docs = [["a", "b"], ["b"], ["c", "a"]] * 100
+    mask = np.zeros(len(docs), bool)
+    mask[[3, 7]] = True
+    assert bm25_candidates(BM25Index(docs, kernel="numba"), None) is None
+    assert isinstance(bm25_candidates(BM25Index(docs, kernel="numba"), mask), np.ndarray)
+    assert bm25_candidates(BM25Index(docs, kernel="numpy"), mask) is mask  # numpy path: a mask anyway
+
+    class Front:  # e.g. the sharded front or segments: any form would become a mask again
+        n_docs = len(docs)
+
+    assert bm25_candidates(Front(), mask) is mask
+
+
+@pytest.mark.parametrize("field", list(KEEPS))
+def test_handed_form_reaches_the_index(retriever: HybridRetriever, field: str, monkeypatch) -> None:
+    seen: list[object] = []
+    search = retriever.index.search
+
+    def spy(tokens, k=10, candidates=None):
+        seen.append(candidates)
+        return search(tokens, k=k, candidates=candidates)
+
+    monkeypatch.setattr(retriever.index, "search", spy)
+    retriever.search("w0 w1", filters={field: "yes"})
+    (cand,) = seen
+    few = round(KEEPS[field] * N_CHUNKS) <= N_CHUNKS // FEW_SURVIVORS_DIV
+    assert isinstance(cand, np.ndarray if few else PackedFilter)
+
+
+@pytest.mark.parametrize("field", list(KEEPS))
+def test_answers_equal_the_bool_mask_answers(retriever: HybridRetriever, field: str, monkeypatch) -> None:
+    filters = {field: "yes"}
+    cheap = [[(h.position, h.bm25, h.fused) for h in retriever.search(q, filters=filters, top_k=20)]
+             for q in QUERIES]
+    monkeypatch.setattr(hybrid, "bm25_candidates", lambda index, mask: mask)  # as before: the mask itself
+    plain = [[(h.position, h.bm25, h.fused) for h in retriever.search(q, filters=filters, top_k=20)]
+             for q in QUERIES]
+    assert cheap == plain  # positions and scores bit for bit
+    assert any(cheap)  # the filters keep matching chunks: the comparison is not vacuous
+    mask = retriever.candidate_mask(filters)
+    for q in QUERIES:
+        toks = retriever.analyzer.analyze_query(q, retriever._languages)
+        a, b = retriever.index.search(toks, k=50, candidates=handover(mask)), retriever.index.search(toks, k=50,
+                                                                                                    candidates=mask)
+        np.testing.assert_array_equal(a.ids, b.ids)
+        assert a.scores.tobytes() == b.scores.tobytes()

@@ -19,7 +19,7 @@ numpy path.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain, repeat
 from pathlib import Path
@@ -31,8 +31,8 @@ from ...cpus import usable_cpus
 from . import bm25_kernel, bm25_numpy
 from .bm25 import EXHAUSTIVE_MAX_DOCS, KERNELS, MAXSCORE_MIN_DOCS, candidate_mask
 from .bm25_build import BLOCK_SIZE
-from .bm25_format import HEADER_BYTES, CorruptIndexError, Toc
-from .bm25_mapped import MappedDocIds, MappedVocabulary, _MappedFile, tables_ok
+from .bm25_format import HEADER_BYTES, CorruptIndexError
+from .bm25_mapfile import MappedDocIds, _MappedFile
 from .bm25_packed import (
     BLOCK_ARRAYS,
     PACKED_ARRAYS,
@@ -403,7 +403,7 @@ class PackedBM25Index(MappedDocIds):
               and len(a["bit_row"]) == nt and a["bits"].shape[1] == (n + 63) // 64
               and bool((a["bit_row"] >= -1).all()) and bool((a["bit_row"] < a["bits"].shape[0]).all())
               and int(a["blk_off"][-1]) == len(a["data"]) - PAD_WORDS and not a["data"][-PAD_WORDS:].any())
-        ok = ok and tables_ok(f)
+        ok = ok and self._tables_ok(f)
         if not ok:
             raise CorruptIndexError(self.path, "index structure is inconsistent")
         pk, norm = f.packed(), norm_of(self._doc_len32, self.k1, self.b, self._w_avgdl)
@@ -433,11 +433,13 @@ class PackedBM25Index(MappedDocIds):
         self.vocab._table_ok = True
 
 
-def open_packed(path: Path, buf: np.ndarray, toc: Toc, *, kernel: str = "auto") -> PackedBM25Index:
-    """A ``PackedBM25Index`` over a mapped packed file whose TOC ``read_toc`` has checked."""
+def open_packed(f: _PackedFile, vocab: Any, tables_ok: Callable[[_MappedFile], bool], *,
+                kernel: str = "auto") -> PackedBM25Index:
+    """A ``PackedBM25Index`` over a mapped packed file whose TOC ``read_toc`` has checked
+    (``bm25_mapped.open_index`` calls this with its vocabulary and its table checks)."""
     if kernel not in KERNELS:
         raise ValueError(f"unknown BM25 kernel {kernel!r}; available: {', '.join(KERNELS)}")
-    f = _PackedFile(path, buf, toc)
+    path, toc = f.path, f.toc
     for name in (*PACKED_ARRAYS, "vocab_hash", "vocab_tid", "vocab_off", "vocab_blob"):
         f.array(name)  # every one present
     a = f.arrays
@@ -457,7 +459,8 @@ def open_packed(path: Path, buf: np.ndarray, toc: Toc, *, kernel: str = "auto") 
     ix._doc_len32 = a["doc_len"]
     ix._idf, ix._w_max = a["idf"], a["w_max"]
     ix.indices, ix.tf = _PostingsView(ix, 0), _PostingsView(ix, 1)
-    ix.vocab = MappedVocabulary(f)
+    ix.vocab = vocab
+    ix._tables_ok = tables_ok
     for name in ("doc_id_off", "doc_id_blob", "global_pos"):
         if name in a:
             setattr(ix, f"_{name}", a[name])

@@ -1201,7 +1201,7 @@ def _mib(x) -> str:
 
 
 def _ratio(a, b) -> str:
-    return "—" if a is None or not b else f"{a / b:.2f}×"
+    return "—" if a is None or not b else f"{a / b:.3g}×"
 
 
 def _large_markdown(report: dict) -> str:
@@ -1225,7 +1225,8 @@ def _large_markdown(report: dict) -> str:
          "b=0.75; `identical top-k`: share of queries whose top-10 equals ragspine's (exact formula; Lucene stores "
          "lengths in one byte, so ties and near-ties differ).\n",
          "`qps best-of-3`: from each query's fastest pass (a query preempted on the shared 2-core box costs a "
-         "scheduler slice; `load`: the 1-minute load average when the row was written).\n",
+         "scheduler slice; `load`: the 1-minute load average when the row was written; rows measured at different "
+         "loads can differ by 2× on this shared box, so compare rows of similar load, or re-measure with --force).\n",
          "| engine | variant | docs | queries | qps | qps best-of-3 | p50 ms | p95 ms | batch qps | build s | open s | "
          "index MiB | bytes/token | peak build MiB | identical top-k vs ragspine | load | note |",
          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

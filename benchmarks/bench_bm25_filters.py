@@ -13,8 +13,12 @@ Filters keep 50%, 5%, 0.1% and 0.01% of the chunks (fixed random draws). Each ro
 every query unfiltered and then under every filter, back to back, so load on the shared
 machine hits all rows alike; the p50 of each row is over all rounds. A filter is passed as
 a bool mask (what ``HybridRetriever`` passes), packed (``PackedFilter``: what word-wise
-AND/OR of per-field bitmaps gives) and, for the selective ones, as sorted positions. Every filtered top-k is compared with the numpy path (the executable spec:
-N, df and avgdl over the survivors): same ids, scores within 1e-9.
+AND/OR of per-field bitmaps gives), for the selective ones as sorted positions, and "as
+hybrid hands it": the bool mask converted per query by ``hybrid.bm25_candidates`` (positions
+when few survivors, else packed words), the conversion timed with the search, which is the
+end-to-end filtered BM25 path of ``HybridRetriever``. Every filtered top-k is compared with
+the numpy path (the executable spec: N, df and avgdl over the survivors): same ids, scores
+within 1e-9.
 
 Results: ``bm25_filters.json`` (rows with ``engine``, ``docs``, ``filter_keeps``, ``p50_ms``,
 ``unfiltered_p50_ms``) and ``bm25_filters.md``; ``--label before`` keeps a second table.
@@ -31,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,11 +44,26 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import add_io_args, out_dir, say_written  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.hybrid import bm25_candidates  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / ".cache"
 KEEPS = (0.5, 0.05, 0.001, 0.0001)
 POSITIONS_UP_TO = 0.05  # filters this selective are also timed as sorted positions
 BUILD_CAP_BYTES = 8 << 30  # address-space cap of the build child (its RSS peaks ~2.5 GB at 1M)
+
+
+@dataclass(frozen=True)
+class AsHybrid:
+    """A bool mask handed over as ``HybridRetriever`` does it: converted on every query."""
+
+    mask: np.ndarray
+
+
+def search(idx, q: list[str], f: object):
+    """``idx.search`` under filter ``f`` (for ``AsHybrid``, the conversion counts as search time)."""
+    if isinstance(f, AsHybrid):
+        return idx.search(q, 10, candidates=bm25_candidates(idx, f.mask))
+    return idx.search(q, 10, candidates=f)
 
 
 def index_path(n: int) -> Path:
@@ -104,12 +124,13 @@ def measure(n: int, rounds: int, label: str) -> dict:
         filters[f"{keep}:packed"] = PackedFilter.from_mask(mask)
         if keep <= POSITIONS_UP_TO:
             filters[f"{keep}:positions"] = np.flatnonzero(mask).astype(np.int64)
-        for form in ("mask", "packed", "positions"):
+        filters[f"{keep}:as hybrid hands it"] = AsHybrid(mask)
+        for form in ("mask", "packed", "positions", "as hybrid hands it"):
             survivors[f"{keep}:{form}"] = int(mask.sum())
     for q in queries[:5]:  # warm: kernels, first-use checks, lazily built filter support
         idx.search(q, 10)
         for f in filters.values():
-            idx.search(q, 10, candidates=f)
+            search(idx, q, f)
     lat: dict[str, list[float]] = {"unfiltered": [], **{name: [] for name in filters}}
     cpu: dict[str, list[float]] = {name: [] for name in lat}
     got: dict[str, list] = {name: [] for name in filters}
@@ -121,7 +142,7 @@ def measure(n: int, rounds: int, label: str) -> dict:
             lat["unfiltered"].append(dt)
             cpu["unfiltered"].append(dc)
             for name in names:
-                dt, dc, res = _time(idx.search, q, 10, candidates=filters[name])
+                dt, dc, res = _time(search, idx, q, filters[name])
                 lat[name].append(dt)
                 cpu[name].append(dc)
                 if r == 0:
@@ -132,7 +153,7 @@ def measure(n: int, rounds: int, label: str) -> dict:
     for name, f in filters.items():
         same = 0
         for q, res in zip(queries, got[name], strict=True):
-            ref = spec.search(q, 10, candidates=f)
+            ref = spec.search(q, 10, candidates=f.mask if isinstance(f, AsHybrid) else f)
             same += bool(np.array_equal(ref.ids, res.ids) and np.allclose(ref.scores, res.scores, rtol=0, atol=1e-9))
         exact[name] = f"{same}/{len(queries)}"
     unf = 1000 * statistics.median(lat["unfiltered"])
@@ -187,6 +208,7 @@ def markdown(report: dict) -> str:
         facts = ", ".join(f"{key} {run[key]}" for key in ("commit", "loadavg_1m") if key in run)
         lines += [f"## {run['label']} ({run['docs']:,} docs): unfiltered p50 {run['unfiltered_p50_ms']:.3f} ms", "",
                   *([f"Engine at {facts}.", ""] if facts else []),
+                  *([run["note"], ""] if run.get("note") else []),
                   "| filter keeps | given as | survivors | p50 ms | mean ms | p50 / unfiltered p50 | CPU-time p50 ratio "
                   "| identical to numpy path |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -208,6 +230,7 @@ def main() -> None:
     ap.add_argument("--label", default="after", help="name of this run in the results (e.g. before/after)")
     ap.add_argument("--keep", action="store_true", help="keep the other labels' runs already in the results")
     ap.add_argument("--render", action="store_true", help="only rewrite bm25_filters.md from the JSON")
+    ap.add_argument("--note", default="", help="a line shown under this run's table heading")
     add_io_args(ap, data=False)
     args = ap.parse_args()
     out = out_dir(args.out)
@@ -217,12 +240,16 @@ def main() -> None:
         return
     ensure_index(args.docs)
     run = measure(args.docs, args.rounds, args.label)
-    runs = []
+    if args.note:
+        run["note"] = args.note
+    runs, note = [], ""
     if args.keep and path.exists():
-        runs = [r for r in json.loads(path.read_text())["runs"] if r["label"] != args.label]
+        old = json.loads(path.read_text())
+        runs = [r for r in old["runs"] if r["label"] != args.label]
+        note = old.get("note", "")  # the kept runs' note stays with them
     cmd = "nice -n 10 python benchmarks/bench_bm25_filters.py " + " ".join(sys.argv[1:])
     report = {"command": cmd, "machine": machine(), "runs": runs + [run],
-              "rows": [r for x in runs + [run] for r in x["rows"]]}
+              "rows": [r for x in runs + [run] for r in x["rows"]], **({"note": note} if note else {})}
     path.write_text(json.dumps(report, indent=1))
     (out / "bm25_filters.md").write_text(markdown(report))
     say_written([path, out / "bm25_filters.md"])

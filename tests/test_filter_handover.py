@@ -2,7 +2,8 @@
 
 ``HybridRetriever`` evaluates the metadata predicates into a bool mask; the compiled
 filtered kernel prepares positions (few survivors) or packed words faster than a mask, so
-the retriever hands those over (``hybrid.bm25_candidates``). These tests pin the choice
+the retriever hands those over (``hybrid.bm25_candidates``: packed words, or the positions
+the dense channel computed anyway when they are few). These tests pin the choice
 and that the answers are the bool mask's, bit for bit, at every selectivity.
 """
 
@@ -43,30 +44,41 @@ def _chunks() -> list[Chunk]:
     return out
 
 
+class _CountingBackend:
+    """A deterministic embedding backend (token counts of a few words): enough to run the
+    dense channel, which ranks the survivors' positions."""
+
+    def embed_texts(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0 + t.split().count(w) for w in ("w0", "w1", "w2", "w7")] for t in texts]
+
+
 @pytest.fixture(scope="module")
-def retriever() -> HybridRetriever:
-    r = HybridRetriever(_chunks(), channels=("bm25",))
-    assert r.index._kernels is not None  # the compiled route is the one that takes the cheap forms
-    return r
+def retrievers() -> dict[str, HybridRetriever]:
+    chunks = _chunks()
+    plain = HybridRetriever(chunks, channels=("bm25",))
+    assert plain.index._kernels is not None  # the compiled route is the one that takes the cheap forms
+    dense = HybridRetriever(chunks, embedding_backend=_CountingBackend(), bm25_index=plain.index)
+    return {"bm25": plain, "hybrid": dense}
 
 
 QUERIES = ["w0 w5", "w1 w17 w40", "w250", "w3 w3 w299", "w2 w8 w13 w21 w34"]
 
 
-def test_handover_picks_positions_for_few_survivors_else_packed() -> None:
+def test_handover_packs_unless_few_positions_are_at_hand() -> None:
     n = 6400
     few = np.zeros(n, bool)
-    few[np.arange(0, n, 32)[: n // FEW_SURVIVORS_DIV]] = True  # exactly N/64 survivors: positions
-    got = handover(few)
+    few[np.arange(0, n, 32)[: n // FEW_SURVIVORS_DIV]] = True  # exactly N/64 survivors
+    got = handover(few, np.flatnonzero(few))  # positions at hand and few: handed as they are
     assert isinstance(got, np.ndarray) and got.dtype == np.int64
     np.testing.assert_array_equal(got, np.flatnonzero(few))
-    many = few.copy()
-    many[1] = True  # one more than N/64: packed words
-    packed = handover(many)
+    packed = handover(few)  # no positions at hand: packed words (no pass over N to find them)
     assert isinstance(packed, PackedFilter) and packed.words.dtype == np.uint64
     assert packed.words.shape == ((n + 63) // 64,)
-    np.testing.assert_array_equal(packed.to_mask(n), many)
-    assert len(handover(np.zeros(n, bool))) == 0  # nothing survives: no positions
+    np.testing.assert_array_equal(packed.to_mask(n), few)
+    many = few.copy()
+    many[1] = True  # one more than N/64: packed even with the positions at hand
+    assert isinstance(handover(many, np.flatnonzero(many)), PackedFilter)
+    assert len(handover(np.zeros(n, bool), np.zeros(0, np.int64))) == 0  # nothing survives: no positions
 
 
 @pytest.mark.parametrize("n", [1, 63, 64, 65, 1000, 4097])
@@ -83,17 +95,19 @@ def test_only_compiled_in_memory_indexes_get_the_cheap_form() -> None:
     mask = np.zeros(len(docs), bool)
     mask[[3, 7]] = True
     assert bm25_candidates(BM25Index(docs, kernel="numba"), None) is None
-    assert isinstance(bm25_candidates(BM25Index(docs, kernel="numba"), mask), np.ndarray)
+    assert isinstance(bm25_candidates(BM25Index(docs, kernel="numba"), mask), PackedFilter)
     assert bm25_candidates(BM25Index(docs, kernel="numpy"), mask) is mask  # numpy path: a mask anyway
 
     class Front:  # e.g. the sharded front or segments: any form would become a mask again
         n_docs = len(docs)
 
-    assert bm25_candidates(Front(), mask) is mask
+    assert bm25_candidates(Front(), mask, np.flatnonzero(mask)) is mask
 
 
+@pytest.mark.parametrize("kind", ["bm25", "hybrid"])
 @pytest.mark.parametrize("field", list(KEEPS))
-def test_handed_form_reaches_the_index(retriever: HybridRetriever, field: str, monkeypatch) -> None:
+def test_handed_form_reaches_the_index(retrievers, kind: str, field: str, monkeypatch) -> None:
+    retriever = retrievers[kind]
     seen: list[object] = []
     search = retriever.index.search
 
@@ -104,24 +118,31 @@ def test_handed_form_reaches_the_index(retriever: HybridRetriever, field: str, m
     monkeypatch.setattr(retriever.index, "search", spy)
     retriever.search("w0 w1", filters={field: "yes"})
     (cand,) = seen
-    few = round(KEEPS[field] * N_CHUNKS) <= N_CHUNKS // FEW_SURVIVORS_DIV
+    # Positions only where the dense channel computed them anyway, and only when few.
+    few = kind == "hybrid" and round(KEEPS[field] * N_CHUNKS) <= N_CHUNKS // FEW_SURVIVORS_DIV
     assert isinstance(cand, np.ndarray if few else PackedFilter)
 
 
+@pytest.mark.parametrize("kind", ["bm25", "hybrid"])
 @pytest.mark.parametrize("field", list(KEEPS))
-def test_answers_equal_the_bool_mask_answers(retriever: HybridRetriever, field: str, monkeypatch) -> None:
+def test_answers_equal_the_bool_mask_answers(retrievers, kind: str, field: str, monkeypatch) -> None:
+    retriever = retrievers[kind]
     filters = {field: "yes"}
-    cheap = [[(h.position, h.bm25, h.fused) for h in retriever.search(q, filters=filters, top_k=20)]
-             for q in QUERIES]
-    monkeypatch.setattr(hybrid, "bm25_candidates", lambda index, mask: mask)  # as before: the mask itself
-    plain = [[(h.position, h.bm25, h.fused) for h in retriever.search(q, filters=filters, top_k=20)]
-             for q in QUERIES]
+
+    def answers() -> list[list[tuple]]:
+        return [[(h.position, h.bm25, h.vector, h.fused) for h in retriever.search(q, filters=filters, top_k=20)]
+                for q in QUERIES]
+
+    cheap = answers()
+    monkeypatch.setattr(hybrid, "bm25_candidates", lambda index, mask, positions=None: mask)  # as before
+    plain = answers()
     assert cheap == plain  # positions and scores bit for bit
     assert any(cheap)  # the filters keep matching chunks: the comparison is not vacuous
     mask = retriever.candidate_mask(filters)
     for q in QUERIES:
         toks = retriever.analyzer.analyze_query(q, retriever._languages)
-        a, b = retriever.index.search(toks, k=50, candidates=handover(mask)), retriever.index.search(toks, k=50,
-                                                                                                    candidates=mask)
-        np.testing.assert_array_equal(a.ids, b.ids)
-        assert a.scores.tobytes() == b.scores.tobytes()
+        want = retriever.index.search(toks, k=50, candidates=mask)
+        for form in (handover(mask), handover(mask, np.flatnonzero(mask))):
+            got = retriever.index.search(toks, k=50, candidates=form)
+            np.testing.assert_array_equal(got.ids, want.ids)
+            assert got.scores.tobytes() == want.scores.tobytes()

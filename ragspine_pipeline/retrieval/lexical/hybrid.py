@@ -58,18 +58,20 @@ def default_index_text(chunk: Chunk) -> str:
     return chunk.text
 
 
-def bm25_candidates(index: Any, mask: np.ndarray | None) -> np.ndarray | PackedFilter | None:
+def bm25_candidates(index: Any, mask: np.ndarray | None,
+                    positions: np.ndarray | None = None) -> np.ndarray | PackedFilter | None:
     """The pre-filter as ``index.search(candidates=...)`` prepares it cheapest.
 
-    A ``BM25Index`` with compiled kernels (in memory or memory-mapped) gets the survivors'
-    positions when they are few, else packed words (``bm25_filter.handover``): the filtered
-    kernel then skips its pass over N bools. Every other index (the numpy path, segments,
-    the packed file index, the sharded front) turns any form back into a bool mask, so it
-    gets the mask as is. Either way the same survivors: the answers are the mask's.
+    A ``BM25Index`` with compiled kernels (in memory or memory-mapped) gets packed words, or
+    the survivors' ``positions`` when the caller holds them and they are few
+    (``bm25_filter.handover``): the filtered kernel then skips its pass over N bools. Every
+    other index (the numpy path, segments, the packed file index, the sharded front) turns
+    any form back into a bool mask, so it gets the mask as is. Either way the same
+    survivors: the answers are the mask's.
     """
     if mask is None or not isinstance(index, BM25Index) or getattr(index, "_kernels", None) is None:
         return mask
-    return handover(mask)
+    return handover(mask, positions)
 
 
 def _check_channels(channels: Sequence[str]) -> None:
@@ -424,7 +426,15 @@ class HybridRetriever:
         queries = [v.text for v in variants]
         rankings: list[Run] = []
         bm25_best: dict[int, float] = {}
-        cand = bm25_candidates(self.index, fmask) if "bm25" in self.channels else None  # once for all variants
+        # The guard's "not at all": a dense weight of 0 in hybrid search runs no dense channel.
+        fusion = self.fusion
+        run_dense = (self.embedding_backend is not None and "dense" in self.channels
+                     and ("bm25" not in self.channels or fusion.dense_weight > 0))
+        positions = None
+        if run_dense:  # the dense channel ranks the survivors' positions; BM25 may take them too
+            positions = np.arange(len(self.chunks)) if fmask is None else np.flatnonzero(fmask)
+        cand = (bm25_candidates(self.index, fmask, positions)
+                if "bm25" in self.channels else None)  # once for all variants
         for v in variants if "bm25" in self.channels else ():
             hits = self.index.search(self.analyzer.analyze_query(v.text, self._languages), k=depth, candidates=cand)
             ranked, scores = hits.ids.tolist(), hits.scores.tolist()
@@ -434,17 +444,7 @@ class HybridRetriever:
                     bm25_best[p] = s
         vec_best: dict[int, float] = {}
         dense_rankings: list[Run] = []
-        fusion = self.fusion
-        # The guard's "not at all": a dense weight of 0 in hybrid search runs no dense channel.
-        run_dense = (self.embedding_backend is not None and "dense" in self.channels
-                     and ("bm25" not in self.channels or fusion.dense_weight > 0))
-        if run_dense:
-            if fmask is None:
-                positions = np.arange(len(self.chunks))
-            elif isinstance(cand, np.ndarray) and cand.dtype != np.bool_:
-                positions = cand  # the handover's survivors: np.flatnonzero(fmask) already
-            else:
-                positions = np.flatnonzero(fmask)
+        if positions is not None:
             for v, (ranked, sims) in zip(variants, self._dense_rankings(queries, positions, depth), strict=True):
                 dense_rankings.append(Run(ranked, [sims[p] for p in ranked], v.weight))
                 for p, s in sims.items():

@@ -197,10 +197,65 @@ def _exhaustive(pk, idf, qtids, k1p1, k, acc, wt):
 
 
 @njit(cache=True, nogil=True)
+def _scan(pk, t, acc, touched, n_t, top1, s, rest, skip, k, hs, hi, wt, docs, tfs):
+    """acc[d] += w x s over term t's postings; returns (n_t, top1).
+
+    With ``skip``, block by block with a heap of the k best documents of this scan
+    (distinct; partial scores, so lower bounds of their final ones): a block whose max w
+    x s plus ``rest`` (the later terms' bounds) is below the k-th of them cannot bring in
+    a document not touched yet and is skipped; documents touched before the scan that lie
+    in skipped blocks then get the term from those blocks alone, so every document still
+    sums its terms in term order. A document left without a term's part never reaches the
+    top k (its whole score is below k documents' partial scores)."""
+    dcode = pk[13]
+    last = pk[2]
+    b0 = pk[1][t]
+    b1 = pk[1][t + 1]
+    n_before = n_t
+    skipped = np.empty(b1 - b0 if skip and n_before > 0 else 0, np.int64)
+    nsk = 0
+    nh = 0
+    for blk in range(b0, b1):
+        if skip and nh == k and pk[6][blk] * s * (1.0 + _SLACK) + rest < hs[0]:
+            if n_before > 0:
+                skipped[nsk] = blk
+                nsk += 1
+            continue
+        n = _count(pk, t, blk)
+        _unpack(pk[7], pk[3], pk[4], pk[5], last, blk, blk == b0, n, docs, tfs)
+        for i in range(n):
+            d = docs[i]
+            v = acc[d]
+            if v == 0.0:
+                touched[n_t] = d
+                n_t += 1
+            v += _w(tfs[i], dcode[d], wt) * s
+            acc[d] = v
+            if v > top1:
+                top1 = v
+            if skip and (nh < k or v > hs[0]):
+                nh = _push(hs, hi, nh, k, v, d)
+    if nsk > 0:
+        before = np.sort(touched[:n_before])
+        x = 0
+        for z in range(nsk):
+            blk = skipped[z]
+            lo = last[blk - 1] if blk > b0 else -1
+            while x < n_before and before[x] <= lo:
+                x += 1
+            n = _count(pk, t, blk)
+            x, m = _match_block(pk[7], pk[3], pk[4], pk[5], last, blk, blk == b0, n, before, x, n_before, docs, tfs)
+            for h in range(m):
+                d = before[docs[h]]
+                acc[d] += _w(tfs[h], dcode[d], wt) * s
+    return n_t, top1
+
+
+@njit(cache=True, nogil=True)
 def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
     """Exact unfiltered top-k over packed postings (``bm25_numba_unfiltered.search_one``).
     acc must be all zeros on entry and is all zeros again on return."""
-    indptr, bptr, bmax, dcode = pk[0], pk[1], pk[6], pk[13]
+    indptr = pk[0]
     k1p1 = wt[2] + 1.0
     n_docs = acc.shape[0]
     if n_docs <= exhaustive_docs:
@@ -225,28 +280,6 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
     j = 0
     theta = -1.0
     top1 = 0.0
-    if nu > 0 and k > 0:
-        # First term block by block, skipping blocks whose bound cannot reach the k-th best.
-        t = ut[0]
-        s = scale[0]
-        rest = remaining[1] * (1.0 + _SLACK)
-        nh = 0
-        for blk in range(bptr[t], bptr[t + 1]):
-            if nh == k and bmax[blk] * s * (1.0 + _SLACK) + rest < hs[0]:
-                continue
-            n = _count(pk, t, blk)
-            _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == bptr[t], n, docs, tfs)
-            for i in range(n):
-                d = docs[i]
-                v = _w(tfs[i], dcode[d], wt) * s
-                touched[n_t] = d
-                n_t += 1
-                acc[d] = v
-                if v > top1:
-                    top1 = v
-                if nh < k or v > hs[0]:
-                    nh = _push(hs, hi, nh, k, v, d)
-        j = 1
     while j < nu:
         t = ut[j]
         df = indptr[t + 1] - indptr[t]
@@ -254,20 +287,10 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
             theta = _kth_score(acc, touched, n_t, k, hs, hi)
             if remaining[j] * (1.0 + _SLACK) < theta:
                 break
-        s = scale[j]
-        for blk in range(bptr[t], bptr[t + 1]):
-            n = _count(pk, t, blk)
-            _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == bptr[t], n, docs, tfs)
-            for i in range(n):
-                d = docs[i]
-                v = acc[d]
-                if v == 0.0:
-                    touched[n_t] = d
-                    n_t += 1
-                v += _w(tfs[i], dcode[d], wt) * s
-                acc[d] = v
-                if v > top1:
-                    top1 = v
+        # Block skipping needs the documents touched before, sorted: only when they are
+        # few against the list (always for the first term, as the plain kernel does).
+        n_t, top1 = _scan(pk, t, acc, touched, n_t, top1, scale[j], remaining[j + 1] * (1.0 + _SLACK),
+                          8 * n_t < df, k, hs, hi, wt, docs, tfs)
         j += 1
     if j == nu:
         return _take_top(acc, touched, n_t, k, hs, hi)

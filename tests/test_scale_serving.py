@@ -338,7 +338,7 @@ def test_serve_refuses_shard_flags_without_ray(capsys: pytest.CaptureFixture[str
 def test_near_equal_bm25_scores_from_two_segments_are_a_tie_ordered_by_position() -> None:
     """Copies of one text in two segments may score one ulp apart (each segment's kernel
     sums terms in its own order); the merge orders them by position, as one index does."""
-    from ragspine_pipeline.scale.shards import bm25_order
+    from ragspine_pipeline.retrieval.lexical.bm25_topk import merge_top_k as bm25_order
 
     s = 25.62076037
     got = bm25_order(np.array([83850, 58557, 33264, 7, 9]),

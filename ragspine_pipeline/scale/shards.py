@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..retrieval.lexical.bm25_segments import SurvivorStats, open_segments
-from ..retrieval.lexical.bm25_topk import ScoredDocs, empty_scored
+from ..retrieval.lexical.bm25_topk import ScoredDocs, empty_scored, merge_top_k
 from .config import require_ray, shard_timeout_s
 
 NAMESPACE = "ragspine"
@@ -406,41 +406,16 @@ class ShardedBM25:
         return out
 
 
-TIE_REL = 1e-12  # BM25 scores this close (relative) are one tie, ordered by position
-
-
-def bm25_order(ids: np.ndarray, scores: np.ndarray, k: int) -> ScoredDocs:
-    """Top-k of BM25 candidates from several segments by (score desc, position asc), where
-    scores within ``TIE_REL`` of each other are a tie.
-
-    Why: a segment's compiled kernel sums a document's terms in the order of that
-    segment's own impact bounds, so two copies of one text in different segments can score
-    one ulp apart (measured: 3.6e-15 on SciFact x10), where the single index gives them the
-    same bits and orders them by position. Ordering near-ties by position gives the single
-    index's order; the scores themselves still agree to ~1e-14.
-    """
-    keep = scores > 0
-    ids, scores = ids[keep].astype(np.int64), scores[keep].astype(np.float64)
-    if k <= 0 or not len(ids):
-        return empty_scored()
-    order = np.lexsort((ids, -scores))
-    ids, scores = ids[order], scores[order]
-    gap = (scores[:-1] - scores[1:]) > TIE_REL * np.maximum(1.0, np.abs(scores[:-1]))
-    group = np.r_[0, np.cumsum(gap)]
-    order = np.lexsort((ids, group))[:k]
-    return ScoredDocs(ids[order], scores[order])
-
-
 def _merge(parts: Any, k: int, *, positive: bool = True) -> ScoredDocs:
     """The top-k of the shards' top-k lists by (score desc, position asc): BM25 with
-    ``bm25_order``'s near-ties, cosines exactly (they may be <= 0)."""
+    ``merge_top_k``'s near-ties, cosines exactly (they may be <= 0)."""
     parts = list(parts)
     if not parts:
         return empty_scored()
     ids = np.concatenate([p.ids for p in parts]).astype(np.int64)
     scores = np.concatenate([p.scores for p in parts]).astype(np.float64)
     if positive:
-        return bm25_order(ids, scores, k)
+        return merge_top_k(ids, scores, k)
     order = np.lexsort((ids, -scores))[:k]
     return ScoredDocs(ids[order], scores[order])
 
@@ -469,5 +444,5 @@ def attach(hybrid: Any, front: ShardedBM25) -> None:
 
 
 __all__ = ["NAMESPACE", "BM25Shard", "ShardRequest", "ShardUnavailable", "ShardedBM25", "VectorSource",
-           "assign_buckets", "attach", "bm25_order", "ids_digest", "index_token_batches", "segment_buckets", "shard_actor_class",
+           "assign_buckets", "attach", "ids_digest", "index_token_batches", "segment_buckets", "shard_actor_class",
            "shard_request", "start_shards", "write_layout"]

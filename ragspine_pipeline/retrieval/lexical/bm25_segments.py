@@ -42,7 +42,7 @@ from .bm25_stream_build import (
     peak_rss_mib,
     split_buckets,
 )
-from .bm25_topk import ScoredDocs, empty_scored, top_k
+from .bm25_topk import ScoredDocs, empty_scored, merge_top_k, top_k
 
 
 def segment_name(bucket: int, buckets: int) -> str:
@@ -199,7 +199,7 @@ class SegmentedBM25:
         if candidates is None:
             parts = [seg.search(query_tokens, k) for seg in self.segments]
             ids = np.concatenate([seg._global_pos[p.ids] for seg, p in zip(self.segments, parts, strict=True)])
-            return top_k(ids, np.concatenate([p.scores for p in parts]), k)
+            return merge_top_k(ids, np.concatenate([p.scores for p in parts]), k)
         mask = self._mask(candidates)
         if stats is None:
             if len(self.segments) != self.buckets_total:
@@ -247,9 +247,9 @@ class SegmentedBM25:
                 norm = k1 * (1.0 - b + b * seg._doc_len32[d] / avgdl)
                 ids.append(seg._global_pos[d])
                 contrib.append((x, idf * (f * (k1 + 1.0)) / (f + norm)))
-        if not ids:
+        all_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        if not len(all_ids):  # no survivor holds a query term (in this shard)
             return empty_scored()
-        all_ids = np.concatenate(ids)
         order = np.lexsort((np.concatenate([np.full(len(c), x) for x, c in contrib]), all_ids))
         si = all_ids[order]
         starts = np.flatnonzero(np.r_[True, si[1:] != si[:-1]])

@@ -60,3 +60,28 @@ def top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> ScoredDocs:
         ids, scores = ids[sel], scores[sel]
     order = np.lexsort((ids, -scores))[:k]
     return ScoredDocs(ids[order].astype(np.int64), scores[order])
+
+
+TIE_REL = 1e-12  # BM25 scores this close (relative) are one tie, ordered by position
+
+
+def merge_top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> ScoredDocs:
+    """Top-k of BM25 candidates gathered from several segments or shards, by (score desc,
+    position asc), where scores within ``TIE_REL`` of each other are one tie.
+
+    Why: a segment's compiled kernel sums a document's terms in the order of that
+    segment's own impact bounds, so two copies of one text in different segments can score
+    one ulp apart (measured: 3.6e-15 on SciFact x10), where the single index gives them the
+    same bits and orders them by position. Ordering near-ties by position gives the single
+    index's order; the scores themselves still agree to ~1e-14.
+    """
+    keep = scores > 0
+    ids, scores = ids[keep].astype(np.int64), scores[keep].astype(np.float64)
+    if k <= 0 or not len(ids):
+        return empty_scored()
+    order = np.lexsort((ids, -scores))
+    ids, scores = ids[order], scores[order]
+    gap = (scores[:-1] - scores[1:]) > TIE_REL * np.maximum(1.0, np.abs(scores[:-1]))
+    group = np.r_[0, np.cumsum(gap)]
+    order = np.lexsort((ids, group))[:k]
+    return ScoredDocs(ids[order], scores[order])

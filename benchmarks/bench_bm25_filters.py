@@ -31,6 +31,7 @@ import copy
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -247,7 +248,7 @@ def main() -> None:
         old = json.loads(path.read_text())
         runs = [r for r in old["runs"] if r["label"] != args.label]
         note = old.get("note", "")  # the kept runs' note stays with them
-    cmd = "nice -n 10 python benchmarks/bench_bm25_filters.py " + " ".join(sys.argv[1:])
+    cmd = "nice -n 10 python benchmarks/bench_bm25_filters.py " + shlex.join(sys.argv[1:])
     report = {"command": cmd, "machine": machine(), "runs": runs + [run],
               "rows": [r for x in runs + [run] for r in x["rows"]], **({"note": note} if note else {})}
     path.write_text(json.dumps(report, indent=1))

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
+from ragspine_pipeline.retrieval.filters import compile_filters, predicate_mask
 from ragspine_pipeline.retrieval.lexical import hybrid
 from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
 from ragspine_pipeline.retrieval.lexical.bm25_filter import (
@@ -20,7 +21,12 @@ from ragspine_pipeline.retrieval.lexical.bm25_filter import (
     PackedFilter,
     handover,
 )
-from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever, bm25_candidates
+from ragspine_pipeline.retrieval.lexical.filter_codes import code_values, coded_mask
+from ragspine_pipeline.retrieval.lexical.hybrid import (
+    FILTER_FIELDS,
+    HybridRetriever,
+    bm25_candidates,
+)
 
 pytest.importorskip("numba")
 
@@ -146,3 +152,52 @@ def test_answers_equal_the_bool_mask_answers(retrievers, kind: str, field: str, 
             got = retriever.index.search(toks, k=50, candidates=form)
             np.testing.assert_array_equal(got.ids, want.ids)
             assert got.scores.tobytes() == want.scores.tobytes()
+
+
+def test_coded_mask_equals_predicate_mask_for_every_operator() -> None:
+    """Verdicts per distinct value give the per-chunk mask, with values of mixed types
+    (1, True and 1.0 are equal and hash alike, and stay apart), missing values and a field
+    whose distinct values are too many to code."""
+    rng = np.random.default_rng(2)
+    pool = np.empty(9, object)
+    pool[:] = ["a", "b", "", None, 1, True, 1.0, 2, "2024-01"]
+    n = 5000
+    cols = {"topic": pool[rng.integers(0, len(pool), n)], "period": pool[rng.integers(0, len(pool), n)]}
+    cols["chunk_id"] = np.array([f"c{i}" for i in range(n)], dtype=object)  # all distinct: per chunk
+    fields = {"topic": str, "period": str, "chunk_id": str, "version": int}
+    cols["version"] = pool[rng.integers(4, 8, n)]  # numbers and a bool
+    filter_sets = [
+        {"topic": "a"}, {"topic": {"ne": "a"}}, {"topic": {"in": ["a", ""]}}, {"topic": {"nin": ["b"]}},
+        {"period": {"gte": "2024"}}, {"period": {"between": ["a", "b"]}}, {"version": 1}, {"version": {"gt": 1}},
+        {"version": {"in": [2]}}, {"chunk_id": {"lt": "c3"}, "topic": {"ne": "b"}}, {"chunk_id": "c17"},
+    ]
+    codes = {f: code_values(c) for f, c in cols.items()}
+    assert codes["chunk_id"].codes is None and codes["topic"].codes is not None
+    assert len(codes["version"].values) == 4  # True, 1 and 1.0 coded apart
+    for filters in filter_sets:
+        preds = compile_filters(filters, fields)
+        want = predicate_mask(preds, cols.__getitem__, n)
+        np.testing.assert_array_equal(coded_mask(preds, cols.__getitem__, codes.__getitem__, n), want)
+        assert 0 < want.sum() < n or filters == {"chunk_id": "c17"}
+    for filters in ({"topic": "zzz"}, {"topic": {"nin": ["zzz"]}}):  # no value passes / every value passes
+        preds = compile_filters(filters, fields)
+        want = predicate_mask(preds, cols.__getitem__, n)
+        assert want.sum() in (0, n)
+        np.testing.assert_array_equal(coded_mask(preds, cols.__getitem__, codes.__getitem__, n), want)
+
+
+def test_unhashable_values_are_evaluated_per_chunk() -> None:
+    col = np.empty(3, object)
+    col[:] = [["x"], "a", "a"]
+    assert code_values(col).codes is None
+    preds = compile_filters({"topic": "a"}, {"topic": str})
+    got = coded_mask(preds, lambda f: col, lambda f: code_values(col), 3)
+    np.testing.assert_array_equal(got, [False, True, True])
+
+
+def test_retriever_mask_is_the_predicate_mask(retrievers) -> None:
+    r = retrievers["bm25"]
+    for filters in ({"topic": "yes", "entity": {"ne": "yes"}}, {"geography": {"in": ["yes", "maybe"]}},
+                    [("chunk_id", "lt", "c00100"), ("period", "eq", "no")]):
+        want = predicate_mask(compile_filters(filters, FILTER_FIELDS), r._column, len(r))
+        np.testing.assert_array_equal(r.candidate_mask(filters), want)

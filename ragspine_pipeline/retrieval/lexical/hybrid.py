@@ -32,11 +32,12 @@ import numpy as np
 from ...sensitivity import is_restricted
 from ..chunking.chunk_columns import ChunkColumns
 from ..chunking.chunking import Chunk
-from ..filters import compile_filters, predicate_mask
+from ..filters import compile_filters
 from ..vector.embedding_backends import EmbeddingBackend
 from .analyzer import Analyzer, make_analyzer
 from .bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
 from .bm25_filter import PackedFilter, handover
+from .filter_codes import FieldCodes, code_values, coded_mask
 from .fusion import DEFAULT_RRF_K, FusionConfig, Run, fuse_runs, fusion_configured, fusion_from_env
 from .glossary import GlossaryQueryRewriter, query_variants
 
@@ -194,6 +195,7 @@ class HybridRetriever:
         self._languages = (self.chunks.languages() if isinstance(self.chunks, ChunkColumns)
                            else sorted({c.language for c in self.chunks if c.language}))
         self._columns: dict[str, np.ndarray] = {}
+        self._codes: dict[str, FieldCodes] = {}
         self.restricted = self._restricted_mask()
         self._vectors = _VectorCache(have=np.zeros(len(self.chunks), dtype=bool))
 
@@ -239,12 +241,21 @@ class HybridRetriever:
             self._columns[name] = col
         return col
 
+    def _field_codes(self, name: str) -> FieldCodes:
+        """The field's value codes (``filter_codes``), built on its first filter."""
+        fc = self._codes.get(name)
+        if fc is None:
+            fc = self._codes[name] = code_values(self._column(name))
+        return fc
+
     def candidate_mask(self, filters: Mapping[str, Any] | Sequence[Any] | None) -> np.ndarray | None:
-        """Boolean mask of chunks passing ``filters`` (None = no filter = everything)."""
+        """Boolean mask of chunks passing ``filters`` (None = no filter = everything): each
+        predicate decided once per distinct value of its field (``filter_codes``), the
+        same mask as ``predicate_mask``."""
         preds = compile_filters(filters, FILTER_FIELDS)
         if not preds:
             return None
-        return predicate_mask(preds, self._column, len(self.chunks))
+        return coded_mask(preds, self._column, self._field_codes, len(self.chunks))
 
     # ------------------------------------------------------------------ dense
     def _ensure_vectors(self, positions: np.ndarray) -> np.ndarray:

@@ -1,0 +1,91 @@
+"""The pre-filter's mask from per-field value codes: each predicate is decided once per
+distinct value, not once per chunk (issue #27 item 4, the caller side).
+
+``filters.predicate_mask`` compares every chunk's Python value: at 1M chunks one ``eq``
+costs ~7.6 ms and one ``in`` ~88 ms per query, 20-300x the filtered BM25 search it feeds.
+Metadata fields hold few distinct values (topic, language, sensitivity, period), so here a
+field is coded once (code per chunk, distinct values), a predicate's verdict is computed
+per distinct value and gathered by code. The verdicts are ``Predicate.matches`` of the same
+values, so the mask is identical; distinct values are keyed by (type, value), as
+``HybridRetriever.label_codes`` does, so 1 and True never share a verdict. A field with many
+distinct values (chunk_id, doc_id) keeps the per-chunk evaluation, which is cheaper there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..filters import Predicate, predicate_mask
+
+# Coded evaluation when distinct values are at most this fraction of the chunks (a verdict
+# per distinct value is a Python call; a per-chunk ``eq`` over an object array is a C loop).
+MAX_DISTINCT_SHARE = 1 / 64
+
+
+@dataclass(frozen=True)
+class FieldCodes:
+    """A field as (code per chunk, distinct values); ``None`` codes: evaluate per chunk."""
+
+    codes: np.ndarray | None
+    values: list[Any]
+
+
+def code_values(col: np.ndarray) -> FieldCodes:
+    """Codes of an object column by (type, value); per-chunk evaluation (``codes`` None) when
+    a value is unhashable or the distinct values are too many to pay off."""
+    index: dict[tuple[type, Any], int] = {}
+    values: list[Any] = []
+    codes = np.empty(len(col), np.int32)
+    limit = max(int(len(col) * MAX_DISTINCT_SHARE), 1)
+    try:
+        for i, v in enumerate(col.tolist()):
+            key = (type(v), v)
+            c = index.get(key)
+            if c is None:
+                if len(values) >= limit:
+                    return FieldCodes(None, [])
+                c = index[key] = len(values)
+                values.append(v)
+            codes[i] = c
+    except TypeError:  # an unhashable value
+        return FieldCodes(None, [])
+    # The narrowest code type: the per-query gather reads a byte per chunk on most fields.
+    narrow = np.uint8 if len(values) <= 2**8 else np.uint16 if len(values) <= 2**16 else np.int32
+    return FieldCodes(codes.astype(narrow), values)
+
+
+def coded_mask(preds: Sequence[Predicate], column: Callable[[str], np.ndarray],
+               codes: Callable[[str], FieldCodes], n: int) -> np.ndarray:
+    """AND of ``preds``: equal to ``predicate_mask(preds, column, n)``, each predicate decided
+    once per distinct value of its field where the field is coded."""
+    mask: np.ndarray | None = None
+    for p in preds:
+        fc = codes(p.field)
+        if fc.codes is None:
+            m = predicate_mask([p], column, n)
+        else:
+            verdict = np.fromiter((bool(p.matches(v)) for v in fc.values), dtype=bool, count=len(fc.values))
+            m = _gather(verdict, fc.codes)
+        if mask is None:
+            mask = np.asarray(m, dtype=bool)  # a fresh array either way: owned, safe to AND into
+        else:
+            mask &= m
+    return np.ones(n, dtype=bool) if mask is None else mask
+
+
+def _gather(verdict: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """``verdict[codes]``, as one compare when a single value passes or fails (an ``eq`` or
+    ``ne``: ~0.03 ms at 1M chunks, where a gather takes ~1-2 ms)."""
+    hits = np.flatnonzero(verdict)
+    code = codes.dtype.type
+    if len(hits) == 0 or len(hits) == len(verdict):
+        return np.full(len(codes), len(hits) > 0, dtype=bool)
+    if len(hits) == 1:
+        return codes == code(hits[0])
+    if len(hits) == len(verdict) - 1:
+        return codes != code(np.flatnonzero(~verdict)[0])
+    return np.take(verdict, codes)

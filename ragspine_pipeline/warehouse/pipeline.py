@@ -235,7 +235,7 @@ def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None 
     meta.pop("chunks_segments")
     return StepResult(pub, {**meta, **files, "chunks_indexed": _open_chunks(pub_chunks),
                             "chunks_analyzed": len(todo),
-                            "tokens_written": int(sum(len(t) for t in table.column("tokens").to_pylist())),
+                            "tokens_written": int(pc.sum(pc.list_value_length(table.column("tokens"))).as_py() or 0),
                             "segments": len(pub.segments("tokens")), "version": pub.version, "reused": False,
                             "bytes_written": pub.manifest.get("bytes_written", 0),
                             "seconds": round(time.perf_counter() - t0, 3)})
@@ -253,7 +253,8 @@ def _write_served_files(wh: VersionedTables, library: str, pub: Published, pub_c
     ids = served.column("chunk_id").combine_chunks()
     tok = _aligned(read_segments(pub, "tokens"), ids, f"lexical index {pub.version} of {library}: "
                    "no tokens for some served chunks")
-    files = write_bm25_file(pub.path, ids.to_pylist(), tok.column("tokens").to_pylist())
+    # Arrow in, streamed in batches by the build: no Python list of every chunk's tokens.
+    files = write_bm25_file(pub.path, ids, tok.column("tokens"))
     return {**files, **write_served_records(pub.path, served)}
 
 

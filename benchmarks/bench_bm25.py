@@ -1160,8 +1160,9 @@ def peers_large(args) -> None:
             key = ("large", engine, n, variant)
             report = load_results()  # as another run may have left it
             done = [r for r in report["rows"] if _key(r) == key]
-            if done and not args.force and "error" not in done[0]:
-                print(f"{engine} {n} {variant}: already in the results (--force to measure again)", file=sys.stderr)
+            if done and not (args.force or args.remeasure) and "error" not in done[0]:
+                print(f"{engine} {n} {variant}: already in the results (--remeasure / --force to measure again)",
+                      file=sys.stderr)
                 continue
             t0 = time.time()
             row, frows = LARGE_RUNNERS[engine](n, args, {**ctx, "variant": variant, "report": report})
@@ -1349,6 +1350,8 @@ def main() -> None:
                    help="largest corpus an in-memory ragspine build is tried on (default 2,000,000)")
     g.add_argument("--no-filters", action="store_true", help="skip the filtered-query rows")
     g.add_argument("--force", action="store_true", help="rebuild and measure rows already in the results")
+    g.add_argument("--remeasure", action="store_true",
+                   help="measure rows already in the results again, on the indexes already built (open and queries)")
     add_io_args(g)
     g.set_defaults(func=peers_large, sets="")
     args = ap.parse_args()

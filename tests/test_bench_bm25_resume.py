@@ -82,7 +82,8 @@ def test_filter_masks_match_the_bits_file(bench):
 
 def _args(bench, **kw):
     ns = types.SimpleNamespace(sizes="300", engines="ragspine", k=10, ragspine_build="memory", layout="plain",
-                               memory_build_max=2_000_000, no_filters=False, force=False)
+                               memory_build_max=2_000_000, no_filters=False, force=False,
+                               remeasure=False)
     ns.__dict__.update(kw)
     return ns
 
@@ -126,8 +127,10 @@ def test_peers_large_force_measures_again(bench, monkeypatch):
     calls = []
     real = bench.LARGE_RUNNERS["ragspine"]
     monkeypatch.setitem(bench.LARGE_RUNNERS, "ragspine", lambda *a: calls.append(a) or real(*a))
+    bench.peers_large(_args(bench, remeasure=True))  # measured again on the index already built
+    assert len(calls) == 1 and build_record.stat().st_mtime_ns == built_at
     bench.peers_large(_args(bench, force=True))
-    assert len(calls) == 1 and build_record.stat().st_mtime_ns != built_at
+    assert len(calls) == 2 and build_record.stat().st_mtime_ns != built_at
     forced = json.loads((bench.RESULTS / "bm25_peers.json").read_text())
     assert len([r for r in forced["rows"] if r["engine"] == "ragspine"]) == 1
     assert len([f for f in forced["filtered"] if f["engine"] == "ragspine"]) == len(bench.LARGE_FILTERS)

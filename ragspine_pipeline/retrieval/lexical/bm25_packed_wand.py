@@ -1,0 +1,226 @@
+"""Document-at-a-time block-max WAND over packed postings (``bm25_packed``): exact top-k.
+
+Why: the term-at-a-time MaxScore kernel (``bm25_packed_kernels.search_one``) scans the
+whole list of every term it cannot prune, so a broad query made only of head terms reads
+millions of postings. Here every distinct query term has a cursor and the lists are
+walked together, in doc order, as Lucene does:
+
+- pivot (WAND): with cursors sorted by their current doc, the first cursor at which the
+  sum of the term upper bounds so far can beat the k-th score; no document before the
+  pivot doc can (only the cursors before it hold such documents).
+- block max: each cursor up to the pivot is moved *shallowly* (its blocks' last-doc skip
+  data only, nothing decoded) to the block that would hold the pivot doc; when the sum
+  of those blocks' exact max ``w`` x scale cannot beat the k-th score either, every doc up
+  to the first of those blocks' ends is skipped without decoding a block.
+- otherwise the cursors are decoded up to the pivot doc and it is scored exactly.
+
+A cursor moved shallowly holds a lower bound (``exact`` false), not a posting: enough for
+pivot selection, which only needs "no posting of this term before cur".
+
+Exactness: a pivot's score is summed over the distinct terms in ``_unique_terms`` order
+(descending bound, repeats multiplying the scale), each ``w`` recomputed by ``_w`` from
+the document's length code and multiplied by the scale: the very operations, in the very
+order, that the MaxScore kernel's accumulator performs for that document, so the floats
+are identical. Bounds are compared with the shared relative slack (``_SLACK``), and a
+document enters a full heap only with a strictly greater score: documents come in
+position order, so a tie goes to the lower position, as ``_take_top`` orders them.
+
+Status: exact (tests/test_bm25_packed_wand.py) but NOT wired into ``PackedBM25Index``:
+measured slower than the MaxScore kernel on the 200k synthetic Zipf corpus (the bench's
+200 queries: 415 ms vs 39 ms in all; 60 head-term-only queries of 2-7 terms: p50 15 ms vs
+1.2 ms). On head-only queries every block of every list ends up decoded, because block
+boundaries of several dense lists interleave, so each block-max skip moves only to the
+nearest block end; ``search_one`` is the dispatch hook for when a rule is measured.
+"""
+
+import numpy as np
+from numba import njit
+
+from .bm25_numba_select import _SLACK, _drain, _gallop, _push
+from .bm25_numba_unfiltered import _unique_terms
+from .bm25_packed_kernels import _BLOCK, _count, _unpack, _w
+from .bm25_packed_kernels import search_one as maxscore_one
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _shallow(last, blk, bend, target):
+    """First block in [blk, bend) whose last doc is >= target (bend when none)."""
+    if blk < bend and last[blk] >= target:
+        return blk
+    return _gallop(last, blk, bend, target)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _advance(ar, j, target, cur, blk, bend, b0, cnt, exact, dec, pos, docs, tfs, end_doc):
+    """Cursor j exactly on its first posting >= target, decoding at most one block (the
+    one holding it); past its list, cur = end_doc. ``ar`` = (data, off, dbits, tbits,
+    last) of ``pk``, unpacked once per query (reading ``pk`` per posting is slow)."""
+    data, off, dbits, tbits, last = ar
+    b = _shallow(last, blk[j], bend[j], target)
+    blk[j] = b
+    if b >= bend[j]:
+        cur[j] = end_doc
+        exact[j] = False
+        return
+    if dec[j] != b:
+        n = _BLOCK if b + 1 < bend[j] else cnt[j]
+        _unpack(data, off, dbits, tbits, last, b, b == b0[j], n, docs[j], tfs[j])
+        dec[j] = b
+        pos[j] = 0
+    p = pos[j]
+    while docs[j, p] < target:  # the block's last doc is >= target: stops inside the block
+        p += 1
+    pos[j] = p
+    cur[j] = docs[j, p]
+    exact[j] = True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _next(last, j, cur, blk, bend, cnt, exact, pos, docs, end_doc):
+    """Cursor j (exact) past its current posting: the next one in its decoded block, or a
+    lower bound (the block's last doc + 1) in the next block, left undecoded."""
+    p = pos[j] + 1
+    b = blk[j]
+    if p < (_BLOCK if b + 1 < bend[j] else cnt[j]):
+        pos[j] = p
+        cur[j] = docs[j, p]
+        return
+    b += 1
+    blk[j] = b
+    cur[j] = end_doc if b >= bend[j] else last[b - 1] + 1
+    exact[j] = False
+
+
+@njit(cache=True, nogil=True)
+def wand_top_k(pk, idf, wmax, qtids, wt, k):
+    """Exact top-k (ids, scores best-first; ties by lower position) of the query term ids
+    qtids over the packed postings ``pk``, document at a time with block-max WAND."""
+    k1p1 = wt[2] + 1.0
+    end_doc = np.int64(pk[13].shape[0])
+    ut, scale, ub = _unique_terms(qtids, idf, wmax, k1p1)
+    nu = ut.shape[0]
+    kk = max(k, 1)
+    hs = np.empty(kk, np.float64)
+    hi = np.empty(kk, np.int64)
+    nh = 0
+    if nu == 0 or k <= 0:
+        return _drain(hs, hi, 0)
+    last = pk[2]
+    bmax = pk[6]
+    dcode = pk[13]
+    ar = (pk[7], pk[3], pk[4], pk[5], last)
+    b0 = np.empty(nu, np.int64)
+    cnt = np.empty(nu, np.int64)  # postings in the term's last block
+    blk = np.empty(nu, np.int64)
+    bend = np.empty(nu, np.int64)
+    cur = np.empty(nu, np.int64)
+    exact = np.zeros(nu, np.bool_)
+    dec = np.full(nu, -1, np.int64)
+    pos = np.zeros(nu, np.int64)
+    docs = np.empty((nu, _BLOCK), np.int64)
+    tfs = np.empty((nu, _BLOCK), np.int64)
+    order = np.arange(nu)
+    for j in range(nu):
+        t = ut[j]
+        blk[j] = pk[1][t]
+        b0[j] = blk[j]
+        bend[j] = pk[1][t + 1]
+        cnt[j] = _count(pk, t, bend[j] - 1)
+        cur[j] = 0 if blk[j] < bend[j] else end_doc
+    sb = np.empty(nu, np.int64)
+    theta = 0.0
+    while True:
+        # Cursors by current doc (insertion sort: few terms, nearly sorted each round).
+        for i in range(1, nu):
+            x = order[i]
+            c = cur[x]
+            y = i - 1
+            while y >= 0 and cur[order[y]] > c:
+                order[y + 1] = order[y]
+                y -= 1
+            order[y + 1] = x
+        full = nh == kk
+        # Pivot: the first cursor whose bound prefix can beat theta.
+        bound = 0.0
+        p = -1
+        for i in range(nu):
+            j = order[i]
+            if cur[j] >= end_doc:
+                break
+            bound += ub[j]
+            if not full or bound * (1.0 + _SLACK) >= theta:
+                p = i
+                break
+        if p < 0:
+            break
+        pd = cur[order[p]]
+        while p + 1 < nu and cur[order[p + 1]] == pd:
+            p += 1
+        if full:
+            # Block-max check on the blocks that would hold pd (skip data only).
+            bsum = 0.0
+            for i in range(p + 1):
+                j = order[i]
+                b = _shallow(last, blk[j], bend[j], pd)
+                sb[i] = b
+                if b < bend[j]:
+                    bsum += bmax[b] * scale[j]
+            if bsum * (1.0 + _SLACK) < theta:
+                # No doc in [pd, nxt) can beat theta: each term holds such docs only in
+                # its block sb[i], and later cursors start at nxt or beyond.
+                nxt = end_doc
+                for i in range(p + 1):
+                    j = order[i]
+                    if sb[i] < bend[j]:
+                        nxt = min(nxt, last[sb[i]] + 1)
+                if p + 1 < nu:
+                    nxt = min(nxt, cur[order[p + 1]])
+                for i in range(p + 1):
+                    j = order[i]
+                    b = _shallow(last, sb[i], bend[j], nxt)
+                    blk[j] = b
+                    cur[j] = nxt if b < bend[j] else end_doc
+                    exact[j] = False
+                continue
+        ready = True
+        for i in range(p + 1):
+            j = order[i]
+            if not exact[j] or cur[j] != pd:
+                _advance(ar, j, pd, cur, blk, bend, b0, cnt, exact, dec, pos, docs, tfs, end_doc)
+                if cur[j] != pd:
+                    ready = False
+        if not ready:
+            continue
+        # Score pd exactly, in _unique_terms order (the MaxScore accumulator's order).
+        ln = dcode[pd]
+        sc = 0.0
+        for j in range(nu):
+            if cur[j] == pd:
+                sc += _w(tfs[j, pos[j]], ln, wt) * scale[j]
+        if sc > 0.0 and (nh < kk or sc > hs[0]):
+            nh = _push(hs, hi, nh, kk, sc, pd)
+            if nh == kk:
+                theta = hs[0]
+        for j in range(nu):
+            if cur[j] == pd:
+                _next(last, j, cur, blk, bend, cnt, exact, pos, docs, end_doc)
+    return _drain(hs, hi, nh)
+
+
+@njit(cache=True, nogil=True)
+def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs, min_terms):
+    """``bm25_packed_kernels.search_one``'s signature and answers: WAND for queries of at
+    least ``min_terms`` distinct terms on corpora past ``exhaustive_docs``, else the
+    MaxScore kernel (which also owns the small-corpus exhaustive route)."""
+    nu = 0
+    for x in range(qtids.shape[0]):
+        seen = False
+        for y in range(x):
+            if qtids[y] == qtids[x]:
+                seen = True
+                break
+        if not seen:
+            nu += 1
+    if acc.shape[0] <= exhaustive_docs or nu < min_terms:
+        return maxscore_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs)
+    return wand_top_k(pk, idf, wmax, qtids, wt, k)

@@ -16,9 +16,12 @@ from ragspine_pipeline.retrieval.lexical import bm25_packed_wand as wand  # noqa
 
 
 def both(ix: PackedBM25Index, q: list[str], k: int):
-    """(WAND answer, MaxScore answer) of one query on one packed index."""
+    """(WAND answer, MaxScore answer) of one query on one packed index; the block-max
+    MaxScore route (``bmm_top_k``) is checked against the same answer on the way."""
     tids = np.array(ix._query_term_ids(q), np.int64)
     ids, sc = wand.wand_top_k(ix._pk, ix._idf, ix._w_max, tids, ix._weights(), k)
+    b_ids, b_sc = wand.bmm_top_k(ix._pk, ix._idf, ix._w_max, tids, ix._weights(), k)
+    assert b_ids.tolist() == ids.tolist() and np.array_equal(b_sc, sc), (q, k)
     acc = np.zeros(ix.n_docs, np.float64)
     touched = np.empty(ix.n_docs, np.int32)
     m_ids, m_sc = maxscore.search_one(ix._pk, ix._idf, ix._w_max, tids, ix._weights(), k, acc, touched, 0)

@@ -224,3 +224,178 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs, min_t
     if acc.shape[0] <= exhaustive_docs or nu < min_terms:
         return maxscore_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs)
     return wand_top_k(pk, idf, wmax, qtids, wt, k)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _seek(ar, j, b, target, b0, bend, cnt, dec, pos, nb, docs, tfs):
+    """Term j's decoded block ``b`` (decoding it if another is held) with pos on its
+    first posting >= target (target <= the block's last doc); returns that doc."""
+    data, off, dbits, tbits, last = ar
+    if dec[j] != b:
+        n = _BLOCK if b + 1 < bend[j] else cnt[j]
+        _unpack(data, off, dbits, tbits, last, b, b == b0[j], n, docs[j], tfs[j])
+        dec[j] = b
+        nb[j] = n
+        pos[j] = 0
+    p = pos[j]
+    while docs[j, p] < target:
+        p += 1
+    pos[j] = p
+    return docs[j, p]
+
+
+@njit(cache=True, nogil=True)
+def bmm_top_k(pk, idf, wmax, qtids, wt, k):
+    """Exact top-k as ``wand_top_k``, by block-max MaxScore over windows (Lucene's route):
+    a window runs from ``lo`` to the nearest end of the blocks holding ``lo``, so each term
+    has one block there and one bound (its block max x scale). Terms whose window bounds
+    sum below the k-th score are non-essential: only the documents of the essential terms
+    are candidates, and a candidate looks the others up (largest bound first) only while
+    its partial score plus their bounds can still beat the k-th score. A window whose
+    bounds all together cannot is skipped without decoding anything."""
+    k1p1 = wt[2] + 1.0
+    end_doc = np.int64(pk[13].shape[0])
+    ut, scale, _ub = _unique_terms(qtids, idf, wmax, k1p1)
+    nu = ut.shape[0]
+    kk = max(k, 1)
+    hs = np.empty(kk, np.float64)
+    hi_ = np.empty(kk, np.int64)
+    nh = 0
+    if nu == 0 or k <= 0:
+        return _drain(hs, hi_, 0)
+    last = pk[2]
+    bmax = pk[6]
+    dcode = pk[13]
+    ar = (pk[7], pk[3], pk[4], pk[5], last)
+    b0 = np.empty(nu, np.int64)
+    bend = np.empty(nu, np.int64)
+    cnt = np.empty(nu, np.int64)
+    blk = np.empty(nu, np.int64)
+    dec = np.full(nu, -1, np.int64)
+    pos = np.zeros(nu, np.int64)
+    nb = np.zeros(nu, np.int64)
+    docs = np.empty((nu, _BLOCK), np.int64)
+    tfs = np.empty((nu, _BLOCK), np.int64)
+    for j in range(nu):
+        t = ut[j]
+        b0[j] = pk[1][t]
+        blk[j] = b0[j]
+        bend[j] = pk[1][t + 1]
+        cnt[j] = _count(pk, t, bend[j] - 1)
+    m = np.zeros(nu, np.float64)
+    ordm = np.empty(nu, np.int64)
+    pre = np.zeros(nu + 1, np.float64)
+    ess = np.empty(nu, np.int64)
+    c = np.zeros(nu, np.float64)
+    hit = np.zeros(nu, np.bool_)
+    theta = 0.0
+    lo = np.int64(0)
+    while lo < end_doc:
+        hi = end_doc - 1
+        live = 0
+        for j in range(nu):
+            b = _shallow(last, blk[j], bend[j], lo)
+            blk[j] = b
+            if b < bend[j]:
+                hi = min(hi, last[b])
+                m[j] = bmax[b] * scale[j]
+                ordm[live] = j
+                live += 1
+        if live == 0:
+            break
+        # Live terms by ascending window bound (insertion sort: a handful of terms).
+        for i in range(1, live):
+            x = ordm[i]
+            y = i - 1
+            while y >= 0 and m[ordm[y]] > m[x]:
+                ordm[y + 1] = ordm[y]
+                y -= 1
+            ordm[y + 1] = x
+        for i in range(live):
+            pre[i + 1] = pre[i] + m[ordm[i]]
+        full = nh == kk
+        if full and pre[live] * (1.0 + _SLACK) < theta:
+            lo = hi + 1
+            continue
+        ne = 0
+        if full:
+            while ne < live and pre[ne + 1] * (1.0 + _SLACK) < theta:
+                ne += 1
+        if ne > 0:
+            # Widen the window to the essential terms' nearest block end: a non-essential
+            # term's bound there is its largest block max over the window (skip data only).
+            hi = end_doc - 1
+            for i in range(ne, live):
+                hi = min(hi, last[blk[ordm[i]]])
+            for i in range(ne):
+                j = ordm[i]
+                b = blk[j]
+                mx = bmax[b]
+                while b + 1 < bend[j] and last[b] < hi:
+                    b += 1
+                    mx = max(mx, bmax[b])
+                m[j] = mx * scale[j]
+            for i in range(1, ne):
+                x = ordm[i]
+                y = i - 1
+                while y >= 0 and m[ordm[y]] > m[x]:
+                    ordm[y + 1] = ordm[y]
+                    y -= 1
+                ordm[y + 1] = x
+            for i in range(ne):
+                pre[i + 1] = pre[i] + m[ordm[i]]
+            # Wider bounds may make the largest ones essential again: their docs must lie
+            # in their current block, so the window ends there at the latest.
+            while ne > 0 and pre[ne] * (1.0 + _SLACK) >= theta:
+                ne -= 1
+                hi = min(hi, last[blk[ordm[ne]]])
+        n_ess = live - ne
+        for i in range(n_ess):
+            j = ordm[ne + i]
+            ess[i] = j
+            _seek(ar, j, blk[j], lo, b0, bend, cnt, dec, pos, nb, docs, tfs)
+        while True:
+            d = hi + 1
+            for i in range(n_ess):
+                j = ess[i]
+                if pos[j] < nb[j] and docs[j, pos[j]] < d:
+                    d = docs[j, pos[j]]
+            if d > hi:
+                break
+            partial = 0.0
+            ln = dcode[d]
+            for i in range(n_ess):
+                j = ess[i]
+                if pos[j] < nb[j] and docs[j, pos[j]] == d:
+                    c[j] = _w(tfs[j, pos[j]], ln, wt) * scale[j]
+                    hit[j] = True
+                    partial += c[j]
+                    pos[j] += 1
+            keep = True
+            for i in range(ne - 1, -1, -1):
+                if nh == kk and (partial + pre[i + 1]) * (1.0 + _SLACK) < theta:
+                    keep = False
+                    break
+                j = ordm[i]
+                b = _shallow(last, blk[j], bend[j], d)
+                if b >= bend[j]:
+                    continue
+                blk[j] = b
+                if _seek(ar, j, b, d, b0, bend, cnt, dec, pos, nb, docs, tfs) == d:
+                    c[j] = _w(tfs[j, pos[j]], ln, wt) * scale[j]
+                    hit[j] = True
+                    partial += c[j]
+            if keep:
+                # The exact score: the hits summed in _unique_terms order, as MaxScore's acc.
+                sc = 0.0
+                for j in range(nu):
+                    if hit[j]:
+                        sc += c[j]
+                if sc > 0.0 and (nh < kk or sc > hs[0]):
+                    nh = _push(hs, hi_, nh, kk, sc, d)
+                    if nh == kk:
+                        theta = hs[0]
+            for j in range(nu):
+                hit[j] = False
+        lo = hi + 1
+    return _drain(hs, hi_, nh)

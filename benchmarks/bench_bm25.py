@@ -713,7 +713,7 @@ LARGE_ROUNDS = 3  # timed passes over the queries (qps: the median pass; latenci
 DOC_STEP = 100_000  # documents per batch fed to a streaming build / written as text
 HEAVY_LOCK = "/tmp/heavy.lock"  # the machine-wide lock every >2 GB process holds (common rules)
 HEAVY_FROM = 250_000  # corpus size from which a step may pass 2 GB and takes HEAVY_LOCK
-RAGSPINE_AS = 14_000_000_000  # prlimit --as of ragspine's build and query processes
+OURS_AS_CAP = 14_000_000_000  # prlimit --as of ragspine's build and query processes
 BM25S_CAP = 12_000_000_000  # bm25s runs only under this address-space cap, or is skipped
 LUCENE_XMX = "6g"
 
@@ -996,17 +996,17 @@ def _large_ragspine(n: int, args, ctx: dict) -> tuple[dict, list[dict]]:
                         f"box (--memory-build-max {args.memory_build_max}); use --ragspine-build stream"), []
         rec = _run_measured([sys.executable, __file__, "_large", json.dumps({**base, "step": "build", "build": build,
                                                                               "layout": layout})],
-                            heavy=n >= HEAVY_FROM, cap=RAGSPINE_AS)
+                            heavy=n >= HEAVY_FROM, cap=OURS_AS_CAP)
         if "error" in rec:
             return _row("ragspine", n, variant, error="build: " + rec["error"]), []
         record.write_text(json.dumps(rec))
     rec = json.loads(record.read_text())
     opened = _run_measured([sys.executable, __file__, "_large", json.dumps({**base, "step": "open",
                                                                              "queries": ctx["queries_json"]})],
-                           heavy=False, cap=RAGSPINE_AS)
+                           heavy=False, cap=OURS_AS_CAP)
     q = _run_measured([sys.executable, __file__, "_large", json.dumps({
         **base, "step": "query", "queries": ctx["queries_json"], "ids": str(_ids_file("ragspine", n, variant)),
-        "filters": [] if args.no_filters else list(LARGE_FILTERS)})], heavy=False, cap=RAGSPINE_AS)
+        "filters": [] if args.no_filters else list(LARGE_FILTERS)})], heavy=False, cap=OURS_AS_CAP)
     for step, res in (("open", opened), ("query", q)):
         if "error" in res:
             return _row("ragspine", n, variant, error=f"{step}: {res['error']}"), []

@@ -70,21 +70,27 @@ def test_long_lists_skip_blocks_and_stay_exact(tmp_path):
             assert ids.tolist() == m_ids.tolist() and np.array_equal(sc, m_sc), (q, k)
 
 
-def test_dispatch_routes_small_corpora_and_short_queries_to_maxscore(tmp_path):
+def test_dispatch_sends_two_dense_terms_to_block_max_maxscore(tmp_path):
     docs, queries = zipf_corpus(2000, seed=4)
+    queries += [["w0", "w1"], ["w1", "w0", "w1"], ["w0", "w399"], ["w0"]]
     packed, _ = publish_both(tmp_path, docs)
     acc = np.zeros(packed.n_docs, np.float64)
     touched = np.empty(packed.n_docs, np.int32)
+    routed = 0
     for q in queries:
         tids = np.array(packed._query_term_ids(q), np.int64)
         if not len(tids):
             continue
-        for exhaustive, min_terms in ((0, 1), (0, 3), (10**9, 1)):
+        dense = wand._two_dense_terms(packed._pk[0], tids, packed.n_docs)
+        routed += dense
+        for exhaustive in (0, 10**9):
             ids, sc = wand.search_one(packed._pk, packed._idf, packed._w_max, tids, packed._weights(), 10,
-                                      acc, touched, exhaustive, min_terms)
-            want = packed.search(q, k=10)  # this small corpus: the exhaustive route (query-order sums)
-            assert ids.tolist() == want.ids.tolist()
-            assert np.allclose(sc, want.scores, atol=1e-9, rtol=0)
-            if exhaustive:
-                assert np.array_equal(sc, want.scores)
-        assert not acc.any()  # the shared accumulator is left zeroed
+                                      acc, touched, exhaustive)
+            m_ids, m_sc = maxscore.search_one(packed._pk, packed._idf, packed._w_max, tids, packed._weights(), 10,
+                                              acc, touched, exhaustive)
+            assert ids.tolist() == m_ids.tolist() and np.array_equal(sc, m_sc)
+            assert not acc.any()  # the shared accumulator is left zeroed
+        got = packed.search(q, k=10)  # through PackedBM25Index's dispatch
+        r_ids, r_sc = ref_top(q, docs, 10)
+        assert got.ids.tolist() == r_ids and np.allclose(got.scores, r_sc, atol=1e-9, rtol=0)
+    assert routed >= 2 and not wand._two_dense_terms(packed._pk[0], np.array([0, 0], np.int64), 2000)

@@ -54,30 +54,31 @@ _TABLE_MAX = 1 << 20  # longest document length the weight tables cover (8 MiB e
 _LOCK = threading.Lock()
 _KERNELS: Any = None
 _FILTERED: Any = None
+_UNFILTERED: Any = None  # single unfiltered queries: bm25_packed_wand.search_one
 _TRIED = False
 
 
 def load_packed_kernels() -> Any:
     """The compiled packed kernels (``bm25_packed_kernels``, warmed; its filtered route is
     ``bm25_packed_filtered``), or None without numba."""
-    global _KERNELS, _FILTERED, _TRIED
+    global _KERNELS, _FILTERED, _UNFILTERED, _TRIED
     if _TRIED:
         return _KERNELS
     with _LOCK:
         if not _TRIED:
             try:
-                from . import bm25_packed_filtered
+                from . import bm25_packed_filtered, bm25_packed_wand
                 from . import bm25_packed_kernels as kernels
 
-                _warm(kernels, bm25_packed_filtered)
-                _KERNELS, _FILTERED = kernels, bm25_packed_filtered
+                _warm(kernels, bm25_packed_filtered, bm25_packed_wand)
+                _KERNELS, _FILTERED, _UNFILTERED = kernels, bm25_packed_filtered, bm25_packed_wand
             except Exception:  # ImportError or a numba compile error: the numpy path
                 _KERNELS = None
             _TRIED = True
     return _KERNELS
 
 
-def _warm(kernels: Any, filtered: Any) -> None:
+def _warm(kernels: Any, filtered: Any, unfiltered: Any) -> None:
     """Compile every entry point for read-only arrays (what a mapping gives) on a tiny index."""
     from .bm25_packed import encode
     from .bm25_raw import RawPostings
@@ -102,6 +103,8 @@ def _warm(kernels: Any, filtered: Any) -> None:
         pk = _pk_tuple(arrays)
         for exhaustive in (0, 2):
             kernels.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
+            unfiltered.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
+        unfiltered.bmm_top_k(pk, enc.idf, enc.w_max, q, wt, 1)
         kernels.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
         for s in (surv[:2], surv[:0]):
             filtered.search_filtered(pk, bits, s, 2, 4, q, wt, 1, acc, touched, enc.w_max, 2.0)
@@ -330,8 +333,8 @@ class PackedBM25Index(MappedDocIds):
             return empty_scored()
         sc = self._scratch
         if mask is None:
-            ids, scores = self._kernels.search_one(self._pk, self._idf, self._w_max, tids, self._weights(), int(k),
-                                                   sc.acc, sc.touched, self._exhaustive_docs)
+            ids, scores = _UNFILTERED.search_one(self._pk, self._idf, self._w_max, tids, self._weights(), int(k),
+                                                 sc.acc, sc.touched, self._exhaustive_docs)
             return ScoredDocs(ids, scores)
         # Survivors' count, length and bits; their positions when few (galloped into lists).
         bits = np.zeros((self.n_docs + 63) // 64, np.uint64)

@@ -25,12 +25,12 @@ are identical. Bounds are compared with the shared relative slack (``_SLACK``), 
 document enters a full heap only with a strictly greater score: documents come in
 position order, so a tie goes to the lower position, as ``_take_top`` orders them.
 
-Status: exact (tests/test_bm25_packed_wand.py) but NOT wired into ``PackedBM25Index``:
-measured slower than the MaxScore kernel on the 200k synthetic Zipf corpus (the bench's
-200 queries: 415 ms vs 39 ms in all; 60 head-term-only queries of 2-7 terms: p50 15 ms vs
-1.2 ms). On head-only queries every block of every list ends up decoded, because block
-boundaries of several dense lists interleave, so each block-max skip moves only to the
-nearest block end; ``search_one`` is the dispatch hook for when a rule is measured.
+Two routes, both exact: ``wand_top_k`` (block-max WAND) and ``bmm_top_k`` (block-max
+MaxScore over windows, Lucene's current route). WAND measured ~10x slower than the TAAT
+MaxScore kernel at 200k docs on head-term queries (block boundaries of several dense
+lists interleave, so each block-max skip moves only to the nearest block end and every
+block gets decoded); it stays as the second exact reference of the tests. ``search_one``
+sends only the shape where block-max MaxScore measured faster (``_two_dense_terms``).
 """
 
 import numpy as np
@@ -207,23 +207,39 @@ def wand_top_k(pk, idf, wmax, qtids, wt, k):
     return _drain(hs, hi, nh)
 
 
+# Measured rule (1M synthetic Zipf, benchmarks/results/bm25_packed_1m.md): block-max
+# MaxScore beats the TAAT kernel on queries of exactly two distinct terms that each
+# occur in >= 1% of the documents (2x on those), and loses on rarer or longer ones.
+DENSE_DF_FRACTION = 100  # a term is dense when df x this >= the documents
+
+
 @njit(cache=True, nogil=True)
-def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs, min_terms):
-    """``bm25_packed_kernels.search_one``'s signature and answers: WAND for queries of at
-    least ``min_terms`` distinct terms on corpora past ``exhaustive_docs``, else the
-    MaxScore kernel (which also owns the small-corpus exhaustive route)."""
-    nu = 0
+def _two_dense_terms(indptr, qtids, n_docs):
+    """Whether the query has exactly two distinct terms, both dense."""
+    a = qtids[0]
+    b = -1
     for x in range(qtids.shape[0]):
-        seen = False
-        for y in range(x):
-            if qtids[y] == qtids[x]:
-                seen = True
-                break
-        if not seen:
-            nu += 1
-    if acc.shape[0] <= exhaustive_docs or nu < min_terms:
-        return maxscore_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs)
-    return wand_top_k(pk, idf, wmax, qtids, wt, k)
+        t = qtids[x]
+        if t != a:
+            if b < 0:
+                b = t
+            elif t != b:
+                return False
+    if b < 0:
+        return False
+    return ((indptr[a + 1] - indptr[a]) * DENSE_DF_FRACTION >= n_docs
+            and (indptr[b + 1] - indptr[b]) * DENSE_DF_FRACTION >= n_docs)
+
+
+@njit(cache=True, nogil=True)
+def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
+    """``bm25_packed_kernels.search_one``'s signature and answers (bit-identical): block-max
+    MaxScore (``bmm_top_k``) for two dense terms on corpora past ``exhaustive_docs``, else
+    the MaxScore kernel (which also owns the small-corpus exhaustive route)."""
+    n_docs = acc.shape[0]
+    if n_docs > exhaustive_docs and _two_dense_terms(pk[0], qtids, n_docs):
+        return bmm_top_k(pk, idf, wmax, qtids, wt, k)
+    return maxscore_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs)
 
 
 @njit(cache=True, nogil=True, inline="always")

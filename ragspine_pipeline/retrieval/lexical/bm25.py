@@ -19,7 +19,6 @@ arrays are then read-only memory maps and the vocabulary a mapped hash table.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -28,7 +27,15 @@ from ...cpus import usable_cpus
 from . import bm25_filter, bm25_kernel, bm25_numpy
 from .bm25_build import BITSET_DF_FRACTION, BLOCK_SIZE, Postings, build_postings
 from .bm25_filter import PackedFilter
-from .bm25_pool import batch_pool, batch_spans
+from .bm25_pool import (
+    POSTINGS_PER_THREAD,
+    BatchArrays,
+    batch_one_by_one,
+    batch_pool,
+    batch_rows,
+    empty_batch,
+    run_batch,
+)
 from .bm25_reference import (
     DEFAULT_B,
     DEFAULT_BM25_B,
@@ -52,11 +59,11 @@ MAXSCORE_MIN_DOCS = 50_000
 EXHAUSTIVE_MAX_DOCS = 32_768
 KERNELS = ("auto", "numba", "numpy")
 BITSET_MIN_DOCS = 65_536  # corpora from this size get bitsets of their longest lists
-_POSTINGS_PER_THREAD = 50_000  # batch work (postings of its terms) per extra thread
 # Older private names, kept for callers that reached them here.
 _DENSE = DENSE
 _top_k, _top_k_dense, _batch_pool = top_k, top_k_dense, batch_pool
 _usable_cpus = usable_cpus  # the kernels' thread count (tests patch it)
+_POSTINGS_PER_THREAD = POSTINGS_PER_THREAD  # batch work per extra thread (tests patch it)
 
 
 class BM25Index:
@@ -193,8 +200,7 @@ class BM25Index:
             return [empty_scored() for _ in queries]
         if self._kernels is None or self.avgdl == 0:
             return [self.search(q, k) for q in queries]
-        ids, sc, cnt = self.search_batch_arrays(queries, k, threads=threads)
-        return [ScoredDocs(ids[i, :c], sc[i, :c]) for i, c in enumerate(cnt.tolist())]
+        return batch_rows(self.search_batch_arrays(queries, k, threads=threads))
 
     def search_batch_arrays(self, queries: Sequence[Sequence[str]], k: int = 10, *,
                             threads: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -209,32 +215,17 @@ class BM25Index:
         nq = len(queries)
         kk = max(int(k), 0)
         if kk == 0 or nq == 0 or self.avgdl == 0:
-            return np.full((nq, kk), -1, np.int64), np.zeros((nq, kk)), np.zeros(nq, np.int64)
+            return empty_batch(nq, kk)
         if self._kernels is None:
-            ids, sc, cnt = np.full((nq, kk), -1, np.int64), np.zeros((nq, kk)), np.zeros(nq, np.int64)
-            for i, q in enumerate(queries):
-                r = self.search(q, kk)
-                cnt[i] = n = len(r.ids)
-                ids[i, :n], sc[i, :n] = r.ids, r.scores
-            return ids, sc, cnt
-        flat = np.fromiter(map(self.vocab.get, chain.from_iterable(queries), repeat(-1)), np.int64)
-        ptr = np.zeros(nq + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, queries), np.int64, nq), out=ptr[1:])
-        work = int(self.df[flat[flat >= 0]].sum()) if len(flat) else 0
-        chunks = batch_spans(nq, work, int(threads or _usable_cpus()), _POSTINGS_PER_THREAD)
-        run = self._kernels.search_batch
+            return batch_one_by_one(self.search, queries, kk)
+        kernel = self._kernels.search_batch
 
-        def one(span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            a, b = span
-            return run(self.indptr, self.indices, self.w, self._idf_full, self._w_max,
-                       flat[ptr[a]:ptr[b]], ptr[a:b + 1] - ptr[a], self.k1 + 1.0, kk, self.n_docs,
-                       self._exhaustive_docs, self._bptr, self._bmax)
+        def run(flat: np.ndarray, ptr: np.ndarray) -> BatchArrays:
+            return kernel(self.indptr, self.indices, self.w, self._idf_full, self._w_max, flat, ptr,
+                          self.k1 + 1.0, kk, self.n_docs, self._exhaustive_docs, self._bptr, self._bmax)
 
-        if len(chunks) == 1:
-            return one(chunks[0])
-        rest = [batch_pool().submit(one, c) for c in chunks[1:]]
-        parts = [one(chunks[0])] + [f.result() for f in rest]
-        return tuple(np.concatenate([p[x] for p in parts]) for x in range(3))  # type: ignore[return-value]
+        return run_batch(queries, self.vocab.get, lambda known: self.df[known].sum(),
+                         int(threads or _usable_cpus()), _POSTINGS_PER_THREAD, run)
 
     def _search_compiled(self, query_tokens: Sequence[str], k: int, candidates: np.ndarray | PackedFilter | None) -> ScoredDocs:
         """Top-k through the compiled kernels (pruned unfiltered, or survivor statistics)."""

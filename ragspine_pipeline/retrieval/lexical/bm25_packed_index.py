@@ -21,7 +21,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +45,16 @@ from .bm25_packed import (
     norm_of,
     w_of,
 )
-from .bm25_pool import batch_pool, batch_spans
+from .bm25_pool import (
+    POSTINGS_PER_THREAD,
+    BatchArrays,
+    batch_one_by_one,
+    batch_rows,
+    empty_batch,
+    run_batch,
+)
 from .bm25_topk import DENSE, ScoredDocs, empty_scored, top_k, top_k_dense
 
-_POSTINGS_PER_THREAD = 50_000  # as BM25Index: batch work per extra thread
 _TABLE_MAX = 1 << 20  # longest document length the weight tables cover (8 MiB each at most)
 _LOCK = threading.Lock()
 _KERNELS: Any = None
@@ -352,8 +357,7 @@ class PackedBM25Index(MappedDocIds):
             return [empty_scored() for _ in queries]
         if self._kernels is None or self.avgdl == 0:
             return [self.search(q, k) for q in queries]
-        ids, sc, cnt = self.search_batch_arrays(queries, k, threads=threads)
-        return [ScoredDocs(ids[i, :c], sc[i, :c]) for i, c in enumerate(cnt.tolist())]
+        return batch_rows(self.search_batch_arrays(queries, k, threads=threads))
 
     def search_batch_arrays(self, queries: Sequence[Sequence[str]], k: int = 10, *,
                             threads: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -361,32 +365,18 @@ class PackedBM25Index(MappedDocIds):
         compiled kernel runs chunks of it without the GIL on the shared batch pool."""
         nq, kk = len(queries), max(int(k), 0)
         self._doc_lengths_read()
-        if kk == 0 or nq == 0 or self.avgdl == 0 or self._kernels is None:
-            ids, sc, cnt = np.full((nq, kk), -1, np.int64), np.zeros((nq, kk)), np.zeros(nq, np.int64)
-            for i, q in enumerate(queries if kk and self.avgdl else []):
-                r = self.search(q, kk)
-                cnt[i] = n = len(r.ids)
-                ids[i, :n], sc[i, :n] = r.ids, r.scores
-            return ids, sc, cnt
-        flat = np.fromiter(map(self.vocab.get, chain.from_iterable(queries), repeat(-1)), np.int64)
-        ptr = np.zeros(nq + 1, np.int64)
-        np.cumsum(np.fromiter(map(len, queries), np.int64, nq), out=ptr[1:])
-        known = flat[flat >= 0]
-        work = int((self.indptr[known + 1] - self.indptr[known]).sum())
-        chunks = batch_spans(nq, work, int(threads or usable_cpus()), _POSTINGS_PER_THREAD)
-        run = self._kernels.search_batch
+        if kk == 0 or nq == 0 or self.avgdl == 0:
+            return empty_batch(nq, kk)
+        if self._kernels is None:
+            return batch_one_by_one(self.search, queries, kk)
+        kernel = self._kernels.search_batch
         wt = self._weights()
 
-        def one(span: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            a, b = span
-            return run(self._pk, self._idf, self._w_max, flat[ptr[a]:ptr[b]], ptr[a:b + 1] - ptr[a], wt, kk,
-                       self.n_docs, self._exhaustive_docs)
+        def run(flat: np.ndarray, ptr: np.ndarray) -> BatchArrays:
+            return kernel(self._pk, self._idf, self._w_max, flat, ptr, wt, kk, self.n_docs, self._exhaustive_docs)
 
-        if len(chunks) == 1:
-            return one(chunks[0])
-        rest = [batch_pool().submit(one, c) for c in chunks[1:]]
-        parts = [one(chunks[0])] + [f.result() for f in rest]
-        return tuple(np.concatenate([p[x] for p in parts]) for x in range(3))  # type: ignore[return-value]
+        return run_batch(queries, self.vocab.get, lambda known: (self.indptr[known + 1] - self.indptr[known]).sum(),
+                         int(threads or usable_cpus()), POSTINGS_PER_THREAD, run)
 
     # ------------------------------------------------------------ full check
     def verify(self) -> None:

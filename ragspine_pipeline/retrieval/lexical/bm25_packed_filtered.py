@@ -24,7 +24,15 @@ import numpy as np
 from numba import njit
 
 from .bm25_numba_select import _SLACK, _distinct, _gallop, _kth_score, _prune, _push, _take_top
-from .bm25_packed_kernels import _BLOCK, _ONE, _count, _lookup, _match_block, _unpack
+from .bm25_packed_kernels import (
+    _BLOCK,
+    _ONE,
+    _count,
+    _lookup,
+    _match_block,
+    _skipped_block,
+    _unpack,
+)
 
 _M1 = np.uint64(0x5555555555555555)
 _M2 = np.uint64(0x3333333333333333)
@@ -180,12 +188,7 @@ def _scan_term(pk, t, bits, acc, touched, n_t, top1, sc, rest, skip, k, hs, hi, 
         before = np.sort(touched[:n_before])
         x = 0
         for z in range(nsk):
-            blk = skipped[z]
-            lo = last[blk - 1] if blk > b0 else -1
-            while x < n_before and before[x] <= lo:
-                x += 1
-            nn = _count(pk, t, blk)
-            x, m = _match_block(pk[7], pk[3], pk[4], pk[5], last, blk, blk == b0, nn, before, x, n_before, docs, tfs)
+            x, m = _skipped_block(pk, t, last, b0, skipped[z], before, x, n_before, docs, tfs)
             for h in range(m):
                 d = before[docs[h]]
                 f = np.float64(tfs[h])

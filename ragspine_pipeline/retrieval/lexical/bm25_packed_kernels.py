@@ -148,6 +148,19 @@ def _match_block(data, off, dbits, tbits, last, blk, first, n, keys, x, nk, hit_
     return x, m
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _skipped_block(pk, t, last, b0, blk, before, x, n_before, docs, tfs):
+    """Look up the sorted documents ``before`` (touched by earlier terms) in skipped block
+    ``blk`` of term t, from cursor x: (new x, hits m), hit h being ``before[docs[h]]`` with
+    term frequency ``tfs[h]``. A term scan that skipped blocks calls this once per skipped
+    block, then adds each hit's weight by its own formula."""
+    lo = last[blk - 1] if blk > b0 else -1
+    while x < n_before and before[x] <= lo:
+        x += 1
+    return _match_block(pk[7], pk[3], pk[4], pk[5], last, blk, blk == b0, _count(pk, t, blk), before, x, n_before,
+                        docs, tfs)
+
+
 @njit(cache=True, nogil=True)
 def _lookup(pk, t, cand, nc, acc, s, wt, k1, docs, tfs, kb, bavg):
     """Term t's contribution added to the sorted candidates cand[:nc] that it holds,
@@ -239,12 +252,7 @@ def _scan(pk, t, acc, touched, n_t, top1, s, rest, skip, k, hs, hi, wt, docs, tf
         before = np.sort(touched[:n_before])
         x = 0
         for z in range(nsk):
-            blk = skipped[z]
-            lo = last[blk - 1] if blk > b0 else -1
-            while x < n_before and before[x] <= lo:
-                x += 1
-            n = _count(pk, t, blk)
-            x, m = _match_block(pk[7], pk[3], pk[4], pk[5], last, blk, blk == b0, n, before, x, n_before, docs, tfs)
+            x, m = _skipped_block(pk, t, last, b0, skipped[z], before, x, n_before, docs, tfs)
             for h in range(m):
                 d = before[docs[h]]
                 acc[d] += _w(tfs[h], dcode[d], wt) * s

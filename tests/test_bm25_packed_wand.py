@@ -12,6 +12,7 @@ from tests.test_bm25_packed import publish_both, ref_top
 pytest.importorskip("numba")
 
 from ragspine_pipeline.retrieval.lexical import bm25_packed_kernels as maxscore  # noqa: E402
+from ragspine_pipeline.retrieval.lexical import bm25_packed_route as route  # noqa: E402
 from ragspine_pipeline.retrieval.lexical import bm25_packed_wand as wand  # noqa: E402
 
 
@@ -81,10 +82,10 @@ def test_dispatch_sends_two_dense_terms_to_block_max_maxscore(tmp_path):
         tids = np.array(packed._query_term_ids(q), np.int64)
         if not len(tids):
             continue
-        dense = wand._two_dense_terms(packed._pk[0], tids, packed.n_docs)
+        dense = route._two_dense_terms(packed._pk[0], tids, packed.n_docs)
         routed += dense
         for exhaustive in (0, 10**9):
-            ids, sc = wand.search_one(packed._pk, packed._idf, packed._w_max, tids, packed._weights(), 10,
+            ids, sc = route.search_one(packed._pk, packed._idf, packed._w_max, tids, packed._weights(), 10,
                                       acc, touched, exhaustive)
             m_ids, m_sc = maxscore.search_one(packed._pk, packed._idf, packed._w_max, tids, packed._weights(), 10,
                                               acc, touched, exhaustive)
@@ -93,4 +94,4 @@ def test_dispatch_sends_two_dense_terms_to_block_max_maxscore(tmp_path):
         got = packed.search(q, k=10)  # through PackedBM25Index's dispatch
         r_ids, r_sc = ref_top(q, docs, 10)
         assert got.ids.tolist() == r_ids and np.allclose(got.scores, r_sc, atol=1e-9, rtol=0)
-    assert routed >= 2 and not wand._two_dense_terms(packed._pk[0], np.array([0, 0], np.int64), 2000)
+    assert routed >= 2 and not route._two_dense_terms(packed._pk[0], np.array([0, 0], np.int64), 2000)

@@ -59,7 +59,7 @@ _TABLE_MAX = 1 << 20  # longest document length the weight tables cover (8 MiB e
 _LOCK = threading.Lock()
 _KERNELS: Any = None
 _FILTERED: Any = None
-_UNFILTERED: Any = None  # single unfiltered queries: bm25_packed_wand.search_one
+_UNFILTERED: Any = None  # unfiltered queries, single and batched: bm25_packed_route
 _TRIED = False
 
 
@@ -72,11 +72,11 @@ def load_packed_kernels() -> Any:
     with _LOCK:
         if not _TRIED:
             try:
-                from . import bm25_packed_filtered, bm25_packed_wand
+                from . import bm25_packed_filtered, bm25_packed_route
                 from . import bm25_packed_kernels as kernels
 
-                _warm(kernels, bm25_packed_filtered, bm25_packed_wand)
-                _KERNELS, _FILTERED, _UNFILTERED = kernels, bm25_packed_filtered, bm25_packed_wand
+                _warm(kernels, bm25_packed_filtered, bm25_packed_route)
+                _KERNELS, _FILTERED, _UNFILTERED = kernels, bm25_packed_filtered, bm25_packed_route
             except Exception:  # ImportError or a numba compile error: the numpy path
                 _KERNELS = None
             _TRIED = True
@@ -109,8 +109,7 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any) -> None:
         for exhaustive in (0, 2):
             kernels.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
             unfiltered.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
-        unfiltered.bmm_top_k(pk, enc.idf, enc.w_max, q, wt, 1)
-        kernels.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
+        unfiltered.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
         for s in (surv[:2], surv[:0]):
             filtered.search_filtered(pk, bits, s, 2, 4, q, wt, 1, acc, touched, enc.w_max, 2.0)
         kernels.check_all(pk, 2, len(data), norm_of(raw.doc_len, 1.5, 0.75, 2.0))
@@ -369,7 +368,7 @@ class PackedBM25Index(MappedDocIds):
             return empty_batch(nq, kk)
         if self._kernels is None:
             return batch_one_by_one(self.search, queries, kk)
-        kernel = self._kernels.search_batch
+        kernel = _UNFILTERED.search_batch
         wt = self._weights()
 
         def run(flat: np.ndarray, ptr: np.ndarray) -> BatchArrays:

@@ -1,4 +1,4 @@
-"""numba kernels over packed postings (``bm25_packed``): exact top-k, batch and filtered.
+"""numba kernels over packed postings (``bm25_packed``): exact top-k and filtered (batches: ``bm25_packed_route``).
 
 The same algorithms as the plain layout's kernels (``bm25_numba_unfiltered`` /
 ``bm25_numba_filtered``, whose docstrings explain them), with each posting list read block
@@ -311,38 +311,6 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
             theta = _kth_score(acc, cand, nc, k, hs, hi)
             nc = _prune(acc, cand, nc, remaining[jj + 1] * (1.0 + _SLACK), theta, cand)
     return _take_top(acc, cand, nc, k, hs, hi)
-
-
-@njit(cache=True, nogil=True)
-def search_batch(pk, idf, wmax, q_flat, q_ptr, wt, k, n_docs, exhaustive_docs):
-    """Top-k of queries q_ptr[i]:q_ptr[i+1] of q_flat (-1: unknown token), serially and
-    without the GIL: (ids[nq, k] padded with -1, scores[nq, k], counts)."""
-    nq = q_ptr.shape[0] - 1
-    out_i = np.full((nq, k), -1, np.int64)
-    out_s = np.zeros((nq, k), np.float64)
-    out_n = np.zeros(nq, np.int64)
-    acc = np.zeros(max(n_docs, 1), np.float64)
-    touched = np.empty(max(n_docs, 1), np.int32)
-    for q in range(nq):
-        q_t = q_flat[q_ptr[q]:q_ptr[q + 1]]
-        m = 0
-        for x in range(q_t.shape[0]):
-            if q_t[x] >= 0:
-                m += 1
-        if m == 0:
-            continue
-        kept = np.empty(m, np.int64)
-        m = 0
-        for x in range(q_t.shape[0]):
-            if q_t[x] >= 0:
-                kept[m] = q_t[x]
-                m += 1
-        ids, sc = search_one(pk, idf, wmax, kept, wt, k, acc, touched, exhaustive_docs)
-        n = ids.shape[0]
-        out_n[q] = n
-        out_i[q, :n] = ids
-        out_s[q, :n] = sc
-    return out_i, out_s, out_n
 
 
 @njit(cache=True, nogil=True)

@@ -29,8 +29,8 @@ Two routes, both exact: ``wand_top_k`` (block-max WAND) and ``bmm_top_k`` (block
 MaxScore over windows, Lucene's current route). WAND measured ~10x slower than the TAAT
 MaxScore kernel at 200k docs on head-term queries (block boundaries of several dense
 lists interleave, so each block-max skip moves only to the nearest block end and every
-block gets decoded); it stays as the second exact reference of the tests. ``search_one``
-sends only the shape where block-max MaxScore measured faster (``_two_dense_terms``).
+block gets decoded); it stays as the second exact reference of the tests.
+``bm25_packed_route`` decides which query shapes block-max MaxScore answers.
 """
 
 import numpy as np
@@ -39,7 +39,6 @@ from numba import njit
 from .bm25_numba_select import _SLACK, _drain, _gallop, _push
 from .bm25_numba_unfiltered import _unique_terms
 from .bm25_packed_kernels import _BLOCK, _count, _unpack, _w
-from .bm25_packed_kernels import search_one as maxscore_one
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -205,41 +204,6 @@ def wand_top_k(pk, idf, wmax, qtids, wt, k):
             if cur[j] == pd:
                 _next(last, j, cur, blk, bend, cnt, exact, pos, docs, end_doc)
     return _drain(hs, hi, nh)
-
-
-# Measured rule (1M synthetic Zipf, benchmarks/results/bm25_packed_1m.md): block-max
-# MaxScore beats the TAAT kernel on queries of exactly two distinct terms that each
-# occur in >= 1% of the documents (2x on those), and loses on rarer or longer ones.
-DENSE_DF_FRACTION = 100  # a term is dense when df x this >= the documents
-
-
-@njit(cache=True, nogil=True)
-def _two_dense_terms(indptr, qtids, n_docs):
-    """Whether the query has exactly two distinct terms, both dense."""
-    a = qtids[0]
-    b = -1
-    for x in range(qtids.shape[0]):
-        t = qtids[x]
-        if t != a:
-            if b < 0:
-                b = t
-            elif t != b:
-                return False
-    if b < 0:
-        return False
-    return ((indptr[a + 1] - indptr[a]) * DENSE_DF_FRACTION >= n_docs
-            and (indptr[b + 1] - indptr[b]) * DENSE_DF_FRACTION >= n_docs)
-
-
-@njit(cache=True, nogil=True)
-def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
-    """``bm25_packed_kernels.search_one``'s signature and answers (bit-identical): block-max
-    MaxScore (``bmm_top_k``) for two dense terms on corpora past ``exhaustive_docs``, else
-    the MaxScore kernel (which also owns the small-corpus exhaustive route)."""
-    n_docs = acc.shape[0]
-    if n_docs > exhaustive_docs and _two_dense_terms(pk[0], qtids, n_docs):
-        return bmm_top_k(pk, idf, wmax, qtids, wt, k)
-    return maxscore_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs)
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -1,0 +1,325 @@
+"""Block-max MaxScore over doc windows with a window accumulator: exact top-k over packed
+postings for queries whose every term is long.
+
+Why: term-at-a-time MaxScore (``bm25_packed_kernels.search_one``) reads every posting of
+every term it cannot prune, into a corpus-sized accumulator, so a query of head terms at
+10M documents reads tens of millions of postings at cache-miss cost. Per-document
+block-max MaxScore (``bm25_packed_wand.bmm_top_k``) skips well but pays a cursor step per
+document of every essential term. Here the corpus is walked in windows of ``WINDOW``
+documents, as Lucene's MaxScore bulk scorer does:
+
+- per window, each term's bound is the largest block max over the blocks that overlap
+  it (skip data only); with the terms sorted by bound, the smallest ones whose bounds
+  together cannot beat the k-th score are *non-essential*, and a window whose bounds all
+  together cannot is skipped without decoding anything;
+- the essential terms' postings in the window are decoded block by block and scattered
+  term at a time into a window-sized accumulator (sequential, cache-resident), with each
+  term's contribution kept apart;
+- each touched document, in position order, looks the non-essential terms up (largest
+  bound first, through their block skip data) only while its partial score plus the
+  bounds left (the term's own block max where known) can still beat the k-th score;
+- while the k-th score is above the summed upper bounds of the lowest terms of the whole
+  query, a document holding only those cannot enter, so the walk jumps to the next
+  posting of the other terms.
+
+Exactness: a document's score is summed over its terms in ``_unique_terms`` order, each
+``w`` recomputed by ``_w`` and multiplied by the term's scale: the very operations, in the
+very order, of the MaxScore kernel's accumulator, so the floats are identical. Bounds are
+compared with the shared relative slack (``_SLACK``), and a document enters a full heap
+only with a strictly greater score: documents come in position order, so a tie goes to
+the lower position, as ``_take_top`` orders them. At most ``MAX_TERMS`` distinct terms
+(one bit each in the window's hit mask); the router sends longer queries elsewhere.
+"""
+
+import numpy as np
+from numba import njit
+
+from .bm25_numba_select import _SLACK, _drain, _push
+from .bm25_numba_unfiltered import _unique_terms
+from .bm25_packed_kernels import _BLOCK, _count, _w
+from .bm25_packed_wand import _seek, _shallow
+
+WINDOW = 4096  # documents per window: the accumulator and hit masks stay in L1/L2
+MAX_TERMS = 62  # distinct terms: one bit each in an int64 hit mask
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sort_by_bound(m, ordm, live, pre):
+    """ordm[:live] by ascending bound m (insertion sort: a handful of terms), and the
+    prefix sums of the sorted bounds into pre."""
+    for i in range(1, live):
+        x = ordm[i]
+        y = i - 1
+        while y >= 0 and m[ordm[y]] > m[x]:
+            ordm[y + 1] = ordm[y]
+            y -= 1
+        ordm[y + 1] = x
+    for i in range(live):
+        pre[i + 1] = pre[i] + m[ordm[i]]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _widen(last, bmax, scale, blk, bend, m, ordm, ne, live, pre, lo, end_doc, theta):
+    """Widen the window to the essential terms' nearest block end (at most ``WINDOW``):
+    each non-essential term's bound becomes its largest block max over the window (skip
+    data only), re-sorted with the prefix sums. Returns the window's last document."""
+    hi = min(lo + WINDOW - 1, end_doc - 1)
+    for i in range(ne, live):
+        hi = min(hi, last[blk[ordm[i]]])
+    for i in range(ne):
+        j = ordm[i]
+        b = blk[j]
+        mx = bmax[b]
+        while b + 1 < bend[j] and last[b] < hi:
+            b += 1
+            mx = max(mx, bmax[b])
+        m[j] = mx * scale[j]
+    _sort_by_bound(m, ordm, ne, pre)
+    return hi
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _postings_in(last, b, bend, hi):
+    """Postings (in whole blocks) of a term from its block b up to the window's end."""
+    n = 0
+    while b < bend:
+        n += _BLOCK
+        if last[b] >= hi:
+            break
+        b += 1
+    return n
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale, wc, whit, wacc,
+             wlist, nw, only_alive, floor, cut):
+    """Term j's postings in [lo, hi], term at a time, into the window: its contribution
+    apart (wc), its bit (whit) and the partial sum (wacc); new documents appended to
+    wlist. With ``only_alive``, only documents already in the window (candidates) take
+    it. A posting whose weight plus ``floor`` cannot beat ``cut`` (0: none) is dropped:
+    only for the one essential term of a window, whose documents have no other part yet.
+    Returns the new wlist length."""
+    bit = np.int64(1) << np.int64(j)
+    s = scale[j]
+    last = ar[4]
+    b = blk[j]
+    while b < bend[j] and (b == b0[j] or last[b - 1] < hi):
+        _seek(ar, j, b, lo, b0, bend, cnt, dec, pos, nb, docs, tfs)
+        p = pos[j]
+        n = nb[j]
+        while p < n and docs[j, p] <= hi:
+            d = docs[j, p]
+            x = d - lo
+            h = whit[x]
+            if only_alive:
+                if h > 0:
+                    c = _w(tfs[j, p], dcode[d], wt) * s
+                    whit[x] = h | bit
+                    wc[j, x] = c
+                    wacc[x] += c
+            else:
+                c = _w(tfs[j, p], dcode[d], wt) * s
+                if (c + floor) * (1.0 + _SLACK) < cut:
+                    p += 1
+                    continue
+                if h == 0:
+                    wlist[nw] = x
+                    nw += 1
+                whit[x] = h | bit
+                wc[j, x] = c
+                wacc[x] += c
+            p += 1
+        pos[j] = p
+        if p < n:
+            break
+        b += 1
+    blk[j] = min(b, bend[j])
+    return nw
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _look_up(ar, j, lo, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale, wc, whit, wacc, wlist,
+             nw):
+    """Term j looked up at each candidate wlist[:nw] (ascending), through its block skip
+    data, decoding only the blocks that hold a candidate."""
+    bit = np.int64(1) << np.int64(j)
+    s = scale[j]
+    last = ar[4]
+    for y in range(nw):
+        x = wlist[y]
+        d = lo + x
+        b = _shallow(last, blk[j], bend[j], d)
+        if b >= bend[j]:
+            blk[j] = b
+            return
+        blk[j] = b
+        if _seek(ar, j, b, d, b0, bend, cnt, dec, pos, nb, docs, tfs) == d:
+            c = _w(tfs[j, pos[j]], dcode[d], wt) * s
+            wc[j, x] = c
+            whit[x] |= bit
+            wacc[x] += c
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _keep(wlist, nw, wacc, whit, bound, theta, full):
+    """Keep, in order, the candidates whose partial score plus ``bound`` (the bounds of
+    the terms not added yet) can still beat theta; the others' window slots are cleared."""
+    if not full:
+        return nw
+    m = 0
+    for y in range(nw):
+        x = wlist[y]
+        if (wacc[x] + bound) * (1.0 + _SLACK) < theta:
+            whit[x] = 0
+            wacc[x] = 0.0
+        else:
+            wlist[m] = x
+            m += 1
+    return m
+
+
+@njit(cache=True, nogil=True)
+def window_top_k(pk, idf, wmax, qtids, wt, k):
+    """Exact top-k (ids, scores), identical to ``bm25_packed_kernels.search_one``'s (module
+    docstring). ``qtids`` holds at most ``MAX_TERMS`` distinct terms."""
+    k1p1 = wt[2] + 1.0
+    end_doc = np.int64(pk[13].shape[0])
+    ut, scale, ub = _unique_terms(qtids, idf, wmax, k1p1)
+    nu = ut.shape[0]
+    kk = max(k, 1)
+    hs = np.empty(kk, np.float64)
+    hi_ = np.empty(kk, np.int64)
+    nh = 0
+    if nu == 0 or k <= 0:
+        return _drain(hs, hi_, 0)
+    last = pk[2]
+    bmax = pk[6]
+    dcode = pk[13]
+    ar = (pk[7], pk[3], pk[4], pk[5], last)
+    b0 = np.empty(nu, np.int64)
+    bend = np.empty(nu, np.int64)
+    cnt = np.empty(nu, np.int64)
+    blk = np.empty(nu, np.int64)
+    dec = np.full(nu, -1, np.int64)
+    pos = np.zeros(nu, np.int64)
+    nb = np.zeros(nu, np.int64)
+    docs = np.empty((nu, _BLOCK), np.int64)
+    tfs = np.empty((nu, _BLOCK), np.int64)
+    for j in range(nu):
+        t = ut[j]
+        b0[j] = pk[1][t]
+        blk[j] = b0[j]
+        bend[j] = pk[1][t + 1]
+        cnt[j] = _count(pk, t, bend[j] - 1)
+    # gsuf[j]: the upper bounds of terms j.. summed (terms are by descending bound).
+    gsuf = np.zeros(nu + 1, np.float64)
+    for j in range(nu - 1, -1, -1):
+        gsuf[j] = gsuf[j + 1] + ub[j]
+    wc = np.zeros((nu, WINDOW), np.float64)
+    whit = np.zeros(WINDOW, np.int64)
+    wacc = np.zeros(WINDOW, np.float64)
+    wlist = np.empty(WINDOW, np.int64)
+    m = np.zeros(nu, np.float64)
+    ordm = np.empty(nu, np.int64)
+    pre = np.zeros(nu + 1, np.float64)
+    theta = 0.0
+    lo = np.int64(0)
+    while lo < end_doc:
+        if nh == kk:
+            # Terms ge.. cannot beat theta together: jump to the next posting of the others.
+            ge = nu
+            while ge > 0 and gsuf[ge - 1] * (1.0 + _SLACK) < theta:
+                ge -= 1
+            if ge == 0:
+                break
+            if ge < nu:
+                nxt = end_doc
+                for j in range(ge):
+                    b = _shallow(last, blk[j], bend[j], lo)
+                    blk[j] = b
+                    if b >= bend[j]:
+                        continue
+                    if last[b] - lo < WINDOW:
+                        # A short block: no jump worth a decode (dense terms land here).
+                        nxt = lo
+                        break
+                    nxt = min(nxt, _seek(ar, j, b, lo, b0, bend, cnt, dec, pos, nb, docs, tfs))
+                if nxt >= end_doc:
+                    break
+                lo = nxt
+        # The window: up to the nearest end of the blocks holding lo (each term has one
+        # bound there), at most WINDOW documents.
+        hi = min(lo + WINDOW - 1, end_doc - 1)
+        live = 0
+        for j in range(nu):
+            b = _shallow(last, blk[j], bend[j], lo)
+            blk[j] = b
+            if b < bend[j]:
+                hi = min(hi, last[b])
+                m[j] = bmax[b] * scale[j]
+                ordm[live] = j
+                live += 1
+        if live == 0:
+            break
+        _sort_by_bound(m, ordm, live, pre)
+        if nh == kk and pre[live] * (1.0 + _SLACK) < theta:
+            lo = hi + 1
+            continue
+        ne = 0
+        if nh == kk:
+            while ne < live and pre[ne + 1] * (1.0 + _SLACK) < theta:
+                ne += 1
+        if ne > 0:
+            hi = _widen(last, bmax, scale, blk, bend, m, ordm, ne, live, pre, lo, end_doc, theta)
+            while ne > 0 and pre[ne] * (1.0 + _SLACK) >= theta:
+                # Wider bounds made the largest non-essential term essential again: its
+                # documents must lie in its current block, so the window ends there.
+                ne -= 1
+                hi = min(hi, last[blk[ordm[ne]]])
+        nw = 0
+        single = ne + 1 == live
+        for i in range(ne, live):
+            # One essential term: a posting whose weight plus the others' bounds cannot
+            # beat theta is not even written (the window list stays in position order).
+            nw = _scatter(ar, ordm[i], lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale,
+                          wc, whit, wacc, wlist, nw, False, pre[ne], theta if single and nh == kk else 0.0)
+        # Candidates in position order, those that can still beat theta.
+        span = hi - lo + 1
+        if single:
+            pass
+        elif 4 * nw >= span:
+            nw = 0
+            for x in range(span):
+                if whit[x] != 0:
+                    wlist[nw] = x
+                    nw += 1
+        else:
+            wlist[:nw].sort()
+        nw = _keep(wlist, nw, wacc, whit, pre[ne], theta, nh == kk)
+        for i in range(ne - 1, -1, -1):
+            if nw == 0:
+                break
+            j = ordm[i]
+            if 8 * nw >= _postings_in(last, blk[j], bend[j], hi):
+                _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale,
+                         wc, whit, wacc, wlist, 0, True, 0.0, 0.0)
+            else:
+                _look_up(ar, j, lo, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale,
+                         wc, whit, wacc, wlist, nw)
+            nw = _keep(wlist, nw, wacc, whit, pre[i], theta, nh == kk)
+        for y in range(nw):
+            x = wlist[y]
+            # The exact score: the hits summed in _unique_terms order, as MaxScore's acc.
+            bits = whit[x]
+            sc = 0.0
+            for j in range(nu):
+                if (bits >> np.int64(j)) & 1:
+                    sc += wc[j, x]
+            if sc > 0.0 and (nh < kk or sc > hs[0]):
+                nh = _push(hs, hi_, nh, kk, sc, lo + x)
+                if nh == kk:
+                    theta = hs[0]
+            whit[x] = 0
+            wacc[x] = 0.0
+        lo = hi + 1
+    return _drain(hs, hi_, nh)

@@ -1,6 +1,8 @@
-"""Block-max WAND over packed postings (``bm25_packed_wand``) answers exactly as the
-MaxScore kernel and the reference formula: same top-k ids, bit-identical scores, ties by
-lower position; repeated terms, single terms, k past the matches and long lists."""
+"""The document-at-a-time exact kernels over packed postings answer exactly as the MaxScore
+kernel and the reference formula: block-max WAND and block-max MaxScore
+(``bm25_packed_wand``), and block-max MaxScore over windows (``bm25_packed_windows``, what
+``bm25_packed_route`` sends dense queries to). Same top-k ids, bit-identical scores, ties
+by lower position; repeated terms, single terms, k past the matches and long lists."""
 
 import numpy as np
 import pytest
@@ -14,15 +16,17 @@ pytest.importorskip("numba")
 from ragspine_pipeline.retrieval.lexical import bm25_packed_kernels as maxscore  # noqa: E402
 from ragspine_pipeline.retrieval.lexical import bm25_packed_route as route  # noqa: E402
 from ragspine_pipeline.retrieval.lexical import bm25_packed_wand as wand  # noqa: E402
+from ragspine_pipeline.retrieval.lexical import bm25_packed_windows as windows  # noqa: E402
 
 
 def both(ix: PackedBM25Index, q: list[str], k: int):
-    """(WAND answer, MaxScore answer) of one query on one packed index; the block-max
-    MaxScore route (``bmm_top_k``) is checked against the same answer on the way."""
+    """(WAND answer, MaxScore answer) of one query on one packed index; block-max
+    MaxScore (``bmm_top_k``) and the window kernel are checked against the same answer."""
     tids = np.array(ix._query_term_ids(q), np.int64)
     ids, sc = wand.wand_top_k(ix._pk, ix._idf, ix._w_max, tids, ix._weights(), k)
-    b_ids, b_sc = wand.bmm_top_k(ix._pk, ix._idf, ix._w_max, tids, ix._weights(), k)
-    assert b_ids.tolist() == ids.tolist() and np.array_equal(b_sc, sc), (q, k)
+    for other in (wand.bmm_top_k, windows.window_top_k):
+        b_ids, b_sc = other(ix._pk, ix._idf, ix._w_max, tids, ix._weights(), k)
+        assert b_ids.tolist() == ids.tolist() and np.array_equal(b_sc, sc), (other.__name__, q, k)
     acc = np.zeros(ix.n_docs, np.float64)
     touched = np.empty(ix.n_docs, np.int32)
     m_ids, m_sc = maxscore.search_one(ix._pk, ix._idf, ix._w_max, tids, ix._weights(), k, acc, touched, 0)
@@ -71,9 +75,9 @@ def test_long_lists_skip_blocks_and_stay_exact(tmp_path):
             assert ids.tolist() == m_ids.tolist() and np.array_equal(sc, m_sc), (q, k)
 
 
-def test_dispatch_sends_two_dense_terms_to_block_max_maxscore(tmp_path):
+def test_dispatch_sends_dense_queries_to_the_window_kernel(tmp_path):
     docs, queries = zipf_corpus(2000, seed=4)
-    queries += [["w0", "w1"], ["w1", "w0", "w1"], ["w0", "w399"], ["w0"]]
+    queries += [["w0", "w1"], ["w1", "w0", "w1"], ["w0", "w399"], ["w0"], ["w0", "w1", "w2", "w3"]]
     packed, _ = publish_both(tmp_path, docs)
     acc = np.zeros(packed.n_docs, np.float64)
     touched = np.empty(packed.n_docs, np.int32)
@@ -82,7 +86,7 @@ def test_dispatch_sends_two_dense_terms_to_block_max_maxscore(tmp_path):
         tids = np.array(packed._query_term_ids(q), np.int64)
         if not len(tids):
             continue
-        dense = route._two_dense_terms(packed._pk[0], tids, packed.n_docs)
+        dense = route._all_dense(packed._pk[0], tids, packed.n_docs)
         routed += dense
         for exhaustive in (0, 10**9):
             ids, sc = route.search_one(packed._pk, packed._idf, packed._w_max, tids, packed._weights(), 10,
@@ -94,4 +98,5 @@ def test_dispatch_sends_two_dense_terms_to_block_max_maxscore(tmp_path):
         got = packed.search(q, k=10)  # through PackedBM25Index's dispatch
         r_ids, r_sc = ref_top(q, docs, 10)
         assert got.ids.tolist() == r_ids and np.allclose(got.scores, r_sc, atol=1e-9, rtol=0)
-    assert routed >= 2 and not route._two_dense_terms(packed._pk[0], np.array([0, 0], np.int64), 2000)
+    assert routed >= 3 and not route._all_dense(packed._pk[0], np.array([0, 399], np.int64), 2000)
+    assert not route._all_dense(packed._pk[0], np.zeros(windows.MAX_TERMS + 1, np.int64), 2000)

@@ -5,10 +5,13 @@ returns the same answers bit for bit (``_unique_terms`` order of additions, ties
 lower position), so the choice is only about speed:
 
 - the term-at-a-time MaxScore kernel (``bm25_packed_kernels.search_one``) when a query
-  holds a rare term: it scores the rare term's few documents first, the k-th score is
-  high at once, and the long lists are only looked up at those candidates;
-- block-max MaxScore (``bm25_packed_wand.bmm_top_k``) for queries of dense terms only,
-  where term-at-a-time reads every posting of every head term.
+  holds a rare term (in under 1% of the documents): it scores the rare term's few
+  documents first, the k-th score is high at once, and the long lists are only looked up
+  at those candidates;
+- block-max MaxScore over windows (``bm25_packed_windows.window_top_k``) when every term
+  is dense, where term-at-a-time reads every posting of every head term: at 10M
+  synthetic Zipf documents it answered those queries 4x faster in total (see
+  ``benchmarks/results/bm25_peers.md``), and lost on the queries with a rare term.
 
 The small-corpus exhaustive route stays inside the MaxScore kernel.
 """
@@ -17,30 +20,23 @@ import numpy as np
 from numba import njit
 
 from .bm25_packed_kernels import search_one as maxscore_one
-from .bm25_packed_wand import bmm_top_k
+from .bm25_packed_windows import MAX_TERMS, window_top_k
 
-# Measured rule (1M synthetic Zipf, benchmarks/results/bm25_packed_1m.md): block-max
-# MaxScore beats the TAAT kernel on queries of exactly two distinct terms that each
-# occur in >= 1% of the documents (2x on those), and loses on rarer or longer ones.
-DENSE_DF_FRACTION = 100  # a term is dense when df x this >= the documents
+# A term is dense when df x this >= the documents (the measured cut between the kernels).
+DENSE_DF_FRACTION = 100
 
 
 @njit(cache=True, nogil=True)
-def _two_dense_terms(indptr, qtids, n_docs):
-    """Whether the query has exactly two distinct terms, both dense."""
-    a = qtids[0]
-    b = -1
+def _all_dense(indptr, qtids, n_docs):
+    """Whether every query term is dense (and the query short enough for the window
+    kernel's hit masks)."""
+    if qtids.shape[0] > MAX_TERMS:
+        return False
     for x in range(qtids.shape[0]):
         t = qtids[x]
-        if t != a:
-            if b < 0:
-                b = t
-            elif t != b:
-                return False
-    if b < 0:
-        return False
-    return ((indptr[a + 1] - indptr[a]) * DENSE_DF_FRACTION >= n_docs
-            and (indptr[b + 1] - indptr[b]) * DENSE_DF_FRACTION >= n_docs)
+        if (indptr[t + 1] - indptr[t]) * DENSE_DF_FRACTION < n_docs:
+            return False
+    return True
 
 
 @njit(cache=True, nogil=True)
@@ -49,8 +45,8 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
     kernel that is fastest for the query's shape (module docstring). acc must be all
     zeros on entry and is all zeros again on return."""
     n_docs = acc.shape[0]
-    if n_docs > exhaustive_docs and _two_dense_terms(pk[0], qtids, n_docs):
-        return bmm_top_k(pk, idf, wmax, qtids, wt, k)
+    if n_docs > exhaustive_docs and _all_dense(pk[0], qtids, n_docs):
+        return window_top_k(pk, idf, wmax, qtids, wt, k)
     return maxscore_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs)
 
 

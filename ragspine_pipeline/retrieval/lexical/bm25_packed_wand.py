@@ -29,8 +29,9 @@ Two routes, both exact: ``wand_top_k`` (block-max WAND) and ``bmm_top_k`` (block
 MaxScore over windows, Lucene's current route). WAND measured ~10x slower than the TAAT
 MaxScore kernel at 200k docs on head-term queries (block boundaries of several dense
 lists interleave, so each block-max skip moves only to the nearest block end and every
-block gets decoded); it stays as the second exact reference of the tests.
-``bm25_packed_route`` decides which query shapes block-max MaxScore answers.
+block gets decoded); block-max MaxScore per document lost to the window kernel
+(``bm25_packed_windows``, which shares this module's cursor helpers) at 10M. Both stay
+as exact references of the tests; ``bm25_packed_route`` decides what serves a query.
 """
 
 import numpy as np

@@ -34,9 +34,9 @@ the lower position, as ``_take_top`` orders them. At most ``MAX_TERMS`` distinct
 import numpy as np
 from numba import njit
 
-from .bm25_numba_select import _SLACK, _drain, _push
+from .bm25_numba_select import _SLACK, _drain, _gallop, _push
 from .bm25_numba_unfiltered import _unique_terms
-from .bm25_packed_kernels import _BLOCK, _count, _w
+from .bm25_packed_kernels import _BLOCK, _count, _match_block, _w
 from .bm25_packed_wand import _seek, _shallow
 
 WINDOW = 4096  # documents per window: the accumulator and hit masks stay in L1/L2
@@ -138,26 +138,33 @@ def _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, 
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _look_up(ar, j, lo, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale, wc, whit, wacc, wlist,
-             nw):
+def _look_up(ar, j, lo, blk, b0, bend, cnt, dcode, wt, scale, wc, whit, wacc, wlist, nw, keys, hit_key, hit_tf):
     """Term j looked up at each candidate wlist[:nw] (ascending), through its block skip
-    data, decoding only the blocks that hold a candidate."""
+    data: a block holding candidates has its gaps unpacked only as far as the last of
+    them, and a tf only for a hit (``_match_block``); other blocks are not read."""
+    data, off, dbits, tbits, last = ar
     bit = np.int64(1) << np.int64(j)
     s = scale[j]
-    last = ar[4]
     for y in range(nw):
-        x = wlist[y]
-        d = lo + x
-        b = _shallow(last, blk[j], bend[j], d)
-        if b >= bend[j]:
-            blk[j] = b
-            return
-        blk[j] = b
-        if _seek(ar, j, b, d, b0, bend, cnt, dec, pos, nb, docs, tfs) == d:
-            c = _w(tfs[j, pos[j]], dcode[d], wt) * s
+        keys[y] = lo + wlist[y]
+    b = blk[j]
+    y = 0
+    while y < nw and b < bend[j]:
+        if last[b] < keys[y]:
+            b = _gallop(last, b, bend[j], keys[y])
+            continue
+        n = _BLOCK if b + 1 < bend[j] else cnt[j]
+        y, m = _match_block(data, off, dbits, tbits, last, b, b == b0[j], n, keys, y, nw, hit_key, hit_tf)
+        for h in range(m):
+            x = wlist[hit_key[h]]
+            c = _w(hit_tf[h], dcode[lo + x], wt) * s
             wc[j, x] = c
             whit[x] |= bit
             wacc[x] += c
+        if y < nw:
+            b += 1
+    # The block of the last candidate may hold documents of the next windows.
+    blk[j] = min(b, bend[j])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -219,6 +226,9 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
     whit = np.zeros(WINDOW, np.int64)
     wacc = np.zeros(WINDOW, np.float64)
     wlist = np.empty(WINDOW, np.int64)
+    keys = np.empty(WINDOW, np.int64)
+    hit_key = np.empty(_BLOCK, np.int64)
+    hit_tf = np.empty(_BLOCK, np.int64)
     m = np.zeros(nu, np.float64)
     ordm = np.empty(nu, np.int64)
     pre = np.zeros(nu + 1, np.float64)
@@ -304,8 +314,8 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
                 _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale,
                          wc, whit, wacc, wlist, 0, True, 0.0, 0.0)
             else:
-                _look_up(ar, j, lo, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale,
-                         wc, whit, wacc, wlist, nw)
+                _look_up(ar, j, lo, blk, b0, bend, cnt, dcode, wt, scale, wc, whit, wacc, wlist, nw,
+                         keys, hit_key, hit_tf)
             nw = _keep(wlist, nw, wacc, whit, pre[i], theta, nh == kk)
         for y in range(nw):
             x = wlist[y]

@@ -104,8 +104,10 @@ def wait_ready(client: Any, timeout_s: float = 600) -> float:
 
 
 def sequential(client: Any, bodies: list[dict], rounds: int) -> dict[str, Any]:
-    """One client, one request at a time: p50/p95 ms and qps."""
-    for b in bodies[:20]:  # warm
+    """One client, one request at a time: p50/p95 ms and qps, after one untimed pass over
+    the queries (every configuration's processes have then touched the index pages the
+    queries read: steady state, not first-touch page faults)."""
+    for b in bodies:  # warm
         client.post("/v1/search", json=b)
     lat, errors = [], 0
     t0 = time.perf_counter()
@@ -128,18 +130,60 @@ def free_port() -> int:
 
 
 # ------------------------------------------------------------------ latency
-def scifact_library(data: Path) -> tuple[Path, list[str]]:
-    from benchmarks.bench_open import build
+def scifact_library(data: Path, copies: int = 10) -> tuple[Path, str, list[str]]:
+    """The published SciFact x ``copies`` library (BM25-only), its name and the queries:
+    x10 is ``bench_open``'s (built there if missing); other sizes are built here once, in a
+    subprocess capped by ``prlimit`` (a 1M-chunk BM25 build peaks near 2.3 GB; run the
+    benchmark under the machine-wide heavy lock)."""
     from ragspine_pipeline.eval.beir import load_beir
 
-    wh = OPEN_CACHE / "warehouse"
-    if not (wh / "retrieval_snapshot").is_dir():
-        build(OPEN_CACHE, data)
     ds = load_beir(data / "scifact")
-    return wh, [ds.queries[q] for q in ds.judged_queries]
+    queries = [ds.queries[q] for q in ds.judged_queries]
+    if copies == 10:
+        from benchmarks.bench_open import build
+
+        wh = OPEN_CACHE / "warehouse"
+        if not (wh / "retrieval_snapshot").is_dir():
+            build(OPEN_CACHE, data)
+        return wh, LIBRARY, queries
+    cache = CACHE / f"scifact_x{copies}"
+    if not (cache / "warehouse" / "retrieval_snapshot").is_dir():
+        code = (f"from pathlib import Path; from benchmarks.bench_ray_serving import build_scaled; "
+                f"build_scaled(Path({str(cache)!r}), Path({str(data)!r}), {copies})")
+        t0 = time.perf_counter()
+        subprocess.run(["prlimit", f"--as={10 << 30}", sys.executable, "-c", code], check=True, cwd=ROOT)
+        print(f"  scifact_x{copies} built in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return cache / "warehouse", f"scifact_x{copies}", queries
 
 
-def write_bucket_layout(wh: Path) -> Path:
+def build_scaled(cache: Path, data: Path, copies: int) -> None:
+    """SciFact x ``copies`` (one .txt per document) through the warehouse's engine steps:
+    raw documents, chunks, the BM25 index (one file), the published snapshot."""
+    from ragspine_pipeline.eval.beir import load_beir
+    from ragspine_pipeline.warehouse.pipeline import (
+        build_chunks,
+        build_lexical_index,
+        build_raw_documents,
+        publish_snapshot,
+    )
+    from ragspine_pipeline.warehouse.versioned import VersionedTables
+
+    library = f"scifact_x{copies}"
+    folder = cache / "corpus" / library
+    if not (folder / ".complete").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        docs = list(load_beir(data / "scifact").corpus.values())
+        for k in range(copies):
+            for i, d in enumerate(docs):
+                (folder / f"c{k}_d{i:06d}.txt").write_text(f"{d.title}\n\n{d.text}\n", encoding="utf-8")
+        (folder / ".complete").write_text("ok")
+    wh = VersionedTables(cache / "warehouse")
+    for step in (lambda: build_raw_documents(wh, cache / "corpus", library), lambda: build_chunks(wh, library),
+                 lambda: build_lexical_index(wh, library), lambda: publish_snapshot(wh, library)):
+        step()
+
+
+def write_bucket_layout(wh: Path, library: str = LIBRARY) -> Path:
     """The 4-bucket layout of the published library (once), written from its BM25 file by
     the streaming segment writer with a 256 MiB run budget, in a subprocess capped by
     ``prlimit`` (peak RSS printed; well under the 2 GB that needs the machine-wide lock)."""
@@ -147,11 +191,11 @@ def write_bucket_layout(wh: Path) -> Path:
     from ragspine_pipeline.warehouse.common import LEXICAL, SNAPSHOT
     from ragspine_pipeline.warehouse.versioned import VersionedTables
 
-    snap = VersionedTables(wh).latest(SNAPSHOT, LIBRARY)
-    folder = CACHE / "layout" / LIBRARY / snap.version / f"b{LAYOUT_BUCKETS}"
+    snap = VersionedTables(wh).latest(SNAPSHOT, library)
+    folder = CACHE / "layout" / library / snap.version / f"b{LAYOUT_BUCKETS}"
     if segment_buckets(folder) == LAYOUT_BUCKETS and (folder / ".complete").exists():
         return CACHE / "layout"
-    src = VersionedTables(wh).get(LEXICAL, LIBRARY, snap.manifest["metadata"]["lexical_index"]).path / "bm25.rsbm25"
+    src = VersionedTables(wh).get(LEXICAL, library, snap.manifest["metadata"]["lexical_index"]).path / "bm25.rsbm25"
     code = ("from pathlib import Path; from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index; "
             "from ragspine_pipeline.scale.shards import write_layout; "
             f"ix = open_index({str(src)!r}); "
@@ -166,8 +210,9 @@ def write_bucket_layout(wh: Path) -> Path:
 
 
 def timed_retriever(r: Any, queries: list[str], rounds: int) -> dict[str, Any]:
-    """One caller in this process, one query at a time (no HTTP): p50/p95 ms and qps."""
-    for q in queries[:20]:
+    """One caller in this process, one query at a time (no HTTP): p50/p95 ms and qps, after
+    one untimed pass (as ``sequential``)."""
+    for q in queries:
         r.retrieve(q, top_k=10)
     lat = []
     t0 = time.perf_counter()
@@ -207,9 +252,10 @@ def single_service(wh: Path, bodies: list[dict], rounds: int) -> tuple[dict[str,
 
 
 def ray_service(wh: Path, bodies: list[dict], rounds: int, shards: int, layout: Path,
-                expected: list[Any]) -> dict[str, Any]:
-    """``serve --ray --shards S`` over HTTP; then the same shards from this process (the
-    front in-process, no HTTP): what the shard hops cost apart from Serve's."""
+                expected: list[Any], ingress: str = "replica") -> dict[str, Any]:
+    """``serve --ray --shards S`` over HTTP (``ingress``: the replicas' own servers, or
+    Serve's proxy); then the same shards from this process (the front in-process, no
+    HTTP): what the shard hops cost apart from the HTTP path."""
     import httpx
     import ray
 
@@ -219,7 +265,7 @@ def ray_service(wh: Path, bodies: list[dict], rounds: int, shards: int, layout: 
     from ragspine_pipeline.serving import open_published_retriever
 
     SV.deploy(SV.config_from(wh, shards=shards, port=RAY_PORT, mode="bm25", layout_root=str(layout),
-                             timeout_s=10.0))
+                             timeout_s=10.0, ingress=ingress))
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{RAY_PORT}", timeout=60) as c:
             ready = wait_ready(c)
@@ -240,20 +286,51 @@ def ray_service(wh: Path, bodies: list[dict], rounds: int, shards: int, layout: 
         SV.shutdown()
 
 
-def run_latency(data: Path, rounds: int, shard_counts: list[int]) -> dict[str, Any]:
+def with_haproxy(fn: Any) -> Any:
+    """``fn()`` on a fresh local cluster whose Serve runs HAProxy and direct-ingress
+    replicas (``RAY_SERVE_ENABLE_HA_PROXY=1`` is read when the cluster's processes start),
+    then the plain cluster again."""
+    import ray
+
+    from ragspine_pipeline.scale.serve import ensure_ray
+
+    ray.shutdown()
+    os.environ["RAY_SERVE_ENABLE_HA_PROXY"] = "1"
+    try:
+        ensure_ray()
+        return fn()
+    finally:
+        ray.shutdown()
+        del os.environ["RAY_SERVE_ENABLE_HA_PROXY"]
+        ensure_ray()
+
+
+def run_latency(data: Path, rounds: int, shard_counts: list[int], compare_at: int | None,
+                copies: int = 10) -> dict[str, Any]:
     from ragspine_pipeline.serving import open_published_retriever
 
-    wh, queries = scifact_library(data)
-    layout = write_bucket_layout(wh)
+    wh, library, queries = scifact_library(data, copies)
+    layout = write_bucket_layout(wh, library)
     bodies = [{"query": q, "top_k": 10, "mode": "bm25"} for q in queries]
-    res: dict[str, Any] = {"library": LIBRARY, "queries": len(queries), "rounds": rounds}
-    res["in_process"] = timed_retriever(open_published_retriever(wh, mode="bm25"), queries, rounds)
+    res: dict[str, Any] = {"library": library, "queries": len(queries), "rounds": rounds}
+    from ragspine_pipeline.filter_input import hybrid_retrievers
+
+    single = open_published_retriever(wh, mode="bm25")
+    res["chunks"] = int(hybrid_retrievers(single)[0].index.n_docs)
+    res["in_process"] = timed_retriever(single, queries, rounds)
+    del single
     print(f"  in-process: {res['in_process']}", file=sys.stderr)
     res["single_service"], expected = single_service(wh, bodies, rounds)
     print(f"  single service: {res['single_service']}", file=sys.stderr)
     for s in shard_counts:
         res[f"ray_s{s}"] = ray_service(wh, bodies, rounds, s, layout, expected)
         print(f"  ray S={s}: {res[f'ray_s{s}']}", file=sys.stderr)
+    if compare_at:  # the same shards behind Serve's own ingress paths
+        res[f"serve_proxy_s{compare_at}"] = ray_service(wh, bodies, rounds, compare_at, layout, expected, "serve")
+        print(f"  Serve proxy S={compare_at}: {res[f'serve_proxy_s{compare_at}']}", file=sys.stderr)
+        res[f"serve_haproxy_s{compare_at}"] = with_haproxy(
+            lambda: ray_service(wh, bodies, rounds, compare_at, layout, expected, "serve"))
+        print(f"  Serve HAProxy S={compare_at}: {res[f'serve_haproxy_s{compare_at}']}", file=sys.stderr)
     return res
 
 
@@ -368,33 +445,45 @@ def write_results(out: Path, res: dict[str, Any]) -> list[Path]:
              f"Machine (last run): {machine}.", ""]
     lat = res.get("latency")
     if lat:
-        lines += [f"## Latency over HTTP, {lat['library']} (252,930 chunks, BM25-only; 250k instead of 1M to fit "
-                  "the session)", "",
-                  f"One client, the {lat['queries']} SciFact test queries x {lat['rounds']}, top_k 10, mode bm25. "
-                  "Ray rows: `serve --ray --shards S` (1 replica), the library laid out in 4 hash buckets "
-                  "(a shard maps 4/S of them). Ratio: p50 over the single-process service's.", "",
+        chunks = lat.get("chunks", 252930)
+        lines += [f"## Latency over HTTP, {lat['library']} ({chunks:,} chunks, BM25-only)", "",
+                  f"One client, the {lat['queries']} SciFact test queries x {lat['rounds']} after one untimed pass, "
+                  "top_k 10, mode bm25. Ray rows: `serve --ray --shards S` (1 replica), the library laid out in 4 "
+                  "hash buckets (a shard maps 4/S of them); replica ingress (the default: each Serve replica "
+                  "runs the app on its own uvicorn server on the service port) unless the row names Serve's proxy "
+                  "or Serve's HAProxy (`RAY_SERVE_ENABLE_HA_PROXY=1`, direct-ingress replicas). The shards answer "
+                  "queries over their wire channel (`scale/wire.py`). Ratio: p50 over the single-process "
+                  "service's.", "",
                   f"Command: `{lat['command']}`", "",
                   "| configuration | p50 ms | p95 ms | qps | errors | p50 ratio |", "|---|---|---|---|---|---|"]
         base = lat["single_service"]["p50_ms"]
         rows = [("in-process (open_published_retriever)", lat["in_process"]),
                 ("single-process service (ragspine serve)", lat["single_service"])]
-        for k in lat:
-            if k.startswith("ray_s"):
-                rows.append((f"Ray Serve, S = {k[5:]}", lat[k]))
-                if "in_process_front" in lat[k]:
-                    rows.append((f"S = {k[5:]} shards from one process (no HTTP)", lat[k]["in_process_front"]))
+        labels = {"ray_s": "Ray Serve, S = {}", "serve_proxy_s": "Ray Serve, S = {}, behind Serve's HTTP proxy",
+                  "serve_haproxy_s": "Ray Serve, S = {}, behind Serve's HAProxy"}
+        runs = [(k, labels[p].format(k[len(p):]), k[len(p):]) for k in lat for p in labels
+                if k.startswith(p) and k[len(p):].isdigit()]
+        for k, label, _ in runs:
+            rows.append((label, lat[k]))
+            if k.startswith("ray_s") and "in_process_front" in lat[k]:
+                rows.append((f"S = {k[5:]} shards from one process (no HTTP)", lat[k]["in_process_front"]))
         for label, r in rows:
             lines.append(f"| {label} | {r['p50_ms']} | {r['p95_ms']} | {r['qps']} | {r['errors']} | "
                          f"{r['p50_ms'] / base:.2f} |")
-        diffs = {k[5:]: lat[k].get("answers_differing_from_single_service") for k in lat if k.startswith("ray_s")}
+        s4 = lat.get("ray_s4")
+        if s4:
+            ratio = s4["p50_ms"] / base
+            lines += ["", f"Goal (issue 30): p50 <= 1.2x the single-process service at S = 4: "
+                      f"{'met' if ratio <= 1.2 else 'not met'} ({ratio:.2f}x in this run)."]
+        diffs = {label: lat[k].get("answers_differing_from_single_service") for k, label, _ in runs}
         lines += ["", "Answers over HTTP differing from the single-process service's (all queries; BM25 scores "
-                  f"to 1e-9): {', '.join(f'S = {s}: {d}' for s, d in diffs.items())}."]
+                  f"to 1e-9): {'; '.join(f'{s}: {d}' for s, d in diffs.items())}."]
         http = round(base - lat["in_process"]["p50_ms"], 2)
-        for k in (k for k in lat if k.startswith("ray_s") and "in_process_front" in lat[k]):
+        for k in (k for k, _, _ in runs if k.startswith("ray_s") and "in_process_front" in lat[k]):
             r, front = lat[k], lat[k]["in_process_front"]
             lines += ["", f"Where the time goes at S = {k[5:]} (p50 differences): the shard hops "
                       f"{front['p50_ms'] - lat['in_process']['p50_ms']:.2f} ms (shards from one process minus "
-                      f"in-process), Ray Serve's proxy and replica {r['p50_ms'] - front['p50_ms']:.2f} ms (Ray Serve "
+                      f"in-process), the HTTP path and the replica {r['p50_ms'] - front['p50_ms']:.2f} ms (Ray Serve "
                       f"minus shards from one process); uvicorn's HTTP path in the single service: {http:.2f} ms."]
         lines += ["", "Memory per shard process (MiB, after the run; mapped index pages count in RSS and are "
                   "shared through the page cache, USS is the shard's own):", "",
@@ -435,6 +524,9 @@ def main() -> None:
     ap.add_argument("--steps", default="latency,faults")
     ap.add_argument("--rounds", type=int, default=2, help="passes over the queries per configuration")
     ap.add_argument("--shards", default="1,2,4")
+    ap.add_argument("--copies", type=int, default=10, help="latency over SciFact x COPIES (40: ~1M chunks)")
+    ap.add_argument("--compare-at", type=int, default=4,
+                    help="also serve S shards behind Serve's proxy and Serve's HAProxy (0: skip)")
     ap.add_argument("--duration", type=float, default=30.0)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--kill-at", type=float, default=10.0)
@@ -463,7 +555,8 @@ def main() -> None:
         say_written(write_results(out, res))
     if "latency" in steps:
         res["latency"] = {"command": command,
-                          **run_latency(data, args.rounds, [int(x) for x in args.shards.split(",")])}
+                          **run_latency(data, args.rounds, [int(x) for x in args.shards.split(",")],
+                                      args.compare_at or None, args.copies)}
         say_written(write_results(out, res))
 
 

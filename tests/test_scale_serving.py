@@ -345,3 +345,73 @@ def test_near_equal_bm25_scores_from_two_segments_are_a_tie_ordered_by_position(
                      np.array([s, np.nextafter(s, 0), s, 30.0, 0.0]), 3)
     assert got.ids.tolist() == [7, 33264, 58557]
     assert bm25_order(np.array([5, 4]), np.array([2.0, 2.0 - 1e-9]), 2).ids.tolist() == [5, 4]
+
+
+# ------------------------------------------------------------------ the wire channel (no Ray)
+def test_a_shard_answers_over_its_wire_channel_what_its_methods_return(tmp_path: Path) -> None:
+    """search (unfiltered and with global statistics), statistics and dense ranking over
+    the socket equal the shard's own methods; results travel as raw arrays, no pickle."""
+    from ragspine_pipeline.retrieval.lexical.bm25_segments import SurvivorStats
+    from ragspine_pipeline.scale.shards import BM25Shard, VectorSource, write_layout
+    from ragspine_pipeline.scale.wire import Endpoint, WireClient, scored_parts
+
+    chunks, queries = _synthetic(400)
+    single = _retriever(chunks, FourHot())
+    write_layout(tmp_path, single.index, [c.chunk_id for c in single.chunks], 2)
+    np.save(tmp_path / "v.npy", single._vectors.mat)
+    shard = BM25Shard(str(tmp_path), [1], VectorSource(npy=str(tmp_path / "v.npy")))
+    client = WireClient(Endpoint(*shard.describe()["wire"]))
+    mask = np.zeros(shard.index.n_docs, bool)
+    mask[::3] = True
+    packed = np.packbits(mask)
+
+    def call(header: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
+        return client.receive(client.send(header, payload, 5.0), 5.0)
+
+    for q in (single.analyzer.analyze_query(x, single._languages) for x in queries[:6]):
+        want = shard.search(q, 7)
+        got = scored_parts(*call({"op": "search", "q": q, "k": 7, "stats": None, "mask": False}))[0]
+        assert got.ids.tolist() == want.ids.tolist() and got.scores.tolist() == want.scores.tolist()
+        st = call({"op": "stats", "qs": [q], "mask": True}, packed.tobytes())[0]["stats"][0]
+        assert st["df"] == shard.survivor_stats([q], packed)[0].df.tolist()
+        stats = SurvivorStats(2 * st["n"], 2 * st["total_len"], 2 * np.asarray(st["df"], np.int64))
+        want = shard.search(q, 7, packed, stats)
+        got = scored_parts(*call({"op": "search", "q": q, "k": 7, "mask": True,
+                                  "stats": {"n": stats.n, "total_len": stats.total_len,
+                                            "df": stats.df.tolist()}}, packed.tobytes()))[0]
+        assert got.ids.tolist() == want.ids.tolist() and got.scores.tolist() == want.scores.tolist()
+    qv = np.asarray(FourHot().embed_texts(queries[:3]), np.float32) / 2.0  # four ones: norm 2
+    head = {"op": "dense", "rows": 3, "depth": 5, "qv_bytes": qv.nbytes, "mask": True}
+    got = scored_parts(*call(head, qv.tobytes() + packed.tobytes()))
+    for g, w in zip(got, shard.dense(qv, packed, 5), strict=True):
+        assert g.ids.tolist() == w.ids.tolist() and g.scores.tolist() == w.scores.tolist()
+    assert "unknown shard operation" in call({"op": "nope"})[0]["error"]  # a failure is an answer
+    shard.wire.close()
+
+
+def test_the_wire_refuses_a_wrong_secret_and_drops_a_late_answer() -> None:
+    import threading
+
+    from ragspine_pipeline.scale.wire import Endpoint, WireClient, WireError, WireServer
+
+    release = threading.Event()
+
+    def handler(header: dict[str, Any], payload: bytes) -> tuple[dict[str, Any], bytes]:
+        if header.get("slow"):
+            release.wait(10)
+        return {"echo": header["n"]}, payload[::-1]
+
+    server = WireServer(handler)
+    ep = server.endpoint
+    ok = WireClient(ep)
+    assert ok.receive(ok.send({"n": 1}, b"abc", 5.0), 5.0) == ({"echo": 1}, b"cba")
+    bad = WireClient(Endpoint(ep.host, ep.port, b"x" * len(ep.secret)))
+    with pytest.raises(WireError):  # the server closes a connection with the wrong secret
+        bad.receive(bad.send({"n": 2}, b"", 5.0), 5.0)
+    sock = ok.send({"n": 3, "slow": True}, b"", 5.0)
+    with pytest.raises(TimeoutError):
+        ok.receive(sock, 0.05)
+    assert sock.fileno() == -1  # closed: its late answer can never be read as another query's
+    release.set()
+    assert ok.receive(ok.send({"n": 4}, b"z", 5.0), 5.0) == ({"echo": 4}, b"z")  # a fresh connection
+    server.close()

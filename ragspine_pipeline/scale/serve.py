@@ -15,6 +15,21 @@ recreated by Ray (``max_restarts``) while the replicas keep serving (503 meanwhi
 ``partial`` answer when the request allows it). ``run_ray_service`` starts (or joins)
 the cluster, binds 127.0.0.1 unless told otherwise, and on exit removes the deployment
 and the shards.
+
+Ingress (``RayServiceConfig.ingress``):
+
+- ``replica`` (default): each Serve replica runs the app on its own uvicorn server bound
+  to ``host:port`` with ``SO_REUSEPORT`` (the kernel spreads connections over the
+  replicas of a node); Serve still places, health-checks (``check_health``: the server
+  thread is alive) and restarts the replicas, and no Serve proxy is started. Why: Serve's
+  proxy path (HTTP proxy actor, then a Ray call to the replica, then the replica's request
+  wrapper) cost 10-12 ms per request on this 2-core box, five times the whole request of
+  the single-process service; served this way a request costs what it costs there, plus
+  the shard hops.
+- ``serve``: Serve's own HTTP proxy in front of ``@serve.ingress`` replicas (with
+  ``RAY_SERVE_ENABLE_HA_PROXY=1`` in the cluster's environment, Serve's HAProxy and
+  direct-ingress replicas instead); measured beside ``replica`` in
+  ``benchmarks/bench_ray_serving.py``.
 """
 
 from __future__ import annotations
@@ -25,6 +40,7 @@ import hashlib
 import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -164,6 +180,7 @@ class RayServiceConfig:
     allowed_hosts: tuple[str, ...] = ()
     timeout_s: float | None = None
     layout_root: str | None = None
+    ingress: str = "replica"  # "replica" (uvicorn in each replica) or "serve" (Serve's proxy)
 
 
 def build_app(config: RayServiceConfig) -> Any:
@@ -181,7 +198,8 @@ def build_app(config: RayServiceConfig) -> Any:
 
 
 class RagspineReplica:
-    """A Serve replica: builds the app in the replica (``__serve_build_asgi_app__``)."""
+    """A Serve replica of ``ingress="serve"``: Serve's proxy calls the app built in the
+    replica (``__serve_build_asgi_app__``)."""
 
     def __init__(self, config: RayServiceConfig) -> None:
         self.config = config
@@ -191,18 +209,72 @@ class RagspineReplica:
         return build_app(self.config)
 
 
+def reuse_port_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` that every replica of a node can bind
+    (``SO_REUSEPORT``: the kernel spreads new connections over them)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    return sock
+
+
+class ServingReplica:
+    """A Serve replica of ``ingress="replica"``: the app on this replica's own uvicorn
+    server (a thread with its own event loop), listening on the service's port."""
+
+    def __init__(self, config: RayServiceConfig) -> None:
+        import asyncio
+
+        import uvicorn
+
+        logging.basicConfig(level=logging.INFO)
+        self.config = config
+        self.sock = reuse_port_socket(config.host, config.port)
+        self.server = uvicorn.Server(uvicorn.Config(build_app(config), log_level="warning", access_log=False,
+                                                    lifespan="on"))
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve(sockets=[self.sock])),
+                                       name="ragspine-http", daemon=True)
+        self.thread.start()
+
+    def check_health(self) -> None:
+        """Serve's health check: a replica whose server stopped is restarted."""
+        if not self.thread.is_alive():
+            raise RuntimeError("the replica's HTTP server stopped")
+
+    def __del__(self) -> None:
+        """Stop accepting, finish the requests in flight (Serve's graceful shutdown)."""
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.should_exit = True
+            self.thread.join(timeout=10)
+            self.sock.close()
+
+
 def deploy(config: RayServiceConfig) -> None:
-    """Start Serve's proxy on ``host:port`` and run ``replicas`` replicas of the app."""
+    """Run ``replicas`` replicas of the app answering on ``host:port`` (their own
+    servers, or behind Serve's proxy: ``config.ingress``)."""
     ray = ensure_ray()
     from ray import serve
 
     shard_timeout_s(config.timeout_s)  # a bad RAGSPINE_SHARD_TIMEOUT_S fails here, not in a replica
-    serve.start(http_options={"host": config.host, "port": config.port})
-    deployment = serve.deployment(name="ragspine-service", num_replicas=config.replicas,
-                                  ray_actor_options={"num_cpus": 0})(serve.ingress()(RagspineReplica))
-    serve.run(deployment.bind(config), name=APP_NAME, route_prefix="/", blocking=False)
-    log.info("ragspine on Ray Serve: http://%s:%d (%d replicas, %d shards per library, cluster %s)",
-             config.host, config.port, config.replicas, config.shards, ray.get_runtime_context().gcs_address)
+    options: dict[str, Any] = {"name": "ragspine-service", "num_replicas": config.replicas,
+                               "ray_actor_options": {"num_cpus": 0}}
+    if config.ingress == "replica":
+        serve.start(proxy_location="Disabled")
+        deployment = serve.deployment(**options)(ServingReplica)
+        serve.run(deployment.bind(config), name=APP_NAME, route_prefix=None, blocking=False)
+    elif config.ingress == "serve":
+        serve.start(http_options={"host": config.host, "port": config.port})
+        deployment = serve.deployment(**options)(serve.ingress()(RagspineReplica))
+        serve.run(deployment.bind(config), name=APP_NAME, route_prefix="/", blocking=False)
+    else:
+        raise ValueError(f"ingress must be 'replica' or 'serve' (got {config.ingress!r})")
+    log.info("ragspine on Ray Serve: http://%s:%d (%d replicas, %d shards per library, %s ingress, cluster %s)",
+             config.host, config.port, config.replicas, config.shards, config.ingress,
+             ray.get_runtime_context().gcs_address)
 
 
 def shard_actors() -> list[str]:
@@ -246,5 +318,6 @@ def config_from(warehouse: str | os.PathLike[str], *, libraries: Sequence[str] |
     return RayServiceConfig(warehouse=str(Path(warehouse).resolve()), libraries=tuple(libraries or ()), **kwargs)
 
 
-__all__ = ["APP_NAME", "RagspineReplica", "RayServiceConfig", "ShardedAssembly", "build_app", "config_from",
-           "deploy", "ensure_ray", "published_segments", "run_ray_service", "shard_actors", "shutdown"]
+__all__ = ["APP_NAME", "RagspineReplica", "RayServiceConfig", "ServingReplica", "ShardedAssembly", "build_app", "config_from",
+           "deploy", "ensure_ray", "published_segments", "reuse_port_socket", "run_ray_service", "shard_actors",
+           "shutdown"]

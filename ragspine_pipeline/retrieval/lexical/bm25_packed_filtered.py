@@ -1,28 +1,35 @@
 """The filtered numba route over packed postings: N, df and avgdl over the filter survivors.
 
 The plain layout's filtered kernel (``bm25_numba_filtered``) is the model, term order and
-arithmetic included, so each filtered answer is the plain layout's bit for bit. What the
-packed layout changes is how a term's survivors are found:
+arithmetic included, so each filtered answer is the plain layout's bit for bit. The filter
+arrives prepared by ``bm25_filter.prepare`` (packed bits, survivor count and summed length,
+the survivors' positions when few), so nothing here passes over N documents except a
+popcount of N/64 words. What the packed layout changes is how a term's survivors are found
+(``_plan``); each route but the last also gathers the surviving (doc, tf) pairs once, and
+they serve both the survivor df and the scoring:
 
-* few survivors (their positions fit in ``surv``) and a much longer list: each survivor
-  is galloped through the blocks' last doc ids and only the blocks holding one are
-  unpacked; the matches (doc, tf) are gathered once and serve both the survivor df and
-  the scoring;
-* a long list with a bitset row (df >= N / ``PACKED_BITSET_FRACTION``): the survivor df
-  is a popcount of (row & filter) over N/64 words, no unpacking;
-* otherwise one pass unpacking the list and testing each doc's filter bit.
+* few survivors (<= N / ``bm25_filter.FEW_SURVIVORS_DIV``), a list much longer: with a
+  bitset row, each survivor's bit in the row, its tf read at its rank (``rank_dir``: O(1))
+  straight from its block; without one, the survivors galloped through the blocks' last
+  doc ids, only the blocks holding one unpacked. An exhaustive pass over the survivors;
+* a term without a bitset row under a filter keeping at most a quarter: a branch-free
+  pass unpacking the list;
+* otherwise the survivor df only (a popcount of (row & filter) over N/64 words, or a
+  pass unpacking the list); the term is scored later by a pruned scan.
 
 Scoring then follows MaxScore by descending term bound (the idf over the survivors x the
 smaller of the full-corpus max w grown by avgdl'/avgdl and the term's max tf over its
 shortest document); a scanned term is read block by block, skipping blocks whose bound
-cannot bring a new document into the top k (``_scan_term``; a rare term with fewer than
-k survivors then no longer forces a full scan of a long one); once the remaining terms
-cannot change the top k, they are looked up for the remaining candidates.
+(the same two, per block: ``blk_bmax`` / ``blk_maxtf`` / ``blk_minlen``, valid for any
+survivor avgdl) cannot bring a new document into the top k (``_scan_term``); once the
+remaining terms cannot change the top k, they are looked up for the remaining candidates.
 """
 
 import numpy as np
 from numba import njit
 
+from .bm25_filter_numba import popcount64, rank
+from .bm25_numba_filtered import _add
 from .bm25_numba_select import _SLACK, _distinct, _gallop, _kth_score, _prune, _push, _take_top
 from .bm25_packed_kernels import (
     _BLOCK,
@@ -30,47 +37,16 @@ from .bm25_packed_kernels import (
     _count,
     _lookup,
     _match_block,
+    _run,
     _skipped_block,
     _unpack,
 )
 
-_M1 = np.uint64(0x5555555555555555)
-_M2 = np.uint64(0x3333333333333333)
-_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
-_H01 = np.uint64(0x0101010101010101)
-
-
-@njit(cache=True, nogil=True)
-def prepare_mask(mask, doc_len, bits, surv):
-    """(survivors, their summed length) of a bool mask; sets their bits in ``bits``
-    (zeroed uint64 words) and records their positions in ``surv`` while they fit
-    (``len(surv) - 1`` of them, the last slot a scratch; the caller uses the positions
-    only when all fitted).
-
-    Eight documents at a time: an all-false stretch (a selective filter) costs one test;
-    otherwise the eight are added without a branch (a filter keeping 5-50% is a coin flip
-    per document for a branch predictor)."""
-    n = 0
-    total = 0
-    cap = surv.shape[0] - 1
-    nd = mask.shape[0]
-    eights = mask[:nd // 8 * 8].view(np.uint64)
-    for e in range(eights.shape[0]):
-        if eights[e] != 0:
-            base = e * 8
-            for d in range(base, base + 8):
-                c = np.int64(mask[d])
-                bits[d >> 6] |= np.uint64(c) << np.uint64(d & 63)
-                surv[min(n, cap)] = d
-                n += c
-                total += c * np.int64(doc_len[d])
-    for d in range(nd // 8 * 8, nd):
-        if mask[d]:
-            bits[d >> 6] |= _ONE << np.uint64(d & 63)
-            surv[min(n, cap)] = d
-            n += 1
-            total += np.int64(doc_len[d])
-    return n, total
+# Few survivors (their positions known): a term's postings at them are gathered by rank in
+# its bitset row when its list is this many times longer than the survivors, or, without a
+# row, by galloping them through the blocks' last doc ids when this many times longer.
+_RANK_MIN = 16
+_GALLOP_MIN = 16
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -80,15 +56,11 @@ def _alive(bits, d):
 
 @njit(cache=True, nogil=True)
 def _and_count(bits, row):
-    """Set bits of (bits & row): SWAR popcount per word."""
-    c = np.uint64(0)
+    """Set bits of (bits & row): the survivor df of a bitset term."""
+    c = 0
     for w in range(bits.shape[0]):
-        x = bits[w] & row[w]
-        x = x - ((x >> np.uint64(1)) & _M1)
-        x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
-        x = (x + (x >> np.uint64(4))) & _M4
-        c += (x * _H01) >> np.uint64(56)
-    return np.int64(c)
+        c += popcount64(bits[w] & row[w])
+    return c
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -120,31 +92,85 @@ def _gather(pk, t, surv, n, docs, tfs, g_doc, g_tf, g):
     return g
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _tf_at(pk, t, i):
+    """The tf of term t's i-th posting, read from its block without unpacking it."""
+    blk = pk[1][t] + i // _BLOCK
+    tw = np.int64(pk[5][blk])
+    if tw == 0:
+        return 1
+    nn = _count(pk, t, blk)
+    pos = (np.int64(pk[3][blk]) + ((nn * np.int64(pk[4][blk]) + 31) >> 5)) * 32 + (i % _BLOCK) * tw
+    data = pk[7]
+    both = np.uint64(data[pos >> 5]) | (np.uint64(data[(pos >> 5) + 1]) << np.uint64(32))
+    return np.int64((both >> np.uint64(pos & 31)) & ((_ONE << np.uint64(tw)) - _ONE)) + 1
+
+
 @njit(cache=True, nogil=True)
-def _count_alive(pk, t, bits, docs, tfs):
-    """Term t's postings whose filter bit is set, by unpacking every block."""
-    c = 0
-    for blk in range(pk[1][t], pk[1][t + 1]):
+def _gather_scan(pk, t, bits, docs, tfs, g_doc, g_tf, g):
+    """Append term t's surviving postings by unpacking every block (each posting written,
+    the end advanced only for a survivor: no branch a 5-50% filter would mispredict)."""
+    b0 = pk[1][t]
+    for blk in range(b0, pk[1][t + 1]):
         nn = _count(pk, t, blk)
-        _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == pk[1][t], nn, docs, tfs)
+        _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == b0, nn, docs, tfs)
+        for i in range(nn):
+            d = docs[i]
+            g_doc[g] = d
+            g_tf[g] = np.float64(tfs[i])
+            g += np.int64(_alive(bits, d))
+    return g
+
+
+@njit(cache=True, nogil=True)
+def _count_alive(pk, t, bits, docs):
+    """Term t's postings whose filter bit is set: every block's gaps decoded (its tfs are
+    not), each doc's bit added without a branch."""
+    b0 = pk[1][t]
+    c = 0
+    for blk in range(b0, pk[1][t + 1]):
+        nn = _count(pk, t, blk)
+        d = np.int64(-1) if blk == b0 else np.int64(pk[2][blk - 1])
+        dw = np.int64(pk[4][blk])
+        if dw == 0:
+            for i in range(nn):
+                docs[i] = d + 1 + i
+        else:
+            _run(pk[7], pk[3][blk], dw, nn, docs, d, True)
         for i in range(nn):
             c += np.int64(_alive(bits, docs[i]))
     return c
 
 
 @njit(cache=True, nogil=True)
-def _term_tf_bound(pk, t, k1, kb, bavg):
-    """The tf-factor bound of term t from its blocks' max tf and min length."""
-    maxtf = 0
-    minlen = np.int64(0xFFFFFFFF)
-    for blk in range(pk[1][t], pk[1][t + 1]):
-        maxtf = max(maxtf, np.int64(pk[9][blk]))
-        minlen = min(minlen, np.int64(pk[10][blk]))
-    return _tf_bound(np.float64(maxtf), np.float64(minlen), k1, kb, bavg)
+def _count_in_row(row, surv, n):
+    """How many of the survivors surv[:n] are set in a bitset row."""
+    c = 0
+    for x in range(n):
+        c += np.int64(_alive(row, surv[x]))
+    return c
 
 
 @njit(cache=True, nogil=True)
-def _scan_term(pk, t, bits, acc, touched, n_t, top1, sc, rest, skip, k, hs, hi, grow, k1, kb, bavg, docs, tfs):
+def _ranked(pk, t, row, rdir, cand, nc, acc, touched, n_t, top1, sc, add_new, k1, kb, bavg, lens):
+    """The bitset term t's part added to the documents cand[:nc] it holds (its tf read at
+    the document's rank in its row, from its block): to every one (``add_new``, an
+    essential term over the few survivors), else to those already scored (a lookup).
+    Returns (n_t, top1)."""
+    for x in range(nc):
+        d = cand[x]
+        if _alive(row, d):
+            v = acc[d]
+            if v == 0.0 and not add_new:
+                continue
+            f = np.float64(_tf_at(pk, t, rank(row, rdir, d)))
+            n_t, top1 = _add(acc, touched, n_t, top1, d, sc * f / (f + k1 * (kb + bavg * lens[d])))
+    return n_t, top1
+
+
+@njit(cache=True, nogil=True)
+def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs, hi, grow, k1, kb, bavg, docs,
+               tfs):
     """Add term t's surviving postings to acc (``sc`` x its tf factor); returns (n_t, top1).
 
     With ``skip``, the term is read block by block with a heap of the k best documents of
@@ -152,8 +178,9 @@ def _scan_term(pk, t, bits, acc, touched, n_t, top1, sc, rest, skip, k, hs, hi, 
     whose bound x ``sc`` plus ``rest`` (the later terms' bounds) is below the k-th of them
     cannot bring in a document not touched yet, and is skipped; documents touched before
     the scan that lie in skipped blocks then get the term from those blocks alone (each
-    document still sums its terms in term order)."""
-    doc_len = pk[8]
+    document still sums its terms in term order). A block's bound holds for any survivor
+    avgdl: the smaller of its max w grown by avgdl'/avgdl and its max tf over its shortest
+    document (``blk_maxtf`` / ``blk_minlen``)."""
     last = pk[2]
     b0 = pk[1][t]
     b1 = pk[1][t + 1]
@@ -178,7 +205,7 @@ def _scan_term(pk, t, bits, acc, touched, n_t, top1, sc, rest, skip, k, hs, hi, 
                 if v == 0.0:
                     touched[n_t] = d
                     n_t += 1
-                v += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
+                v += sc * f / (f + k1 * (kb + bavg * lens[d]))
                 acc[d] = v
                 if v > top1:
                     top1 = v
@@ -192,33 +219,30 @@ def _scan_term(pk, t, bits, acc, touched, n_t, top1, sc, rest, skip, k, hs, hi, 
             for h in range(m):
                 d = before[docs[h]]
                 f = np.float64(tfs[h])
-                acc[d] += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
+                acc[d] += sc * f / (f + k1 * (kb + bavg * lens[d]))
     return n_t, top1
 
 
 @njit(cache=True, nogil=True)
-def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, avgdl_all):
-    """Exact filtered top-k over packed postings (see the module docstring); ``bits`` is
-    the filter as uint64 words (``prepare_mask``); k1 and b are ``wt``'s. acc is zero on
-    entry and exit."""
-    k1 = wt[2]
-    b = wt[3]
-    if n == 0 or total == 0 or qtids.shape[0] == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    doc_len, bit_row, term_bits = pk[8], pk[11], pk[12]
-    docs = np.empty(_BLOCK, np.int64)
-    tfs = np.empty(_BLOCK, np.int64)
-    avgdl = total / n
-    few = surv.shape[0] == n
-    ut, mult, _first = _distinct(qtids)
+def _plan(pk, ut, bits, surv, n, few, broad, docs, tfs):
+    """Survivor df of each distinct term and how it is scored (the module docstring's
+    routes): mode 0 by a pruned scan of its list, 1 from its surviving postings gathered
+    into (g_doc, g_tf) on the way, 2 by rank of the few survivors in its bitset row.
+    Returns (dfs, mode, g_lo, g_doc, g_tf)."""
     nu = ut.shape[0]
-    gathered = np.zeros(nu, np.bool_)
+    bit_row, term_bits = pk[11], pk[12]
+    n_words = bits.shape[0]
+    mode = np.zeros(nu, np.int64)
     cap = 0
     for y in range(nu):
-        df = pk[0][ut[y] + 1] - pk[0][ut[y]]
-        if few and n * 16 < df:
-            gathered[y] = True
-            cap += min(df, n)
+        t = ut[y]
+        df = pk[0][t + 1] - pk[0][t]
+        if bit_row[t] >= 0:
+            if few and n * _RANK_MIN < df:
+                mode[y] = 2
+        elif (few and n * _GALLOP_MIN < df) or not broad:
+            mode[y] = 1
+            cap += min(df, n) if few else df
     g_doc = np.empty(cap, np.int64)
     g_tf = np.empty(cap, np.float64)
     g_lo = np.zeros(nu + 1, np.int64)
@@ -227,13 +251,45 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     for y in range(nu):
         t = ut[y]
         g_lo[y] = g
-        if gathered[y]:
-            g = _gather(pk, t, surv, n, docs, tfs, g_doc, g_tf, g)
+        row = bit_row[t]
+        if mode[y] == 1:
+            if few and n * _GALLOP_MIN < pk[0][t + 1] - pk[0][t]:
+                g = _gather(pk, t, surv, n, docs, tfs, g_doc, g_tf, g)
+            else:
+                g = _gather_scan(pk, t, bits, docs, tfs, g_doc, g_tf, g)
             dfs[y] = g - g_lo[y]
-        elif bit_row[t] >= 0:
-            dfs[y] = _and_count(bits, term_bits[bit_row[t]])
+        elif row >= 0:
+            # A bit test per survivor (a cache miss each) or a popcount per word.
+            dfs[y] = _count_in_row(term_bits[row], surv, n) if few and 8 * n < n_words else _and_count(
+                bits, term_bits[row])
         else:
-            dfs[y] = _count_alive(pk, t, bits, docs, tfs)
+            dfs[y] = _count_alive(pk, t, bits, docs)
+    g_lo[nu] = g
+    return dfs, mode, g_lo, g_doc, g_tf
+
+
+@njit(cache=True, nogil=True)
+def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, avgdl_all, lens, t_maxtf, t_minlen,
+                    rank_dir):
+    """Exact filtered top-k over packed postings (see the module docstring). ``bits`` is
+    the filter as uint64 words, ``surv`` the survivors' ascending positions when few
+    (else empty), ``n`` / ``total`` their count and summed length (``bm25_filter.prepare``);
+    ``lens`` the document lengths (any unsigned width), ``t_maxtf`` / ``t_minlen`` per
+    term and ``rank_dir`` per bitset row (``bm25_packed_filter_support``); k1 and b are
+    ``wt``'s. acc is zero on entry and exit."""
+    k1 = wt[2]
+    b = wt[3]
+    if n == 0 or total == 0 or qtids.shape[0] == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    n_docs = acc.shape[0]
+    docs = np.empty(_BLOCK, np.int64)
+    tfs = np.empty(_BLOCK, np.int64)
+    avgdl = total / n
+    few = surv.shape[0] == n
+    broad = 4 * n > n_docs
+    ut, mult, _first = _distinct(qtids)
+    nu = ut.shape[0]
+    dfs, mode, g_lo, g_doc, g_tf = _plan(pk, ut, bits, surv, n, few, broad, docs, tfs)
     k1p1 = k1 + 1.0
     kb = 1.0 - b
     bavg = b / avgdl
@@ -244,7 +300,8 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
         if dfs[y] > 0:
             t = ut[y]
             scale[y] = np.log1p((n - dfs[y] + 0.5) / (dfs[y] + 0.5)) * k1p1 * mult[y]
-            ub[y] = scale[y] * min(wmax[t] * grow, _term_tf_bound(pk, t, k1, kb, bavg))
+            ub[y] = scale[y] * min(wmax[t] * grow, _tf_bound(np.float64(t_maxtf[t]), np.float64(t_minlen[t]),
+                                                             k1, kb, bavg))
     order = np.argsort(-ub, kind="mergesort")
     remaining = np.zeros(nu + 1, np.float64)
     for j in range(nu - 1, -1, -1):
@@ -260,29 +317,27 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
         if dfs[y] == 0:
             break  # sorted by bound: every later term has no surviving posting either
         t = ut[y]
-        if n_t >= k and remaining[j] * (1.0 + _SLACK) < top1 and 8 * (pk[0][t + 1] - pk[0][t]) >= n_t:
+        reads = pk[0][t + 1] - pk[0][t] if mode[y] == 0 else n if mode[y] == 2 else dfs[y]
+        if n_t >= k and remaining[j] * (1.0 + _SLACK) < top1 and 8 * reads >= n_t:
             theta = _kth_score(acc, touched, n_t, k, hs, hi)
             if remaining[j] * (1.0 + _SLACK) < theta:
                 break
         sc = scale[y]
-        if gathered[y]:
+        if mode[y] == 2:
+            row = pk[11][t]
+            n_t, top1 = _ranked(pk, t, pk[12][row], rank_dir[row], surv, n, acc, touched, n_t, top1, sc, True, k1,
+                                kb, bavg, lens)
+        elif mode[y] == 1:
             for q in range(g_lo[y], g_lo[y] + dfs[y]):
                 d = g_doc[q]
                 f = g_tf[q]
-                v = acc[d]
-                if v == 0.0:
-                    touched[n_t] = d
-                    n_t += 1
-                v += sc * f / (f + k1 * (kb + bavg * doc_len[d]))
-                acc[d] = v
-                if v > top1:
-                    top1 = v
+                n_t, top1 = _add(acc, touched, n_t, top1, d, sc * f / (f + k1 * (kb + bavg * lens[d])))
         else:
             # Block skipping needs the documents touched before, sorted: only when they are
             # few against the list (always for the first term).
             skip = 8 * n_t < pk[0][t + 1] - pk[0][t]
-            n_t, top1 = _scan_term(pk, t, bits, acc, touched, n_t, top1, sc, remaining[j + 1] * (1.0 + _SLACK),
-                                   skip, k, hs, hi, grow, k1, kb, bavg, docs, tfs)
+            n_t, top1 = _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc,
+                                   remaining[j + 1] * (1.0 + _SLACK), skip, k, hs, hi, grow, k1, kb, bavg, docs, tfs)
         j += 1
     if j < nu and dfs[order[j]] > 0:
         # Lookup phase: candidates that can still reach theta; remaining terms looked up.
@@ -293,13 +348,18 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
             y = order[jj]
             if dfs[y] == 0:
                 break
-            if gathered[y]:
+            row = pk[11][ut[y]]
+            if mode[y] == 1:
                 for q in range(g_lo[y], g_lo[y] + dfs[y]):
                     d = g_doc[q]
                     if acc[d] != 0.0:
                         f = g_tf[q]
-                        acc[d] += scale[y] * f / (f + k1 * (kb + bavg * doc_len[d]))
+                        acc[d] += scale[y] * f / (f + k1 * (kb + bavg * lens[d]))
+            elif row >= 0:
+                _ranked(pk, ut[y], pk[12][row], rank_dir[row], cand, nc, acc, touched, 0, 0.0, scale[y], False, k1,
+                        kb, bavg, lens)
             else:
                 _lookup(pk, ut[y], cand, nc, acc, scale[y], wt, k1, docs, tfs, kb, bavg)
         return _take_top(acc, cand, nc, k, hs, hi)
     return _take_top(acc, touched, n_t, k, hs, hi)
+

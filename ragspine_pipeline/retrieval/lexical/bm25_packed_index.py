@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...cpus import usable_cpus
-from . import bm25_kernel, bm25_numpy
+from . import bm25_filter, bm25_kernel, bm25_numpy
 from .bm25 import EXHAUSTIVE_MAX_DOCS, KERNELS, MAXSCORE_MIN_DOCS, candidate_mask
 from .bm25_build import BLOCK_SIZE
 from .bm25_format import HEADER_BYTES, CorruptIndexError
@@ -65,18 +65,18 @@ _TRIED = False
 
 def load_packed_kernels() -> Any:
     """The compiled packed kernels (``bm25_packed_kernels``, warmed; its filtered route is
-    ``bm25_packed_filtered``), or None without numba."""
+    ``bm25_packed_filter_search``), or None without numba."""
     global _KERNELS, _FILTERED, _UNFILTERED, _TRIED
     if _TRIED:
         return _KERNELS
     with _LOCK:
         if not _TRIED:
             try:
-                from . import bm25_packed_filtered, bm25_packed_route
+                from . import bm25_packed_filter_search, bm25_packed_route
                 from . import bm25_packed_kernels as kernels
 
-                _warm(kernels, bm25_packed_filtered, bm25_packed_route)
-                _KERNELS, _FILTERED, _UNFILTERED = kernels, bm25_packed_filtered, bm25_packed_route
+                _warm(kernels, bm25_packed_filter_search, bm25_packed_route)
+                _KERNELS, _FILTERED, _UNFILTERED = kernels, bm25_packed_filter_search, bm25_packed_route
             except Exception:  # ImportError or a numba compile error: the numpy path
                 _KERNELS = None
             _TRIED = True
@@ -100,8 +100,6 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any) -> None:
     acc, touched = np.zeros(2), np.zeros(2, np.int32)
     norm = norm_of(np.arange(4), 1.5, 0.75, 2.0)
     wt = (norm, w_of(np.ones(4, np.int64), norm), 1.5, 0.75, 2.0)
-    bits, surv = np.zeros(1, np.uint64), np.zeros(3, np.int32)
-    filtered.prepare_mask(np.ones(2, np.bool_), raw.doc_len, bits, surv)
     for code in (np.uint8, np.uint16, None):  # length codes of each width, or the lengths
         arrays["doc_code"] = np.array([0, 1], code) if code is not None else raw.doc_len
         arrays["doc_code"].setflags(write=False)
@@ -110,8 +108,7 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any) -> None:
             kernels.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
             unfiltered.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
         unfiltered.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
-        for s in (surv[:2], surv[:0]):
-            filtered.search_filtered(pk, bits, s, 2, 4, q, wt, 1, acc, touched, enc.w_max, 2.0)
+        filtered.warm(pk, wt, enc.w_max, 2)
         kernels.check_all(pk, 2, len(data), norm_of(raw.doc_len, 1.5, 0.75, 2.0))
     kernels.decode_term(pk, 0)
 
@@ -314,13 +311,16 @@ class PackedBM25Index(MappedDocIds):
         return out
 
     # ------------------------------------------------------------ search
-    def search(self, query_tokens: Sequence[str], k: int = 10, candidates: np.ndarray | None = None) -> ScoredDocs:
-        """Top-``k`` matching docs by (-score, position); only docs with score > 0."""
+    def search(self, query_tokens: Sequence[str], k: int = 10, candidates: Any = None) -> ScoredDocs:
+        """Top-``k`` matching docs by (-score, position); only docs with score > 0.
+
+        ``candidates`` (a filter): a bool mask over the index positions, the surviving
+        positions (any order), or a ``PackedFilter``, as ``BM25Index.search`` takes them."""
+        if k > 0 and self._kernels is not None:  # any filter form, prepared without a pass over N
+            return self._search_compiled(query_tokens, k, candidates)
         mask = self._as_mask(candidates)
         if k <= 0:
             return empty_scored()
-        if self._kernels is not None:
-            return self._search_compiled(query_tokens, k, mask)
         if mask is None:
             qp, local = self._query_postings(self._query_term_ids(query_tokens))
             pruned = bm25_numpy.maxscore(qp, local, k, MAXSCORE_MIN_DOCS)  # type: ignore[arg-type]
@@ -331,23 +331,22 @@ class PackedBM25Index(MappedDocIds):
             ids, sc = self._accumulate(query_tokens, mask)
         return top_k_dense(sc, k) if ids is DENSE else top_k(ids, sc, k)
 
-    def _search_compiled(self, query_tokens: Sequence[str], k: int, mask: np.ndarray | None) -> ScoredDocs:
+    def _search_compiled(self, query_tokens: Sequence[str], k: int, candidates: Any) -> ScoredDocs:
         tids = np.array(self._query_term_ids(query_tokens), np.int64)
+        if candidates is not None:
+            self._doc_lengths_read()
         if not len(tids) or self.avgdl == 0:
+            if candidates is not None:
+                bm25_filter.check(candidates, self.n_docs)
             return empty_scored()
-        sc = self._scratch
-        if mask is None:
+        if candidates is None:
+            sc = self._scratch
             ids, scores = _UNFILTERED.search_one(self._pk, self._idf, self._w_max, tids, self._weights(), int(k),
                                                  sc.acc, sc.touched, self._exhaustive_docs)
             return ScoredDocs(ids, scores)
-        # Survivors' count, length and bits; their positions when few (galloped into lists).
-        bits = np.zeros((self.n_docs + 63) // 64, np.uint64)
-        surv = np.empty(self.n_docs // 64 + 1, np.int32)
-        n, total = self._filtered.prepare_mask(mask, self._doc_len32, bits, surv)
-        surv = surv[:n] if n < len(surv) else surv[:0]
-        ids, scores = self._filtered.search_filtered(self._pk, bits, surv, n, total, tids, self._weights(), int(k),
-                                                    sc.acc, sc.touched, self._w_max, self.avgdl)
-        return ScoredDocs(ids, scores)
+        # A mask, positions or packed words: survivor statistics without a pass over N
+        # lengths (bm25_packed_filter_search).
+        return self._filtered.search(self, tids, int(k), candidates)
 
     def search_batch(self, queries: Sequence[Sequence[str]], k: int = 10, *,
                      threads: int | None = None) -> list[ScoredDocs]:

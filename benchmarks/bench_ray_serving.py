@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +103,34 @@ def wait_ready(client: Any, timeout_s: float = 600) -> float:
             pass
         time.sleep(0.2)
     raise RuntimeError("the service never became ready")
+
+
+def latency_stats(lat_s: list[float], wall_s: float, errors: int) -> dict[str, Any]:
+    ms = [x * 1000 for x in lat_s]
+    return {"requests": len(ms), "errors": errors, "qps": round(len(ms) / wall_s, 1),
+            "p50_ms": round(pct(ms, 50), 2), "p95_ms": round(pct(ms, 95), 2)}
+
+
+def paired(single: Any, other: Any, bodies: list[dict], rounds: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One client alternating between two services request by request (which goes first
+    alternates too), after one untimed pass on each: both see the same load on a shared
+    box, so their ratio holds even when the load drifts during a run."""
+    for b in bodies:
+        single.post("/v1/search", json=b)
+        other.post("/v1/search", json=b)
+    lat: dict[int, list[float]] = {0: [], 1: []}
+    wall, errors = [0.0, 0.0], [0, 0]
+    clients = (single, other)
+    for r in range(rounds):
+        for j, b in enumerate(bodies):
+            for side in ((0, 1) if (j + r) % 2 == 0 else (1, 0)):
+                t = time.perf_counter()
+                resp = clients[side].post("/v1/search", json=b)
+                dt = time.perf_counter() - t
+                lat[side].append(dt)
+                wall[side] += dt
+                errors[side] += resp.status_code != 200
+    return latency_stats(lat[0], wall[0], errors[0]), latency_stats(lat[1], wall[1], errors[1])
 
 
 def sequential(client: Any, bodies: list[dict], rounds: int) -> dict[str, Any]:
@@ -203,7 +233,7 @@ def write_bucket_layout(wh: Path, library: str = LIBRARY) -> Path:
             f"Path({str(folder)!r}, '.complete').write_text('ok')")
     env = {**os.environ, "RAGSPINE_BM25_BUILD_MEMORY_MIB": "256"}
     t0 = time.perf_counter()
-    subprocess.run(["prlimit", f"--as={6 << 30}", sys.executable, "-c", code], check=True, cwd=ROOT, env=env)
+    subprocess.run(["prlimit", f"--as={10 << 30}", sys.executable, "-c", code], check=True, cwd=ROOT, env=env)
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"  layout written in {time.perf_counter() - t0:.0f} s, peak RSS {peak:.0f} MiB: {folder}", file=sys.stderr)
     return CACHE / "layout"
@@ -231,7 +261,10 @@ def answers(client: Any, bodies: list[dict]) -> list[Any]:
     return [client.post("/v1/search", json=b).json() for b in bodies]
 
 
-def single_service(wh: Path, bodies: list[dict], rounds: int) -> tuple[dict[str, Any], list[Any]]:
+@contextlib.contextmanager
+def single_service(wh: Path) -> Iterator[tuple[Any, int]]:
+    """``ragspine serve`` (one uvicorn worker) on a free port, for the whole latency step:
+    its client and pid."""
     import httpx
 
     port = free_port()
@@ -241,18 +274,15 @@ def single_service(wh: Path, bodies: list[dict], rounds: int) -> tuple[dict[str,
                             stderr=subprocess.DEVNULL)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as c:
-            ready = wait_ready(c)
-            out = sequential(c, bodies, rounds)
-            out["memory_mib"] = rollup_mib(proc.pid)
-            out["ready_s"] = round(ready, 1)
-            return out, answers(c, bodies)
+            wait_ready(c)
+            yield c, proc.pid
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
 
 
 def ray_service(wh: Path, bodies: list[dict], rounds: int, shards: int, layout: Path,
-                expected: list[Any], ingress: str = "replica") -> dict[str, Any]:
+                expected: list[Any], single: Any, ingress: str = "replica") -> dict[str, Any]:
     """``serve --ray --shards S`` over HTTP (``ingress``: the replicas' own servers, or
     Serve's proxy); then the same shards from this process (the front in-process, no
     HTTP): what the shard hops cost apart from the HTTP path."""
@@ -265,11 +295,12 @@ def ray_service(wh: Path, bodies: list[dict], rounds: int, shards: int, layout: 
     from ragspine_pipeline.serving import open_published_retriever
 
     SV.deploy(SV.config_from(wh, shards=shards, port=RAY_PORT, mode="bm25", layout_root=str(layout),
-                             timeout_s=10.0, ingress=ingress))
+                             timeout_s=10.0, ingress=ingress, log_level="warning"))
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{RAY_PORT}", timeout=60) as c:
             ready = wait_ready(c)
-            out = sequential(c, bodies, rounds)
+            paired_single, out = paired(single, c, bodies, rounds)
+            out["paired_single"] = paired_single
             out["ready_s"] = round(ready, 1)
             got = answers(c, bodies)
             out["answers_differing_from_single_service"] = sum(bool(differences(a, b))
@@ -307,30 +338,36 @@ def with_haproxy(fn: Any) -> Any:
 
 def run_latency(data: Path, rounds: int, shard_counts: list[int], compare_at: int | None,
                 copies: int = 10) -> dict[str, Any]:
+    """In-process, the single-process service alone, then each Ray configuration
+    interleaved request by request with the single-process service (``paired``)."""
+    from ragspine_pipeline.filter_input import hybrid_retrievers
     from ragspine_pipeline.serving import open_published_retriever
 
     wh, library, queries = scifact_library(data, copies)
     layout = write_bucket_layout(wh, library)
     bodies = [{"query": q, "top_k": 10, "mode": "bm25"} for q in queries]
     res: dict[str, Any] = {"library": library, "queries": len(queries), "rounds": rounds}
-    from ragspine_pipeline.filter_input import hybrid_retrievers
 
-    single = open_published_retriever(wh, mode="bm25")
-    res["chunks"] = int(hybrid_retrievers(single)[0].index.n_docs)
-    res["in_process"] = timed_retriever(single, queries, rounds)
-    del single
+    local = open_published_retriever(wh, mode="bm25")
+    res["chunks"] = int(hybrid_retrievers(local)[0].index.n_docs)
+    res["in_process"] = timed_retriever(local, queries, rounds)
+    del local
     print(f"  in-process: {res['in_process']}", file=sys.stderr)
-    res["single_service"], expected = single_service(wh, bodies, rounds)
-    print(f"  single service: {res['single_service']}", file=sys.stderr)
-    for s in shard_counts:
-        res[f"ray_s{s}"] = ray_service(wh, bodies, rounds, s, layout, expected)
-        print(f"  ray S={s}: {res[f'ray_s{s}']}", file=sys.stderr)
-    if compare_at:  # the same shards behind Serve's own ingress paths
-        res[f"serve_proxy_s{compare_at}"] = ray_service(wh, bodies, rounds, compare_at, layout, expected, "serve")
-        print(f"  Serve proxy S={compare_at}: {res[f'serve_proxy_s{compare_at}']}", file=sys.stderr)
-        res[f"serve_haproxy_s{compare_at}"] = with_haproxy(
-            lambda: ray_service(wh, bodies, rounds, compare_at, layout, expected, "serve"))
-        print(f"  Serve HAProxy S={compare_at}: {res[f'serve_haproxy_s{compare_at}']}", file=sys.stderr)
+    with single_service(wh) as (single, pid):
+        res["single_service"] = sequential(single, bodies, rounds)
+        res["single_service"]["memory_mib"] = rollup_mib(pid)
+        print(f"  single service: {res['single_service']}", file=sys.stderr)
+        expected = answers(single, bodies)
+        for s in shard_counts:
+            res[f"ray_s{s}"] = ray_service(wh, bodies, rounds, s, layout, expected, single)
+            print(f"  ray S={s}: {res[f'ray_s{s}']}", file=sys.stderr)
+        if compare_at:  # the same shards behind Serve's own ingress paths
+            res[f"serve_proxy_s{compare_at}"] = ray_service(wh, bodies, rounds, compare_at, layout, expected,
+                                                            single, "serve")
+            print(f"  Serve proxy S={compare_at}: {res[f'serve_proxy_s{compare_at}']}", file=sys.stderr)
+            res[f"serve_haproxy_s{compare_at}"] = with_haproxy(
+                lambda: ray_service(wh, bodies, rounds, compare_at, layout, expected, single, "serve"))
+            print(f"  Serve HAProxy S={compare_at}: {res[f'serve_haproxy_s{compare_at}']}", file=sys.stderr)
     return res
 
 
@@ -433,6 +470,65 @@ def run_faults(duration: float, clients: int, kill_at: float) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------ report
+def latency_lines(lat: dict[str, Any]) -> list[str]:
+    """The markdown of one latency step (one library size)."""
+    lines: list[str] = []
+    chunks = lat.get("chunks", 252930)
+    lines += [f"## Latency over HTTP, {lat['library']} ({chunks:,} chunks, BM25-only)", "",
+              f"One client, the {lat['queries']} SciFact test queries x {lat['rounds']} after one untimed pass, "
+              "top_k 10, mode bm25. Ray rows: `serve --ray --shards S` (1 replica), the library laid out in 4 "
+              "hash buckets (a shard maps 4/S of them); replica ingress (the default: each Serve replica "
+              "runs the app on its own uvicorn server on the service port) unless the row names Serve's proxy "
+              "or Serve's HAProxy (`RAY_SERVE_ENABLE_HA_PROXY=1`, direct-ingress replicas). The shards answer "
+              "queries over their wire channel (`scale/wire.py`). Ratio: p50 over the single-process "
+              "service's; a Ray row's is over the single-process service's p50 measured in the same loop, "
+              "the two services alternating request by request (so drifting load on the shared box hits "
+              "both alike). qps: one client, 1 / mean latency.", "",
+              f"Command: `{lat['command']}`", "",
+              "| configuration | p50 ms | p95 ms | qps | errors | single-process service p50 in the same "
+              "loop | p50 ratio |", "|---|---|---|---|---|---|---|"]
+    base = lat["single_service"]["p50_ms"]
+    rows = [("in-process (open_published_retriever)", lat["in_process"]),
+            ("single-process service (ragspine serve)", lat["single_service"])]
+    labels = {"ray_s": "Ray Serve, S = {}", "serve_proxy_s": "Ray Serve, S = {}, behind Serve's HTTP proxy",
+              "serve_haproxy_s": "Ray Serve, S = {}, behind Serve's HAProxy"}
+    runs = [(k, labels[p].format(k[len(p):]), k[len(p):]) for k in lat for p in labels
+            if k.startswith(p) and k[len(p):].isdigit()]
+    for k, label, _ in runs:
+        rows.append((label, lat[k]))
+        if k.startswith("ray_s") and "in_process_front" in lat[k]:
+            rows.append((f"S = {k[5:]} shards from one process (no HTTP)", lat[k]["in_process_front"]))
+    for label, r in rows:
+        ref = r.get("paired_single", {}).get("p50_ms")
+        lines.append(f"| {label} | {r['p50_ms']} | {r['p95_ms']} | {r['qps']} | {r['errors']} | "
+                     f"{ref if ref else '-'} | {r['p50_ms'] / (ref or base):.2f} |")
+    s4 = lat.get("ray_s4")
+    if s4:
+        ratio = s4["p50_ms"] / s4.get("paired_single", {}).get("p50_ms", base)
+        lines += ["", f"Goal (issue 30): p50 <= 1.2x the single-process service at S = 4: "
+                  f"{'met' if ratio <= 1.2 else 'not met'} ({ratio:.2f}x in this run)."]
+    diffs = {label: lat[k].get("answers_differing_from_single_service") for k, label, _ in runs}
+    lines += ["", "Answers over HTTP differing from the single-process service's (all queries; BM25 scores "
+              f"to 1e-9): {'; '.join(f'{s}: {d}' for s, d in diffs.items())}."]
+    http = round(base - lat["in_process"]["p50_ms"], 2)
+    for k in (k for k, _, _ in runs if k.startswith("ray_s") and "in_process_front" in lat[k]):
+        r, front = lat[k], lat[k]["in_process_front"]
+        lines += ["", f"Where the time goes at S = {k[5:]} (p50 differences): the shard hops "
+                  f"{front['p50_ms'] - lat['in_process']['p50_ms']:.2f} ms (shards from one process minus "
+                  f"in-process), the HTTP path and the replica {r['p50_ms'] - front['p50_ms']:.2f} ms (Ray Serve "
+                  f"minus shards from one process); uvicorn's HTTP path in the single service: {http:.2f} ms."]
+    lines += ["", "Memory per shard process (MiB, after the run; mapped index pages count in RSS and are "
+              "shared through the page cache, USS is the shard's own):", "",
+              "| S | shard buckets | chunks | RSS | PSS | USS |", "|---|---|---|---|---|---|"]
+    for k in lat:
+        if k.startswith("ray_s"):
+            for m in lat[k]["shards_memory_mib"]:
+                lines.append(f"| {k[5:]} | {m['buckets']} | {m['chunks']} | {m['rss']} | {m['pss']} | {m['uss']} |")
+    sm = lat["single_service"]["memory_mib"]
+    lines += ["", f"Single-process service: RSS {sm['rss']}, PSS {sm['pss']}, USS {sm['uss']} MiB.", ""]
+    return lines
+
+
 def write_results(out: Path, res: dict[str, Any]) -> list[Path]:
     machine = (f"{os.cpu_count()} CPUs shared by the load client, the Ray cluster (GCS, raylet, Serve proxy and "
                f"controller, replica, shards) and other work; load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
@@ -440,60 +536,11 @@ def write_results(out: Path, res: dict[str, Any]) -> list[Path]:
     js = out / "ray_serving.json"
     if js.exists():  # a run of one step keeps the other step's committed section
         old = json.loads(js.read_text(encoding="utf-8"))
-        res = {**{k: v for k, v in old.items() if k in ("latency", "faults")}, **res}
+        res = {**{k: v for k, v in old.items() if k.startswith(("latency", "faults"))}, **res}
     lines = ["# Service on Ray Serve: sharded exact serving (issue 30)", "",
              f"Machine (last run): {machine}.", ""]
-    lat = res.get("latency")
-    if lat:
-        chunks = lat.get("chunks", 252930)
-        lines += [f"## Latency over HTTP, {lat['library']} ({chunks:,} chunks, BM25-only)", "",
-                  f"One client, the {lat['queries']} SciFact test queries x {lat['rounds']} after one untimed pass, "
-                  "top_k 10, mode bm25. Ray rows: `serve --ray --shards S` (1 replica), the library laid out in 4 "
-                  "hash buckets (a shard maps 4/S of them); replica ingress (the default: each Serve replica "
-                  "runs the app on its own uvicorn server on the service port) unless the row names Serve's proxy "
-                  "or Serve's HAProxy (`RAY_SERVE_ENABLE_HA_PROXY=1`, direct-ingress replicas). The shards answer "
-                  "queries over their wire channel (`scale/wire.py`). Ratio: p50 over the single-process "
-                  "service's.", "",
-                  f"Command: `{lat['command']}`", "",
-                  "| configuration | p50 ms | p95 ms | qps | errors | p50 ratio |", "|---|---|---|---|---|---|"]
-        base = lat["single_service"]["p50_ms"]
-        rows = [("in-process (open_published_retriever)", lat["in_process"]),
-                ("single-process service (ragspine serve)", lat["single_service"])]
-        labels = {"ray_s": "Ray Serve, S = {}", "serve_proxy_s": "Ray Serve, S = {}, behind Serve's HTTP proxy",
-                  "serve_haproxy_s": "Ray Serve, S = {}, behind Serve's HAProxy"}
-        runs = [(k, labels[p].format(k[len(p):]), k[len(p):]) for k in lat for p in labels
-                if k.startswith(p) and k[len(p):].isdigit()]
-        for k, label, _ in runs:
-            rows.append((label, lat[k]))
-            if k.startswith("ray_s") and "in_process_front" in lat[k]:
-                rows.append((f"S = {k[5:]} shards from one process (no HTTP)", lat[k]["in_process_front"]))
-        for label, r in rows:
-            lines.append(f"| {label} | {r['p50_ms']} | {r['p95_ms']} | {r['qps']} | {r['errors']} | "
-                         f"{r['p50_ms'] / base:.2f} |")
-        s4 = lat.get("ray_s4")
-        if s4:
-            ratio = s4["p50_ms"] / base
-            lines += ["", f"Goal (issue 30): p50 <= 1.2x the single-process service at S = 4: "
-                      f"{'met' if ratio <= 1.2 else 'not met'} ({ratio:.2f}x in this run)."]
-        diffs = {label: lat[k].get("answers_differing_from_single_service") for k, label, _ in runs}
-        lines += ["", "Answers over HTTP differing from the single-process service's (all queries; BM25 scores "
-                  f"to 1e-9): {'; '.join(f'{s}: {d}' for s, d in diffs.items())}."]
-        http = round(base - lat["in_process"]["p50_ms"], 2)
-        for k in (k for k, _, _ in runs if k.startswith("ray_s") and "in_process_front" in lat[k]):
-            r, front = lat[k], lat[k]["in_process_front"]
-            lines += ["", f"Where the time goes at S = {k[5:]} (p50 differences): the shard hops "
-                      f"{front['p50_ms'] - lat['in_process']['p50_ms']:.2f} ms (shards from one process minus "
-                      f"in-process), the HTTP path and the replica {r['p50_ms'] - front['p50_ms']:.2f} ms (Ray Serve "
-                      f"minus shards from one process); uvicorn's HTTP path in the single service: {http:.2f} ms."]
-        lines += ["", "Memory per shard process (MiB, after the run; mapped index pages count in RSS and are "
-                  "shared through the page cache, USS is the shard's own):", "",
-                  "| S | shard buckets | chunks | RSS | PSS | USS |", "|---|---|---|---|---|---|"]
-        for k in lat:
-            if k.startswith("ray_s"):
-                for m in lat[k]["shards_memory_mib"]:
-                    lines.append(f"| {k[5:]} | {m['buckets']} | {m['chunks']} | {m['rss']} | {m['pss']} | {m['uss']} |")
-        sm = lat["single_service"]["memory_mib"]
-        lines += ["", f"Single-process service: RSS {sm['rss']}, PSS {sm['pss']}, USS {sm['uss']} MiB.", ""]
+    for key in sorted(k for k in res if k.startswith("latency")):
+        lines += latency_lines(res[key])
     f = res.get("faults")
     if f:
         lines += ["## Fault: a shard killed with SIGKILL under load", "",
@@ -521,7 +568,8 @@ def write_results(out: Path, res: dict[str, Any]) -> list[Path]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_io_args(ap)
-    ap.add_argument("--steps", default="latency,faults")
+    ap.add_argument("--steps", default="latency,faults", help="latency, faults, prepare (build the library "
+                    "and its layout only)")
     ap.add_argument("--rounds", type=int, default=2, help="passes over the queries per configuration")
     ap.add_argument("--shards", default="1,2,4")
     ap.add_argument("--copies", type=int, default=10, help="latency over SciFact x COPIES (40: ~1M chunks)")
@@ -541,8 +589,13 @@ def main() -> None:
         raise SystemExit(rc)
     data = use_data(args.data)
     steps = args.steps.split(",")
-    if "latency" in steps:
+    if "latency" in steps or "prepare" in steps:
         require_sets(data, ["scifact"])
+    if "prepare" in steps:  # the library and its bucket layout only (no Ray): a short heavy-lock hold
+        wh, library, _ = scifact_library(data, args.copies)
+        print(f"  prepared {library}: {write_bucket_layout(wh, library)}", file=sys.stderr)
+        if set(steps) == {"prepare"}:
+            return
     out = out_dir(args.out)
     from ragspine_pipeline.scale.serve import ensure_ray
 
@@ -554,7 +607,7 @@ def main() -> None:
         print(f"  faults: {res['faults']}", file=sys.stderr)
         say_written(write_results(out, res))
     if "latency" in steps:
-        res["latency"] = {"command": command,
+        res["latency" if args.copies == 10 else f"latency_x{args.copies}"] = {"command": command,
                           **run_latency(data, args.rounds, [int(x) for x in args.shards.split(",")],
                                       args.compare_at or None, args.copies)}
         say_written(write_results(out, res))

@@ -353,7 +353,7 @@ def test_a_shard_answers_over_its_wire_channel_what_its_methods_return(tmp_path:
     the socket equal the shard's own methods; results travel as raw arrays, no pickle."""
     from ragspine_pipeline.retrieval.lexical.bm25_segments import SurvivorStats
     from ragspine_pipeline.scale.shards import BM25Shard, VectorSource, write_layout
-    from ragspine_pipeline.scale.wire import Endpoint, WireClient, scored_parts
+    from ragspine_pipeline.scale.wire import Endpoint, WireClient, encode_frame, scored_parts
 
     chunks, queries = _synthetic(400)
     single = _retriever(chunks, FourHot())
@@ -366,7 +366,7 @@ def test_a_shard_answers_over_its_wire_channel_what_its_methods_return(tmp_path:
     packed = np.packbits(mask)
 
     def call(header: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
-        return client.receive(client.send(header, payload, 5.0), 5.0)
+        return client.receive(client.send(encode_frame(header, payload), 5.0), 5.0)
 
     for q in (single.analyzer.analyze_query(x, single._languages) for x in queries[:6]):
         want = shard.search(q, 7)
@@ -392,7 +392,13 @@ def test_a_shard_answers_over_its_wire_channel_what_its_methods_return(tmp_path:
 def test_the_wire_refuses_a_wrong_secret_and_drops_a_late_answer() -> None:
     import threading
 
-    from ragspine_pipeline.scale.wire import Endpoint, WireClient, WireError, WireServer
+    from ragspine_pipeline.scale.wire import (
+        Endpoint,
+        WireClient,
+        WireError,
+        WireServer,
+        encode_frame,
+    )
 
     release = threading.Event()
 
@@ -404,14 +410,14 @@ def test_the_wire_refuses_a_wrong_secret_and_drops_a_late_answer() -> None:
     server = WireServer(handler)
     ep = server.endpoint
     ok = WireClient(ep)
-    assert ok.receive(ok.send({"n": 1}, b"abc", 5.0), 5.0) == ({"echo": 1}, b"cba")
+    assert ok.receive(ok.send(encode_frame({"n": 1}, b"abc"), 5.0), 5.0) == ({"echo": 1}, b"cba")
     bad = WireClient(Endpoint(ep.host, ep.port, b"x" * len(ep.secret)))
     with pytest.raises(WireError):  # the server closes a connection with the wrong secret
-        bad.receive(bad.send({"n": 2}, b"", 5.0), 5.0)
-    sock = ok.send({"n": 3, "slow": True}, b"", 5.0)
+        bad.receive(bad.send(encode_frame({"n": 2}), 5.0), 5.0)
+    sock = ok.send(encode_frame({"n": 3, "slow": True}), 5.0)
     with pytest.raises(TimeoutError):
         ok.receive(sock, 0.05)
     assert sock.fileno() == -1  # closed: its late answer can never be read as another query's
     release.set()
-    assert ok.receive(ok.send({"n": 4}, b"z", 5.0), 5.0) == ({"echo": 4}, b"z")  # a fresh connection
+    assert ok.receive(ok.send(encode_frame({"n": 4}, b"z"), 5.0), 5.0) == ({"echo": 4}, b"z")  # a fresh connection
     server.close()

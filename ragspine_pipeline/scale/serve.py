@@ -181,6 +181,7 @@ class RayServiceConfig:
     timeout_s: float | None = None
     layout_root: str | None = None
     ingress: str = "replica"  # "replica" (uvicorn in each replica) or "serve" (Serve's proxy)
+    log_level: str = "info"  # as ``ragspine serve --log-level`` (info: one access line per request)
 
 
 def build_app(config: RayServiceConfig) -> Any:
@@ -205,8 +206,15 @@ class RagspineReplica:
         self.config = config
 
     def __serve_build_asgi_app__(self) -> Any:
-        logging.basicConfig(level=logging.INFO)
+        replica_logging(self.config.log_level)
         return build_app(self.config)
+
+
+def replica_logging(level: str) -> None:
+    """The replica logs as ``ragspine serve --log-level`` does (Ray may have configured the
+    root logger already, so the ragspine loggers get the level themselves)."""
+    logging.basicConfig(level=level.upper())
+    logging.getLogger("ragspine").setLevel(level.upper())
 
 
 def reuse_port_socket(host: str, port: int) -> socket.socket:
@@ -226,16 +234,15 @@ class ServingReplica:
     server (a thread with its own event loop), listening on the service's port."""
 
     def __init__(self, config: RayServiceConfig) -> None:
-        import asyncio
-
         import uvicorn
 
-        logging.basicConfig(level=logging.INFO)
+        replica_logging(config.log_level)
         self.config = config
         self.sock = reuse_port_socket(config.host, config.port)
-        self.server = uvicorn.Server(uvicorn.Config(build_app(config), log_level="warning", access_log=False,
+        self.server = uvicorn.Server(uvicorn.Config(build_app(config), log_level=config.log_level, access_log=False,
                                                     lifespan="on"))
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve(sockets=[self.sock])),
+        # Server.run: uvicorn's own event loop choice (uvloop where installed), as `ragspine serve`.
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]},
                                        name="ragspine-http", daemon=True)
         self.thread.start()
 

@@ -47,7 +47,16 @@ from ..retrieval.lexical.bm25_segments import SurvivorStats, open_segments
 from ..retrieval.lexical.bm25_topk import ScoredDocs, empty_scored, merge_top_k
 from .config import require_ray, shard_timeout_s
 from .layout import index_token_batches, write_layout
-from .wire import Endpoint, WireClient, WireError, WireServer, scored_frame, scored_parts
+from .vectors import VectorSource
+from .wire import (
+    Endpoint,
+    WireClient,
+    WireError,
+    WireServer,
+    encode_frame,
+    scored_frame,
+    scored_parts,
+)
 
 NAMESPACE = "ragspine"
 SHARD_RESTARTS = -1  # a killed shard always comes back (it only maps files)
@@ -118,40 +127,6 @@ def ids_digest(ids: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-@dataclass(frozen=True)
-class VectorSource:
-    """Where a shard reads its part of the dense vectors.
-
-    ``npy``: unit vectors of the whole corpus in position order (mapped; the shard copies
-    its rows). ``warehouse``/``library``/``version``: the published embeddings table, rows
-    matched by chunk id (the newest row of an id wins, as in ``load_snapshot_index``).
-    """
-
-    npy: str | None = None
-    warehouse: str | None = None
-    library: str | None = None
-    version: str | None = None
-
-    def rows(self, positions: np.ndarray, chunk_ids: Sequence[str]) -> np.ndarray:
-        if self.npy is not None:
-            return np.asarray(np.load(self.npy, mmap_mode="r")[positions], dtype=np.float32)
-        import pyarrow as pa
-
-        from ..warehouse.common import EMBEDDINGS
-        from ..warehouse.pipeline import _aligned
-        from ..warehouse.versioned import VersionedTables
-
-        wh = VersionedTables(Path(str(self.warehouse)))
-        table = _aligned(wh.read(EMBEDDINGS, str(self.library), "vectors", self.version),
-                         pa.array(list(chunk_ids), pa.string()), f"shard vectors of {self.library}")
-        vec = table.column("vector").combine_chunks()
-        dim = len(vec[0]) if len(vec) else 0
-        flat = vec.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-        mat = flat.reshape(len(vec), dim)
-        norms = np.linalg.norm(mat, axis=1, keepdims=True)  # as HybridRetriever.preload_vectors
-        return (mat / np.where(norms == 0, 1, norms)).astype(np.float32)
-
-
 def unpack_mask(packed: np.ndarray | None, n_docs: int) -> np.ndarray | None:
     return None if packed is None else np.unpackbits(packed, count=n_docs).astype(bool)
 
@@ -215,10 +190,16 @@ class BM25Shard:
 
     def search(self, query: list[str], k: int, packed: np.ndarray | None = None,
                stats: SurvivorStats | None = None) -> ScoredDocs:
+        """Candidates for the front's exact merge: unfiltered, every segment's top-k side by
+        side (not merged here: the front merges all shards' lists anyway); filtered, the
+        shard's top-k under the global ``stats``."""
         mask = unpack_mask(packed, self.index.n_docs)
-        if mask is None:  # each segment's top-k, merged with the front's tie rule
-            return _merge([ScoredDocs(seg._global_pos[r.ids], r.scores)
-                           for seg, r in ((seg, seg.search(query, k)) for seg in self.index.segments)], k)
+        if mask is None:  # each segment's top-k, side by side: the front's merge (tie rule included) picks
+            parts = [(seg._global_pos[r.ids], r.scores) for seg, r in ((s, s.search(query, k))
+                                                                       for s in self.index.segments)]
+            if not parts:
+                return empty_scored()
+            return ScoredDocs(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
         return self.index.search(query, k, mask, stats=stats)
 
     def dense(self, qv: np.ndarray, packed: np.ndarray | None, depth: int) -> list[ScoredDocs]:
@@ -353,7 +334,12 @@ class ShardedBM25:
         sent: dict[int, tuple[WireClient, Any]] = {}
         out: dict[int, Any] = {}
         missing: dict[int, str] = {}
+        frames: dict[tuple[int, int], bytes] = {}  # a request shared by several shards is encoded once
         for i, (header, payload) in calls.items():
+            key = (id(header), id(payload))
+            if key not in frames:
+                frames[key] = encode_frame(header, payload)
+            frame = frames[key]
             for attempt in (1, 2):  # a stale channel (the shard restarted) is renewed once
                 try:
                     link = self._link(i, deadline)
@@ -361,7 +347,7 @@ class ShardedBM25:
                     missing[i] = _unreachable(exc)
                     break
                 try:
-                    sent[i] = (link, link.send(header, payload, max(deadline - time.monotonic(), 1e-3)))
+                    sent[i] = (link, link.send(frame, max(deadline - time.monotonic(), 1e-3)))
                     break
                 except WireError as exc:
                     self._broken(i, link)

@@ -68,17 +68,22 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def send_frame(sock: socket.socket, header: dict[str, Any], payload: bytes = b"") -> None:
+def encode_frame(header: dict[str, Any], payload: bytes = b"") -> bytes:
+    """One frame's bytes (a scatter encodes its request once for every shard)."""
     head = json.dumps(header, separators=(",", ":")).encode()
-    sock.sendall(FRAME.pack(len(head), len(payload)) + head + payload)
+    return FRAME.pack(len(head), len(payload)) + head + payload
+
+
+def send_frame(sock: socket.socket, header: dict[str, Any], payload: bytes = b"") -> None:
+    sock.sendall(encode_frame(header, payload))
 
 
 def recv_frame(sock: socket.socket) -> tuple[dict[str, Any], bytes]:
     hlen, plen = FRAME.unpack(_recv_exact(sock, FRAME.size))
     if hlen > MAX_HEADER or plen > MAX_PAYLOAD:
         raise WireError(f"corrupt frame (header {hlen} bytes, payload {plen} bytes)")
-    header = json.loads(_recv_exact(sock, hlen))
-    return header, _recv_exact(sock, plen) if plen else b""
+    body = _recv_exact(sock, hlen + plen)  # one read for both (they arrive together)
+    return json.loads(body[:hlen]), body[hlen:]
 
 
 Handler = Callable[[dict[str, Any], bytes], tuple[dict[str, Any], bytes]]
@@ -145,14 +150,15 @@ class WireClient:
         sock.sendall(self.endpoint.secret)
         return sock
 
-    def send(self, header: dict[str, Any], payload: bytes, timeout_s: float) -> socket.socket:
+    def send(self, frame: bytes, timeout_s: float) -> socket.socket:
+        """Write one encoded request (``encode_frame``) on an idle or new connection."""
         with self._lock:
             sock = self._idle.pop() if self._idle else None
         try:
             if sock is None:
                 sock = self._connect(timeout_s)
             sock.settimeout(timeout_s)
-            send_frame(sock, header, payload)
+            sock.sendall(frame)
             return sock
         except OSError as exc:
             if sock is not None:
@@ -200,4 +206,4 @@ def scored_parts(header: dict[str, Any], payload: bytes) -> list[ScoredDocs]:
     return out
 
 
-__all__ = ["Endpoint", "WireClient", "WireError", "WireServer", "recv_frame", "scored_frame", "scored_parts", "send_frame"]
+__all__ = ["Endpoint", "WireClient", "WireError", "WireServer", "encode_frame", "recv_frame", "scored_frame", "scored_parts", "send_frame"]

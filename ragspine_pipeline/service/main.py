@@ -172,7 +172,7 @@ def _serve_ray(prog: str, args: argparse.Namespace, root: Path, keys_file: str |
     config = config_from(root, libraries=args.library, shards=n, replicas=args.replicas, host=args.host,
                          port=args.port, keys_file=str(Path(keys_file).resolve()) if keys_file else None,
                          mode=args.mode, allowed_origins=tuple(args.allowed_origin or ()),
-                         allowed_hosts=tuple(args.allowed_host or ()))
+                         allowed_hosts=tuple(args.allowed_host or ()), log_level=args.log_level)
     return run_ray_service(config)
 
 

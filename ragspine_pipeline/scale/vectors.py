@@ -1,0 +1,51 @@
+"""Where a shard reads its part of the dense vectors (it holds only its own rows).
+
+Why a separate record: the shard actor is created with it (a plain, picklable value that
+travels to whichever node runs the shard) and reads its rows there, so no vector matrix
+passes through the front or the object store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class VectorSource:
+    """Where a shard reads its part of the dense vectors.
+
+    ``npy``: unit vectors of the whole corpus in position order (mapped; the shard copies
+    its rows). ``warehouse``/``library``/``version``: the published embeddings table, rows
+    matched by chunk id (the newest row of an id wins, as in ``load_snapshot_index``).
+    """
+
+    npy: str | None = None
+    warehouse: str | None = None
+    library: str | None = None
+    version: str | None = None
+
+    def rows(self, positions: np.ndarray, chunk_ids: Sequence[str]) -> np.ndarray:
+        if self.npy is not None:
+            return np.asarray(np.load(self.npy, mmap_mode="r")[positions], dtype=np.float32)
+        import pyarrow as pa
+
+        from ..warehouse.common import EMBEDDINGS
+        from ..warehouse.pipeline import _aligned
+        from ..warehouse.versioned import VersionedTables
+
+        wh = VersionedTables(Path(str(self.warehouse)))
+        table = _aligned(wh.read(EMBEDDINGS, str(self.library), "vectors", self.version),
+                         pa.array(list(chunk_ids), pa.string()), f"shard vectors of {self.library}")
+        vec = table.column("vector").combine_chunks()
+        dim = len(vec[0]) if len(vec) else 0
+        flat = vec.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+        mat = flat.reshape(len(vec), dim)
+        norms = np.linalg.norm(mat, axis=1, keepdims=True)  # as HybridRetriever.preload_vectors
+        return (mat / np.where(norms == 0, 1, norms)).astype(np.float32)
+
+
+__all__ = ["VectorSource"]

@@ -86,7 +86,7 @@ def test_dispatch_sends_dense_queries_to_the_window_kernel(tmp_path):
         tids = np.array(packed._query_term_ids(q), np.int64)
         if not len(tids):
             continue
-        dense = route._all_dense(packed._pk[0], tids, packed.n_docs)
+        dense = route._window_suits(packed._pk[0], packed._idf, packed._w_max, tids, packed.n_docs)
         routed += dense
         for exhaustive in (0, 10**9):
             ids, sc = route.search_one(packed._pk, packed._idf, packed._w_max, tids, packed._weights(), 10,
@@ -98,5 +98,8 @@ def test_dispatch_sends_dense_queries_to_the_window_kernel(tmp_path):
         got = packed.search(q, k=10)  # through PackedBM25Index's dispatch
         r_ids, r_sc = ref_top(q, docs, 10)
         assert got.ids.tolist() == r_ids and np.allclose(got.scores, r_sc, atol=1e-9, rtol=0)
-    assert routed >= 3 and not route._all_dense(packed._pk[0], np.array([0, 399], np.int64), 2000)
-    assert not route._all_dense(packed._pk[0], np.zeros(windows.MAX_TERMS + 1, np.int64), 2000)
+    assert routed >= 3
+    args = packed._pk[0], packed._idf, packed._w_max
+    rare = np.array([packed.vocab.get("w399"), packed.vocab.get("w0")], np.int64)  # w399 carries the weight
+    assert packed.df[rare[0]] * route.RARE_DF_FRACTION < packed.n_docs and not route._window_suits(*args, rare, 2000)
+    assert not route._window_suits(*args, np.zeros(windows.MAX_TERMS + 1, np.int64), 2000)

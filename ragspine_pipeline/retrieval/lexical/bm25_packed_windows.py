@@ -36,11 +36,13 @@ from numba import njit
 
 from .bm25_numba_select import _SLACK, _drain, _gallop, _push
 from .bm25_numba_unfiltered import _unique_terms
-from .bm25_packed_kernels import _BLOCK, _count, _match_block, _w
+from .bm25_packed_kernels import _BLOCK, _count, _match_block, _unpack, _w
 from .bm25_packed_wand import _seek, _shallow
 
 WINDOW = 4096  # documents per window: the accumulator and hit masks stay in L1/L2
 MAX_TERMS = 62  # distinct terms: one bit each in an int64 hit mask
+SEED_DF_FRACTION = 100  # seed the k-th score from the rarest term when df x this < documents
+SEED_LOOKUPS = 8192  # at most this many seed documents have the other terms looked up
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -168,10 +170,10 @@ def _look_up(ar, j, lo, blk, b0, bend, cnt, dcode, wt, scale, wc, whit, wacc, wl
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _keep(wlist, nw, wacc, whit, bound, theta, full):
+def _keep(wlist, nw, wacc, whit, bound, theta):
     """Keep, in order, the candidates whose partial score plus ``bound`` (the bounds of
     the terms not added yet) can still beat theta; the others' window slots are cleared."""
-    if not full:
+    if theta <= 0.0:
         return nw
     m = 0
     for y in range(nw):
@@ -183,6 +185,103 @@ def _keep(wlist, nw, wacc, whit, bound, theta, full):
             wlist[m] = x
             m += 1
     return m
+
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _above(rd, score, n, rest, floor):
+    """Keep, in order, the documents rd[:n] whose score plus ``rest`` can still reach
+    ``floor``; returns how many."""
+    m = 0
+    for i in range(n):
+        if (score[i] + rest) * (1.0 + _SLACK) >= floor:
+            rd[m] = rd[i]
+            score[m] = score[i]
+            m += 1
+    return m
+
+
+@njit(cache=True, nogil=True)
+def _seed(pk, ar, ut, scale, ub, k, dcode, wt, n_docs):
+    """A lower bound of the final k-th score, or 0, from the rarest term when it holds at
+    least k documents and under 1/``SEED_DF_FRACTION`` of the corpus, as term-at-a-time
+    MaxScore starts: the k-th best of its weights (blocks that cannot beat it with the
+    other terms' bounds are not decoded), then the other terms, largest bound first,
+    looked up at the documents that can still beat it, raising it to the k-th best of
+    their partial scores; less a relative margin for summation order.
+
+    Why: the window walk starts with nothing in its heap, so without a seed it scores
+    the first windows of the long lists in full, and cannot jump to the rare term's
+    documents. Every document of the final top k scores at least this (k documents do),
+    so pruning strictly below it stays exact, and the walk finds and scores the seed
+    documents again."""
+    data, off, dbits, tbits, last = ar
+    indptr = pk[0]
+    nu = ut.shape[0]
+    r = -1
+    best = n_docs // SEED_DF_FRACTION
+    for j in range(nu):
+        df = indptr[ut[j] + 1] - indptr[ut[j]]
+        if df < best:
+            best = df
+            r = j
+    if r < 0 or nu < 2 or best < k:
+        return 0.0
+    rest = 0.0
+    for j in range(nu):
+        if j != r:
+            rest += ub[j]
+    # The rarest term's documents that can still reach the k-th best of its weights so far
+    # with the other terms' bounds; a block whose max cannot is not decoded.
+    rd = np.empty(best, np.int64)
+    score = np.empty(best, np.float64)
+    bd = np.empty(_BLOCK, np.int64)
+    bt = np.empty(_BLOCK, np.int64)
+    hs = np.empty(k, np.float64)
+    hi = np.empty(k, np.int64)
+    nh = 0
+    t = ut[r]
+    bmax = pk[6]
+    nc = 0
+    for b in range(pk[1][t], pk[1][t + 1]):
+        if nh == k and (bmax[b] * scale[r] + rest) * (1.0 + _SLACK) < hs[0]:
+            continue
+        n = _count(pk, t, b)
+        _unpack(data, off, dbits, tbits, last, b, b == pk[1][t], n, bd, bt)
+        for i in range(n):
+            c = _w(bt[i], dcode[bd[i]], wt) * scale[r]
+            if nh < k or c > hs[0]:
+                nh = _push(hs, hi, nh, k, c, bd[i])
+            if nh < k or (c + rest) * (1.0 + _SLACK) >= hs[0]:
+                rd[nc] = bd[i]
+                score[nc] = c
+                nc += 1
+    floor = hs[0]
+    nc = _above(rd, score, nc, rest, floor)
+    for j in range(nu):  # by descending bound: the candidates thin out fastest
+        if j == r:
+            continue
+        if nc > SEED_LOOKUPS:
+            break
+        t = ut[j]
+        b = pk[1][t]
+        bend = pk[1][t + 1]
+        y = 0
+        while y < nc and b < bend:
+            if last[b] < rd[y]:
+                b = _gallop(last, b, bend, rd[y])
+                continue
+            y, m = _match_block(data, off, dbits, tbits, last, b, b == pk[1][t], _count(pk, t, b), rd, y, nc,
+                                bd, bt)
+            for h in range(m):
+                score[bd[h]] += _w(bt[h], dcode[rd[bd[h]]], wt) * scale[j]
+            b += 1
+        # Partial scores of some documents: their k-th best is a lower bound too.
+        if nc >= k:
+            floor = max(floor, np.partition(score[:nc], nc - k)[nc - k])
+        rest -= ub[j]
+        nc = _above(rd, score, nc, max(rest, 0.0), floor)
+    return floor * (1.0 - 4.0 * _SLACK)
 
 
 @njit(cache=True, nogil=True)
@@ -207,6 +306,7 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
     bend = np.empty(nu, np.int64)
     cnt = np.empty(nu, np.int64)
     blk = np.empty(nu, np.int64)
+    jb = np.empty(nu, np.int64)
     dec = np.full(nu, -1, np.int64)
     pos = np.zeros(nu, np.int64)
     nb = np.zeros(nu, np.int64)
@@ -216,6 +316,7 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
         t = ut[j]
         b0[j] = pk[1][t]
         blk[j] = b0[j]
+        jb[j] = b0[j]
         bend[j] = pk[1][t + 1]
         cnt[j] = _count(pk, t, bend[j] - 1)
     # gsuf[j]: the upper bounds of terms j.. summed (terms are by descending bound).
@@ -232,31 +333,39 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
     m = np.zeros(nu, np.float64)
     ordm = np.empty(nu, np.int64)
     pre = np.zeros(nu + 1, np.float64)
-    theta = 0.0
+    # A lower bound of the k-th score from the rarest term's documents, when it is rare.
+    theta = _seed(pk, ar, ut, scale, ub, k, dcode, wt, end_doc)
     lo = np.int64(0)
     while lo < end_doc:
-        if nh == kk:
-            # Terms ge.. cannot beat theta together: jump to the next posting of the others.
+        if theta > 0.0:
+            # Terms ge.. cannot beat theta together, nor can a block of another term whose
+            # max plus every other term's bound: jump to the next document that can.
             ge = nu
             while ge > 0 and gsuf[ge - 1] * (1.0 + _SLACK) < theta:
                 ge -= 1
             if ge == 0:
                 break
-            if ge < nu:
-                nxt = end_doc
-                for j in range(ge):
-                    b = _shallow(last, blk[j], bend[j], lo)
-                    blk[j] = b
-                    if b >= bend[j]:
-                        continue
-                    if last[b] - lo < WINDOW:
-                        # A short block: no jump worth a decode (dense terms land here).
-                        nxt = lo
-                        break
-                    nxt = min(nxt, _seek(ar, j, b, lo, b0, bend, cnt, dec, pos, nb, docs, tfs))
-                if nxt >= end_doc:
+            nxt = end_doc
+            for j in range(ge):
+                # jb only moves on: lo and theta only rise, so a block passed stays passed.
+                b = _shallow(last, jb[j], bend[j], lo)
+                others = gsuf[0] - ub[j]
+                while b < bend[j] and (bmax[b] * scale[j] + others) * (1.0 + _SLACK) < theta:
+                    b += 1
+                jb[j] = b
+                if b >= bend[j]:
+                    continue
+                start = lo if b == b0[j] else max(lo, last[b - 1] + 1)
+                if start > lo:
+                    nxt = min(nxt, start)  # the block's start: a bound, nothing decoded
+                elif last[b] - lo < WINDOW:
+                    nxt = lo  # a short block holds lo: no jump worth a decode
                     break
-                lo = nxt
+                else:
+                    nxt = min(nxt, _seek(ar, j, b, lo, b0, bend, cnt, dec, pos, nb, docs, tfs))
+            if nxt >= end_doc:
+                break
+            lo = nxt
         # The window: up to the nearest end of the blocks holding lo (each term has one
         # bound there), at most WINDOW documents.
         hi = min(lo + WINDOW - 1, end_doc - 1)
@@ -272,11 +381,11 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
         if live == 0:
             break
         _sort_by_bound(m, ordm, live, pre)
-        if nh == kk and pre[live] * (1.0 + _SLACK) < theta:
+        if theta > 0.0 and pre[live] * (1.0 + _SLACK) < theta:
             lo = hi + 1
             continue
         ne = 0
-        if nh == kk:
+        if theta > 0.0:
             while ne < live and pre[ne + 1] * (1.0 + _SLACK) < theta:
                 ne += 1
         if ne > 0:
@@ -292,7 +401,7 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
             # One essential term: a posting whose weight plus the others' bounds cannot
             # beat theta is not even written (the window list stays in position order).
             nw = _scatter(ar, ordm[i], lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale,
-                          wc, whit, wacc, wlist, nw, False, pre[ne], theta if single and nh == kk else 0.0)
+                          wc, whit, wacc, wlist, nw, False, pre[ne], theta if single else 0.0)
         # Candidates in position order, those that can still beat theta.
         span = hi - lo + 1
         if single:
@@ -305,7 +414,7 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
                     nw += 1
         else:
             wlist[:nw].sort()
-        nw = _keep(wlist, nw, wacc, whit, pre[ne], theta, nh == kk)
+        nw = _keep(wlist, nw, wacc, whit, pre[ne], theta)
         for i in range(ne - 1, -1, -1):
             if nw == 0:
                 break
@@ -316,7 +425,7 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
             else:
                 _look_up(ar, j, lo, blk, b0, bend, cnt, dcode, wt, scale, wc, whit, wacc, wlist, nw,
                          keys, hit_key, hit_tf)
-            nw = _keep(wlist, nw, wacc, whit, pre[i], theta, nh == kk)
+            nw = _keep(wlist, nw, wacc, whit, pre[i], theta)
         for y in range(nw):
             x = wlist[y]
             # The exact score: the hits summed in _unique_terms order, as MaxScore's acc.
@@ -328,7 +437,7 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
             if sc > 0.0 and (nh < kk or sc > hs[0]):
                 nh = _push(hs, hi_, nh, kk, sc, lo + x)
                 if nh == kk:
-                    theta = hs[0]
+                    theta = max(theta, hs[0])
             whit[x] = 0
             wacc[x] = 0.0
         lo = hi + 1

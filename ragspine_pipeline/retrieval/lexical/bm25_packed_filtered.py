@@ -8,14 +8,17 @@ popcount of N/64 words. What the packed layout changes is how a term's survivors
 (``_plan``); each route but the last also gathers the surviving (doc, tf) pairs once, and
 they serve both the survivor df and the scoring:
 
-* few survivors (<= N / ``bm25_filter.FEW_SURVIVORS_DIV``), a list much longer: with a
-  bitset row, each survivor's bit in the row, its tf read at its rank (``rank_dir``: O(1))
-  straight from its block; without one, the survivors galloped through the blocks' last
-  doc ids, only the blocks holding one unpacked. An exhaustive pass over the survivors;
-* a term without a bitset row under a filter keeping at most a quarter: a branch-free
-  pass unpacking the list;
-* otherwise the survivor df only (a popcount of (row & filter) over N/64 words, or a
-  pass unpacking the list); the term is scored later by a pruned scan.
+* few survivors (<= N / ``bm25_filter.FEW_SURVIVORS_DIV``): a term with a bitset row and
+  a list much longer counts the survivors' bits in its row, and is scored by reading each
+  survivor's tf at its rank (``rank_dir``: O(1)) straight from its block; a term without
+  one has its postings at the survivors gathered, by galloping them through the blocks'
+  last doc ids (only the blocks holding one unpacked) when its list is much longer, else
+  by a branch-free pass unpacking it. An exhaustive pass over the survivors;
+* more survivors: the survivor df only (a popcount of (row & filter) over N/64 words, or
+  a pass decoding the list's gaps), and the term is scored by a pruned scan. (Gathering
+  there too, as the plain layout's kernel does under a filter keeping up to a quarter,
+  measured slower at 10M documents: every survivor's score then lands in an 80 MB
+  accumulator at random, where the pruned scan skips most blocks.)
 
 Scoring then follows MaxScore by descending term bound (the idf over the survivors x the
 smaller of the full-corpus max w grown by avgdl'/avgdl and the term's max tf over its
@@ -224,7 +227,7 @@ def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs
 
 
 @njit(cache=True, nogil=True)
-def _plan(pk, ut, bits, surv, n, few, broad, docs, tfs):
+def _plan(pk, ut, bits, surv, n, few, docs, tfs):
     """Survivor df of each distinct term and how it is scored (the module docstring's
     routes): mode 0 by a pruned scan of its list, 1 from its surviving postings gathered
     into (g_doc, g_tf) on the way, 2 by rank of the few survivors in its bitset row.
@@ -240,9 +243,9 @@ def _plan(pk, ut, bits, surv, n, few, broad, docs, tfs):
         if bit_row[t] >= 0:
             if few and n * _RANK_MIN < df:
                 mode[y] = 2
-        elif (few and n * _GALLOP_MIN < df) or not broad:
+        elif few:
             mode[y] = 1
-            cap += min(df, n) if few else df
+            cap += min(df, n) if n * _GALLOP_MIN < df else df
     g_doc = np.empty(cap, np.int64)
     g_tf = np.empty(cap, np.float64)
     g_lo = np.zeros(nu + 1, np.int64)
@@ -281,15 +284,13 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     b = wt[3]
     if n == 0 or total == 0 or qtids.shape[0] == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    n_docs = acc.shape[0]
     docs = np.empty(_BLOCK, np.int64)
     tfs = np.empty(_BLOCK, np.int64)
     avgdl = total / n
     few = surv.shape[0] == n
-    broad = 4 * n > n_docs
     ut, mult, _first = _distinct(qtids)
     nu = ut.shape[0]
-    dfs, mode, g_lo, g_doc, g_tf = _plan(pk, ut, bits, surv, n, few, broad, docs, tfs)
+    dfs, mode, g_lo, g_doc, g_tf = _plan(pk, ut, bits, surv, n, few, docs, tfs)
     k1p1 = k1 + 1.0
     kb = 1.0 - b
     bavg = b / avgdl

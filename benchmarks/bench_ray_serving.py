@@ -3,12 +3,17 @@
 Steps (``--steps``, default both):
 
 - ``latency``: over the SciFact x10 library of ``bench_open`` (252,930 chunks, BM25-only;
-  built there if missing), laid out once in 4 hash buckets (``scale.shards.write_layout``,
-  the streaming segment writer, in a capped subprocess), one client sends the SciFact test queries
-  in turn (top_k 10) to: the single-process service (``ragspine serve``, one uvicorn
-  worker), and ``serve --ray`` with S = 1, 2, 4 shards (one replica); beside them, the
-  same queries in-process (``open_published_retriever``). p50/p95 ms and qps per
-  configuration, and RSS/PSS/USS of every shard process (``/proc/PID/smaps_rollup``).
+  built there if missing), or SciFact x ``--copies`` built here (40: 1,011,720 chunks), laid
+  out once in 4 hash buckets (``scale.layout.write_layout``, the streaming segment writer, in
+  a capped subprocess), one client sends the SciFact test queries in turn (top_k 10, after
+  one untimed pass) to: the single-process service (``ragspine serve``, one uvicorn worker),
+  then ``serve --ray`` with S = 1, 2, 4 shards (one replica, replica ingress), each
+  interleaved request by request with the single-process service so both see the same load;
+  with ``--compare-at S`` also S shards behind Serve's HTTP proxy and behind Serve's HAProxy.
+  Beside them, the same queries in-process (``open_published_retriever``) and through the
+  shards from this process without HTTP. p50/p95 ms and qps per configuration, and
+  RSS/PSS/USS of every shard process (``/proc/PID/smaps_rollup``).
+- ``prepare``: build the library and its layout only (no Ray), a short heavy-lock hold.
 - ``faults``: the demo warehouse published in 2 hash buckets, on Ray Serve with S = 2; ``--clients`` clients send the
   golden queries for ``--duration`` seconds while one shard of a library is killed with
   SIGKILL at ``--kill-at`` s. Every response must be a 200 equal to the single-process
@@ -530,8 +535,8 @@ def latency_lines(lat: dict[str, Any]) -> list[str]:
 
 
 def write_results(out: Path, res: dict[str, Any]) -> list[Path]:
-    machine = (f"{os.cpu_count()} CPUs shared by the load client, the Ray cluster (GCS, raylet, Serve proxy and "
-               f"controller, replica, shards) and other work; load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
+    machine = (f"{os.cpu_count()} CPUs shared by the load client, the single-process service, the Ray cluster (GCS, "
+               f"raylet, Serve controller, replica, shards) and other helpers' work; load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} "
                f"at the end; Python {platform.python_version()}")
     js = out / "ray_serving.json"
     if js.exists():  # a run of one step keeps the other step's committed section

@@ -3,13 +3,20 @@
 
     python benchmarks/bench_open.py                       # build (resumable) + measure
     python benchmarks/bench_open.py --out benchmarks/results --label after
+    python benchmarks/bench_open.py --copies 40 --out benchmarks/results --label 1m
 
-The library is SciFact's documents written ten times under distinct ids (51,830
-documents, ~253k chunks: the ``scifact-x10`` row of bench_pipeline), published BM25-only
-by the engine steps the Dagster assets call (raw -> chunks -> lexical_index ->
-snapshot). The warehouse is kept in ``--cache`` (default ``benchmarks/.cache/open``,
-git-ignored): a second run only refreshes what changed (e.g. a lexical index rewritten
-with its BM25 file after a code change) and goes straight to the measurement.
+The library is SciFact's documents written ``--copies`` times under distinct ids (10, the
+default: 51,830 documents, ~253k chunks, the ``scifact-x10`` row of bench_pipeline; 40:
+207,320 documents, ~1.01M chunks), published BM25-only by the engine steps the Dagster
+assets call (raw -> chunks -> lexical_index -> snapshot). The warehouse is kept in
+``--cache`` (default ``benchmarks/.cache/open`` for x10, ``benchmarks/.cache/open_xN``
+otherwise; git-ignored): a second run only refreshes what changed (e.g. a lexical index
+rewritten with its BM25 file after a code change) and goes straight to the measurement.
+
+The build runs in its own process under the machine-wide heavy lock and an address-space
+cap (``flock /tmp/heavy.lock prlimit --as=BUILD_AS nice -n 10``: a 1M-chunk build peaks
+near 2.3 GB and the box has no swap); the timed opens run outside the lock, each with the
+load average at its start recorded (the cores are shared).
 
 Each measured open runs in a new Python process after the package is imported: wall
 time of ``open_published_retriever(W, library, mode="bm25")``; peak RSS growth during
@@ -45,10 +52,22 @@ from ragspine_pipeline.retrieval.chunking.chunk_columns import CACHE_MAX  # noqa
 LIBRARY = "scifact_x10"
 COPIES = 10
 DEFAULT_CACHE = ROOT / "benchmarks" / ".cache" / "open"
+BUILD_AS = 12 << 30  # address-space cap of the build process (bytes)
+HEAVY_LOCK = "/tmp/heavy.lock"
 
 
-def write_library(folder: Path, data: Path) -> int:
-    """SciFact x COPIES as one .txt per document (written once; a marker says it is whole)."""
+def library_name(copies: int) -> str:
+    """The library id of SciFact x ``copies`` (``scifact_x10`` for the default)."""
+    return f"scifact_x{copies}"
+
+
+def default_cache(copies: int) -> Path:
+    """One warehouse per size: x10 keeps the folder its committed results were built in."""
+    return DEFAULT_CACHE if copies == COPIES else DEFAULT_CACHE.with_name(f"open_x{copies}")
+
+
+def write_library(folder: Path, data: Path, copies: int = COPIES) -> int:
+    """SciFact x ``copies`` as one .txt per document (written once; a marker says it is whole)."""
     marker = folder / ".complete"
     if marker.exists():
         return int(marker.read_text())
@@ -57,7 +76,7 @@ def write_library(folder: Path, data: Path) -> int:
     ds = load_beir(data / "scifact")
     folder.mkdir(parents=True, exist_ok=True)
     n = 0
-    for k in range(COPIES):
+    for k in range(copies):
         for i, d in enumerate(ds.corpus.values()):
             (folder / f"c{k}_d{i:06d}.txt").write_text(f"{d.title}\n\n{d.text}\n", encoding="utf-8")
             n += 1
@@ -65,8 +84,11 @@ def write_library(folder: Path, data: Path) -> int:
     return n
 
 
-def build(cache: Path, data: Path) -> dict:
-    """The published BM25-only library, by the asset's engine steps (each incremental)."""
+def build(cache: Path, data: Path, copies: int = COPIES) -> dict:
+    """The published BM25-only library, by the asset's engine steps (each incremental).
+
+    Runs in the calling process (``bench_ray_serving`` calls it for x10); ``main`` runs it
+    in a capped child (``build_in_child``). The peak RSS of the process is reported."""
     from ragspine_pipeline.warehouse.pipeline import (
         build_chunks,
         build_lexical_index,
@@ -75,13 +97,14 @@ def build(cache: Path, data: Path) -> dict:
     )
     from ragspine_pipeline.warehouse.versioned import VersionedTables
 
-    docs = write_library(cache / "corpus" / LIBRARY, data)
+    library = library_name(copies)
+    docs = write_library(cache / "corpus" / library, data, copies)
     wh = VersionedTables(cache / "warehouse")
     steps = {}
-    for name, fn in (("raw_documents", lambda: build_raw_documents(wh, cache / "corpus", LIBRARY)),
-                     ("chunks", lambda: build_chunks(wh, LIBRARY)),
-                     ("lexical_index", lambda: build_lexical_index(wh, LIBRARY)),
-                     ("snapshot", lambda: publish_snapshot(wh, LIBRARY))):
+    for name, fn in (("raw_documents", lambda: build_raw_documents(wh, cache / "corpus", library)),
+                     ("chunks", lambda: build_chunks(wh, library)),
+                     ("lexical_index", lambda: build_lexical_index(wh, library)),
+                     ("snapshot", lambda: publish_snapshot(wh, library))):
         t0 = time.perf_counter()
         res = fn()
         steps[name] = {"seconds": round(time.perf_counter() - t0, 2), "version": res.published.version,
@@ -89,10 +112,35 @@ def build(cache: Path, data: Path) -> dict:
                           if k in ("reused", "active_chunks", "chunks_indexed", "bm25_docs", "bm25_bytes",
                                    "bm25_seconds")}}
         print(f"  {name}: {steps[name]}", file=sys.stderr)
-    return {"documents": docs, "steps": steps}
+    return {"documents": docs, "library": library, "steps": steps,
+            "peak_rss_mib": round(_status_kib("VmHWM") / 1024, 1)}
 
 
-def child(warehouse: str, queries: int, dump: str | None, data: str, preload: bool, hold: float = 0.0) -> None:
+def capped(cmd: list[str]) -> list[str]:
+    """``cmd`` under the machine-wide heavy lock, the address-space cap and ``nice``."""
+    return ["flock", HEAVY_LOCK, "prlimit", f"--as={BUILD_AS}", "nice", "-n", "10", *cmd]
+
+
+def build_in_child(cache: Path, data: Path, copies: int) -> dict:
+    """``build`` in a child process holding the heavy lock, capped at ``BUILD_AS`` bytes of
+    address space and niced: an over-budget build fails alone instead of pushing the
+    swapless box into the OOM killer. The lock wait is reported apart from the build."""
+    cmd = [sys.executable, __file__, "--build-child", "--copies", str(copies), "--cache", str(cache),
+           "--data", str(data)]
+    cmd = capped(cmd)
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=False)
+    if res.returncode:
+        raise SystemExit(f"build failed (exit {res.returncode}; cap {BUILD_AS >> 30} GiB address space): "
+                         f"{' '.join(cmd)}")
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out["seconds_with_lock_wait"] = round(time.perf_counter() - t0, 1)
+    out["command"] = " ".join(cmd[:6]) + " ..."
+    return out
+
+
+def child(warehouse: str, library: str, queries: int, dump: str | None, data: str, preload: bool,
+          hold: float = 0.0) -> None:
     """One fresh process: import, reset the peak, open, measure; optionally answer queries.
 
     ``preload``: the compiled BM25 kernels (numba, loaded by the first index a process
@@ -108,16 +156,17 @@ def child(warehouse: str, queries: int, dump: str | None, data: str, preload: bo
         from ragspine_pipeline.retrieval.lexical.bm25_kernel import load_kernels
 
         load_kernels()
+    load = os.getloadavg()[0]
     before = _status_kib("VmRSS")
     uss_before = _rollup_kib()["uss"]
     _reset_peak()
     t0 = time.perf_counter()
-    r = open_published_retriever(warehouse, LIBRARY, mode="bm25")
+    r = open_published_retriever(warehouse, library, mode="bm25")
     open_s = time.perf_counter() - t0
     peak = _status_kib("VmHWM")
     roll = _rollup_kib()
     inner = getattr(getattr(r, "index", None), "retriever", None)
-    out = {"open_s": round(open_s, 4), "rss_before_mib": round(before / 1024, 1),
+    out = {"open_s": round(open_s, 4), "load_1min": round(load, 2), "rss_before_mib": round(before / 1024, 1),
            "peak_growth_mib": round((peak - before) / 1024, 1),
            **{f"{k}_after_mib": round(roll[k] / 1024, 1) for k in ("rss", "pss", "uss")},
            "chunks": len(inner) if inner is not None else None,
@@ -135,7 +184,7 @@ def child(warehouse: str, queries: int, dump: str | None, data: str, preload: bo
         time.sleep(hold)
 
 
-def throughput_child(warehouse: str, queries: int, data: str, rounds: int = 7) -> None:
+def throughput_child(warehouse: str, library: str, queries: int, data: str, rounds: int = 7) -> None:
     """Mapped vs today's in-memory path, one process, rounds alternating (same machine load
     for both): ``retrieve(q, top_k=10)`` over the first ``queries`` SciFact queries, warm.
     The in-memory retriever is the token path (``_published_files`` answering None, as for a
@@ -145,11 +194,11 @@ def throughput_child(warehouse: str, queries: int, data: str, rounds: int = 7) -
     from ragspine_pipeline.warehouse import pipeline as P
 
     qs = list(load_beir(Path(data) / "scifact").queries.values())[:queries]
-    mapped = open_published_retriever(warehouse, LIBRARY, mode="bm25")
+    mapped = open_published_retriever(warehouse, library, mode="bm25")
     real = P._published_files
     P._published_files = lambda *a, **k: None
     try:
-        built = open_published_retriever(warehouse, LIBRARY, mode="bm25")
+        built = open_published_retriever(warehouse, library, mode="bm25")
     finally:
         P._published_files = real
     times: dict[str, list[float]] = {"mapped": [], "in_memory": []}
@@ -173,32 +222,47 @@ def throughput_child(warehouse: str, queries: int, data: str, rounds: int = 7) -
                       "qps_ratio_best_of": round(min(times["in_memory"]) / min(times["mapped"]), 3)}))
 
 
-def _child_cmd(warehouse: Path, queries: int, data: Path, *extra: str) -> list[str]:
-    return [sys.executable, __file__, "--child", str(warehouse), "--queries", str(queries), "--data", str(data),
-            *extra]
+def _child_cmd(warehouse: Path, library: str, queries: int, data: Path, *extra: str) -> list[str]:
+    return [sys.executable, __file__, "--child", str(warehouse), "--library", library, "--queries", str(queries),
+            "--data", str(data), *extra]
 
 
-def second_process(warehouse: Path, queries: int, data: Path) -> dict:
+def second_process(warehouse: Path, library: str, queries: int, data: Path) -> dict:
     """Two serving processes on one snapshot: the first opens, answers and holds; the
     second (kernels preloaded in both) opens and answers the same queries. Its USS growth
     is what a further process costs: the mapped files' pages are shared, not private."""
     index_bytes = sum(p.stat().st_size for p in warehouse.rglob("*") if p.name in ("bm25.rsbm25",
                                                                                   "served_chunks.arrow"))
-    first = subprocess.Popen(_child_cmd(warehouse, queries, data, "--preload-kernels", "--hold", "120"),
+    first = subprocess.Popen(_child_cmd(warehouse, library, queries, data, "--preload-kernels", "--hold", "120"),
                              stdout=subprocess.PIPE, text=True)
     try:
         a = json.loads(first.stdout.readline())
-        b = run_child(warehouse, queries, None, data, preload=True, extra=("--hold", "0.001"))
+        b = run_child(warehouse, library, queries, None, data, preload=True, extra=("--hold", "0.001"))
     finally:
         first.kill()
         first.wait()
-    return {"first": a, "second": b, "published_bytes_all_versions": index_bytes,
-            "second_uss_growth_mib": b["uss_growth_mib"]}
+    served = served_bytes(warehouse, library)
+    return {"first": a, "second": b, "published_bytes_all_versions": index_bytes, "served_bytes": served,
+            "second_uss_growth_mib": b["uss_growth_mib"],
+            "second_uss_pct_of_served": round(b["uss_growth_mib"] * 2**20 / served * 100, 2)}
 
 
-def run_child(warehouse: Path, queries: int, dump: Path | None, data: Path, preload: bool = False,
+def served_bytes(warehouse: Path, library: str) -> int:
+    """Bytes of the files the newest snapshot serves mapped (the BM25 file and the chunk
+    columns of its lexical_index version): the "index size" the second-process USS goal
+    is a share of."""
+    from ragspine_pipeline.warehouse.common import LEXICAL, SNAPSHOT
+    from ragspine_pipeline.warehouse.versioned import VersionedTables
+
+    wh = VersionedTables(warehouse)
+    snap = wh.latest(SNAPSHOT, library)
+    folder = wh.get(LEXICAL, library, snap.manifest["metadata"]["lexical_index"]).path
+    return sum((folder / name).stat().st_size for name in ("bm25.rsbm25", "served_chunks.arrow"))
+
+
+def run_child(warehouse: Path, library: str, queries: int, dump: Path | None, data: Path, preload: bool = False,
               extra: tuple[str, ...] = ()) -> dict:
-    cmd = _child_cmd(warehouse, queries, data, *(["--preload-kernels"] if preload else []), *extra)
+    cmd = _child_cmd(warehouse, library, queries, data, *(["--preload-kernels"] if preload else []), *extra)
     if dump is not None:
         cmd += ["--dump", str(dump)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -207,46 +271,20 @@ def run_child(warehouse: Path, queries: int, dump: Path | None, data: Path, prel
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_io_args(ap)
-    ap.add_argument("--cache", default=str(DEFAULT_CACHE), help="warehouse + corpus kept between runs")
-    ap.add_argument("--runs", type=int, default=5, help="fresh processes timed (default 5)")
-    ap.add_argument("--queries", type=int, default=100, help="SciFact queries answered (default 100)")
-    ap.add_argument("--reference", default=None, help="answers JSON of another run, compared byte for byte")
-    ap.add_argument("--label", default="", help="name of this run in the report (e.g. before, after)")
-    ap.add_argument("--skip-build", action="store_true", help="measure the cached warehouse as it is")
-    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--dump", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--preload-kernels", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--throughput-child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--hold", type=float, default=0.0, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    data = use_data(args.data)
-    if args.child and args.throughput_child:
-        throughput_child(args.child, args.queries, str(data))
-        return
-    if args.child:
-        child(args.child, args.queries, args.dump, str(data), args.preload_kernels, args.hold)
-        return
-    require_sets(data, ["scifact"])
-    cache = Path(args.cache)
-    cache.mkdir(parents=True, exist_ok=True)
-    report: dict = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "label": args.label,
-                    "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                "platform": platform.platform()}}
-    if not args.skip_build:
-        t0 = time.perf_counter()
-        report["build"] = build(cache, data)
-        report["build"]["seconds"] = round(time.perf_counter() - t0, 1)
-    answers = cache / f"answers{('_' + args.label) if args.label else ''}.json"
-    report["load_before"] = os.getloadavg()
-    runs = [run_child(cache / "warehouse", args.queries, answers if i == 0 else None, data) for i in range(args.runs)]
-    warm = [run_child(cache / "warehouse", args.queries, None, data, preload=True) for _ in range(args.runs)]
-    tp = subprocess.run([sys.executable, __file__, "--child", str(cache / "warehouse"), "--throughput-child",
-                         "--queries", "300", "--data", str(data)], capture_output=True, text=True, check=True)
-    report["throughput"] = json.loads(tp.stdout.strip().splitlines()[-1])
-    report["two_processes"] = second_process(cache / "warehouse", args.queries, data)
+def measure(warehouse: Path, library: str, args: argparse.Namespace, data: Path, answers: Path) -> dict:
+    """The timed opens (fresh processes, with and without the kernels preloaded), the
+    query throughput (when asked) and the two-process USS figure, outside the heavy lock."""
+    report: dict = {"load_before": os.getloadavg()}
+    runs = [run_child(warehouse, library, args.queries, answers if i == 0 else None, data) for i in range(args.runs)]
+    warm = [run_child(warehouse, library, args.queries, None, data, preload=True) for _ in range(args.runs)]
+    if args.throughput:
+        cmd = [sys.executable, __file__, "--child", str(warehouse), "--library", library, "--throughput-child",
+               "--queries", "300", "--data", str(data)]
+        # The token path rebuilds the whole index in memory (~7 GB at 1M chunks): capped and locked there.
+        tp = subprocess.run(cmd if args.copies == COPIES else capped(cmd), capture_output=True, text=True,
+                            check=True)
+        report["throughput"] = json.loads(tp.stdout.strip().splitlines()[-1])
+    report["two_processes"] = second_process(warehouse, library, args.queries, data)
     report["load_after"] = os.getloadavg()
     report["runs"] = runs
     report["runs_kernels_preloaded"] = warm
@@ -255,24 +293,40 @@ def main() -> None:
     report["open_s_median"] = statistics.median(r["open_s"] for r in runs)
     report["open_s_max"] = max(r["open_s"] for r in runs)
     report["peak_growth_mib_max"] = max(r["peak_growth_mib"] for r in runs)
-    report["answers_sha256"] = hashlib.sha256(answers.read_bytes()).hexdigest()
-    if args.reference:
-        report["reference_sha256"] = hashlib.sha256(Path(args.reference).read_bytes()).hexdigest()
-        report["identical_to_reference"] = report["reference_sha256"] == report["answers_sha256"]
-    out = out_dir(args.out)
-    stem = f"open_published{('_' + args.label) if args.label else ''}"
-    (out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
-    lines = [f"# open_published_retriever, SciFact x{COPIES} ({runs[0]['chunks']} chunks, BM25-only)", "",
+    return report
+
+
+def machine() -> dict:
+    """Cores, memory, Python and platform of the machine the figures come from."""
+    mem = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+               if line.startswith("MemTotal:"))
+    return {"cpus": os.cpu_count(), "memory_gib": round(mem / (1 << 20), 1), "python": platform.python_version(),
+            "platform": platform.platform()}
+
+
+def markdown(report: dict, copies: int, queries: int) -> list[str]:
+    """The report as the committed markdown table and its sentences."""
+    runs, warm, m = report["runs"], report["runs_kernels_preloaded"], report["machine"]
+    lines = [f"# open_published_retriever, SciFact x{copies} ({runs[0]['chunks']} chunks, BM25-only)", "",
              f"Command: `{report['command']}`", "",
-             f"Machine: {report['machine']['cpus']} CPUs, Python {report['machine']['python']}, "
-             f"{report['machine']['platform']}", "",
-             f"BM25 index served: {runs[0]['bm25_index']}", "",
-             "| run | open s | peak RSS growth MiB | RSS after MiB | PSS after MiB | USS after MiB |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {i} | {r['open_s']} | {r['peak_growth_mib']} | {r['rss_after_mib']} | {r['pss_after_mib']} | "
-              f"{r['uss_after_mib']} |" for i, r in enumerate(runs, 1)]
-    lines += [f"| {i}, kernels preloaded | {r['open_s']} | {r['peak_growth_mib']} | {r['rss_after_mib']} | "
-              f"{r['pss_after_mib']} | {r['uss_after_mib']} |" for i, r in enumerate(warm, 1)]
+             f"Machine: {m['cpus']} CPUs, {m.get('memory_gib', '?')} GiB RAM, Python {m['python']}, "
+             f"{m['platform']}", ""]
+    b = report.get("build")
+    if b:
+        steps = ", ".join(f"{k} {v['seconds']} s" + (" (reused)" if v.get("reused") else "")
+                          for k, v in b["steps"].items())
+        lines += [("Last build (recorded by the run that built it; this run reused it)" if b.get("recorded")
+                   else "Build") + f" ({b['documents']} documents; in a child under `{b.get('command', '')}`): "
+                  f"{b['seconds']} s "
+                  f"({steps}); peak RSS {b.get('peak_rss_mib')} MiB; {b.get('seconds_with_lock_wait')} s with "
+                  "the wait for the heavy lock.", ""]
+    lines += [f"BM25 index served: {runs[0]['bm25_index']}", "",
+              "| run | open s | peak RSS growth MiB | RSS after MiB | PSS after MiB | USS after MiB | load 1 min |",
+              "|---|---|---|---|---|---|---|"]
+    for tag, rows in (("", runs), (", kernels preloaded", warm)):
+        lines += [f"| {i}{tag} | {r['open_s']} | {r['peak_growth_mib']} | {r['rss_after_mib']} | "
+                  f"{r['pss_after_mib']} | {r['uss_after_mib']} | {r.get('load_1min', '')} |"
+                  for i, r in enumerate(rows, 1)]
     lines += ["", f"Open median {report['open_s_median']} s, max {report['open_s_max']} s; "
               f"peak RSS growth max {report['peak_growth_mib_max']} MiB (the first open of a process, BM25 "
               f"kernels loaded inside it). Kernels preloaded: open median {report['preloaded_open_s_median']} s, "
@@ -281,24 +335,94 @@ def main() -> None:
               "other work on the machine slows the opens).", "",
               f"Answers ({runs[0].get('queries')} queries, top 10, {runs[0].get('query_s')} s): sha256 "
               f"`{report['answers_sha256'][:16]}`"
-              + (f"; identical to the reference: {report['identical_to_reference']}" if args.reference else "")]
-    t = report["throughput"]
-    lines += ["", f"Query throughput, `retrieve(q, top_k=10)`, {t['queries']} queries, {t['rounds']} alternating "
-              f"rounds in one process: mapped {min(t['mapped_ms_per_query'])} ms/query (best), in-memory (token "
-              f"path) {min(t['in_memory_ms_per_query'])} ms/query; mapped/in-memory qps ratio median "
-              f"{t['qps_ratio_mapped_over_in_memory_median']}, best-of {t['qps_ratio_best_of']}. First pass (mapped: "
-              f"first-touch checksums and page faults, chunks built for hits and kept, at most "
-              f"{CACHE_MAX}): {t['first_pass_ms_per_query']} ms/query."]
+              + (f"; identical to the reference: {report['identical_to_reference']}"
+                 if "identical_to_reference" in report else "")]
+    t = report.get("throughput")
+    if t:
+        lines += ["", f"Query throughput, `retrieve(q, top_k=10)`, {t['queries']} queries, {t['rounds']} "
+                  f"alternating rounds in one process: mapped {min(t['mapped_ms_per_query'])} ms/query (best), "
+                  f"in-memory (token path) {min(t['in_memory_ms_per_query'])} ms/query; mapped/in-memory qps ratio "
+                  f"median {t['qps_ratio_mapped_over_in_memory_median']}, best-of {t['qps_ratio_best_of']}. First "
+                  f"pass (mapped: first-touch checksums and page faults, chunks built for hits and kept, at most "
+                  f"{CACHE_MAX}): {t['first_pass_ms_per_query']} ms/query."]
     two = report["two_processes"]
-    lines += ["", f"Two serving processes on the snapshot (kernels preloaded in both, {args.queries} queries "
+    lines += ["", f"Two serving processes on the snapshot (kernels preloaded in both, {queries} queries "
               f"answered by each): the second one's USS grew {two['second_uss_growth_mib']} MiB over the open "
               f"and the queries; the first's {two['first']['uss_growth_mib']} MiB (pages of the mapped files the "
               "first process alone had touched count as private to it until a second process maps them: "
               "file pages, shared, evictable, not heap)."]
-    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    if "served_bytes" in two:
+        lines[-1] += (f" Served files of the snapshot (BM25 file + chunk columns): {two['served_bytes'] / 2**20:.1f} "
+                      f"MiB; the second process's USS growth is {two['second_uss_pct_of_served']}% of it.")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_io_args(ap)
+    ap.add_argument("--copies", type=int, default=COPIES, help="SciFact x COPIES (default 10; 40: ~1.01M chunks)")
+    ap.add_argument("--cache", default=None, help="warehouse + corpus kept between runs "
+                    "(default benchmarks/.cache/open, open_xN for other --copies)")
+    ap.add_argument("--runs", type=int, default=5, help="fresh processes timed (default 5)")
+    ap.add_argument("--queries", type=int, default=100, help="SciFact queries answered (default 100)")
+    ap.add_argument("--reference", default=None, help="answers JSON of another run, compared byte for byte")
+    ap.add_argument("--label", default="", help="name of this run in the report (e.g. before, after)")
+    ap.add_argument("--skip-build", action="store_true", help="measure the cached warehouse as it is")
+    ap.add_argument("--build-only", action="store_true", help="build (resumable) and stop")
+    ap.add_argument("--throughput", action=argparse.BooleanOptionalAction, default=None,
+                    help="mapped vs in-memory query throughput (default: only for x10; the in-memory "
+                    "token path rebuilds the index: ~7 GB at 1M chunks)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--library", default=LIBRARY, help=argparse.SUPPRESS)
+    ap.add_argument("--dump", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--preload-kernels", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--throughput-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--build-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--hold", type=float, default=0.0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    data = use_data(args.data)
+    cache = Path(args.cache) if args.cache else default_cache(args.copies)
+    if args.child and args.throughput_child:
+        throughput_child(args.child, args.library, args.queries, str(data))
+        return
+    if args.child:
+        child(args.child, args.library, args.queries, args.dump, str(data), args.preload_kernels, args.hold)
+        return
+    if args.build_child:
+        t0 = time.perf_counter()
+        res = build(cache, data, args.copies)
+        res["seconds"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps(res), flush=True)
+        return
+    require_sets(data, ["scifact"])
+    cache.mkdir(parents=True, exist_ok=True)
+    if args.throughput is None:
+        args.throughput = args.copies == COPIES
+    report: dict = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "label": args.label,
+                    "copies": args.copies, "machine": machine()}
+    record = cache / "build.json"  # the last build's figures, shown by a --skip-build run
+    if not args.skip_build:
+        report["build"] = build_in_child(cache, data, args.copies)
+        if not all(step.get("reused") for step in report["build"]["steps"].values()):
+            record.write_text(json.dumps(report["build"], indent=2) + "\n")
+    elif record.is_file():
+        report["build"] = {**json.loads(record.read_text()), "recorded": str(record)}
+    if args.build_only:
+        print(json.dumps(report["build"]))
+        return
+    answers = cache / f"answers{('_' + args.label) if args.label else ''}.json"
+    report.update(measure(cache / "warehouse", library_name(args.copies), args, data, answers))
+    report["answers_sha256"] = hashlib.sha256(answers.read_bytes()).hexdigest()
+    if args.reference:
+        report["reference_sha256"] = hashlib.sha256(Path(args.reference).read_bytes()).hexdigest()
+        report["identical_to_reference"] = report["reference_sha256"] == report["answers_sha256"]
+    out = out_dir(args.out)
+    stem = f"open_published{('_' + args.label) if args.label else ''}"
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / f"{stem}.md").write_text("\n".join(markdown(report, args.copies, args.queries)) + "\n")
     say_written([out / f"{stem}.json", out / f"{stem}.md"])
     print(json.dumps({k: report[k] for k in ("open_s_median", "open_s_max", "peak_growth_mib_max",
-                                             "answers_sha256")}))
+                                             "preloaded_open_s_median", "answers_sha256")}))
 
 
 if __name__ == "__main__":

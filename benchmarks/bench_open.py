@@ -32,10 +32,12 @@ the snippets (text, ids, scores, order) as JSON; their sha256 is reported, and w
 from __future__ import annotations
 
 import argparse
+import cProfile
 import hashlib
 import json
 import os
 import platform
+import pstats
 import statistics
 import subprocess
 import sys
@@ -139,15 +141,47 @@ def build_in_child(cache: Path, data: Path, copies: int) -> dict:
     return out
 
 
+SERVED_FILES = ("bm25.rsbm25", "served_chunks.arrow")
+
+
+def rss_by_mapping() -> dict[str, int]:
+    """Resident KiB of this process by kind of mapping: each served file of the snapshot
+    (file pages: shared between processes, evictable), other files (libraries) and
+    anonymous memory (heap, arrays). Says what a peak-RSS figure is made of."""
+    kinds: dict[str, int] = {}
+    kind = "anonymous"
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split(maxsplit=5)
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            name = head[5] if len(head) > 5 else ""
+            base = Path(name).name
+            kind = base if base in SERVED_FILES else ("other files" if name.startswith("/") else "anonymous")
+        elif line.startswith("Rss:"):
+            kinds[kind] = kinds.get(kind, 0) + int(line.split()[1])
+    return kinds
+
+
+def top_calls(profile: cProfile.Profile, n: int = 25) -> list[str]:
+    """The ``n`` calls of a profiled open with the largest cumulative time, as text."""
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    skip = ("<built-in method builtins.exec>", "<built-in method builtins.__import__>")
+    rows = sorted(((k, v) for k, v in stats.items() if not k[0].startswith("<frozen") and k[2] not in skip),
+                  key=lambda kv: -kv[1][3])[:n]  # the import machinery's frames repeat their callers' time
+    return [f"{ct:.3f} s cum, {tt:.3f} s own, {nc} calls: {Path(f).name}:{line}({fn})"
+            for (f, line, fn), (_cc, nc, tt, ct, _callers) in rows]
+
+
 def child(warehouse: str, library: str, queries: int, dump: str | None, data: str, preload: bool,
-          hold: float = 0.0) -> None:
+          hold: float = 0.0, profile: bool = False) -> None:
     """One fresh process: import, reset the peak, open, measure; optionally answer queries.
 
     ``preload``: the compiled BM25 kernels (numba, loaded by the first index a process
     opens: ~0.4 s and ~120 MiB, most of it the shared LLVM library) are loaded before the
     timer, as in a serving process that has opened an index before. ``hold``: after
     answering, keep the index open that many seconds (the first of two serving processes).
-    USS growth is measured after the open and the queries (``uss_growth_mib``)."""
+    USS growth is measured after the open and the queries (``uss_growth_mib``); the RSS
+    growth over the open is split by mapping (``rss_growth_by_mapping_mib``). ``profile``:
+    the open runs under cProfile (slower) and its top calls are reported."""
     from ragspine_pipeline.eval.beir import load_beir
     from ragspine_pipeline.serving import open_published_retriever
 
@@ -155,22 +189,37 @@ def child(warehouse: str, library: str, queries: int, dump: str | None, data: st
     if preload:
         from ragspine_pipeline.retrieval.lexical.bm25_kernel import load_kernels
 
+        t_k = time.perf_counter()
         load_kernels()
+        kernels_s = round(time.perf_counter() - t_k, 4)
     load = os.getloadavg()[0]
+    maps_before = rss_by_mapping()
+    prof = cProfile.Profile() if profile else None
     before = _status_kib("VmRSS")
     uss_before = _rollup_kib()["uss"]
     _reset_peak()
     t0 = time.perf_counter()
+    if prof is not None:
+        prof.enable()
     r = open_published_retriever(warehouse, library, mode="bm25")
+    if prof is not None:
+        prof.disable()
     open_s = time.perf_counter() - t0
     peak = _status_kib("VmHWM")
     roll = _rollup_kib()
+    maps = rss_by_mapping()
     inner = getattr(getattr(r, "index", None), "retriever", None)
     out = {"open_s": round(open_s, 4), "load_1min": round(load, 2), "rss_before_mib": round(before / 1024, 1),
            "peak_growth_mib": round((peak - before) / 1024, 1),
            **{f"{k}_after_mib": round(roll[k] / 1024, 1) for k in ("rss", "pss", "uss")},
            "chunks": len(inner) if inner is not None else None,
-           "bm25_index": type(getattr(inner, "index", None)).__name__}
+           "bm25_index": type(getattr(inner, "index", None)).__name__,
+           "rss_growth_by_mapping_mib": {k: round((maps.get(k, 0) - maps_before.get(k, 0)) / 1024, 1)
+                                         for k in sorted(set(maps) | set(maps_before))}}
+    if preload:
+        out["kernels_s"] = kernels_s
+    if prof is not None:
+        out["profile"] = top_calls(prof)
     if qs:
         t1 = time.perf_counter()
         answers = [r.retrieve(q, top_k=10) for q in qs]
@@ -241,13 +290,15 @@ def second_process(warehouse: Path, library: str, queries: int, data: Path) -> d
     finally:
         first.kill()
         first.wait()
-    served = served_bytes(warehouse, library)
+    files = served_bytes(warehouse, library)
+    served = sum(files.values())
     return {"first": a, "second": b, "published_bytes_all_versions": index_bytes, "served_bytes": served,
-            "second_uss_growth_mib": b["uss_growth_mib"],
-            "second_uss_pct_of_served": round(b["uss_growth_mib"] * 2**20 / served * 100, 2)}
+            "served_bytes_by_file": files, "second_uss_growth_mib": b["uss_growth_mib"],
+            "second_uss_pct_of_served": round(b["uss_growth_mib"] * 2**20 / served * 100, 2),
+            "second_uss_pct_of_bm25_file": round(b["uss_growth_mib"] * 2**20 / files["bm25.rsbm25"] * 100, 2)}
 
 
-def served_bytes(warehouse: Path, library: str) -> int:
+def served_bytes(warehouse: Path, library: str) -> dict[str, int]:
     """Bytes of the files the newest snapshot serves mapped (the BM25 file and the chunk
     columns of its lexical_index version): the "index size" the second-process USS goal
     is a share of."""
@@ -257,7 +308,7 @@ def served_bytes(warehouse: Path, library: str) -> int:
     wh = VersionedTables(warehouse)
     snap = wh.latest(SNAPSHOT, library)
     folder = wh.get(LEXICAL, library, snap.manifest["metadata"]["lexical_index"]).path
-    return sum((folder / name).stat().st_size for name in ("bm25.rsbm25", "served_chunks.arrow"))
+    return {name: (folder / name).stat().st_size for name in SERVED_FILES}
 
 
 def run_child(warehouse: Path, library: str, queries: int, dump: Path | None, data: Path, preload: bool = False,
@@ -285,6 +336,10 @@ def measure(warehouse: Path, library: str, args: argparse.Namespace, data: Path,
                             check=True)
         report["throughput"] = json.loads(tp.stdout.strip().splitlines()[-1])
     report["two_processes"] = second_process(warehouse, library, args.queries, data)
+    # Where the time goes: one open of each kind under cProfile (slower than the timed ones).
+    report["profiled_open"] = run_child(warehouse, library, 0, None, data, extra=("--profile-open",))
+    report["profiled_open_kernels_preloaded"] = run_child(warehouse, library, 0, None, data, preload=True,
+                                                          extra=("--profile-open",))
     report["load_after"] = os.getloadavg()
     report["runs"] = runs
     report["runs_kernels_preloaded"] = warm
@@ -302,6 +357,32 @@ def machine() -> dict:
                if line.startswith("MemTotal:"))
     return {"cpus": os.cpu_count(), "memory_gib": round(mem / (1 << 20), 1), "python": platform.python_version(),
             "platform": platform.platform()}
+
+
+def breakdown(report: dict) -> list[str]:
+    """What the open's time and memory are made of: the kernel load, the RSS growth by
+    mapping (served files' pages vs heap) and the top calls of the profiled opens."""
+    runs, warm = report["runs"], report["runs_kernels_preloaded"]
+    lines = [""]
+    if all("kernels_s" in r for r in warm):
+        lines += [f"Loading the BM25 kernels (numba cache, before the timer in the preloaded runs): median "
+                  f"{round(statistics.median(r['kernels_s'] for r in warm), 4)} s.", ""]
+    if all("rss_growth_by_mapping_mib" in r for r in runs + warm):
+        lines += ["RSS growth over the open by mapping (MiB, after the open, median of the runs; served-file pages "
+                  "are shared between processes and evictable):", ""]
+        for tag, rows in (("first open of a process", runs), ("kernels preloaded", warm)):
+            kinds = sorted({k for r in rows for k in r["rss_growth_by_mapping_mib"]})
+            parts = ", ".join(f"{k} {round(statistics.median(r['rss_growth_by_mapping_mib'].get(k, 0) for r in rows), 1)}"
+                              for k in kinds)
+            lines.append(f"- {tag}: {parts}")
+        lines.append("")
+    for key, tag in (("profiled_open", "first open of a process"),
+                     ("profiled_open_kernels_preloaded", "kernels preloaded")):
+        prof = report.get(key)
+        if prof and prof.get("profile"):
+            lines += [f"Profiled open ({tag}, cProfile, {prof['open_s']} s with the profiler), top calls by "
+                      "cumulative time:", "", "```", *prof["profile"][:18], "```", ""]
+    return lines[:-1] if lines[-1] == "" else lines
 
 
 def markdown(report: dict, copies: int, queries: int) -> list[str]:
@@ -337,6 +418,7 @@ def markdown(report: dict, copies: int, queries: int) -> list[str]:
               f"`{report['answers_sha256'][:16]}`"
               + (f"; identical to the reference: {report['identical_to_reference']}"
                  if "identical_to_reference" in report else "")]
+    lines += breakdown(report)
     t = report.get("throughput")
     if t:
         lines += ["", f"Query throughput, `retrieve(q, top_k=10)`, {t['queries']} queries, {t['rounds']} "
@@ -352,8 +434,11 @@ def markdown(report: dict, copies: int, queries: int) -> list[str]:
               "first process alone had touched count as private to it until a second process maps them: "
               "file pages, shared, evictable, not heap)."]
     if "served_bytes" in two:
-        lines[-1] += (f" Served files of the snapshot (BM25 file + chunk columns): {two['served_bytes'] / 2**20:.1f} "
-                      f"MiB; the second process's USS growth is {two['second_uss_pct_of_served']}% of it.")
+        files = two["served_bytes_by_file"]
+        lines[-1] += (f" Served files of the snapshot: {two['served_bytes'] / 2**20:.1f} MiB (BM25 file "
+                      f"{files['bm25.rsbm25'] / 2**20:.1f} MiB, chunk columns {files['served_chunks.arrow'] / 2**20:.1f}"
+                      f" MiB); the second process's USS growth is {two['second_uss_pct_of_served']}% of them, "
+                      f"{two['second_uss_pct_of_bm25_file']}% of the BM25 file alone.")
     return lines
 
 
@@ -379,6 +464,7 @@ def main() -> None:
     ap.add_argument("--throughput-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--build-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--hold", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--profile-open", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     data = use_data(args.data)
     cache = Path(args.cache) if args.cache else default_cache(args.copies)
@@ -386,7 +472,8 @@ def main() -> None:
         throughput_child(args.child, args.library, args.queries, str(data))
         return
     if args.child:
-        child(args.child, args.library, args.queries, args.dump, str(data), args.preload_kernels, args.hold)
+        child(args.child, args.library, args.queries, args.dump, str(data), args.preload_kernels, args.hold,
+              args.profile_open)
         return
     if args.build_child:
         t0 = time.perf_counter()

@@ -61,7 +61,7 @@ def _run_inner(tmp_path: Path, marks: str) -> None:
     if why:
         pytest.skip(why)
     py, ray_cli = sys.executable, str(Path(sys.executable).with_name("ray"))
-    script = (f"ip link set lo up; SCALE_SERVING_IN_NETNS=1 {py} -m pytest -q -x -p no:cacheprovider --durations=0 "
+    script = (f"ip link set lo up; SCALE_SERVING_IN_NETNS=1 {py} -m pytest -q -x -p no:cacheprovider -p no:warnings --durations=0 "
               f"-k inner -m '{marks}' {__file__}; rc=$?; {ray_cli} stop --force >/dev/null 2>&1; "
               "echo RAY_LEFT: $(ps -eo args= | grep -E 'raylet|gcs_server|ray::|default_worker' | grep -v grep); "
               "exit $rc")

@@ -30,14 +30,11 @@ where actors are started or described.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +44,7 @@ from ..retrieval.lexical.bm25_segments import SurvivorStats, open_segments
 from ..retrieval.lexical.bm25_topk import ScoredDocs, empty_scored, merge_top_k
 from .config import require_ray, shard_timeout_s
 from .layout import index_token_batches, write_layout
+from .requests import _REQUEST, ShardRequest, ShardUnavailable, shard_request
 from .vectors import VectorSource
 from .wire import (
     Endpoint,
@@ -61,44 +59,6 @@ from .wire import (
 NAMESPACE = "ragspine"
 SHARD_RESTARTS = -1  # a killed shard always comes back (it only maps files)
 SHARD_THREADS = 2  # concurrent calls a shard answers (numpy and the kernels release the GIL)
-
-
-class ShardUnavailable(RuntimeError):
-    """Shards that failed or missed their deadline in one phase of a query."""
-
-    def __init__(self, phase: str, missing: dict[int, str]) -> None:
-        self.phase, self.missing = phase, dict(missing)
-        what = "; ".join(f"shard {i}: {why}" for i, why in sorted(missing.items()))
-        super().__init__(f"sharded index: {len(missing)} shard(s) did not answer the {phase} phase ({what}); "
-                         "retry, or send allow_partial=true to accept an answer without them")
-
-
-@dataclass
-class ShardRequest:
-    """One request's tolerance for missing shards, and the shards it went without."""
-
-    allow_partial: bool = False
-    missing: dict[int, str] = field(default_factory=dict)
-
-    @property
-    def partial(self) -> bool:
-        return bool(self.missing)
-
-
-_REQUEST: contextvars.ContextVar[ShardRequest | None] = contextvars.ContextVar("ragspine_shard_request",
-                                                                               default=None)
-
-
-@contextlib.contextmanager
-def shard_request(allow_partial: bool = False) -> Iterator[ShardRequest]:
-    """Scope of one request: inside it, a missing shard is recorded (``allow_partial``)
-    or raised; outside any scope it is always raised."""
-    req = ShardRequest(bool(allow_partial))
-    token = _REQUEST.set(req)
-    try:
-        yield req
-    finally:
-        _REQUEST.reset(token)
 
 
 def assign_buckets(buckets_total: int, shards: int) -> list[tuple[int, ...]]:
@@ -303,27 +263,64 @@ class ShardedBM25:
                                  "positions: the segments are not this snapshot's")
 
     # ------------------------------------------------------------ scatter-gather
-    def _link(self, i: int, deadline: float) -> WireClient:
-        """Shard ``i``'s channel; after a break, where the (restarted) shard listens now,
-        asked over Ray within the deadline, and only if it still holds the same chunks."""
-        link = self._links[i]
-        if link is not None:
-            return link
-        with self._relink:
-            link = self._links[i]
-            if link is None:
-                ray = require_ray()
-                info = ray.get(self.shards[i].describe.remote(), timeout=max(deadline - time.monotonic(), 1e-3))
-                if info["ids_digest"] != self.infos[i]["ids_digest"]:
-                    raise RuntimeError(f"shard {i} came back holding other chunks (buckets {info['buckets']})")
-                link = self._links[i] = WireClient(Endpoint(*info["wire"]))
-        return link
-
     def _broken(self, i: int, link: WireClient) -> None:
         with self._relink:
             if self._links[i] is link:
                 self._links[i] = None
         link.close()
+
+    def _relinked(self, stale: Sequence[int], deadline: float) -> dict[int, WireClient | str]:
+        """Where the shards whose channel broke listen now (a restarted shard listens
+        elsewhere): asked over Ray all at once, within the deadline; a shard is used again
+        only if it still holds the same chunks. The reason instead of a channel when not."""
+        ray = require_ray()
+        refs = {i: self.shards[i].describe.remote() for i in stale}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=max(deadline - time.monotonic(), 1e-3))
+        done = set(ready)
+        out: dict[int, WireClient | str] = {}
+        for i, ref in refs.items():
+            if ref not in done:
+                out[i] = "no answer within the deadline (the shard is restarting)"
+                continue
+            try:
+                info = ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - Ray says why the shard cannot be reached
+                out[i] = _unreachable(exc)
+                continue
+            if info["ids_digest"] != self.infos[i]["ids_digest"]:
+                out[i] = f"failed: it came back holding other chunks (buckets {info['buckets']})"
+                continue
+            with self._relink:
+                link = self._links[i] = self._links[i] or WireClient(Endpoint(*info["wire"]))
+            out[i] = link
+        return out
+
+    def _scatter(self, frames: dict[int, bytes], deadline: float,
+                 missing: dict[int, str]) -> dict[int, tuple[WireClient, Any]]:
+        """Send every shard its request: first on the live channels (a healthy shard never
+        waits for a restarting one), then on the channels renewed over Ray."""
+        sent: dict[int, tuple[WireClient, Any]] = {}
+        stale = []
+        for i, frame in frames.items():
+            link = self._links[i]
+            try:
+                if link is None:
+                    stale.append(i)
+                else:
+                    sent[i] = (link, link.send(frame, max(deadline - time.monotonic(), 1e-3)))
+            except WireError:  # a channel to a shard that died since: renew it below
+                self._broken(i, link)
+                stale.append(i)
+        for i, got in (self._relinked(stale, deadline) if stale else {}).items():
+            if isinstance(got, str):
+                missing[i] = got
+                continue
+            try:
+                sent[i] = (got, got.send(frames[i], max(deadline - time.monotonic(), 1e-3)))
+            except WireError as exc:
+                self._broken(i, got)
+                missing[i] = f"{type(exc).__name__} (the shard is restarting or unreachable)"
+        return sent
 
     def _gather(self, phase: str, calls: dict[int, tuple[dict[str, Any], bytes]]) -> dict[int, Any]:
         """Answers of one phase by shard: every request is sent first, then the answers
@@ -331,28 +328,16 @@ class ShardedBM25:
         the deadline is recorded in the request scope (allow_partial) or raised as
         ``ShardUnavailable``."""
         deadline = time.monotonic() + self.timeout_s
-        sent: dict[int, tuple[WireClient, Any]] = {}
         out: dict[int, Any] = {}
         missing: dict[int, str] = {}
-        frames: dict[tuple[int, int], bytes] = {}  # a request shared by several shards is encoded once
+        encoded: dict[tuple[int, int], bytes] = {}  # a request shared by several shards is encoded once
+        frames = {}
         for i, (header, payload) in calls.items():
             key = (id(header), id(payload))
-            if key not in frames:
-                frames[key] = encode_frame(header, payload)
-            frame = frames[key]
-            for attempt in (1, 2):  # a stale channel (the shard restarted) is renewed once
-                try:
-                    link = self._link(i, deadline)
-                except Exception as exc:  # noqa: BLE001 - Ray says why the shard cannot be reached
-                    missing[i] = _unreachable(exc)
-                    break
-                try:
-                    sent[i] = (link, link.send(frame, max(deadline - time.monotonic(), 1e-3)))
-                    break
-                except WireError as exc:
-                    self._broken(i, link)
-                    if attempt == 2:
-                        missing[i] = f"{type(exc).__name__} (the shard is restarting or unreachable)"
+            if key not in encoded:
+                encoded[key] = encode_frame(header, payload)
+            frames[i] = encoded[key]
+        sent = self._scatter(frames, deadline, missing)
         for i, (link, sock) in sent.items():
             try:
                 head, payload = link.receive(sock, deadline - time.monotonic())
@@ -431,10 +416,8 @@ class ShardedBM25:
 
 
 def _unreachable(exc: BaseException) -> str:
-    """Why Ray could not say where a shard listens (it is restarting, gone or late)."""
+    """Why Ray could not say where a shard listens (it failed, is restarting or gone)."""
     ray = require_ray()
-    if isinstance(exc, ray.exceptions.GetTimeoutError):  # type: ignore[attr-defined]
-        return "no answer within the deadline (the shard is restarting)"
     if isinstance(exc, ray.exceptions.RayTaskError):  # type: ignore[attr-defined]
         return f"failed: {type(exc.cause).__name__}: {exc.cause}"
     if isinstance(exc, ray.exceptions.RayError):  # type: ignore[attr-defined]

@@ -41,6 +41,7 @@ from .bm25_packed_wand import _seek, _shallow
 
 WINDOW = 4096  # documents per window: the accumulator and hit masks stay in L1/L2
 MAX_TERMS = 62  # distinct terms: one bit each in an int64 hit mask
+DEAD = np.int64(-(2**63))  # a window document's hit mask once it cannot reach the top k
 SEED_DF_FRACTION = 100  # seed the k-th score from the rarest term when df x this < documents
 SEED_LOOKUPS = 8192  # at most this many seed documents have the other terms looked up
 
@@ -98,9 +99,10 @@ def _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, 
     """Term j's postings in [lo, hi], term at a time, into the window: its contribution
     apart (wc), its bit (whit) and the partial sum (wacc); new documents appended to
     wlist. With ``only_alive``, only documents already in the window (candidates) take
-    it. A posting whose weight plus ``floor`` cannot beat ``cut`` (0: none) is dropped:
-    only for the one essential term of a window, whose documents have no other part yet.
-    Returns the new wlist length."""
+    it. Otherwise a posting whose weight plus ``floor`` (every other term's bound) cannot
+    beat ``cut`` (0: none) marks its document dead (``DEAD``): its whole score is below
+    the k-th, whichever terms it holds, so it is dropped with no further work. Returns
+    the new wlist length."""
     bit = np.int64(1) << np.int64(j)
     s = scale[j]
     last = ar[4]
@@ -119,9 +121,13 @@ def _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, 
                     whit[x] = h | bit
                     wc[j, x] = c
                     wacc[x] += c
-            else:
+            elif h >= 0:
                 c = _w(tfs[j, p], dcode[d], wt) * s
                 if (c + floor) * (1.0 + _SLACK) < cut:
+                    if h == 0:
+                        wlist[nw] = x
+                        nw += 1
+                    whit[x] = DEAD
                     p += 1
                     continue
                 if h == 0:
@@ -171,14 +177,15 @@ def _look_up(ar, j, lo, blk, b0, bend, cnt, dcode, wt, scale, wc, whit, wacc, wl
 
 @njit(cache=True, nogil=True, inline="always")
 def _keep(wlist, nw, wacc, whit, bound, theta):
-    """Keep, in order, the candidates whose partial score plus ``bound`` (the bounds of
-    the terms not added yet) can still beat theta; the others' window slots are cleared."""
+    """Keep, in order, the candidates not dead whose partial score plus ``bound`` (the
+    bounds of the terms not added yet) can still beat theta; the others' window slots are
+    cleared."""
     if theta <= 0.0:
         return nw
     m = 0
     for y in range(nw):
         x = wlist[y]
-        if (wacc[x] + bound) * (1.0 + _SLACK) < theta:
+        if whit[x] < 0 or (wacc[x] + bound) * (1.0 + _SLACK) < theta:
             whit[x] = 0
             wacc[x] = 0.0
         else:
@@ -397,11 +404,14 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
                 hi = min(hi, last[blk[ordm[ne]]])
         nw = 0
         single = ne + 1 == live
+        total = pre[ne]
         for i in range(ne, live):
-            # One essential term: a posting whose weight plus the others' bounds cannot
-            # beat theta is not even written (the window list stays in position order).
+            total += m[ordm[i]]
+        for i in range(ne, live):
+            # A posting whose weight plus every other term's bound cannot beat theta
+            # kills its document (with one essential term, the list stays in order).
             nw = _scatter(ar, ordm[i], lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale,
-                          wc, whit, wacc, wlist, nw, False, pre[ne], theta if single else 0.0)
+                          wc, whit, wacc, wlist, nw, False, total - m[ordm[i]], theta)
         # Candidates in position order, those that can still beat theta.
         span = hi - lo + 1
         if single:

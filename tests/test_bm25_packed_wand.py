@@ -103,3 +103,23 @@ def test_dispatch_sends_dense_queries_to_the_window_kernel(tmp_path):
     rare = np.array([packed.vocab.get("w399"), packed.vocab.get("w0")], np.int64)  # w399 carries the weight
     assert packed.df[rare[0]] * route.RARE_DF_FRACTION < packed.n_docs and not route._window_suits(*args, rare, 2000)
     assert not route._window_suits(*args, np.zeros(windows.MAX_TERMS + 1, np.int64), 2000)
+
+
+def test_window_kernel_seeds_from_a_rare_term_and_stays_exact(tmp_path):
+    # A rare term (under 1% of 30k documents, at least k of them) seeds the k-th score, so
+    # the window walk jumps between its documents; the answers stay the MaxScore kernel's.
+    docs, _ = zipf_corpus(30_000, n_vocab=2000, seed=6, max_len=60)
+    packed, _ = publish_both(tmp_path, docs)
+    df = packed.df
+    rare = [f"w{i}" for i in range(300, 2000) if 20 <= df[packed.vocab.get(f"w{i}")] < 300][:6]
+    assert rare
+    pk, wt = packed._pk, packed._weights()
+    ar = (pk[7], pk[3], pk[4], pk[5], pk[2])
+    for q in ([rare[0], "w0"], [rare[1], "w3", "w0", "w1"], [rare[2], rare[3], "w2"], [rare[4], "w10", "w11"]):
+        tids = np.array(packed._query_term_ids(q), np.int64)
+        ut, scale, ub = windows._unique_terms(tids, packed._idf, packed._w_max, wt[2] + 1.0)
+        seed = windows._seed(pk, ar, ut, scale, ub, 10, pk[13], wt, packed.n_docs)
+        for k in (1, 10):
+            (ids, sc), (m_ids, m_sc) = both(packed, q, k)
+            assert ids.tolist() == m_ids.tolist() and np.array_equal(sc, m_sc), (q, k)
+        assert 0.0 < seed <= m_sc[9], q  # a lower bound of the true 10th score

@@ -24,6 +24,13 @@ the open (VmHWM after minus VmRSS before, the peak reset through
 ``/proc/self/clear_refs``); RSS/PSS/USS after the open from ``/proc/self/smaps_rollup``
 (a mapped index is shared between processes: RSS counts it in each, USS does not).
 
+Where it goes: each open's RSS growth is split by mapping (the served files' pages, which
+the open's whole-column id and label checks touch and which are shared and evictable;
+libraries; anonymous memory), the kernel load is timed apart, and one open of each kind
+runs under cProfile; the report lists its top calls. ``--skip-build`` shows the figures of
+the last real build (``build.json`` in the cache). ``--throughput`` (default: x10 only)
+compares query speed with the token path, which rebuilds the index in memory.
+
 Answers: the first process also runs ``--queries`` SciFact queries (top 10) and writes
 the snippets (text, ids, scores, order) as JSON; their sha256 is reported, and with
 ``--reference FILE`` compared to a run of other code (byte-identical or not).

@@ -258,12 +258,12 @@ def throughput_child(warehouse: str, library: str, queries: int, data: str, roun
     finally:
         P._published_files = real
     times: dict[str, list[float]] = {"mapped": [], "in_memory": []}
-    cold = {}
+    cold, answers = {}, {}
     for name, r in (("mapped", mapped), ("in_memory", built)):  # first pass: checksums, page faults, caches
         t0 = time.perf_counter()
-        for q in qs:
-            r.retrieve(q, top_k=10)
+        got = [r.retrieve(q, top_k=10) for q in qs]
         cold[name] = round((time.perf_counter() - t0) / len(qs) * 1000, 4)
+        answers[name] = json.dumps(got, sort_keys=True, ensure_ascii=False, default=str)
     for _ in range(rounds):
         for name, r in (("mapped", mapped), ("in_memory", built)):
             t0 = time.perf_counter()
@@ -272,6 +272,7 @@ def throughput_child(warehouse: str, library: str, queries: int, data: str, roun
             times[name].append((time.perf_counter() - t0) / len(qs) * 1000)
     ratios = [b / m for m, b in zip(times["mapped"], times["in_memory"], strict=True)]
     print(json.dumps({"queries": len(qs), "rounds": rounds, "first_pass_ms_per_query": cold,
+                      "answers_identical": answers["mapped"] == answers["in_memory"],
                       "mapped_ms_per_query": [round(x, 4) for x in times["mapped"]],
                       "in_memory_ms_per_query": [round(x, 4) for x in times["in_memory"]],
                       "qps_ratio_mapped_over_in_memory_median": round(statistics.median(ratios), 3),
@@ -433,7 +434,9 @@ def markdown(report: dict, copies: int, queries: int) -> list[str]:
                   f"in-memory (token path) {min(t['in_memory_ms_per_query'])} ms/query; mapped/in-memory qps ratio "
                   f"median {t['qps_ratio_mapped_over_in_memory_median']}, best-of {t['qps_ratio_best_of']}. First "
                   f"pass (mapped: first-touch checksums and page faults, chunks built for hits and kept, at most "
-                  f"{CACHE_MAX}): {t['first_pass_ms_per_query']} ms/query."]
+                  f"{CACHE_MAX}): {t['first_pass_ms_per_query']} ms/query."
+                  + (f" Answers (top 10, text, ids, scores, order) of the two identical: {t['answers_identical']}."
+                     if "answers_identical" in t else "")]
     two = report["two_processes"]
     lines += ["", f"Two serving processes on the snapshot (kernels preloaded in both, {queries} queries "
               f"answered by each): the second one's USS grew {two['second_uss_growth_mib']} MiB over the open "

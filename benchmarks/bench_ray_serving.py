@@ -489,7 +489,7 @@ def latency_lines(lat: dict[str, Any]) -> list[str]:
               "service's; a Ray row's is over the single-process service's p50 measured in the same loop, "
               "the two services alternating request by request (so drifting load on the shared box hits "
               "both alike). qps: one client, 1 / mean latency.", "",
-              f"Command: `{lat['command']}`", "",
+              f"Command: `{lat['command']}`", ""] + ([f"Box load: {lat['load']}.", ""] if lat.get("load") else []) + [
               "| configuration | p50 ms | p95 ms | qps | errors | single-process service p50 in the same "
               "loop | p50 ratio |", "|---|---|---|---|---|---|---|"]
     base = lat["single_service"]["p50_ms"]
@@ -560,8 +560,9 @@ def write_results(out: Path, res: dict[str, Any]) -> list[Path]:
                   f"{f['unclear_503']} | {f['other_status']} | {f.get('error_window_s', '-')} | "
                   f"{f.get('error_window_len_s', '-')} | {f['shard_back_after_s']} | {f['p50_ms']} / {f['max_ms']} |",
                   "", "Shard answering again: from the SIGKILL until the restarted actor (a new process, its "
-                  "buckets mapped again) answered a call; a call sent meanwhile waits for it within the shard "
-                  "deadline (2 s here) or fails at once while Ray marks the actor unavailable.", ""]
+                  "buckets mapped again) answered a call. The requests in flight on the killed shard's channel "
+                  "get a 503 at once (connection reset); the next ones ask Ray where the shard listens now and "
+                  "wait for the restart within the shard deadline (2 s here), hence the max latency.", ""]
         if f.get("example_503"):
             lines += [f"A 503's message: \"{f['example_503']}\"", ""]
     md = out / "ray_serving.md"
@@ -612,9 +613,10 @@ def main() -> None:
         print(f"  faults: {res['faults']}", file=sys.stderr)
         say_written(write_results(out, res))
     if "latency" in steps:
-        res["latency" if args.copies == 10 else f"latency_x{args.copies}"] = {"command": command,
-                          **run_latency(data, args.rounds, [int(x) for x in args.shards.split(",")],
-                                      args.compare_at or None, args.copies)}
+        lat = run_latency(data, args.rounds, [int(x) for x in args.shards.split(",")], args.compare_at or None,
+                          args.copies)
+        lat["load"] = "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg()) + " at the end of the step"
+        res["latency" if args.copies == 10 else f"latency_x{args.copies}"] = {"command": command, **lat}
         say_written(write_results(out, res))
 
 

@@ -26,9 +26,12 @@ import argparse
 import copy
 import json
 import os
+import platform
 import shlex
 import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -64,9 +67,20 @@ def filters(n: int) -> dict[str, tuple[object, int]]:
     return out
 
 
+def _timed(fn, *args, **kw) -> tuple[float, object]:
+    """(wall seconds, result)."""
+    t0 = time.perf_counter()
+    out = fn(*args, **kw)
+    return time.perf_counter() - t0, out
+
+
 def measure(n: int, rounds: int, label: str, check: int) -> dict:
-    from benchmarks.bench_bm25_filters import _commit, _time
+    # Not bench_bm25_filters' helpers: importing it imports this checkout's engine, and a
+    # before run (--engine) must import only the other one.
+    import ragspine_pipeline
     from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+
+    print(f"engine: {ragspine_pipeline.__file__}", file=sys.stderr)
 
     idx = open_index(index_file(n))
     queries = [q for q in json.loads((LARGE / f"queries_{n}.json").read_text())
@@ -82,9 +96,9 @@ def measure(n: int, rounds: int, label: str, check: int) -> dict:
         names = list(fil)
         names = names[r % len(names):] + names[:r % len(names)]
         for q in queries:
-            lat["unfiltered"].append(_time(idx.search, q, 10)[0])
+            lat["unfiltered"].append(_timed(idx.search, q, 10)[0])
             for name in names:
-                dt, _cpu, res = _time(idx.search, q, 10, candidates=fil[name][0])
+                dt, res = _timed(idx.search, q, 10, candidates=fil[name][0])
                 lat[name].append(dt)
                 if r == 0 and len(got[name]) < check:
                     got[name].append(res)
@@ -102,7 +116,8 @@ def measure(n: int, rounds: int, label: str, check: int) -> dict:
                      "p50_ms": round(p50, 4), "mean_ms": round(1000 * float(np.mean(lat[name])), 4),
                      "unfiltered_p50_ms": round(unf, 4), "ratio_p50": round(p50 / unf, 3),
                      "identical_to_numpy_path": f"{same}/{len(got[name])}"})
-    return {"label": label, "docs": n, "commit": _commit(), "loadavg_1m": round(os.getloadavg()[0], 2),
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return {"label": label, "docs": n, "commit": head.stdout.strip(), "loadavg_1m": round(os.getloadavg()[0], 2),
             "unfiltered_p50_ms": round(unf, 4), "unfiltered_mean_ms": round(1000 * float(np.mean(lat["unfiltered"])), 4),
             "rows": rows}
 
@@ -142,11 +157,8 @@ def main() -> None:
     ap.add_argument("--note", default="")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
     if args.engine:
         sys.path.insert(0, str(Path(args.engine).resolve()))
-    from benchmarks.bench_bm25_filters import machine
-
     run = measure(args.docs, args.rounds, args.label, args.check)
     run["note"] = args.note
     if args.engine:
@@ -157,8 +169,10 @@ def main() -> None:
     path = out / "bm25_packed_filters.json"
     report = json.loads(path.read_text()) if path.exists() else {"runs": []}
     report["runs"] = [r for r in report["runs"] if (r["docs"], r["label"]) != (args.docs, args.label)] + [run]
-    m = machine()
-    report["machine"] = f"{m['cpu_count']} CPUs, Python {m['python']}, numpy {m['numpy']}, numba {m['numba']}"
+    import numba
+
+    report["machine"] = (f"{os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {np.__version__}, "
+                         f"numba {numba.__version__}")
     path.write_text(json.dumps(report, indent=1) + "\n")
     (out / "bm25_packed_filters.md").write_text(markdown(report))
     print(json.dumps({k: v for k, v in run.items() if k != "rows"}))

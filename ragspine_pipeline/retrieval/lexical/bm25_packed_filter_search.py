@@ -17,7 +17,7 @@ lengths (``_prepare_bits``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -31,11 +31,11 @@ from .bm25_topk import ScoredDocs
 GATHER_LENGTHS_DIV = 512
 _NO_SLICES = np.zeros((0, 1), np.uint64)
 
-if TYPE_CHECKING:
-    from .bm25_packed_index import PackedBM25Index
+# The index (a PackedBM25Index) is typed Any: importing bm25_packed_index here, even for
+# type checking, would close an import cycle (it imports this module for filtered queries).
 
 
-def search(ix: PackedBM25Index, tids: np.ndarray, k: int, candidates: Any) -> ScoredDocs:
+def search(ix: Any, tids: np.ndarray, k: int, candidates: Any) -> ScoredDocs:
     """Exact filtered top-k of the known query term ids ``tids`` (non-empty, k > 0) under
     ``candidates``; raises ValueError for a malformed filter (``bm25_filter.prepare``)."""
     sup = support(ix)
@@ -54,7 +54,7 @@ def search(ix: PackedBM25Index, tids: np.ndarray, k: int, candidates: Any) -> Sc
     return ScoredDocs(ids, scores)
 
 
-def _prepare_bits(ix: PackedBM25Index, sup: PackedFilterSupport, candidates: Any, sc: Any) -> Survivors | None:
+def _prepare_bits(ix: Any, sup: PackedFilterSupport, candidates: Any, sc: Any) -> Survivors | None:
     """``bm25_filter.prepare`` for a bool mask or packed words (None for positions), with
     the few survivors' summed length gathered from their positions; raises what
     ``prepare`` raises for a malformed filter."""

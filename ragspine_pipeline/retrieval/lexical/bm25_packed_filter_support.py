@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -35,14 +35,14 @@ from .bm25_build import RANK_WORDS
 from .bm25_filter import compact_lengths, length_slices
 from .bm25_filter_numba import rank_directory
 
-if TYPE_CHECKING:
-    from .bm25_packed_index import PackedBM25Index
+# The index (a PackedBM25Index) is typed Any: importing bm25_packed_index here, even for
+# type checking, would close an import cycle (it imports this module for filtered queries).
 
 
 class PackedFilterSupport:
     """Lazily built helpers of one packed index's filtered queries (thread-safe)."""
 
-    def __init__(self, ix: PackedBM25Index) -> None:
+    def __init__(self, ix: Any) -> None:
         self._ix = ix
         self._lock = threading.Lock()
         self._slices: np.ndarray | None = None
@@ -96,7 +96,7 @@ class PackedFilterSupport:
                 self.done[t] = True  # after the arrays: a reader that sees it sees them
 
 
-def support(ix: PackedBM25Index) -> PackedFilterSupport:
+def support(ix: Any) -> PackedFilterSupport:
     """The index's ``PackedFilterSupport``, created on its first filtered query; stored as
     ``_filter_support``, where ``bm25_filter.support`` (and so ``bm25_filter.prepare``) finds it.
     ``dict.setdefault`` is atomic: threads racing on the first query keep one."""

@@ -201,3 +201,23 @@ def test_retriever_mask_is_the_predicate_mask(retrievers) -> None:
                     [("chunk_id", "lt", "c00100"), ("period", "eq", "no")]):
         want = predicate_mask(compile_filters(filters, FILTER_FIELDS), r._column, len(r))
         np.testing.assert_array_equal(r.candidate_mask(filters), want)
+
+
+def test_a_compiled_packed_index_gets_the_cheap_form_and_the_same_answers(tmp_path) -> None:
+    # The packed file index takes packed words and positions as the plain one does (room F3),
+    # so the retriever hands them over instead of an N-sized bool mask.
+    pytest.importorskip("numba")
+    from tests.test_bm25_mmap import zipf_corpus
+    from tests.test_bm25_packed import publish_both
+
+    docs, queries = zipf_corpus(3000, seed=11)
+    packed, _plain = publish_both(tmp_path, docs)
+    assert packed._kernels is not None
+    rng = np.random.default_rng(5)
+    for keep in (0.5, 0.05, 0.002):
+        mask = rng.random(len(docs)) < keep
+        handed = bm25_candidates(packed, mask, np.flatnonzero(mask))
+        assert handed is not mask
+        for q in queries[:20]:
+            got, want = packed.search(q, k=10, candidates=handed), packed.search(q, k=10, candidates=mask)
+            assert got.ids.tolist() == want.ids.tolist() and np.array_equal(got.scores, want.scores)

@@ -1,33 +1,38 @@
 """Block-max MaxScore over doc windows with a window accumulator: exact top-k over packed
-postings for queries whose every term is long.
+postings (``bm25_packed_route`` sends every query here but those carried by rare terms).
 
 Why: term-at-a-time MaxScore (``bm25_packed_kernels.search_one``) reads every posting of
 every term it cannot prune, into a corpus-sized accumulator, so a query of head terms at
 10M documents reads tens of millions of postings at cache-miss cost. Per-document
 block-max MaxScore (``bm25_packed_wand.bmm_top_k``) skips well but pays a cursor step per
-document of every essential term. Here the corpus is walked in windows of ``WINDOW``
-documents, as Lucene's MaxScore bulk scorer does:
+document of every essential term. Here the corpus is walked in windows, as Lucene's
+MaxScore bulk scorer does:
 
-- per window, each term's bound is the largest block max over the blocks that overlap
-  it (skip data only); with the terms sorted by bound, the smallest ones whose bounds
-  together cannot beat the k-th score are *non-essential*, and a window whose bounds all
-  together cannot is skipped without decoding anything;
+- a window starts where the walk is and ends at the nearest end of the blocks holding its
+  start (one bound per term there); each term's bound is its block max x scale. With the
+  terms sorted by bound, the smallest ones whose bounds together cannot beat the k-th
+  score are *non-essential*; a window whose bounds all together cannot is skipped without
+  decoding anything. With non-essential terms the window widens to the essential terms'
+  nearest block end (at most ``WINDOW`` documents), the others' bounds taken over it;
 - the essential terms' postings in the window are decoded block by block and scattered
-  term at a time into a window-sized accumulator (sequential, cache-resident), with each
-  term's contribution kept apart;
-- each touched document, in position order, looks the non-essential terms up (largest
-  bound first, through their block skip data) only while its partial score plus the
-  bounds left (the term's own block max where known) can still beat the k-th score;
-- while the k-th score is above the summed upper bounds of the lowest terms of the whole
-  query, a document holding only those cannot enter, so the walk jumps to the next
-  posting of the other terms.
+  term at a time into a window-sized accumulator (sequential, cache-resident), each term's
+  contribution kept apart. A posting whose weight plus every other term's bound cannot
+  beat the k-th score marks its document dead;
+- the documents left, in position order, take the non-essential terms (largest bound
+  first) while their partial score plus the bounds left can still beat the k-th score:
+  looked up with blocks unpacked only as far as the last candidate, or scattered when the
+  candidates are many;
+- the k-th score is seeded from the query's rarest term when it is rare (``_seed``), and
+  while it is above the summed bounds of the lowest terms of the whole query, the walk
+  jumps to the next block of the other terms that can still beat it.
 
 Exactness: a document's score is summed over its terms in ``_unique_terms`` order, each
 ``w`` recomputed by ``_w`` and multiplied by the term's scale: the very operations, in the
 very order, of the MaxScore kernel's accumulator, so the floats are identical. Bounds are
-compared with the shared relative slack (``_SLACK``), and a document enters a full heap
-only with a strictly greater score: documents come in position order, so a tie goes to
-the lower position, as ``_take_top`` orders them. At most ``MAX_TERMS`` distinct terms
+compared with the shared relative slack (``_SLACK``) and the seed is a lower bound of the
+final k-th score, so nothing that can reach the top k is pruned; a document enters a full
+heap only with a strictly greater score: documents come in position order, so a tie goes
+to the lower position, as ``_take_top`` orders them. At most ``MAX_TERMS`` distinct terms
 (one bit each in the window's hit mask); the router sends longer queries elsewhere.
 """
 

@@ -61,13 +61,21 @@ _KERNELS: Any = None
 _FILTERED: Any = None
 _UNFILTERED: Any = None  # unfiltered queries, single and batched: bm25_packed_route
 _TRIED = False
+_WARMED: set[str] = set()  # length-code dtypes whose entry points are compiled
 
 
-def load_packed_kernels() -> Any:
-    """The compiled packed kernels (``bm25_packed_kernels``, warmed; its filtered route is
-    ``bm25_packed_filter_search``), or None without numba."""
+def load_packed_kernels(code: np.dtype | None = None) -> Any:
+    """The compiled packed kernels (``bm25_packed_kernels``; its filtered route is
+    ``bm25_packed_filter_search``), warmed for the length-code dtype ``code`` of the file
+    being opened (``doc_code``, or ``doc_len`` without codes), or None without numba.
+
+    Why per dtype: every entry point compiles once per dtype of the length codes, and a
+    cold compile of all of them costs about 48 s per dtype on 2 cores (the window kernel
+    alone 16 s). A file warms only its own dtype at open, so its first query never
+    compiles, and a process that opens files of one dtype never pays for the others."""
     global _KERNELS, _FILTERED, _UNFILTERED, _TRIED
-    if _TRIED:
+    key = np.dtype(code if code is not None else np.uint8).str
+    if _TRIED and (_KERNELS is None or key in _WARMED):
         return _KERNELS
     with _LOCK:
         if not _TRIED:
@@ -75,16 +83,23 @@ def load_packed_kernels() -> Any:
                 from . import bm25_packed_filter_search, bm25_packed_route
                 from . import bm25_packed_kernels as kernels
 
-                _warm(kernels, bm25_packed_filter_search, bm25_packed_route)
                 _KERNELS, _FILTERED, _UNFILTERED = kernels, bm25_packed_filter_search, bm25_packed_route
-            except Exception:  # ImportError or a numba compile error: the numpy path
+            except Exception:  # ImportError: the numpy path
                 _KERNELS = None
             _TRIED = True
+        if _KERNELS is not None and key not in _WARMED:
+            try:
+                _warm(_KERNELS, _FILTERED, _UNFILTERED, np.dtype(key))
+            except Exception:  # a numba compile error: the numpy path
+                return None
+            _WARMED.add(key)
     return _KERNELS
 
 
-def _warm(kernels: Any, filtered: Any, unfiltered: Any) -> None:
-    """Compile every entry point for read-only arrays (what a mapping gives) on a tiny index."""
+def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype) -> None:
+    """Compile every entry point for read-only arrays (what a mapping gives) on a tiny index
+    whose per-document length codes have dtype ``code`` (uint8/uint16 codes, or the
+    lengths themselves)."""
     from .bm25_packed import encode
     from .bm25_raw import RawPostings
 
@@ -94,22 +109,21 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any) -> None:
     data = np.concatenate(list(enc.words()))
     arrays = {"indptr": raw.indptr, "bptr": enc.bptr, "data": data, "doc_len": raw.doc_len, **enc.blocks,
               "bit_row": np.array([0], np.int32), "bits": np.full((1, 1), 3, np.uint64)}
+    # Codes index the 4-entry tables below; lengths (no codes) are the lengths themselves.
+    arrays["doc_code"] = np.array([0, 1] if code.itemsize < 4 else [1, 3], code)
     for a in arrays.values():
         a.setflags(write=False)
     q = np.zeros(1, np.int64)
     acc, touched = np.zeros(2), np.zeros(2, np.int32)
     norm = norm_of(np.arange(4), 1.5, 0.75, 2.0)
     wt = (norm, w_of(np.ones(4, np.int64), norm), 1.5, 0.75, 2.0)
-    for code in (np.uint8, np.uint16, None):  # length codes of each width, or the lengths
-        arrays["doc_code"] = np.array([0, 1], code) if code is not None else raw.doc_len
-        arrays["doc_code"].setflags(write=False)
-        pk = _pk_tuple(arrays)
-        for exhaustive in (0, 2):
-            kernels.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
-            unfiltered.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
-        unfiltered.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
-        filtered.warm(pk, wt, enc.w_max, 2)
-        kernels.check_all(pk, 2, len(data), norm_of(raw.doc_len, 1.5, 0.75, 2.0))
+    pk = _pk_tuple(arrays)
+    for exhaustive in (0, 2):
+        kernels.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
+        unfiltered.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
+    unfiltered.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
+    filtered.warm(pk, wt, enc.w_max, 2)
+    kernels.check_all(pk, 2, len(data), norm_of(raw.doc_len, 1.5, 0.75, 2.0))
     kernels.decode_term(pk, 0)
 
 
@@ -455,7 +469,7 @@ def open_packed(f: _PackedFile, vocab: Any, tables_ok: Callable[[_MappedFile], b
     for name in ("doc_id_off", "doc_id_blob", "global_pos"):
         if name in a:
             setattr(ix, f"_{name}", a[name])
-    ix._kernels = None if kernel == "numpy" else load_packed_kernels()
+    ix._kernels = None if kernel == "numpy" else load_packed_kernels(a.get("doc_code", a["doc_len"]).dtype)
     ix._filtered = None if ix._kernels is None else _FILTERED
     if kernel == "numba" and ix._kernels is None:
         raise RuntimeError("kernel='numba' needs numba, which could not be imported or compiled "

@@ -225,6 +225,40 @@ def _seek(ar, j, b, target, b0, bend, cnt, dec, pos, nb, docs, tfs):
     return docs[j, p]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _sort_by_bound(m, ordm, live, pre):
+    """ordm[:live] by ascending bound m (insertion sort: a handful of terms), and the
+    prefix sums of the sorted bounds into pre."""
+    for i in range(1, live):
+        x = ordm[i]
+        y = i - 1
+        while y >= 0 and m[ordm[y]] > m[x]:
+            ordm[y + 1] = ordm[y]
+            y -= 1
+        ordm[y + 1] = x
+    for i in range(live):
+        pre[i + 1] = pre[i] + m[ordm[i]]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block_cursors(pk, ut):
+    """Per distinct term j (``ut`` order): its first block b0, block end bend, postings in
+    its last block cnt, current block blk (= b0), decoded block dec (none), position pos
+    and length nb in it, and the decode buffers docs/tfs: the cursor state block-max
+    MaxScore keeps, per document (``bmm_top_k``) or per window (``bm25_packed_windows``)."""
+    nu = ut.shape[0]
+    b0 = np.empty(nu, np.int64)
+    bend = np.empty(nu, np.int64)
+    cnt = np.empty(nu, np.int64)
+    for j in range(nu):
+        t = ut[j]
+        b0[j] = pk[1][t]
+        bend[j] = pk[1][t + 1]
+        cnt[j] = _count(pk, t, bend[j] - 1)
+    return (b0, bend, cnt, b0.copy(), np.full(nu, -1, np.int64), np.zeros(nu, np.int64), np.zeros(nu, np.int64),
+            np.empty((nu, _BLOCK), np.int64), np.empty((nu, _BLOCK), np.int64))
+
+
 @njit(cache=True, nogil=True)
 def bmm_top_k(pk, idf, wmax, qtids, wt, k):
     """Exact top-k as ``wand_top_k``, by block-max MaxScore over windows (Lucene's route):
@@ -248,21 +282,7 @@ def bmm_top_k(pk, idf, wmax, qtids, wt, k):
     bmax = pk[6]
     dcode = pk[13]
     ar = (pk[7], pk[3], pk[4], pk[5], last)
-    b0 = np.empty(nu, np.int64)
-    bend = np.empty(nu, np.int64)
-    cnt = np.empty(nu, np.int64)
-    blk = np.empty(nu, np.int64)
-    dec = np.full(nu, -1, np.int64)
-    pos = np.zeros(nu, np.int64)
-    nb = np.zeros(nu, np.int64)
-    docs = np.empty((nu, _BLOCK), np.int64)
-    tfs = np.empty((nu, _BLOCK), np.int64)
-    for j in range(nu):
-        t = ut[j]
-        b0[j] = pk[1][t]
-        blk[j] = b0[j]
-        bend[j] = pk[1][t + 1]
-        cnt[j] = _count(pk, t, bend[j] - 1)
+    b0, bend, cnt, blk, dec, pos, nb, docs, tfs = _block_cursors(pk, ut)
     m = np.zeros(nu, np.float64)
     ordm = np.empty(nu, np.int64)
     pre = np.zeros(nu + 1, np.float64)
@@ -284,16 +304,7 @@ def bmm_top_k(pk, idf, wmax, qtids, wt, k):
                 live += 1
         if live == 0:
             break
-        # Live terms by ascending window bound (insertion sort: a handful of terms).
-        for i in range(1, live):
-            x = ordm[i]
-            y = i - 1
-            while y >= 0 and m[ordm[y]] > m[x]:
-                ordm[y + 1] = ordm[y]
-                y -= 1
-            ordm[y + 1] = x
-        for i in range(live):
-            pre[i + 1] = pre[i] + m[ordm[i]]
+        _sort_by_bound(m, ordm, live, pre)  # live terms by ascending window bound
         full = nh == kk
         if full and pre[live] * (1.0 + _SLACK) < theta:
             lo = hi + 1
@@ -316,15 +327,7 @@ def bmm_top_k(pk, idf, wmax, qtids, wt, k):
                     b += 1
                     mx = max(mx, bmax[b])
                 m[j] = mx * scale[j]
-            for i in range(1, ne):
-                x = ordm[i]
-                y = i - 1
-                while y >= 0 and m[ordm[y]] > m[x]:
-                    ordm[y + 1] = ordm[y]
-                    y -= 1
-                ordm[y + 1] = x
-            for i in range(ne):
-                pre[i + 1] = pre[i] + m[ordm[i]]
+            _sort_by_bound(m, ordm, ne, pre)
             # Wider bounds may make the largest ones essential again: their docs must lie
             # in their current block, so the window ends there at the latest.
             while ne > 0 and pre[ne] * (1.0 + _SLACK) >= theta:

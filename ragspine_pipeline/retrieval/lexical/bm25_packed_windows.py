@@ -42,28 +42,13 @@ from numba import njit
 from .bm25_numba_select import _SLACK, _drain, _gallop, _push
 from .bm25_numba_unfiltered import _unique_terms
 from .bm25_packed_kernels import _BLOCK, _count, _match_block, _unpack, _w
-from .bm25_packed_wand import _seek, _shallow
+from .bm25_packed_wand import _block_cursors, _seek, _shallow, _sort_by_bound
 
 WINDOW = 4096  # documents per window: the accumulator and hit masks stay in L1/L2
 MAX_TERMS = 62  # distinct terms: one bit each in an int64 hit mask
 DEAD = np.int64(-(2**63))  # a window document's hit mask once it cannot reach the top k
 SEED_DF_FRACTION = 100  # seed the k-th score from the rarest term when df x this < documents
 SEED_LOOKUPS = 8192  # at most this many seed documents have the other terms looked up
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _sort_by_bound(m, ordm, live, pre):
-    """ordm[:live] by ascending bound m (insertion sort: a handful of terms), and the
-    prefix sums of the sorted bounds into pre."""
-    for i in range(1, live):
-        x = ordm[i]
-        y = i - 1
-        while y >= 0 and m[ordm[y]] > m[x]:
-            ordm[y + 1] = ordm[y]
-            y -= 1
-        ordm[y + 1] = x
-    for i in range(live):
-        pre[i + 1] = pre[i] + m[ordm[i]]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -314,23 +299,8 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
     bmax = pk[6]
     dcode = pk[13]
     ar = (pk[7], pk[3], pk[4], pk[5], last)
-    b0 = np.empty(nu, np.int64)
-    bend = np.empty(nu, np.int64)
-    cnt = np.empty(nu, np.int64)
-    blk = np.empty(nu, np.int64)
-    jb = np.empty(nu, np.int64)
-    dec = np.full(nu, -1, np.int64)
-    pos = np.zeros(nu, np.int64)
-    nb = np.zeros(nu, np.int64)
-    docs = np.empty((nu, _BLOCK), np.int64)
-    tfs = np.empty((nu, _BLOCK), np.int64)
-    for j in range(nu):
-        t = ut[j]
-        b0[j] = pk[1][t]
-        blk[j] = b0[j]
-        jb[j] = b0[j]
-        bend[j] = pk[1][t + 1]
-        cnt[j] = _count(pk, t, bend[j] - 1)
+    b0, bend, cnt, blk, dec, pos, nb, docs, tfs = _block_cursors(pk, ut)
+    jb = b0.copy()  # the jump cursor (blocks passed for good), apart from blk
     # gsuf[j]: the upper bounds of terms j.. summed (terms are by descending bound).
     gsuf = np.zeros(nu + 1, np.float64)
     for j in range(nu - 1, -1, -1):

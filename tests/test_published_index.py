@@ -16,7 +16,11 @@ import pytest
 
 from ragspine_pipeline.corpus import DEMO_ROOT, load_golden
 from ragspine_pipeline.retrieval.chunking.chunk_columns import ChunkColumns
-from ragspine_pipeline.retrieval.lexical.bm25_format import IndexFormatError
+from ragspine_pipeline.retrieval.lexical.bm25_format import (
+    IndexFormatError,
+    id_digest,
+    strings_to_blob,
+)
 from ragspine_pipeline.retrieval.lexical.bm25_mapped import MappedBM25Index
 from ragspine_pipeline.retrieval.link.narrative_index import NarrativeIndexRetriever
 from ragspine_pipeline.sensitivity import LABELS_ENV, is_restricted
@@ -163,6 +167,29 @@ def test_a_damaged_file_is_an_error_naming_it(built, tmp_path, name, damage):
         _serve_all(root, lib)
     want = SERVED_FILE if name == SERVED_META else name
     assert want in str(err.value)
+
+
+def test_an_open_compares_the_id_digests_recorded_at_publish_not_the_id_columns(built, tmp_path):
+    root = tmp_path / "wh"
+    shutil.copytree(built / "wh", root)
+    lib = "acme_reports"
+    retriever = P.load_snapshot_index(VersionedTables(root), lib).retriever
+    chunks, bm25 = retriever.chunks, retriever.index
+    assert chunks.id_digest is not None and chunks.id_digest == bm25.doc_id_digest()
+    assert chunks.id_digest == id_digest(*strings_to_blob(chunks.chunk_ids()))
+    # A sidecar naming other ids (same count) is refused; so is one that is not a digest.
+    side = _lex_dir(root, lib) / SERVED_META
+    meta = json.loads(side.read_text())
+    side.write_text(json.dumps({**meta, "chunk_id_digest": "00" * 32}))
+    with pytest.raises(ValueError, match="chunk_id order"):
+        P.load_snapshot_index(VersionedTables(root), lib)
+    side.write_text(json.dumps({**meta, "chunk_id_digest": "not hex"}))
+    with pytest.raises(IndexFormatError, match=SERVED_FILE):
+        P.load_snapshot_index(VersionedTables(root), lib)
+    # Records written before the digest: the ids are compared whole, as before.
+    side.write_text(json.dumps({k: v for k, v in meta.items() if k != "chunk_id_digest"}))
+    old = P.load_snapshot_index(VersionedTables(root), lib).retriever
+    assert old.chunks.id_digest is None and isinstance(old.index, MappedBM25Index)
 
 
 def test_chunk_columns_build_the_same_chunks_and_answer_from_columns():

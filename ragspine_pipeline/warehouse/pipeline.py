@@ -373,7 +373,7 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
     mapped = None if older else _published_files(wh, library, meta)
     if mapped is not None:  # the published index and records, mapped: nothing rebuilt
         chunks, bm25 = mapped
-        ids = chunks.table.column("chunk_id")
+        ids: pa.Array | None = None  # read (and checksummed) only where stored vectors are aligned to it below
         index_kwargs: dict[str, Any] = {"bm25_index": bm25}
     else:  # a version from before the files, or an older snapshot served less what is hidden now
         chunks = served_chunks(wh, library, meta["chunks"])  # no RESTRICTED, no withheld: non-interference
@@ -411,6 +411,8 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
                                        library_id=library, version=meta["snapshot_id"])
     index.info["chunker"] = snapshot_chunker(wh, snap)
     if backend is not None and emb_version:
+        if ids is None:
+            ids = chunks.column("chunk_id").combine_chunks()
         vt = _aligned(wh.read(EMBEDDINGS, library, "vectors", emb_version), ids,
                       f"snapshot {snap.version} of {library}: embeddings do not match its chunks")
         vec = vt.column("vector").combine_chunks()

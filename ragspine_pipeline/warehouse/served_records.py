@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..retrieval.chunking.chunk_columns import ChunkColumns
-from ..retrieval.lexical.bm25_format import CorruptIndexError, IndexFormatError
+from ..retrieval.lexical.bm25_format import CorruptIndexError, IndexFormatError, id_digest
 
 SERVED_FILE = "served_chunks.arrow"
 SERVED_META = "served_chunks.json"
@@ -87,6 +87,7 @@ def write_served_records(version_dir: str | os.PathLike[str], table: pa.Table) -
                 starts.append(starts[-1] + reader.get_batch(i).num_rows)
             meta = {"format": RECORDS_FORMAT, "rows": table.num_rows, "bytes": tmp.stat().st_size,
                     "columns": schema.names, "batch_starts": starts, "crc32": _batch_crcs(reader),
+                    "chunk_id_digest": _ordered_id_digest(tmp, reader.read_all()),
                     "row_fields": table.column_names,
                     "timestamps": [f.name for f in table.schema if pa.types.is_timestamp(f.type)]}
         side = folder / SERVED_META
@@ -97,6 +98,15 @@ def write_served_records(version_dir: str | os.PathLike[str], table: pa.Table) -
             tmp.unlink()
         raise
     return {"served_file": SERVED_FILE, "served_rows": table.num_rows, "served_bytes": meta["bytes"]}
+
+
+def _ordered_id_digest(path: Path, table: pa.Table) -> str:
+    """The ``id_digest`` of the file's chunk ids as written, after checking they are unique
+    and in chunk_id order (what serving relies on, so an open compares 32 bytes with the
+    BM25 file's digest instead of reading both id columns, #27)."""
+    cols = ChunkColumns(table)  # raises unless unique and in chunk_id order
+    return id_digest(*cols.chunk_id_blob()).hex() if len(cols) else id_digest(np.zeros(1, np.int64),
+                                                                                   np.zeros(0, np.uint8)).hex()
 
 
 def _jsonable(value: Any) -> Any:
@@ -194,5 +204,23 @@ def open_served_records(version_dir: str | os.PathLike[str]) -> ChunkColumns | N
             or not isinstance(meta.get("row_fields"), list) or not isinstance(meta.get("timestamps", []), list)):
         raise CorruptIndexError(path, "row, column or batch counts do not match its sidecar")
     checks = _Checks(path, table, meta)
-    checks.column("chunk_id")  # ChunkColumns compares every id on construction
-    return ChunkColumns(table, verify_row=checks.row, verify_column=checks.column, read_row=checks.read_row)
+    digest = _sidecar_digest(path, meta.get("chunk_id_digest"))
+    if digest is None:
+        checks.column("chunk_id")  # ChunkColumns compares every id on construction
+    # With a digest, the ids' order was checked at publish and the digest binds it: the id
+    # column is checksummed when first read whole, and with its batch when a row is read.
+    return ChunkColumns(table, verify_row=checks.row, verify_column=checks.column, read_row=checks.read_row,
+                        id_digest=digest)
+
+
+def _sidecar_digest(path: Path, value: Any) -> bytes | None:
+    """The sidecar's chunk-id digest (None for records written before there was one)."""
+    if value is None:
+        return None
+    try:
+        digest = bytes.fromhex(value) if isinstance(value, str) else b""
+    except ValueError:
+        digest = b""
+    if len(digest) != 32:
+        raise CorruptIndexError(path, f"its sidecar's chunk_id_digest is not 32 hex bytes: {value!r}")
+    return digest

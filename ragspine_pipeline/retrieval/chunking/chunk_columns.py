@@ -10,8 +10,8 @@ retriever asks (ids, languages, labels, documents, filter columns) are answered 
 columns without building any chunk. A chunk built for a hit is kept (at most ``CACHE_MAX``) for
 the next query that returns it.
 
-Rows are in chunk_id order with unique ids (checked here: the retriever's position order
-is chunk_id order). ``verify_row`` and ``verify_column``, when given, are called before a
+Rows are in chunk_id order with unique ids (checked here, or, when ``id_digest`` is given,
+by the publisher that took the digest: the retriever's position order is chunk_id order). ``verify_row`` and ``verify_column``, when given, are called before a
 row is read into Python (with its position) and before a column is read whole (with its
 name): the warehouse checks the checksums of what is about to be read. ``read_row``, when
 given, returns a row's stored dict by position (the warehouse keeps each row whole in one
@@ -43,13 +43,18 @@ class ChunkColumns(Sequence[StoredChunk]):
 
     def __init__(self, table: pa.Table, *, verify_row: Callable[[int], None] | None = None,
                  verify_column: Callable[[str], None] | None = None,
-                 read_row: Callable[[int], dict[str, Any]] | None = None) -> None:
-        if verify_column is not None:
-            verify_column("chunk_id")
-        ids = table.column("chunk_id")
-        n = table.num_rows
-        if n > 1 and not pc.all(pc.greater(ids.slice(1), ids.slice(0, n - 1))).as_py():
-            raise ValueError("ChunkColumns needs unique chunk ids in chunk_id order")
+                 read_row: Callable[[int], dict[str, Any]] | None = None,
+                 id_digest: bytes | None = None) -> None:
+        if id_digest is None:
+            if verify_column is not None:
+                verify_column("chunk_id")
+            ids = table.column("chunk_id")
+            n = table.num_rows
+            if n > 1 and not pc.all(pc.greater(ids.slice(1), ids.slice(0, n - 1))).as_py():
+                raise ValueError("ChunkColumns needs unique chunk ids in chunk_id order")
+        # The publisher's ``bm25_format.id_digest`` of the ids, their order checked when it
+        # was taken: an open compares it with the BM25 file's instead of reading the ids.
+        self.id_digest = id_digest
         self.table = table
         self._verify = verify_row
         self._verify_column = verify_column

@@ -158,6 +158,17 @@ class MappedDocIds:
             out.append(self._file.string("doc_id", p))
         return out
 
+    def doc_id_digest(self) -> bytes | None:
+        """The ``bm25_format.id_digest`` of the doc ids recorded at publish (checksummed
+        before it is read), or None for a file written without one."""
+        if "doc_id_digest" not in self._toc.arrays:
+            return None
+        self._file.whole("doc_id_digest")
+        digest = self._file.array("doc_id_digest")
+        if digest.shape != (32,):
+            raise CorruptIndexError(self.path, f"doc_id_digest holds {digest.size} bytes, not 32")
+        return digest.tobytes()
+
     def same_doc_ids(self, ids: Sequence[str]) -> bool:
         """Whether the recorded doc ids are exactly ``ids``, in order (one vectorized compare)."""
         if not self.has_doc_ids or len(ids) != self.n_docs:

@@ -28,6 +28,7 @@ from .bm25_format import (
     ArraySpec,
     CorruptIndexError,
     bytes_hash,
+    id_digest,
     read_toc,
     term_hash,
 )
@@ -136,6 +137,8 @@ def tables_ok(f: _MappedFile) -> bool:
           and np.array_equal(np.sort(a["vocab_tid"]), np.arange(nt)) and _hashes_ok(f))
     if "doc_id_off" in a:
         ok = ok and _strings_ok(a["doc_id_off"], len(a["doc_id_blob"]), n)
+        if "doc_id_digest" in a:  # what an open compares instead of the ids (id_digest)
+            ok = ok and a["doc_id_digest"].tobytes() == id_digest(a["doc_id_off"], a["doc_id_blob"])
     if "global_pos" in a:  # a segment: its documents' corpus positions
         g = a["global_pos"]
         ok = ok and len(g) == n and (n == 0 or (int(g[0]) >= 0 and int(g[-1]) < f.toc.corpus_docs

@@ -24,7 +24,14 @@ import numpy as np
 from . import bm25
 from .bm25 import BM25Index
 from .bm25_build import bitsets, postings_from_raw
-from .bm25_format import ChunkedArray, CorruptIndexError, strings_to_blob, vocab_arrays, write_file
+from .bm25_format import (
+    ChunkedArray,
+    CorruptIndexError,
+    id_digest,
+    strings_to_blob,
+    vocab_arrays,
+    write_file,
+)
 from .bm25_mapped import open_index
 from .bm25_packed import PACKED_BITSET_FRACTION, encode, length_codes
 from .bm25_raw import PACKED, PLAIN, RawPostings, choose_layout
@@ -82,6 +89,8 @@ def _extras(n_docs: int, doc_ids: Sequence[str] | None, bucket: int, buckets: in
     out: dict[str, np.ndarray] = {}
     if doc_ids is not None:
         out["doc_id_off"], out["doc_id_blob"] = strings_to_blob(doc_ids)
+        # What an open compares with the served records' ids (bm25_format.id_digest).
+        out["doc_id_digest"] = np.frombuffer(id_digest(out["doc_id_off"], out["doc_id_blob"]), np.uint8)
     if global_pos is not None:
         if len(global_pos) != n_docs:
             raise ValueError(f"global_pos has {len(global_pos)} entries for {n_docs} indexed documents")

@@ -85,11 +85,15 @@ def _check_channels(channels: Sequence[str]) -> None:
 def _check_prebuilt(index: BM25Index, chunks: Sequence[Chunk]) -> None:
     """A given index must cover exactly the retriever's chunks, position = chunk_id order
     (checked against its recorded doc ids when it has them, e.g. a published file; for
-    columnar chunks straight from their id column)."""
+    columnar chunks straight from their id column, or by the two digests publish recorded)."""
     blob = getattr(index, "same_doc_id_blob", None)
     same = getattr(index, "same_doc_ids", None)
+    digest = getattr(index, "doc_id_digest", None)
     if index.n_docs != len(chunks):
         ok = False
+    elif isinstance(chunks, ChunkColumns) and chunks.id_digest is not None and callable(digest) \
+            and (theirs := digest()) is not None:
+        ok = theirs == chunks.id_digest  # both taken at publish over the same ids (id_digest)
     elif isinstance(chunks, ChunkColumns) and callable(blob):
         ok = blob(*chunks.chunk_id_blob())
     else:

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from ..retrieval.chunking.chunk_columns import ChunkColumns
 from ..retrieval.lexical.bm25_format import CorruptIndexError, IndexFormatError, id_digest
+from .record_rows import row_json_batches
 
 SERVED_FILE = "served_chunks.arrow"
 SERVED_META = "served_chunks.json"
@@ -75,10 +76,8 @@ def write_served_records(version_dir: str | os.PathLike[str], table: pa.Table) -
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as fh, pa.ipc.new_file(fh, schema) as writer:
-            for batch in table.to_batches(max_chunksize=BATCH_ROWS):
-                # A JSON list in the order the sidecar records (no key repeated on every row).
-                rows = pa.array([json.dumps([r[c] for c in table.column_names], default=_jsonable)
-                                 for r in batch.to_pylist()], pa.string())
+            # Each row a JSON list in the order the sidecar records (no key repeated on every row).
+            for batch, rows in row_json_batches(table, BATCH_ROWS):
                 writer.write_batch(pa.record_batch([*(batch.column(c) for c in fields), rows], schema=schema))
         with pa.memory_map(str(tmp)) as src:
             reader = pa.ipc.open_file(src)
@@ -107,12 +106,6 @@ def _ordered_id_digest(path: Path, table: pa.Table) -> str:
     cols = ChunkColumns(table)  # raises unless unique and in chunk_id order
     return id_digest(*cols.chunk_id_blob()).hex() if len(cols) else id_digest(np.zeros(1, np.int64),
                                                                                    np.zeros(0, np.uint8)).hex()
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    raise TypeError(f"a served record holds a {type(value).__name__}")
 
 
 class _Checks:

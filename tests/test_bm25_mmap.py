@@ -236,6 +236,29 @@ def test_a_flip_in_postings_fails_the_first_query_that_reads_them(tmp_path):
     assert str(path) in str(err.value)
 
 
+def test_the_doc_id_digest_is_recorded_checked_at_publish_and_checksummed(tmp_path, monkeypatch):
+    from ragspine_pipeline.retrieval.lexical import bm25_publish
+    from ragspine_pipeline.retrieval.lexical.bm25_format import id_digest, strings_to_blob
+
+    docs, _ = zipf_corpus(300, seed=2)
+    _, path = publish(tmp_path, docs)
+    ids = [f"doc-{i:06d}" for i in range(len(docs))]
+    assert open_index(path).doc_id_digest() == id_digest(*strings_to_blob(ids))
+    assert id_digest(*strings_to_blob(["ab", "c"])) != id_digest(*strings_to_blob(["a", "bc"]))
+    spec = open_index(path)._toc.arrays["doc_id_digest"]
+    raw = bytearray(path.read_bytes())
+    raw[spec.offset + 5] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptIndexError, match="checksum mismatch"):
+        open_index(path).doc_id_digest()
+    # A writer that recorded a wrong digest never gets its file published.
+    real = bm25_publish._extras
+    monkeypatch.setattr(bm25_publish, "_extras", lambda *a: {**real(*a), "doc_id_digest": np.zeros(32, np.uint8)})
+    with pytest.raises(CorruptIndexError, match="inconsistent"):
+        publish(tmp_path, docs, name="bad.bm25")
+    assert not (tmp_path / "bad.bm25").exists()
+
+
 def test_unknown_or_newer_format_version_names_both(tmp_path):
     docs, _ = zipf_corpus(100)
     _built, path = publish(tmp_path, docs)

@@ -1,6 +1,9 @@
 """The unfiltered numba BM25 route: ``search_one`` (exhaustive or MaxScore with block-max
-skipping) and ``search_batch`` (many queries without the GIL). See ``bm25_kernel``.
+skipping) and ``search_batch`` (many queries without the GIL, through ``batch_kernel``, the
+batch loop the packed route shares). See ``bm25_kernel``.
 """
+
+from collections.abc import Callable
 
 import numpy as np
 from numba import njit
@@ -183,40 +186,97 @@ def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exha
     return _take_top(acc, cand, nc, k, hs, hi)
 
 
-@njit(cache=True, nogil=True)
-def search_batch(indptr, indices, w, idf, wmax, q_flat, q_ptr, k1p1, k, n_docs, exhaustive_docs, bptr, bmax):
-    """Top-k of queries q_ptr[i]:q_ptr[i+1] of q_flat, serially and without the GIL
-    (callers run chunks on threads): (ids[nq, k] padded with -1, scores[nq, k], counts).
+def batch_kernel(query: Callable[..., tuple]) -> Callable[..., tuple]:
+    """The batch loop shared by the unfiltered routes (plain here, packed in
+    ``bm25_packed_route``), compiled around ``query``: ``loop(ctx, q_flat, q_ptr, k,
+    n_docs)`` answers queries q_ptr[i]:q_ptr[i+1] of q_flat (-1: a token outside the
+    vocabulary, dropped) serially and without the GIL (callers run chunks on threads), as
+    (ids[nq, k] padded with -1, scores[nq, k], counts).
+
+    ``query(ctx, qtids, k, acc, touched, n_docs)`` answers one query with known terms and
+    returns (ids, scores, acc, touched): the corpus-sized scratch starts empty and a route
+    that needs it allocates it (``scratch``) and hands it back for the next query, so a
+    batch whose queries all take a route without it (the packed window kernel) never
+    allocates N floats per thread.
+
+    Why a closure and not ``query`` as an argument: numba cannot cache a function that
+    passes a jitted function as an argument ("uses dynamic globals"), so every process
+    would recompile the batch entry points; a closure's ``query`` is a compile-time global
+    and the entry points' ``cache=True`` holds (they link the loop in). The loop itself
+    is not cached: its cache key pickles ``query``, which differs per process, so each
+    compile would only add a file that is never read.
 
     numba's ``parallel=True`` was measured here and not used: its OpenMP/TBB pools
     busy-wait at barriers, which on a shared 2-core machine cost 20-50 ms per call.
     """
-    nq = q_ptr.shape[0] - 1
-    out_i = np.full((nq, k), -1, np.int64)
-    out_s = np.zeros((nq, k), np.float64)
-    out_n = np.zeros(nq, np.int64)
-    acc = np.zeros(max(n_docs, 1), np.float64)
-    touched = np.empty(max(n_docs, 1), np.int32)
-    for q in range(nq):
-        q_t = q_flat[q_ptr[q] : q_ptr[q + 1]]
-        m = 0
-        for x in range(q_t.shape[0]):  # tokens outside the vocabulary arrive as -1
-            if q_t[x] >= 0:
-                m += 1
-        if m == 0:
-            continue
-        if m < q_t.shape[0]:
-            kept = np.empty(m, np.int64)
-            m = 0
-            for x in range(q_t.shape[0]):
-                if q_t[x] >= 0:
-                    kept[m] = q_t[x]
-                    m += 1
-            q_t = kept
-        ids, sc = search_one(indptr, indices, w, idf, wmax, q_t, k1p1, k, acc, touched, exhaustive_docs, bptr, bmax)
-        n = ids.shape[0]
-        out_n[q] = n
-        out_i[q, :n] = ids
-        out_s[q, :n] = sc
-    return out_i, out_s, out_n
 
+    @njit(nogil=True)
+    def loop(ctx, q_flat, q_ptr, k, n_docs):
+        nq = q_ptr.shape[0] - 1
+        out_i = np.full((nq, k), -1, np.int64)
+        out_s = np.zeros((nq, k), np.float64)
+        out_n = np.zeros(nq, np.int64)
+        acc = np.zeros(0, np.float64)
+        touched = np.empty(0, np.int32)
+        for q in range(nq):
+            q_t = _known_terms(q_flat[q_ptr[q] : q_ptr[q + 1]])
+            if q_t.shape[0] == 0:
+                continue
+            ids, sc, acc, touched = query(ctx, q_t, k, acc, touched, n_docs)
+            n = ids.shape[0]
+            out_n[q] = n
+            out_i[q, :n] = ids
+            out_s[q, :n] = sc
+        return out_i, out_s, out_n
+
+    return loop
+
+
+@njit(cache=True, nogil=True)
+def _known_terms(q_t):
+    """The query's term ids without the -1s of tokens outside the vocabulary (q_t itself
+    when it has none)."""
+    m = 0
+    for x in range(q_t.shape[0]):
+        if q_t[x] >= 0:
+            m += 1
+    if m == q_t.shape[0]:
+        return q_t
+    kept = np.empty(m, q_t.dtype)
+    m = 0
+    for x in range(q_t.shape[0]):
+        if q_t[x] >= 0:
+            kept[m] = q_t[x]
+            m += 1
+    return kept
+
+
+@njit(cache=True, nogil=True)
+def scratch(acc, touched, n_docs):
+    """The corpus-sized accumulator (zeros) and touched list of a batch: (acc, touched) as
+    given once allocated, else new ones of max(n_docs, 1) entries."""
+    if acc.shape[0] == 0:
+        acc = np.zeros(max(n_docs, 1), np.float64)
+        touched = np.empty(max(n_docs, 1), np.int32)
+    return acc, touched
+
+
+@njit(cache=True, nogil=True)
+def _plain_query(ctx, qtids, k, acc, touched, n_docs):
+    """One query of the plain batch: ``search_one`` (``batch_kernel``'s ``query``)."""
+    indptr, indices, w, idf, wmax, k1p1, exhaustive_docs, bptr, bmax = ctx
+    acc, touched = scratch(acc, touched, n_docs)
+    ids, sc = search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exhaustive_docs, bptr, bmax)
+    return ids, sc, acc, touched
+
+
+_plain_batch = batch_kernel(_plain_query)
+
+
+@njit(cache=True, nogil=True)
+def search_batch(indptr, indices, w, idf, wmax, q_flat, q_ptr, k1p1, k, n_docs, exhaustive_docs, bptr, bmax):
+    """Top-k of queries q_ptr[i]:q_ptr[i+1] of q_flat, serially and without the GIL
+    (callers run chunks on threads; ``batch_kernel``): (ids[nq, k] padded with -1,
+    scores[nq, k], counts)."""
+    ctx = (indptr, indices, w, idf, wmax, k1p1, exhaustive_docs, bptr, bmax)
+    return _plain_batch(ctx, q_flat, q_ptr, k, n_docs)

@@ -19,9 +19,9 @@ The cut (rare terms' summed upper bounds at least twice the others') was fitted 
 The small-corpus exhaustive route stays inside the MaxScore kernel.
 """
 
-import numpy as np
 from numba import njit
 
+from .bm25_numba_unfiltered import batch_kernel, scratch
 from .bm25_packed_kernels import search_one as maxscore_one
 from .bm25_packed_windows import MAX_TERMS, window_top_k
 
@@ -48,44 +48,41 @@ def _window_suits(indptr, idf, wmax, qtids, n_docs):
 
 
 @njit(cache=True, nogil=True)
+def _use_window(pk, idf, wmax, qtids, n_docs, exhaustive_docs):
+    """Whether the window kernel answers the query on a corpus of n_docs documents (the
+    small-corpus exhaustive route stays with the MaxScore kernel)."""
+    return n_docs > exhaustive_docs and _window_suits(pk[0], idf, wmax, qtids, n_docs)
+
+
+@njit(cache=True, nogil=True)
 def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
     """``bm25_packed_kernels.search_one``'s signature and answers (bit-identical), by the
     kernel that is fastest for the query's shape (module docstring). acc must be all
     zeros on entry and is all zeros again on return."""
-    n_docs = acc.shape[0]
-    if n_docs > exhaustive_docs and _window_suits(pk[0], idf, wmax, qtids, n_docs):
+    if _use_window(pk, idf, wmax, qtids, acc.shape[0], exhaustive_docs):
         return window_top_k(pk, idf, wmax, qtids, wt, k)
     return maxscore_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs)
 
 
 @njit(cache=True, nogil=True)
+def _routed_query(ctx, qtids, k, acc, touched, n_docs):
+    """One query of the batch, routed as ``search_one`` (``batch_kernel``'s ``query``): the
+    corpus-sized scratch is allocated only when a query takes the MaxScore kernel."""
+    pk, idf, wmax, wt, exhaustive_docs = ctx
+    if _use_window(pk, idf, wmax, qtids, max(n_docs, 1), exhaustive_docs):
+        ids, sc = window_top_k(pk, idf, wmax, qtids, wt, k)
+        return ids, sc, acc, touched
+    acc, touched = scratch(acc, touched, n_docs)
+    ids, sc = maxscore_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs)
+    return ids, sc, acc, touched
+
+
+_routed_batch = batch_kernel(_routed_query)
+
+
+@njit(cache=True, nogil=True)
 def search_batch(pk, idf, wmax, q_flat, q_ptr, wt, k, n_docs, exhaustive_docs):
     """Top-k of queries q_ptr[i]:q_ptr[i+1] of q_flat (-1: unknown token), serially and
-    without the GIL, each routed as ``search_one``: (ids[nq, k] padded with -1,
-    scores[nq, k], counts)."""
-    nq = q_ptr.shape[0] - 1
-    out_i = np.full((nq, k), -1, np.int64)
-    out_s = np.zeros((nq, k), np.float64)
-    out_n = np.zeros(nq, np.int64)
-    acc = np.zeros(max(n_docs, 1), np.float64)
-    touched = np.empty(max(n_docs, 1), np.int32)
-    for q in range(nq):
-        q_t = q_flat[q_ptr[q]:q_ptr[q + 1]]
-        m = 0
-        for x in range(q_t.shape[0]):
-            if q_t[x] >= 0:
-                m += 1
-        if m == 0:
-            continue
-        kept = np.empty(m, np.int64)
-        m = 0
-        for x in range(q_t.shape[0]):
-            if q_t[x] >= 0:
-                kept[m] = q_t[x]
-                m += 1
-        ids, sc = search_one(pk, idf, wmax, kept, wt, k, acc, touched, exhaustive_docs)
-        n = ids.shape[0]
-        out_n[q] = n
-        out_i[q, :n] = ids
-        out_s[q, :n] = sc
-    return out_i, out_s, out_n
+    without the GIL, each routed as ``search_one`` (``bm25_numba_unfiltered.batch_kernel``,
+    the plain batch's loop): (ids[nq, k] padded with -1, scores[nq, k], counts)."""
+    return _routed_batch((pk, idf, wmax, wt, exhaustive_docs), q_flat, q_ptr, k, n_docs)

@@ -1,6 +1,6 @@
 """The document-at-a-time exact kernels over packed postings answer exactly as the MaxScore
-kernel and the reference formula: block-max WAND and block-max MaxScore
-(``bm25_packed_wand``), and block-max MaxScore over windows (``bm25_packed_windows``, what
+kernel and the reference formula: block-max WAND and block-max MaxScore per document (the
+tests' ``packed_reference_kernels``), and block-max MaxScore over windows (``bm25_packed_windows``, what
 ``bm25_packed_route`` sends dense queries to). Same top-k ids, bit-identical scores, ties
 by lower position; repeated terms, single terms, k past the matches and long lists."""
 
@@ -15,8 +15,8 @@ pytest.importorskip("numba")
 
 from ragspine_pipeline.retrieval.lexical import bm25_packed_kernels as maxscore  # noqa: E402
 from ragspine_pipeline.retrieval.lexical import bm25_packed_route as route  # noqa: E402
-from ragspine_pipeline.retrieval.lexical import bm25_packed_wand as wand  # noqa: E402
 from ragspine_pipeline.retrieval.lexical import bm25_packed_windows as windows  # noqa: E402
+from tests import packed_reference_kernels as wand  # noqa: E402
 
 
 def both(ix: PackedBM25Index, q: list[str], k: int):
@@ -123,3 +123,33 @@ def test_window_kernel_seeds_from_a_rare_term_and_stays_exact(tmp_path):
             (ids, sc), (m_ids, m_sc) = both(packed, q, k)
             assert ids.tolist() == m_ids.tolist() and np.array_equal(sc, m_sc), (q, k)
         assert 0.0 < seed <= m_sc[9], q  # a lower bound of the true 10th score
+
+
+def test_routed_batch_equals_routed_single_queries(tmp_path):
+    # One batch mixing window-kernel and MaxScore queries, unknown tokens (-1) and empty
+    # queries: each row is search_one's answer bit for bit, whichever route allocated the
+    # shared scratch first (or none: exhaustive 0 with only window queries).
+    docs, queries = zipf_corpus(2000, seed=7)
+    packed, _ = publish_both(tmp_path, docs)
+    queries += [["w0", "w1"], ["nope"], [], ["w0", "nope", "w2"], ["w399", "w0"], ["w1", "w1", "w0"]]
+    args, wt, n = (packed._pk, packed._idf, packed._w_max), packed._weights(), packed.n_docs
+    tids = [[packed.vocab.get(t, -1) for t in q] for q in queries]
+    dense = [q for q, t in zip(queries, tids, strict=True)
+             if -1 not in t and t and route._window_suits(args[0][0], *args[1:], np.array(t, np.int64), n)]
+    assert dense and len(dense) < len(queries)
+    acc, touched = np.zeros(n, np.float64), np.empty(n, np.int32)
+    for batch in (queries, dense, queries[::-1]):
+        t_batch = [[packed.vocab.get(t, -1) for t in q] for q in batch]
+        flat = np.array([t for q in t_batch for t in q], np.int64)
+        ptr = np.cumsum([0] + [len(q) for q in t_batch]).astype(np.int64)
+        for exhaustive in (0, 10**9):
+            ids, sc, cnt = route.search_batch(*args, flat, ptr, wt, 10, n, exhaustive)
+            for i, q in enumerate(t_batch):
+                known = np.array([t for t in q if t >= 0], np.int64)
+                if not len(known):
+                    assert cnt[i] == 0 and (ids[i] == -1).all()
+                    continue
+                w_ids, w_sc = route.search_one(*args, known, wt, 10, acc, touched, exhaustive)
+                c = int(cnt[i])
+                assert ids[i, :c].tolist() == w_ids.tolist() and np.array_equal(sc[i, :c], w_sc)
+                assert (ids[i, c:] == -1).all()

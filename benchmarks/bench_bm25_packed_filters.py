@@ -11,7 +11,9 @@ memory-mapped, ``queries_<n>.json`` and the filters ``mask_<n>_<keep>.bits`` (pa
 unfiltered and then under every filter and form, back to back (the order of the filtered
 rows rotates per round), so load on the shared machine hits all rows alike; p50 over all
 rounds. A filter is handed over as a bool mask (what ``bench_bm25`` passes), as packed
-words (``PackedFilter``) and, for the selective ones, as sorted positions.
+words (``PackedFilter``) and, for the selective ones, as sorted positions; a dense filter
+(at least ``DENSE_FROM`` kept) is timed once more as packed words with the window route off
+(``packed-taat``: the term-at-a-time route), when the engine has the switch.
 
 Filtered answers of the first ``--check`` queries are compared with the numpy path of the
 same index (the executable spec: N, df and avgdl over the survivors): same ids, scores
@@ -40,15 +42,36 @@ ROOT = Path(__file__).resolve().parents[1]
 LARGE = ROOT / "benchmarks" / ".cache" / "large"
 KEEPS = (0.5, 0.05, 0.001, 0.0001)
 POSITIONS_UP_TO = 0.05  # filters this selective are also timed as sorted positions
+DENSE_FROM = 0.25  # filters this dense are also timed as packed words on the term-at-a-time route
 
 
-def index_file(n: int) -> Path:
-    """The cached packed file of the large suite at n documents."""
+def index_file(n: int) -> Path | None:
+    """The cached packed file of the large suite at n documents (None when not built yet)."""
     for name in (f"ragspine_{n}_stream_auto.bm25", f"ragspine_{n}_stream_packed.bm25"):
         path = LARGE / name
         if path.exists():
             return path
-    raise SystemExit(f"no cached packed index for {n} documents under {LARGE} (run bench_bm25.py peers first)")
+    return None
+
+
+def prepare(n: int) -> None:
+    """What ``bench_bm25.py peers-large`` leaves in the cache, made here when missing: the
+    synthetic corpus, its queries, the filters' packed bits and the packed file (streamed
+    build, this checkout's engine). Runs in its own process (``--prepare``), so a measuring
+    process imports only the engine it measures; the caller holds the heavy lock."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import bench_bm25 as bb
+
+    LARGE.mkdir(parents=True, exist_ok=True)
+    qj = LARGE / f"queries_{n}.json"
+    if not qj.exists():
+        qj.write_text(json.dumps(bb._large_queries(bb.synthetic_arrays(n))))
+    bb._mask_prefix(n)
+    if index_file(n) is None:
+        path = LARGE / f"ragspine_{n}_stream_packed.bm25"
+        rec = bb._ragspine_build({"k1": bb.K1, "build": "stream", "layout": "packed"}, path, n)
+        path.with_name(path.name + ".build.json").write_text(json.dumps(rec))
+        print(json.dumps(rec), file=sys.stderr)
 
 
 def filters(n: int) -> dict[str, tuple[object, int]]:
@@ -82,10 +105,30 @@ def measure(n: int, rounds: int, label: str, check: int) -> dict:
 
     print(f"engine: {ragspine_pipeline.__file__}", file=sys.stderr)
 
-    idx = open_index(index_file(n))
+    path = index_file(n)
+    if path is None:
+        raise SystemExit(f"no cached packed index for {n} documents under {LARGE}: run this script with "
+                         "--prepare first (under the heavy lock)")
+    idx = open_index(path)
     queries = [q for q in json.loads((LARGE / f"queries_{n}.json").read_text())
                if any(idx.vocab.get(t) is not None for t in q)]
     fil = filters(n)
+    from ragspine_pipeline.retrieval.lexical import bm25_packed_filter_search as fsearch
+
+    if hasattr(fsearch, "WINDOWS"):  # this engine routes dense filters: time the other route too
+        for keep in KEEPS:
+            if keep >= DENSE_FROM:
+                fil[f"{keep}:packed-taat"] = fil[f"{keep}:packed"]
+
+    def search(q, name):
+        if not name.endswith("-taat"):
+            return idx.search(q, 10, candidates=fil[name][0])
+        fsearch.WINDOWS = 0
+        try:
+            return idx.search(q, 10, candidates=fil[name][0])
+        finally:
+            fsearch.WINDOWS = 1
+
     for q in queries:  # warm: the page cache, first-use checks, lazily built filter support
         idx.search(q, 10)
         for f, _ in fil.values():
@@ -98,7 +141,7 @@ def measure(n: int, rounds: int, label: str, check: int) -> dict:
         for q in queries:
             lat["unfiltered"].append(_timed(idx.search, q, 10)[0])
             for name in names:
-                dt, res = _timed(idx.search, q, 10, candidates=fil[name][0])
+                dt, res = _timed(search, q, name)
                 lat[name].append(dt)
                 if r == 0 and len(got[name]) < check:
                     got[name].append(res)
@@ -132,7 +175,9 @@ def markdown(report: dict) -> str:
              "round runs a query unfiltered, then under every filter and form; p50 over all rounds. `ratio` = "
              "filtered p50 / unfiltered p50 of the same run (goal: <= 1.1). Filtered scores use N, df and avgdl "
              "over the survivors (the spec); `identical` compares the first queries with the numpy path of the "
-             "same index (same ids, scores within 1e-9). The box is shared (2 cores): compare ratios within a run.",
+             "same index (same ids, scores within 1e-9). `packed-taat`: packed words with the dense filters' window "
+             "route switched off (term at a time), in the same run. The box is shared (2 cores): compare ratios "
+             "within a run.",
              ""]
     for run in sorted(report["runs"], key=lambda r: (r["docs"], r["label"] != "before", r["label"])):
         lines += [f"## {run['label']} ({run['docs']:,} docs): unfiltered p50 {run['unfiltered_p50_ms']:.3f} ms",
@@ -156,7 +201,12 @@ def main() -> None:
     ap.add_argument("--engine-commit", default=None, help="the commit --engine was archived from")
     ap.add_argument("--note", default="")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "out"))
+    ap.add_argument("--prepare", action="store_true", help="only make the cached corpus, queries, filters and "
+                    "packed file when missing (this checkout's engine), then exit")
     args = ap.parse_args()
+    if args.prepare:
+        prepare(args.docs)
+        return
     if args.engine:
         sys.path.insert(0, str(Path(args.engine).resolve()))
     run = measure(args.docs, args.rounds, args.label, args.check)

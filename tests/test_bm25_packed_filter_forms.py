@@ -7,6 +7,7 @@ df and avgdl over the survivors, at every selectivity, with and without bitset r
 import numpy as np
 import pytest
 
+from ragspine_pipeline.retrieval.lexical import bm25_packed_filter_search
 from ragspine_pipeline.retrieval.lexical.bm25_filter import FEW_SURVIVORS_DIV, PackedFilter
 from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
 from tests.test_bm25_mmap import zipf_corpus
@@ -48,9 +49,11 @@ def _check(tmp_path, monkeypatch, n_docs: int, n_queries: int, bitsets: bool, ke
             same(slow, plain_np.search(q, k=10, candidates=mask))
             assert slow.ids.tolist() == want.ids.tolist() and np.allclose(slow.scores, want.scores, atol=1e-9, rtol=0)
             for name, f in forms.items():
-                got = packed.search(q, k=10, candidates=f)
-                assert got.ids.tolist() == want.ids.tolist(), (keep, name, q)
-                assert np.array_equal(got.scores, want.scores), (keep, name, q)
+                for route in (1, 0, 2):  # routed, term at a time, window kernel (dense filters)
+                    monkeypatch.setattr(bm25_packed_filter_search, "WINDOWS", route)
+                    got = packed.search(q, k=10, candidates=f)
+                    assert got.ids.tolist() == want.ids.tolist(), (keep, name, route, q)
+                    assert np.array_equal(got.scores, want.scores), (keep, name, route, q)
             r_ids, r_scores = ref_top(q, docs, 10, pos)  # N, df and avgdl over the survivors
             assert want.ids.tolist() == r_ids and np.allclose(want.scores, r_scores, atol=1e-9, rtol=0)
 

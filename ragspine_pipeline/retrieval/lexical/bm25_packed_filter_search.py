@@ -30,6 +30,12 @@ from .bm25_topk import ScoredDocs
 # reads of one-byte lengths), not summed from the bit-sliced lengths (N/64 words x 7).
 GATHER_LENGTHS_DIV = 512
 _NO_SLICES = np.zeros((0, 1), np.uint64)
+_NO_CODES = np.zeros(0, np.uint32)
+# Dense filters (more than N / FEW_SURVIVORS_DIV survivors) and the filtered window kernel
+# (bm25_packed_filtered_windows): 1 routes each query (bm25_packed_filtered_windows.
+# windows_suit), 0 keeps every one on the term-at-a-time route, 2 sends every one to the
+# window kernel (tests and benchmarks compare the routes; all give the same answers).
+WINDOWS = 1
 
 # The index (a PackedBM25Index) is typed Any: importing bm25_packed_index here, even for
 # type checking, would close an import cycle (it imports this module for filtered queries).
@@ -47,7 +53,7 @@ def search(ix: Any, tids: np.ndarray, k: int, candidates: Any) -> ScoredDocs:
     try:
         ids, scores = bm25_packed_filtered.search_filtered(
             ix._pk, surv.bits, surv.positions, surv.n, surv.total, tids, ix._weights(), k, sc.acc, sc.touched,
-            ix._w_max, ix.avgdl, sup.lengths(), sup.t_maxtf, sup.t_minlen, sup.rank_dir)
+            ix._w_max, sup.lengths(), sup.t_maxtf, sup.t_minlen, sup.rank_dir, sup.code_lengths(), WINDOWS)
     finally:
         if surv.scratch_set is not None:
             bm25_filter_numba.clear_bits(surv.scratch_set, surv.bits)
@@ -113,5 +119,5 @@ def warm(pk: tuple[np.ndarray, ...], wt: tuple[Any, ...], w_max: np.ndarray, n_d
     for lens in (pk[8].astype(np.uint8), pk[8].astype(np.uint16), pk[8].astype(np.uint32)):
         for surv in (pos, pos[:0]):
             bm25_packed_filtered.search_filtered(pk, bits, surv, n, int(np.sum(pk[8])), q, wt, 1, acc, touched, w_max,
-                                                 2.0, lens, t_stat, t_stat, rank_dir)
+                                                 lens, t_stat, t_stat, rank_dir, _NO_CODES, 1)
     clear_bits(pos, bits)

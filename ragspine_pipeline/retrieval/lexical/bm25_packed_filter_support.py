@@ -47,6 +47,7 @@ class PackedFilterSupport:
         self._lock = threading.Lock()
         self._slices: np.ndarray | None = None
         self._lengths: np.ndarray | None = None
+        self._codes: np.ndarray | None = None
         a = ix._file.arrays
         n_terms = max(ix.n_terms, 1)
         self.done = np.zeros(n_terms, np.bool_)
@@ -68,6 +69,15 @@ class PackedFilterSupport:
         if self._lengths is None:
             self._lengths = self._built(compact_lengths)
         return self._lengths
+
+    def code_lengths(self) -> np.ndarray:
+        """The file's length of each document length code (uint32, owned), or empty when
+        the file has no codes (its ``doc_code`` column is the lengths themselves): the
+        filtered window kernel computes each code's weight denominator once per query."""
+        if self._codes is None:
+            a = self._ix._file.arrays
+            self._codes = (np.array(a["code_len"], np.uint32) if "doc_code" in a else np.zeros(0, np.uint32))
+        return self._codes
 
     def _built(self, build: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         """``build`` of the document lengths, one build at a time (a racing reader waits

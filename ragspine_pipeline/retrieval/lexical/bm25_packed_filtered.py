@@ -20,7 +20,11 @@ they serve both the survivor df and the scoring:
   measured slower at 10M documents: every survivor's score then lands in an 80 MB
   accumulator at random, where the pruned scan skips most blocks.)
 
-Scoring then follows MaxScore by descending term bound (the idf over the survivors x the
+A filter keeping at least a quarter of the documents (and a query whose rare terms do not
+carry it) is scored by the filtered window kernel instead (``bm25_packed_filtered_windows``:
+block-max MaxScore over doc windows, the unfiltered router's kernel with the survivors'
+statistics), from this plan and in this term order, so its answers are these bit for bit.
+Otherwise scoring follows MaxScore by descending term bound (the idf over the survivors x the
 smaller of the full-corpus max w grown by avgdl'/avgdl and the term's max tf over its
 shortest document); a scanned term is read block by block, skipping blocks whose bound
 (the same two, per block: ``blk_bmax`` / ``blk_maxtf`` / ``blk_minlen``, valid for any
@@ -34,6 +38,7 @@ from numba import njit
 from .bm25_filter_numba import popcount64, rank
 from .bm25_numba_filtered import _add
 from .bm25_numba_select import _SLACK, _distinct, _gallop, _kth_score, _prune, _push, _take_top
+from .bm25_packed_filtered_windows import from_plan, windows_suit
 from .bm25_packed_kernels import (
     _BLOCK,
     _ONE,
@@ -44,6 +49,7 @@ from .bm25_packed_kernels import (
     _skipped_block,
     _unpack,
 )
+from .bm25_packed_windows import MAX_TERMS
 
 # Few survivors (their positions known): a term's postings at them are gathered by rank in
 # its bitset row when its list is this many times longer than the survivors, or, without a
@@ -272,14 +278,17 @@ def _plan(pk, ut, bits, surv, n, few, docs, tfs):
 
 
 @njit(cache=True, nogil=True)
-def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, avgdl_all, lens, t_maxtf, t_minlen,
-                    rank_dir):
+def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, lens, t_maxtf, t_minlen,
+                    rank_dir, clen, windows):
     """Exact filtered top-k over packed postings (see the module docstring). ``bits`` is
     the filter as uint64 words, ``surv`` the survivors' ascending positions when few
     (else empty), ``n`` / ``total`` their count and summed length (``bm25_filter.prepare``);
     ``lens`` the document lengths (any unsigned width), ``t_maxtf`` / ``t_minlen`` per
     term and ``rank_dir`` per bitset row (``bm25_packed_filter_support``); k1 and b are
-    ``wt``'s. acc is zero on entry and exit."""
+    ``wt``'s, whose avgdl (``wt[4]``) the stored block maxima were computed at. ``clen``:
+    the file's length of each length code (empty without codes); ``windows``: 1 routes a
+    dense filter to the window kernel when it suits the query, 0 never, 2 always (tests).
+    acc is zero on entry and exit."""
     k1 = wt[2]
     b = wt[3]
     if n == 0 or total == 0 or qtids.shape[0] == 0:
@@ -294,7 +303,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     k1p1 = k1 + 1.0
     kb = 1.0 - b
     bavg = b / avgdl
-    grow = max(1.0, avgdl / avgdl_all) if avgdl_all > 0 else 1.0
+    grow = max(1.0, avgdl / wt[4])  # the weights' avgdl: the one the stored maxima were computed at
     scale = np.zeros(nu, np.float64)
     ub = np.zeros(nu, np.float64)
     for y in range(nu):
@@ -304,6 +313,9 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
             ub[y] = scale[y] * min(wmax[t] * grow, _tf_bound(np.float64(t_maxtf[t]), np.float64(t_minlen[t]),
                                                              k1, kb, bavg))
     order = np.argsort(-ub, kind="mergesort")
+    if not few and nu <= MAX_TERMS and (windows == 2 or windows == 1 and windows_suit(pk[0], ut, dfs, ub, n,
+                                                                                   pk[13].shape[0])):
+        return from_plan(pk, bits, ut, dfs, scale, ub, order, k, grow, k1, kb, bavg, clen)
     remaining = np.zeros(nu + 1, np.float64)
     for j in range(nu - 1, -1, -1):
         remaining[j] = remaining[j + 1] + ub[order[j]]

@@ -64,7 +64,7 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
     return maxscore_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _routed_query(ctx, qtids, k, acc, touched, n_docs):
     """One query of the batch, routed as ``search_one`` (``batch_kernel``'s ``query``): the
     corpus-sized scratch is allocated only when a query takes the MaxScore kernel."""

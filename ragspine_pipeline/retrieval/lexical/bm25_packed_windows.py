@@ -4,7 +4,8 @@ postings (``bm25_packed_route`` sends every query here but those carried by rare
 Why: term-at-a-time MaxScore (``bm25_packed_kernels.search_one``) reads every posting of
 every term it cannot prune, into a corpus-sized accumulator, so a query of head terms at
 10M documents reads tens of millions of postings at cache-miss cost. Per-document
-block-max MaxScore (``bm25_packed_wand.bmm_top_k``) skips well but pays a cursor step per
+block-max MaxScore (``bmm_top_k``, kept as a test reference in
+tests/packed_reference_kernels.py) skips well but pays a cursor step per
 document of every essential term. Here the corpus is walked in windows, as Lucene's
 MaxScore bulk scorer does:
 

@@ -1,30 +1,29 @@
 """Filtered block-max MaxScore over doc windows: the dense-filter route of the packed
 filtered kernel (``bm25_packed_filtered.search_filtered``; issue #27 item 4).
 
-Why: under a filter keeping many documents (more than N / ``FEW_SURVIVORS_DIV``), the
-term-at-a-time route reads every surviving posting of every term it cannot prune into a
-corpus-sized accumulator, at cache-miss cost; the unfiltered router answers such queries
-with the window kernel (``bm25_packed_windows``) instead, several times faster at 10M
-documents. This is that kernel with the filter and the survivors' statistics:
+Why: under a filter keeping many documents, the term-at-a-time route reads every surviving
+posting of the long lists it cannot prune into a corpus-sized accumulator at cache-miss
+cost; a heavy query then takes tens of milliseconds at 10M documents (mean 35 ms under a
+50% filter, against 8.8 ms here: ``windows_suit`` says which queries come here). This is
+the unfiltered window kernel (``bm25_packed_windows``, whose docstring explains windows,
+dead documents, non-essential look-ups, window skips and jumps) with the filter and the
+survivors' statistics:
 
-- a posting counts only when its document's filter bit is set; its weight is the
-  filtered formula (N, df and avgdl over the survivors): scale x tf / (tf + den), den =
-  k1 (1 - b + b len / avgdl') computed with the filtered kernel's very operations (per
-  length code once per query, ``den``, or from the length itself);
+- a posting counts only when its filter bit is set; its weight is the filtered formula
+  (N, df and avgdl over the survivors): scale x tf / (tf + den), den = k1 (1 - b + b len /
+  avgdl') computed with the filtered kernel's very operations (per length code once per
+  query, or from the length itself);
 - a block's bound holds for the survivors' avgdl: the smaller of its stored max w (at the
   weights' avgdl) grown by avgdl' / avgdl and its largest tf over its shortest document
-  (``blk_maxtf`` / ``blk_minlen``), times the term's scale (``_bound``);
-- windows, dead documents, non-essential terms looked up or scattered, windows whose
-  bounds cannot beat the k-th score skipped and, once the k-th score passes the summed
-  bounds of the lowest terms, jumps to the next block that can still beat it: as
-  ``bm25_packed_windows.window_top_k`` (whose docstring explains them).
+  (``_bound``); a sparse block (spanning more than a window) is bounded by its surviving
+  postings in the window instead, and the seed comes from the rarest term's survivors.
 
 Exactness: the caller passes the terms in the filtered kernel's scoring order (by
-descending term bound, ``search_filtered``'s ``order``), and a document's score is its
-contributions summed in that order from 0.0: the additions the filtered kernel makes to
-its accumulator, in the same order, so the floats are identical. Bounds are compared with
-the shared relative slack; documents come in position order and enter a full heap only
-with a strictly greater score, so ties go to the lower position.
+descending term bound), and a document's score is its contributions summed in that order
+from 0.0: the additions the filtered kernel makes to its accumulator, in the same order,
+so the floats are identical. Bounds are compared with the shared relative slack;
+documents come in position order and enter a full heap only with a strictly greater
+score, so ties go to the lower position.
 """
 
 import numpy as np
@@ -46,6 +45,7 @@ from .bm25_packed_windows import (
 )
 
 DENSE_DIV = 4  # the window route serves filters keeping at least 1 / this of the documents
+HEAVY_POSTINGS = 2  # ... and queries whose lists hold at least this x N postings
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -444,7 +444,8 @@ def _walk(data, off, dbits, tbits, last, bmax, maxtf, minlen, dcode, bits, scale
 @njit(cache=True, nogil=True)
 def windows_suit(indptr, ut, dfs, ub, n, n_docs):
     """Whether this kernel should answer a filtered query of at most ``MAX_TERMS`` distinct
-    terms: the filter keeps at least 1 / ``DENSE_DIV`` of the documents, and the rare terms
+    terms: the filter keeps at least 1 / ``DENSE_DIV`` of the documents, the query's lists
+    hold at least ``HEAVY_POSTINGS`` x N postings, and the rare terms
     (full list under 1 / ``RARE_DF_FRACTION`` of the documents) do not carry most of the
     summed bounds (as the unfiltered router, ``bm25_packed_route._window_suits``, decides:
     term-at-a-time scores their few documents first, and the k-th score is high at once).
@@ -453,11 +454,20 @@ def windows_suit(indptr, ut, dfs, ub, n, n_docs):
     process, best of 2-3), under a filter keeping 5% the term-at-a-time route wins the
     median at 1M and 10M documents (it touches the accumulator only for the few
     survivors: 0.27 vs 0.93 ms at 1M, 3.5 vs 6.9 ms at 10M), while keeping 50% the window
-    kernel cuts the summed time 2-4x (218 vs 526 ms at 1M, 2.2 vs 8.8 s at 10M) and, at
-    10M, the median too (4.3 vs 5.0 ms routed)."""
+    kernel cuts the summed time 2-4x (218 vs 526 ms at 1M, 2.2 vs 8.8 s at 10M) but not
+    the median (the same run of ``bench_bm25_packed_filters``, every dense query routed
+    here: p50 0.54 vs 0.44 ms at 1M, 3.9 vs 3.8 ms at 10M; mean 1.4 vs 2.6 ms, 8.8 vs 35
+    ms). Light queries (their lists under ``HEAVY_POSTINGS`` x N postings) stay term at a
+    time: the fit on those queries kept the median within ~5-10% and most of the gain in
+    the sum."""
     if n * DENSE_DIV < n_docs:
         return False
     nu = ut.shape[0]
+    postings = 0
+    for y in range(nu):
+        postings += indptr[ut[y] + 1] - indptr[ut[y]]
+    if postings < HEAVY_POSTINGS * n_docs:
+        return False
     rare = 0.0
     other = 0.0
     for y in range(nu):

@@ -79,14 +79,57 @@ class MetricFact:
 
 
 def _alias_re(aliases: Iterable[tuple[str, str]]) -> tuple[re.Pattern[str], dict[str, str]]:
+    """A case-insensitive pattern of every alias (at a position, the longest that matches;
+    one starting with an ASCII letter or digit only between non-letters) and alias -> target.
+
+    Why a trie: as one alternative per alias, Python's ``re`` tried every alias at every
+    character, ~250 us per sentence with the demo dimensions, which made the relation graph
+    most of a 1% refresh (9.5 s of 10.8 s on SciFact). Factored by common prefixes, each
+    character tries only the letters that can follow it; greedy groups still take the longest
+    alias first, and the lookahead backtracks to a shorter one as the alternation did.
+    Aliases with a cased non-ASCII letter (where two keys could match one character under
+    IGNORECASE) keep the plain alternation."""
     table: dict[str, str] = {}
     for alias, target in aliases:
         table.setdefault(alias.lower(), target)
-    parts = []
-    for a in sorted(table, key=lambda s: (-len(s), s)):
-        esc = re.escape(a)
-        parts.append(rf"(?<![A-Za-z]){esc}(?![A-Za-z])" if a[:1].isascii() and a[:1].isalnum() else esc)
-    return re.compile("|".join(parts) or r"(?!)", re.IGNORECASE), table
+    if not table:
+        return re.compile(r"(?!)"), table
+    if "" in table or any(not ch.isascii() and ch.lower() != ch.upper() for a in table for ch in a):
+        parts = [rf"(?<![A-Za-z]){re.escape(a)}(?![A-Za-z])" if _bounded(a) else re.escape(a)
+                 for a in sorted(table, key=lambda s: (-len(s), s))]
+        return re.compile("|".join(parts), re.IGNORECASE), table
+    bounded = [a for a in table if _bounded(a)]
+    free = [a for a in table if not _bounded(a)]
+    groups = ([rf"(?<![A-Za-z]){_trie(bounded)}(?![A-Za-z])"] if bounded else []) + ([_trie(free)] if free else [])
+    return re.compile("|".join(groups), re.IGNORECASE), table
+
+
+def _bounded(alias: str) -> bool:
+    return alias[:1].isascii() and alias[:1].isalnum()
+
+
+def _trie(keys: list[str]) -> str:
+    """A regex matching exactly ``keys`` (non-empty), longer continuations tried first."""
+    root: dict[str, Any] = {}
+    for key in keys:
+        node = root
+        for ch in key:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        kids = sorted((ch for ch in node if ch), key=lambda ch: (-_depth(node[ch]), ch))
+        alts = [re.escape(ch) + emit(node[ch]) for ch in kids]
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 and "" not in node else "(?:" + "|".join(alts) + ")"
+        return body + "?" if "" in node else body
+
+    return emit(root)
+
+
+def _depth(node: dict[str, Any]) -> int:
+    return max((1 + _depth(child) for ch, child in node.items() if ch), default=0)
 
 
 def period_of(text: str) -> str:

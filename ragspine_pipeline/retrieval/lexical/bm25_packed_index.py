@@ -111,7 +111,7 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype) -> None:
               "bit_row": np.array([0], np.int32), "bits": np.full((1, 1), 3, np.uint64)}
     # Codes index the 4-entry tables below; lengths (no codes) are the lengths themselves.
     arrays["doc_code"] = np.array([0, 1] if code.itemsize < 4 else [1, 3], code)
-    for a in arrays.values():
+    for a in (*arrays.values(), enc.idf, enc.w_max):  # a mapped file's idf and w_max are read-only too
         a.setflags(write=False)
     q = np.zeros(1, np.int64)
     acc, touched = np.zeros(2), np.zeros(2, np.int32)

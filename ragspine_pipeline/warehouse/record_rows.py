@@ -68,9 +68,10 @@ def row_json_batches(table: pa.Table, batch_rows: int) -> Iterator[tuple[pa.Reco
     con = None
     if all(_plain(f.type) for f in table.schema):
         con = duckdb.connect(config={"preserve_insertion_order": True})
-        cols = ", ".join('"' + n.replace('"', '""') + '"' for n in table.column_names)
-        first = cols.split(", ")[0] if table.num_columns else "NULL"
-        make = _duckdb_rows(con, f"SELECT {first} AS k, json_array({cols})::VARCHAR AS j FROM served_part")
+        quoted = ['"' + n.replace('"', '""') + '"' for n in table.column_names]
+        first = quoted[0] if quoted else "NULL"
+        make = _duckdb_rows(con, f"SELECT {first} AS k, json_array({', '.join(quoted)})::VARCHAR AS j "
+                                 "FROM served_part")
     else:
         make = _python_rows
     try:

@@ -32,7 +32,12 @@ import numpy as np
 import pyarrow as pa
 
 from ..retrieval.chunking.chunk_columns import ChunkColumns
-from ..retrieval.lexical.bm25_format import CorruptIndexError, IndexFormatError, id_digest
+from ..retrieval.lexical.bm25_format import (
+    CorruptIndexError,
+    IndexFormatError,
+    id_digest,
+    strings_to_blob,
+)
 from .record_rows import row_json_batches
 
 SERVED_FILE = "served_chunks.arrow"
@@ -104,8 +109,7 @@ def _ordered_id_digest(path: Path, table: pa.Table) -> str:
     and in chunk_id order (what serving relies on, so an open compares 32 bytes with the
     BM25 file's digest instead of reading both id columns, #27)."""
     cols = ChunkColumns(table)  # raises unless unique and in chunk_id order
-    return id_digest(*cols.chunk_id_blob()).hex() if len(cols) else id_digest(np.zeros(1, np.int64),
-                                                                                   np.zeros(0, np.uint8)).hex()
+    return id_digest(*(cols.chunk_id_blob() if len(cols) else strings_to_blob([]))).hex()
 
 
 class _Checks:
@@ -197,11 +201,10 @@ def open_served_records(version_dir: str | os.PathLike[str]) -> ChunkColumns | N
             or not isinstance(meta.get("row_fields"), list) or not isinstance(meta.get("timestamps", []), list)):
         raise CorruptIndexError(path, "row, column or batch counts do not match its sidecar")
     checks = _Checks(path, table, meta)
+    # Without a digest, ChunkColumns checksums and compares every id on construction. With
+    # one, the ids' order was checked at publish and the digest binds it: the id column is
+    # checksummed when first read whole, and with its batch when a row is read.
     digest = _sidecar_digest(path, meta.get("chunk_id_digest"))
-    if digest is None:
-        checks.column("chunk_id")  # ChunkColumns compares every id on construction
-    # With a digest, the ids' order was checked at publish and the digest binds it: the id
-    # column is checksummed when first read whole, and with its batch when a row is read.
     return ChunkColumns(table, verify_row=checks.row, verify_column=checks.column, read_row=checks.read_row,
                         id_digest=digest)
 

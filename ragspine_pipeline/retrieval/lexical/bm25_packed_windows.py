@@ -40,6 +40,7 @@ to the lower position, as ``_take_top`` orders them. At most ``MAX_TERMS`` disti
 import numpy as np
 from numba import njit
 
+from .bm25_filter_numba import popcount64
 from .bm25_numba_select import _SLACK, _drain, _gallop, _push
 from .bm25_numba_unfiltered import _unique_terms
 from .bm25_packed_kernels import _BLOCK, _count, _match_block, _unpack, _w
@@ -86,14 +87,15 @@ def _postings_in(last, b, bend, hi):
 
 @njit(cache=True, nogil=True, inline="always")
 def _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale, wc, whit, wacc,
-             wlist, nw, only_alive, floor, cut):
+             wset, nw, only_alive, floor, cut):
     """Term j's postings in [lo, hi], term at a time, into the window: its contribution
-    apart (wc), its bit (whit) and the partial sum (wacc); new documents appended to
-    wlist. With ``only_alive``, only documents already in the window (candidates) take
+    apart (wc), its bit (whit) and the partial sum (wacc); new documents counted in nw and
+    set in the window's bitmap wset (a bit per document: read back in position order with
+    no sort). With ``only_alive``, only documents already in the window (candidates) take
     it. Otherwise a posting whose weight plus ``floor`` (every other term's bound) cannot
     beat ``cut`` (0: none) marks its document dead (``DEAD``): its whole score is below
     the k-th, whichever terms it holds, so it is dropped with no further work. Returns
-    the new wlist length."""
+    the new count."""
     bit = np.int64(1) << np.int64(j)
     s = scale[j]
     last = ar[4]
@@ -114,16 +116,13 @@ def _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, 
                     wacc[x] += c
             elif h >= 0:
                 c = _w(tfs[j, p], dcode[d], wt) * s
+                if h == 0:
+                    wset[x >> 6] |= np.uint64(1) << np.uint64(x & 63)
+                    nw += 1
                 if (c + floor) * (1.0 + _SLACK) < cut:
-                    if h == 0:
-                        wlist[nw] = x
-                        nw += 1
                     whit[x] = DEAD
                     p += 1
                     continue
-                if h == 0:
-                    wlist[nw] = x
-                    nw += 1
                 whit[x] = h | bit
                 wc[j, x] = c
                 wacc[x] += c
@@ -164,6 +163,23 @@ def _look_up(ar, j, lo, blk, b0, bend, cnt, dcode, wt, scale, wc, whit, wacc, wl
             b += 1
     # The block of the last candidate may hold documents of the next windows.
     blk[j] = min(b, bend[j])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _drain_bitmap(wset, words, wlist):
+    """The set bits of wset[:words] as window slots, ascending, into wlist, clearing the
+    words; returns how many. A bit per document gives the candidates in position order
+    without sorting them or passing over every slot of the window."""
+    n = 0
+    for w in range(words):
+        z = wset[w]
+        wset[w] = np.uint64(0)
+        while z != np.uint64(0):
+            low = z & (~z + np.uint64(1))
+            wlist[n] = (w << 6) + popcount64(low - np.uint64(1))
+            n += 1
+            z ^= low
+    return n
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -285,7 +301,8 @@ def _seed(pk, ar, ut, scale, ub, k, dcode, wt, n_docs):
 @njit(cache=True, nogil=True)
 def window_top_k(pk, idf, wmax, qtids, wt, k):
     """Exact top-k (ids, scores), identical to ``bm25_packed_kernels.search_one``'s (module
-    docstring). ``qtids`` holds at most ``MAX_TERMS`` distinct terms."""
+    docstring). ``qtids`` holds at most ``MAX_TERMS`` distinct terms. Allocates the walk's
+    state, seeds the k-th score and runs ``_walk``."""
     k1p1 = wt[2] + 1.0
     end_doc = np.int64(pk[13].shape[0])
     ut, scale, ub = _unique_terms(qtids, idf, wmax, k1p1)
@@ -293,31 +310,41 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
     kk = max(k, 1)
     hs = np.empty(kk, np.float64)
     hi_ = np.empty(kk, np.int64)
-    nh = 0
     if nu == 0 or k <= 0:
         return _drain(hs, hi_, 0)
-    last = pk[2]
-    bmax = pk[6]
-    dcode = pk[13]
-    ar = (pk[7], pk[3], pk[4], pk[5], last)
+    ar = (pk[7], pk[3], pk[4], pk[5], pk[2])
     b0, bend, cnt, blk, dec, pos, nb, docs, tfs = _block_cursors(pk, ut)
-    jb = b0.copy()  # the jump cursor (blocks passed for good), apart from blk
     # gsuf[j]: the upper bounds of terms j.. summed (terms are by descending bound).
     gsuf = np.zeros(nu + 1, np.float64)
     for j in range(nu - 1, -1, -1):
         gsuf[j] = gsuf[j + 1] + ub[j]
-    wc = np.zeros((nu, WINDOW), np.float64)
-    whit = np.zeros(WINDOW, np.int64)
-    wacc = np.zeros(WINDOW, np.float64)
-    wlist = np.empty(WINDOW, np.int64)
-    keys = np.empty(WINDOW, np.int64)
-    hit_key = np.empty(_BLOCK, np.int64)
-    hit_tf = np.empty(_BLOCK, np.int64)
-    m = np.zeros(nu, np.float64)
-    ordm = np.empty(nu, np.int64)
-    pre = np.zeros(nu + 1, np.float64)
     # A lower bound of the k-th score from the rarest term's documents, when it is rare.
-    theta = _seed(pk, ar, ut, scale, ub, k, dcode, wt, end_doc)
+    theta = _seed(pk, ar, ut, scale, ub, k, pk[13], wt, end_doc)
+    nh = _walk(pk[7], pk[3], pk[4], pk[5], pk[2], pk[6], pk[13], wt, scale, ub, theta, b0, bend, cnt, blk, dec, pos,
+               nb, docs, tfs, b0.copy(), gsuf, np.zeros((nu, WINDOW), np.float64),
+               np.zeros(WINDOW, np.int64), np.zeros(WINDOW, np.float64), np.empty(WINDOW, np.int64),
+               np.empty(WINDOW, np.int64), np.empty(_BLOCK, np.int64), np.empty(_BLOCK, np.int64),
+               np.zeros(nu, np.float64), np.empty(nu, np.int64), np.zeros(nu + 1, np.float64), hs, hi_,
+               np.zeros(WINDOW // 64, np.uint64))
+    return _drain(hs, hi_, nh)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def _walk(data, off, dbits, tbits, last, bmax, dcode, wt, scale, ub, theta, b0, bend, cnt, blk, dec, pos, nb, docs, tfs,
+          jb, gsuf, wc, whit, wacc, wlist, keys, hit_key, hit_tf, m, ordm, pre, hs, hi_, wset):
+    """The window walk of ``window_top_k`` over preallocated state (``jb``: the jump
+    cursor, blocks passed for good, apart from ``blk``; ``wset``: the window's bitmap of
+    documents in play); returns the heap's size.
+
+    Compiled without the runtime's reference counting (``_nrt=False``: it allocates
+    nothing), as ``bm25_packed_filtered_windows._walk`` is: with it, every array handed to
+    the inlined helpers costs an atomic increment and decrement per call, which perf put
+    at about a third of an unfiltered query loop's samples."""
+    end_doc = np.int64(dcode.shape[0])
+    nu = scale.shape[0]
+    kk = hs.shape[0]
+    nh = 0
+    ar = (data, off, dbits, tbits, last)
     lo = np.int64(0)
     while lo < end_doc:
         if theta > 0.0:
@@ -379,27 +406,18 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
                 ne -= 1
                 hi = min(hi, last[blk[ordm[ne]]])
         nw = 0
-        single = ne + 1 == live
         total = pre[ne]
         for i in range(ne, live):
             total += m[ordm[i]]
         for i in range(ne, live):
             # A posting whose weight plus every other term's bound cannot beat theta
-            # kills its document (with one essential term, the list stays in order).
+            # kills its document.
             nw = _scatter(ar, ordm[i], lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale,
-                          wc, whit, wacc, wlist, nw, False, total - m[ordm[i]], theta)
-        # Candidates in position order, those that can still beat theta.
-        span = hi - lo + 1
-        if single:
-            pass
-        elif 4 * nw >= span:
-            nw = 0
-            for x in range(span):
-                if whit[x] != 0:
-                    wlist[nw] = x
-                    nw += 1
-        else:
-            wlist[:nw].sort()
+                          wc, whit, wacc, wset, nw, False, total - m[ordm[i]], theta)
+        # Candidates in position order, from the window's bitmap (a word per 64 documents:
+        # no sort, no pass over the window's slots), which is cleared on the way.
+        if nw > 0:
+            nw = _drain_bitmap(wset, ((hi - lo) >> 6) + 1, wlist)
         nw = _keep(wlist, nw, wacc, whit, pre[ne], theta)
         for i in range(ne - 1, -1, -1):
             if nw == 0:
@@ -407,7 +425,7 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
             j = ordm[i]
             if 8 * nw >= _postings_in(last, blk[j], bend[j], hi):
                 _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale,
-                         wc, whit, wacc, wlist, 0, True, 0.0, 0.0)
+                         wc, whit, wacc, wset, 0, True, 0.0, 0.0)
             else:
                 _look_up(ar, j, lo, blk, b0, bend, cnt, dcode, wt, scale, wc, whit, wacc, wlist, nw,
                          keys, hit_key, hit_tf)
@@ -427,4 +445,4 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
             whit[x] = 0
             wacc[x] = 0.0
         lo = hi + 1
-    return _drain(hs, hi_, nh)
+    return nh

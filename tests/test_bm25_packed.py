@@ -129,15 +129,18 @@ def test_filtered_equality_at_every_selectivity(tmp_path, monkeypatch, keep, bit
         assert np.array_equal(packed.get_scores(q, mask), plain.get_scores(q, mask))
 
 
-def test_without_length_codes_weights_come_from_the_lengths(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kernel", [pytest.param("numba", marks=pytest.mark.slow), "numpy"])
+def test_without_length_codes_weights_come_from_the_lengths(tmp_path, monkeypatch, kernel):
     """A corpus of more than 65,536 distinct lengths has no length codes: the kernels then
-    index the weight tables by length (and compute past them); the answers do not change."""
+    index the weight tables by length (and compute past them); the answers do not change.
+    The numba twin is slow: it compiles every packed entry point for uint32 lengths
+    (~100 s cold), for a corpus shape that needs documents of 65,536+ distinct lengths."""
     from ragspine_pipeline.retrieval.lexical import bm25_packed_index, bm25_publish
 
     monkeypatch.setattr(bm25_publish, "length_codes", lambda doc_len: None)
     monkeypatch.setattr(bm25_packed_index, "_TABLE_MAX", 30)  # longer documents computed in the kernel
     docs, queries = zipf_corpus(3000, seed=12, max_len=60)
-    packed, plain = publish_both(tmp_path, docs)
+    packed, plain = publish_both(tmp_path, docs, kernel=kernel)
     assert "doc_code" not in packed._file.arrays
     mask = np.random.default_rng(2).random(len(docs)) < 0.3
     for q in queries:

@@ -115,9 +115,14 @@ def compact_lengths(doc_len: np.ndarray) -> np.ndarray:
     """The document lengths in the narrowest unsigned type that holds them (uint8 for most
     chunk corpora): the filtered kernel reads one per scored posting at random, and a
     quarter of the bytes stays in cache."""
-    top = int(doc_len.max()) if len(doc_len) else 0
-    dtype = np.uint8 if top < 2**8 else np.uint16 if top < 2**16 else np.uint32
-    return doc_len.astype(dtype)
+    return doc_len.astype(compact_dtype(int(doc_len.max()) if len(doc_len) else 0))
+
+
+def compact_dtype(longest: int) -> np.dtype:
+    """The dtype ``compact_lengths`` gives lengths whose longest is ``longest``: a packed
+    file knows it at open (its last length code), so it compiles the filtered kernel for
+    that width alone."""
+    return np.dtype(np.uint8 if longest < 2**8 else np.uint16 if longest < 2**16 else np.uint32)
 
 
 def length_slices(doc_len: np.ndarray) -> np.ndarray:

@@ -90,9 +90,12 @@ def _prepare_bits(ix: Any, sup: PackedFilterSupport, candidates: Any, sc: Any) -
 _NONE = np.zeros(0, np.int64)
 
 
-def warm(pk: tuple[np.ndarray, ...], wt: tuple[Any, ...], w_max: np.ndarray, n_docs: int) -> None:
+def warm(pk: tuple[np.ndarray, ...], wt: tuple[Any, ...], w_max: np.ndarray, n_docs: int,
+         lengths: np.dtype) -> None:
     """Compile the filtered kernel for a tiny index's read-only arrays (``pk``, ``wt`` as
-    ``PackedBM25Index`` passes them): positions given or not, lengths of the narrow widths."""
+    ``PackedBM25Index`` passes them), positions given or not, with the compact lengths
+    (``PackedFilterSupport.lengths``) of dtype ``lengths``: the one width a file's queries
+    use, so a process compiles and loads no other (each width is a compile of ~15 s)."""
     from .bm25_filter_numba import (
         bits_to_positions,
         clear_bits,
@@ -116,8 +119,8 @@ def warm(pk: tuple[np.ndarray, ...], wt: tuple[Any, ...], w_max: np.ndarray, n_d
     t_stat = np.ones(max(len(pk[0]) - 1, 1), np.uint32)
     rank_dir = np.zeros((max(pk[12].shape[0], 1), 1), np.uint32)
     q = np.zeros(1, np.int64)
-    for lens in (pk[8].astype(np.uint8), pk[8].astype(np.uint16), pk[8].astype(np.uint32)):
-        for surv in (pos, pos[:0]):
-            bm25_packed_filtered.search_filtered(pk, bits, surv, n, int(np.sum(pk[8])), q, wt, 1, acc, touched, w_max,
-                                                 lens, t_stat, t_stat, rank_dir, _NO_CODES, 1)
+    lens = pk[8].astype(lengths)
+    for surv in (pos, pos[:0]):
+        bm25_packed_filtered.search_filtered(pk, bits, surv, n, int(np.sum(pk[8])), q, wt, 1, acc, touched, w_max,
+                                             lens, t_stat, t_stat, rank_dir, _NO_CODES, 1)
     clear_bits(pos, bits)

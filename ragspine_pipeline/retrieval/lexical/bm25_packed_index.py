@@ -64,17 +64,21 @@ _TRIED = False
 _WARMED: set[str] = set()  # length-code dtypes whose entry points are compiled
 
 
-def load_packed_kernels(code: np.dtype | None = None) -> Any:
+def load_packed_kernels(code: np.dtype | None = None, lengths: np.dtype | None = None) -> Any:
     """The compiled packed kernels (``bm25_packed_kernels``; its filtered route is
     ``bm25_packed_filter_search``), warmed for the length-code dtype ``code`` of the file
-    being opened (``doc_code``, or ``doc_len`` without codes), or None without numba.
+    being opened (``doc_code``, or ``doc_len`` without codes) and the dtype ``lengths`` of
+    its compact lengths (``bm25_filter.compact_dtype``), or None without numba.
 
-    Why per dtype: every entry point compiles once per dtype of the length codes, and a
-    cold compile of all of them costs about 48 s per dtype on 2 cores (the window kernel
-    alone 16 s). A file warms only its own dtype at open, so its first query never
-    compiles, and a process that opens files of one dtype never pays for the others."""
+    Why per dtype: every entry point compiles once per dtype of the length codes (and the
+    filtered one per width of the lengths), and a cold compile of all of them costs about
+    a minute per dtype on 2 cores. A file warms only its own dtypes at open, so its first
+    query never compiles, and a process that opens files of one kind never pays for (or
+    loads) the others."""
     global _KERNELS, _FILTERED, _UNFILTERED, _TRIED
-    key = np.dtype(code if code is not None else np.uint8).str
+    code = np.dtype(code if code is not None else np.uint8)
+    lengths = np.dtype(lengths if lengths is not None else np.uint8)
+    key = f"{code.str}/{lengths.str}"
     if _TRIED and (_KERNELS is None or key in _WARMED):
         return _KERNELS
     with _LOCK:
@@ -89,17 +93,17 @@ def load_packed_kernels(code: np.dtype | None = None) -> Any:
             _TRIED = True
         if _KERNELS is not None and key not in _WARMED:
             try:
-                _warm(_KERNELS, _FILTERED, _UNFILTERED, np.dtype(key))
+                _warm(_KERNELS, _FILTERED, _UNFILTERED, code, lengths)
             except Exception:  # a numba compile error: the numpy path
                 return None
             _WARMED.add(key)
     return _KERNELS
 
 
-def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype) -> None:
+def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype, lengths: np.dtype) -> None:
     """Compile every entry point for read-only arrays (what a mapping gives) on a tiny index
     whose per-document length codes have dtype ``code`` (uint8/uint16 codes, or the
-    lengths themselves)."""
+    lengths themselves) and whose compact lengths have dtype ``lengths``."""
     from .bm25_packed import encode
     from .bm25_raw import RawPostings
 
@@ -122,7 +126,7 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype) -> None:
         kernels.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
         unfiltered.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
     unfiltered.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
-    filtered.warm(pk, wt, enc.w_max, 2)
+    filtered.warm(pk, wt, enc.w_max, 2, lengths)
     kernels.check_all(pk, 2, len(data), norm_of(raw.doc_len, 1.5, 0.75, 2.0))
     kernels.decode_term(pk, 0)
 
@@ -438,6 +442,17 @@ class PackedBM25Index(MappedDocIds):
         self.vocab._table_ok = True
 
 
+def _lengths_dtype(a: dict[str, np.ndarray]) -> np.dtype:
+    """The dtype of the file's compact lengths (``PackedFilterSupport.lengths``): from its
+    longest length, the last of its sorted length codes (a read of one value), or the
+    lengths' maximum for a file without codes. Only the kernels warmed depend on it: the
+    lengths are checked against the codes before any query."""
+    if "doc_code" in a:
+        code_len = a["code_len"]
+        return bm25_filter.compact_dtype(int(code_len[-1]) if len(code_len) else 0)
+    return bm25_filter.compact_dtype(int(a["doc_len"].max()) if len(a["doc_len"]) else 0)
+
+
 def open_packed(f: _PackedFile, vocab: Any, tables_ok: Callable[[_MappedFile], bool], *,
                 kernel: str = "auto") -> PackedBM25Index:
     """A ``PackedBM25Index`` over a mapped packed file whose TOC ``read_toc`` has checked
@@ -469,7 +484,8 @@ def open_packed(f: _PackedFile, vocab: Any, tables_ok: Callable[[_MappedFile], b
     for name in ("doc_id_off", "doc_id_blob", "global_pos"):
         if name in a:
             setattr(ix, f"_{name}", a[name])
-    ix._kernels = None if kernel == "numpy" else load_packed_kernels(a.get("doc_code", a["doc_len"]).dtype)
+    ix._kernels = None if kernel == "numpy" else load_packed_kernels(a.get("doc_code", a["doc_len"]).dtype,
+                                                                     _lengths_dtype(a))
     ix._filtered = None if ix._kernels is None else _FILTERED
     if kernel == "numba" and ix._kernels is None:
         raise RuntimeError("kernel='numba' needs numba, which could not be imported or compiled "

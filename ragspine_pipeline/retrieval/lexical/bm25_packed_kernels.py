@@ -34,6 +34,16 @@ _ONE = np.uint64(1)
 
 
 @njit(cache=True, nogil=True, inline="always")
+def popcount32(w):
+    """Set bits of a 32-bit word (LLVM turns this idiom into the popcnt instruction)."""
+    x = np.uint64(w)
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x55555555))
+    x = (x & np.uint64(0x33333333)) + ((x >> np.uint64(2)) & np.uint64(0x33333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F)
+    return np.int64(((x * np.uint64(0x01010101)) & np.uint64(0xFFFFFFFF)) >> np.uint64(24))
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _run(data, wi, width, n, out, start, chain):
     """n fields of ``width`` bits from word wi into out[:n]: with ``chain``, doc positions
     (each field a gap - 1 after ``start``), else tfs (each field tf - 1).
@@ -123,6 +133,19 @@ def _match_block(data, off, dbits, tbits, last, blk, first, n, keys, x, nk, hit_
     bl = last[blk]
     while x < nk and keys[x] <= bl:
         key = keys[x]
+        if dw == 0:  # consecutive documents: the key's index is its distance
+            if d < key:
+                i += key - d
+                d = key
+        elif dw == 1:
+            # One bit per gap: a whole unread word of 32 gaps moves d by 32 plus its set
+            # bits (a popcount), so words wholly before the key are passed undecoded. The
+            # last word may be part padding (zero bits), which only overstates where it
+            # ends: it is never passed, the key being at most the block's last doc.
+            while have == 0 and d + 32 + popcount32(data[wi]) < key:
+                d += 32 + popcount32(data[wi])
+                i += 32
+                wi += 1
         while d < key:
             i += 1
             if dw == 0:

@@ -29,7 +29,6 @@ score, so ties go to the lower position.
 import numpy as np
 from numba import njit
 
-from .bm25_filter_numba import popcount64
 from .bm25_numba_select import _SLACK, _drain, _gallop, _push
 from .bm25_packed_kernels import _BLOCK, _count, _match_block, _unpack
 from .bm25_packed_route import RARE_DF_FRACTION, RARE_WEIGHT
@@ -40,6 +39,7 @@ from .bm25_packed_windows import (
     SEED_LOOKUPS,
     WINDOW,
     _above,
+    _drain_bitmap,
     _keep,
     _postings_in,
 )
@@ -402,15 +402,7 @@ def _walk(data, off, dbits, tbits, last, bmax, maxtf, minlen, dcode, bits, scale
         # Candidates in position order, from the window's bitmap (a word per 64 documents:
         # no sort, no pass over the window's slots), which is cleared on the way.
         if nw > 0:
-            nw = 0
-            for w in range(((hi - lo) >> 6) + 1):
-                z = wset[w]
-                wset[w] = np.uint64(0)
-                while z != np.uint64(0):
-                    low = z & (~z + np.uint64(1))
-                    wlist[nw] = (w << 6) + popcount64(low - np.uint64(1))
-                    nw += 1
-                    z ^= low
+            nw = _drain_bitmap(wset, ((hi - lo) >> 6) + 1, wlist)
         nw = _keep(wlist, nw, wacc, whit, pre[ne], theta)
         for i in range(ne - 1, -1, -1):
             if nw == 0:

@@ -1,6 +1,9 @@
 """The unfiltered numba BM25 route: ``search_one`` (exhaustive or MaxScore with block-max
 skipping) and ``search_batch`` (many queries without the GIL, through ``batch_kernel``, the
 batch loop the packed route shares). See ``bm25_kernel``.
+
+The posting loops index with unsigned ints (``np.uint64`` positions and doc ids): with a
+signed index numba adds a negative-index wraparound to every access (``bm25_numba_select``).
 """
 
 from collections.abc import Callable
@@ -52,7 +55,7 @@ def _exhaustive(indptr, indices, w, idf, qtids, k1p1, k, acc):
         t = qtids[j]
         s = idf[t] * k1p1
         for p in range(indptr[t], indptr[t + 1]):
-            acc[indices[p]] += w[p] * s
+            acc[np.uint64(indices[p])] += w[p] * s
     kk = max(k, 1)
     hs = np.empty(kk, np.float64)
     hi = np.empty(kk, np.int64)
@@ -118,12 +121,12 @@ def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exha
                 b += 1
                 continue
             b += 1
-            for p in range(p0, min(p0 + _BLOCK, e0)):
+            for p in range(np.uint64(p0), np.uint64(min(p0 + _BLOCK, e0))):
                 d = indices[p]
                 v = w[p] * s
-                touched[n_t] = d
+                touched[np.uint64(n_t)] = d
                 n_t += 1
-                acc[d] = v
+                acc[np.uint64(d)] = v
                 if v > top1:
                     top1 = v
                 if nh < k or v > hs[0]:
@@ -139,14 +142,15 @@ def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exha
             if remaining[j] * (1.0 + _SLACK) < theta:
                 break
         s = scale[j]
-        for p in range(s0, e0):
+        for p in range(np.uint64(s0), np.uint64(e0)):
             d = indices[p]
-            v = acc[d]
+            u = np.uint64(d)
+            v = acc[u]
             if v == 0.0:
-                touched[n_t] = d
+                touched[np.uint64(n_t)] = d
                 n_t += 1
             v += w[p] * s
-            acc[d] = v
+            acc[u] = v
             if v > top1:
                 top1 = v
         j += 1
@@ -176,10 +180,10 @@ def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exha
                 if lo < e0 and indices[lo] == d:
                     acc[d] += w[lo] * s
         else:
-            for p in range(lo, e0):
-                d = indices[p]
-                if acc[d] != 0.0:
-                    acc[d] += w[p] * s
+            for p in range(np.uint64(lo), np.uint64(e0)):
+                u = np.uint64(indices[p])
+                if acc[u] != 0.0:
+                    acc[u] += w[p] * s
         if jj + 1 < nu and nc > k:
             theta = _kth_score(acc, cand, nc, k, hs, hi)
             nc = _prune(acc, cand, nc, remaining[jj + 1] * (1.0 + _SLACK), theta, cand)

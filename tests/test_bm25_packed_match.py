@@ -7,11 +7,11 @@ padding and keys below, between and at the block's ends."""
 import numpy as np
 import pytest
 
+from ragspine_pipeline.retrieval.lexical.bm25_filter_numba import popcount64
 from ragspine_pipeline.retrieval.lexical.bm25_packed_kernels import (
     _BLOCK,
     _match_block,
     encode_slice,
-    popcount32,
 )
 
 
@@ -62,7 +62,9 @@ def test_match_block_finds_exactly_the_held_keys(density, n):
         assert x == int(np.searchsorted(keys, docs[-1], side="right"))
 
 
-def test_popcount32_counts_every_word_width():
+def test_popcount_counts_every_32_bit_gap_word():
+    """The 1-bit gap shortcut counts a packed word's bits with ``popcount64`` (one uint32 word
+    widened to uint64)."""
     words = np.random.default_rng(5).integers(0, 2**32, 2000, dtype=np.uint64).astype(np.uint32)
     for w in [*words.tolist(), 0, 1, 2**31, 2**32 - 1]:
-        assert popcount32(np.uint32(w)) == bin(w).count("1")
+        assert popcount64(np.uint64(np.uint32(w))) == bin(w).count("1")

@@ -61,7 +61,7 @@ _KERNELS: Any = None
 _FILTERED: Any = None
 _UNFILTERED: Any = None  # unfiltered queries, single and batched: bm25_packed_route
 _TRIED = False
-_WARMED: set[str] = set()  # length-code dtypes whose entry points are compiled
+_WARMED: set[str] = set()  # "code/lengths" dtype pairs whose entry points are compiled
 
 
 def load_packed_kernels(code: np.dtype | None = None, lengths: np.dtype | None = None) -> Any:

@@ -19,6 +19,7 @@ import numpy as np
 from numba import njit
 
 from .bm25_build import BLOCK_SIZE
+from .bm25_filter_numba import popcount64
 from .bm25_numba_select import (
     _SLACK,
     _gallop,
@@ -31,16 +32,6 @@ from .bm25_numba_unfiltered import _unique_terms
 
 _BLOCK = BLOCK_SIZE
 _ONE = np.uint64(1)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def popcount32(w):
-    """Set bits of a 32-bit word (LLVM turns this idiom into the popcnt instruction)."""
-    x = np.uint64(w)
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x55555555))
-    x = (x & np.uint64(0x33333333)) + ((x >> np.uint64(2)) & np.uint64(0x33333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F)
-    return np.int64(((x * np.uint64(0x01010101)) & np.uint64(0xFFFFFFFF)) >> np.uint64(24))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -142,8 +133,11 @@ def _match_block(data, off, dbits, tbits, last, blk, first, n, keys, x, nk, hit_
             # bits (a popcount), so words wholly before the key are passed undecoded. The
             # last word may be part padding (zero bits), which only overstates where it
             # ends: it is never passed, the key being at most the block's last doc.
-            while have == 0 and d + 32 + popcount32(data[wi]) < key:
-                d += 32 + popcount32(data[wi])
+            while have == 0:
+                step = 32 + popcount64(np.uint64(data[wi]))
+                if d + step >= key:
+                    break
+                d += step
                 i += 32
                 wi += 1
         while d < key:

@@ -57,38 +57,62 @@ def _ensure(store: GraphStore, node_id: str, type: str, attrs: dict[str, Any]) -
         store.add_node(node_id, type, attrs)
 
 
+def known_facts(ex: Extractor, known: set[str], chunk: Any) -> list[MetricFact]:
+    """The facts of one chunk that can enter the graph: about a known entity, in a period."""
+    return [f for f in ex.chunk_facts(chunk) if f.entity in known and f.period]
+
+
+def dedupe_facts(per_chunk: Iterable[tuple[tuple[str, int, str], list[MetricFact]]]) -> list[MetricFact]:
+    """One fact per figure span from ``(doc_id, start, chunk_id)``-keyed chunk facts: where
+    chunks overlap, the first chunk in that order is the one cited."""
+    seen: dict[str, MetricFact] = {}
+    for _, facts in sorted(per_chunk, key=lambda p: p[0]):
+        for f in facts:
+            seen.setdefault(f.key(), f)
+    return sorted(seen.values(), key=lambda f: (f.doc_id, f.start, f.metric, f.kind))
+
+
 def chunk_facts(chunks: Iterable[Any], dims: Dimensions) -> list[MetricFact]:
     """Facts of served chunks, one per figure span (overlapping chunks cite the first chunk)."""
     ex = Extractor(dims)
-    seen: dict[str, MetricFact] = {}
     known = {e.id for e in dims.entities}
-    for c in sorted(chunks, key=lambda c: (c.doc_id, c.source_locator.start, c.chunk_id)):
+    pairs = []
+    for c in chunks:
         if is_restricted(c.sensitivity):
             raise GraphBuildError(f"chunk {c.chunk_id} is RESTRICTED; build the graph from served_chunks()")
-        for f in ex.chunk_facts(c):
-            if f.entity in known and f.period:
-                seen.setdefault(f.key(), f)
-    return sorted(seen.values(), key=lambda f: (f.doc_id, f.start, f.metric, f.kind))
+        pairs.append(((c.doc_id, c.source_locator.start, c.chunk_id), known_facts(ex, known, c)))
+    return dedupe_facts(pairs)
 
 
 def build_graph(chunks: Iterable[Any], dims: Dimensions, store: GraphStore | None = None) -> GraphStore:
     """The relation graph of ``chunks`` (served chunks) under ``dims``, in ``store``."""
-    store = store if store is not None else make_graph_store()
     chunks = list(chunks)
+    docs: dict[str, dict[str, str]] = {}
+    for c in chunks:  # a document's metadata from its first chunk, in the given order
+        if c.doc_id not in docs:
+            docs[c.doc_id] = {"title": c.title, "entity": c.entity, "period": c.period, "language": c.language}
+    return assemble_graph(docs, chunk_facts(chunks, dims), dims, store)
+
+
+def assemble_graph(docs: dict[str, dict[str, str]], facts: Iterable[MetricFact], dims: Dimensions,
+                   store: GraphStore | None = None) -> GraphStore:
+    """The graph from its parts: the dimensions, each document's metadata (``title``,
+    ``entity``, ``period``, ``language``) and the deduplicated facts (``dedupe_facts``).
+
+    Why apart from ``build_graph``: a refresh gets the facts of unchanged chunks from the
+    previous version (``fact_cache``) and must assemble exactly the graph a full build would.
+    """
+    store = store if store is not None else make_graph_store()
     _add_dimensions(store, dims)
-    docs: dict[str, Any] = {}
-    for c in chunks:
-        docs.setdefault(c.doc_id, c)
-    facts = chunk_facts(chunks, dims)
     for doc_id in sorted(docs):
-        c = docs[doc_id]
-        store.add_node(f"doc:{doc_id}", "document", {"doc_id": doc_id, "title": c.title, "entity": c.entity,
-                                                     "period": c.period, "language": c.language})
-        if c.entity and store.node(f"entity:{c.entity}") is not None:
-            store.add_edge(f"doc:{doc_id}", f"entity:{c.entity}", "about")
-        if c.period:
-            _ensure(store, f"period:{c.period}", "period", {"id": c.period})
-            store.add_edge(f"doc:{doc_id}", f"period:{c.period}", "covers")
+        d = docs[doc_id]
+        store.add_node(f"doc:{doc_id}", "document", {"doc_id": doc_id, "title": d["title"], "entity": d["entity"],
+                                                     "period": d["period"], "language": d["language"]})
+        if d["entity"] and store.node(f"entity:{d['entity']}") is not None:
+            store.add_edge(f"doc:{doc_id}", f"entity:{d['entity']}", "about")
+        if d["period"]:
+            _ensure(store, f"period:{d['period']}", "period", {"id": d["period"]})
+            store.add_edge(f"doc:{doc_id}", f"period:{d['period']}", "covers")
     for f in facts:
         fid = f"fact:{f.key()}"
         store.add_node(fid, "fact", f.to_dict())

@@ -3,6 +3,9 @@
 Incremental like the other steps: the graph is a pure function of (served chunks of a
 chunks version, dimensions, glossary), so when the chunks version and the input hash
 are those of the published graph, the step publishes nothing and returns that version.
+When they differ, only chunks the previous version has not seen are run through the
+extractor: each version keeps every served chunk's facts (``fact_cache``), and the graph
+is assembled from them exactly as a full build assembles it.
 Only served chunks feed it (``served_chunks``): a RESTRICTED or withheld chunk can never
 contribute a fact.
 """
@@ -19,11 +22,12 @@ from typing import Any
 from .. import settings
 from ..retrieval.lexical.glossary import load_glossary
 from ..retrieval.link.narrative_link import default_glossary_path
-from ..warehouse.chunk_tables import published_chunks, served_chunks
+from ..warehouse.chunk_tables import published_chunks, served_chunk_table, served_chunks
 from ..warehouse.common import CheckOutcome, StepResult
 from ..warehouse.versioned import VersionedTables, WarehouseError, library_step
-from .build import build_graph, counts_by_type, graph_from_tables, graph_tables
+from .build import assemble_graph, counts_by_type, graph_from_tables, graph_tables
 from .dimensions import Dimensions, load_dimensions, with_glossary
+from .fact_cache import FACTS_TABLE, load_cache, served_facts
 from .relations import RelationExtractor, add_relations, make_relation_extractor
 from .store import GraphStore, make_graph_store
 
@@ -52,7 +56,8 @@ def build_relation_graph(wh: VersionedTables, library: str, chunks_version: str 
                          glossary: str | os.PathLike[str] | None = None,
                          relation_extractor: str | RelationExtractor | None = None,
                          communities: bool | None = None, provider: Any = None) -> StepResult:
-    """Publish the relation graph (tables ``nodes`` and ``edges``) of a chunks version.
+    """Publish the relation graph (tables ``nodes`` and ``edges``, and ``chunk_facts``, what the
+    next refresh reuses) of a chunks version.
 
     ``relation_extractor``: a spec or an extractor (None: ``RAGSPINE_RELATION_EXTRACTOR``,
     default none — the base graph, byte-identical). ``communities`` (None:
@@ -77,9 +82,12 @@ def build_relation_graph(wh: VersionedTables, library: str, chunks_version: str 
     if prev is not None and prev.manifest["metadata"].get("chunks_version") == chunks_pub.version \
             and prev.manifest["metadata"].get("input_hash") == key:
         return StepResult(prev, {**prev.manifest["metadata"], "reused": True}, {})
-    chunks = served_chunks(wh, library, chunks_pub.version)
-    store = build_graph(chunks, dims)
+    served = served_chunk_table(wh, library, chunks_pub.version)
+    found = served_facts(served, dims, _previous_facts(wh, library, prev, key))
+    store = assemble_graph(found.docs, found.facts, dims)
     extra_md: dict[str, Any] = {}
+    if extractor is not None or communities:  # these read every chunk's text
+        chunks = served_chunks(wh, library, chunks_pub.version)
     if extractor is not None:
         extra_md["relation_extractor"] = extractor.name
         extra_md["relations_added"] = add_relations(store, extractor.extract(chunks, dims))
@@ -89,27 +97,38 @@ def build_relation_graph(wh: VersionedTables, library: str, chunks_version: str 
     if communities:
         from .communities import add_communities, detect_communities
 
-        found = detect_communities(store, chunks, provider=provider)
-        add_communities(store, found)
-        extra_md["communities"] = len(found)
+        detected = detect_communities(store, chunks, provider=provider)
+        add_communities(store, detected)
+        extra_md["communities"] = len(detected)
     nodes, edges = graph_tables(store)
     counts = counts_by_type(store)
-    md: dict[str, Any] = {"chunks_version": chunks_pub.version, "input_hash": key, "served_chunks": len(chunks),
+    md: dict[str, Any] = {"chunks_version": chunks_pub.version, "input_hash": key, "served_chunks": served.num_rows,
                           "node_counts": counts["nodes"], "edge_counts": counts["edges"],
-                          "n_nodes": nodes.num_rows, "n_edges": edges.num_rows, **extra_md}
-    pub = wh.write(RELATION_GRAPH, library, {"nodes": nodes, "edges": edges}, md, parent=prev)
-    cited = _citations_resolve(store, {c.chunk_id: c for c in chunks})
+                          "n_nodes": nodes.num_rows, "n_edges": edges.num_rows, "chunks_extracted": found.extracted,
+                          "chunks_reused": found.reused, **extra_md}
+    pub = wh.write(RELATION_GRAPH, library, {"nodes": nodes, "edges": edges, FACTS_TABLE: found.table}, md,
+                   parent=prev)
+    cited = _citations_resolve(store, found.spans)
     md = {**md, "version": pub.version, "reused": False, "seconds": round(time.perf_counter() - t0, 3)}
     return StepResult(pub, md, {"facts_cite_served_chunks": cited})
 
 
-def _citations_resolve(store: GraphStore, chunks: dict[str, Any]) -> CheckOutcome:
-    """Every fact's span lies in its served chunk and reads exactly its quote."""
+def _previous_facts(wh: VersionedTables, library: str, prev: Any, key: str) -> dict[str, tuple[str, str]]:
+    """The per-chunk facts of the previous version when it was built under the same inputs
+    (dimensions, glossary, code); none otherwise, or for a version from before they were kept."""
+    if prev is None or prev.manifest["metadata"].get("input_hash") != key or FACTS_TABLE not in prev.manifest["tables"]:
+        return {}
+    return load_cache(wh.read(RELATION_GRAPH, library, FACTS_TABLE, prev.version))
+
+
+def _citations_resolve(store: GraphStore, spans: dict[str, tuple[int, str]]) -> CheckOutcome:
+    """Every fact's span lies in its served chunk and reads exactly its quote
+    (``spans``: chunk_id -> (document offset, text) of the cited chunks)."""
     bad = []
     for fid, a in store.nodes("fact"):
-        c = chunks.get(a["chunk_id"])
-        lo = a["start"] - c.source_locator.start if c is not None else -1
-        if c is None or lo < 0 or c.text[lo:lo + a["end"] - a["start"]] != a["quote"]:
+        span = spans.get(a["chunk_id"])
+        lo = a["start"] - span[0] if span is not None else -1
+        if span is None or lo < 0 or span[1][lo:lo + a["end"] - a["start"]] != a["quote"]:
             bad.append(fid)
     return CheckOutcome(not bad, {"facts": len(store.nodes("fact")), "unresolved": bad[:10]})
 

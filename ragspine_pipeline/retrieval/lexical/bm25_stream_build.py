@@ -26,8 +26,9 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import chain
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,7 @@ from .bm25_build import tf_dtype
 from .bm25_publish import write_layout
 from .bm25_raw import RawPostings, build_memory_budget, choose_layout
 from .bm25_stream_kernels import kernels
+from .bm25_term_ids import TermIds
 
 # Bytes of run buffer per posting: doc-major (term int32 + tf uint32) and the CSC copy the
 # run is sorted into (doc int32 + tf uint32).
@@ -75,67 +77,37 @@ class BuildReport:
 
 
 # ----------------------------------------------------------------------------- token ids
-class TermIds(dict[str, int]):
-    """term -> id in first-seen order, and the same terms as an Arrow binary array.
-
-    Why both: a batch's distinct terms are looked up in C (``pyarrow.compute.index_in``
-    against the array), so Python touches only the terms it has never seen, not every
-    distinct term of every batch. Binary, not string: a term Arrow cannot hold as UTF-8
-    (a lone surrogate from a Python batch) is kept as its surrogatepass bytes, which no
-    Arrow batch can match.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._known = pa.array([], pa.binary())
-
-    def lookup(self, dictionary: pa.Array) -> np.ndarray:
-        """Term ids (int32) of an Arrow batch's distinct terms, in its order of first
-        appearance; new terms get the next ids in that order."""
-        if len(self._known) < len(self):  # terms added by Python batches since
-            extra = [t.encode("utf-8", "surrogatepass") for t in islice(self, len(self._known), None)]
-            self._known = pa.concat_arrays([self._known, pa.array(extra, pa.binary())])
-        as_bytes = dictionary.cast(pa.binary())
-        lut = pc.index_in(as_bytes, value_set=self._known).fill_null(-1).to_numpy().astype(np.int32)
-        new = np.flatnonzero(lut < 0)
-        if len(new):
-            base = len(self)
-            take = pa.array(new)
-            self.update(zip(dictionary.take(take).to_pylist(), range(base, base + len(new)), strict=True))
-            lut[new] = np.arange(base, base + len(new), dtype=np.int32)
-            self._known = pa.concat_arrays([self._known, as_bytes.take(take)])
-        return lut
-
-
 @dataclass(frozen=True)
 class Prepared:
-    """One piece of a batch, dictionary-encoded without the vocabulary (so it can be
-    prepared on another thread while the previous piece is counted): token offsets per
-    document, and the distinct terms + per-token codes, or the token lists themselves when
-    Arrow cannot hold them."""
+    """One piece of a batch, made without the vocabulary (so it can be prepared on another
+    thread while the previous piece is counted): token offsets per document, and the tokens
+    as an Arrow string array, or dictionary-encoded (distinct terms + per-token codes), or
+    the token lists themselves when Arrow cannot hold them."""
 
     offs: np.ndarray  # int64 [docs + 1]
     dictionary: pa.Array | None = None
     codes: np.ndarray | None = None
     python: Sequence[Sequence[str]] | None = None
+    values: pa.Array | None = None
 
 
-def prepare(batch: Batch) -> list[Prepared]:
-    """The vocabulary-free half of encoding a batch (Arrow compute, releases the GIL).
+def prepare(batch: Batch, *, encode: bool = True) -> list[Prepared]:
+    """The vocabulary-free half of encoding a batch: Python token lists to Arrow (one C
+    conversion, holds the GIL), then with ``encode`` dictionary encoding (Arrow compute,
+    releases it). Without ``encode`` the tokens stay a string array for ``TermIds.encode``'s
+    compiled pass on the counting thread, which is cheaper than the encoding alone.
 
-    Python token lists go through Arrow too (one C conversion, then dictionary encoding:
-    ~2x faster than a dict lookup per token); strings Arrow cannot encode (lone
-    surrogates) take the dict-per-token path.
+    Strings Arrow cannot encode (lone surrogates) take the dict-per-token path.
     """
     if isinstance(batch, pa.ChunkedArray):
-        return [p for chunk in batch.chunks for p in prepare(chunk)]
+        return [p for chunk in batch.chunks for p in prepare(chunk, encode=encode)]
     if not isinstance(batch, pa.Array):
         try:
             arrow = pa.array(batch, type=pa.list_(pa.string()))
         except (pa.ArrowException, UnicodeError, TypeError):
             lens = np.fromiter(map(len, batch), np.int64, len(batch))
             return [Prepared(_offsets(lens), python=batch)]
-        return prepare(arrow)  # a ChunkedArray past 2 GiB of characters
+        return prepare(arrow, encode=encode)  # a ChunkedArray past 2 GiB of characters
     typ = batch.type
     if not ((pa.types.is_list(typ) or pa.types.is_large_list(typ))
             and (pa.types.is_string(typ.value_type) or pa.types.is_large_string(typ.value_type))):
@@ -146,6 +118,8 @@ def prepare(batch: Batch) -> list[Prepared]:
         raise ValueError("a document holds a null token")
     if not len(values):
         return [Prepared(offs, python=[])]
+    if not encode:
+        return [Prepared(offs, values=values)]
     enc = values.dictionary_encode()  # distinct terms in order of first appearance
     return [Prepared(offs, enc.dictionary, enc.indices.to_numpy())]
 
@@ -156,11 +130,13 @@ def _offsets(lens: np.ndarray) -> np.ndarray:
     return offs
 
 
-def resolve(prep: Prepared, vocab: TermIds) -> np.ndarray:
+def resolve(prep: Prepared, vocab: TermIds, k: dict[str, Any] | None = None) -> np.ndarray:
     """Term ids (int32, one per token) of a prepared piece, adding its new terms to
     ``vocab`` in first-seen order (pieces must be resolved in corpus order)."""
     if prep.python is not None:
         return _encode_python(prep.python, vocab)
+    if prep.values is not None:
+        return vocab.encode(prep.values, kernels() if k is None else k)
     return vocab.lookup(prep.dictionary)[prep.codes]
 
 
@@ -175,15 +151,18 @@ def encode_batch(batch: Batch, vocab: TermIds) -> tuple[np.ndarray, np.ndarray]:
     return tids, np.concatenate(offs)
 
 
-def prepared(batches: Iterable[Batch], *, ahead: bool = True) -> Iterator[Prepared]:
-    """The pieces of ``batches`` in order; with ``ahead``, the next batch is pulled and
-    prepared on a worker thread while the caller counts the current one (Arrow's
-    dictionary encoding releases the GIL: on two cores it overlaps the counting)."""
+def prepared(batches: Iterable[Batch], *, ahead: bool = True, encode: bool = True) -> Iterator[Prepared]:
+    """The pieces of ``batches`` in order (``prepare``); with ``ahead``, the next batch is
+    pulled and prepared on a worker thread while the caller counts the current one.
+
+    Why: pulling a batch (the caller's generator) and converting Python lists to Arrow hold
+    the GIL; the counting thread's work (compiled encode and fill, or Arrow lookups)
+    releases it, so on two cores the two overlap."""
     it = iter(batches)
 
     def step() -> list[Prepared] | None:
         batch = next(it, _END)
-        return None if batch is _END else prepare(batch)
+        return None if batch is _END else prepare(batch, encode=encode)
 
     if not ahead:
         while (pieces := step()) is not None:
@@ -219,6 +198,7 @@ class StreamCounter:
         if self.cap < 1:
             raise ValueError(f"run_postings must be >= 1 (got {run_postings})")
         self.k = kernels(kernel)
+        self._arrow_encode = self.k.get("encode") is None  # no compiled encoder: Arrow's, on the worker
         self.vocab = TermIds()
         self.n_docs = 0
         self.doc_len: list[np.ndarray] = []
@@ -233,16 +213,16 @@ class StreamCounter:
 
     def add(self, batch: Batch) -> None:
         """Count one batch of documents (the next ones in corpus order)."""
-        for piece in prepare(batch):
+        for piece in prepare(batch, encode=self._arrow_encode):
             self.add_prepared(piece)
 
     def add_prepared(self, piece: Prepared) -> None:
         """Count one prepared piece (the next documents in corpus order)."""
-        self._count(resolve(piece, self.vocab), piece.offs)
+        self._count(resolve(piece, self.vocab, self.k), piece.offs)
 
     def consume(self, batches: Iterable[Batch], *, ahead: bool = True) -> StreamCounter:
         """Count every batch, preparing the next on a worker thread (``prepared``)."""
-        for piece in prepared(batches, ahead=ahead):
+        for piece in prepared(batches, ahead=ahead, encode=self._arrow_encode):
             self.add_prepared(piece)
         return self
 

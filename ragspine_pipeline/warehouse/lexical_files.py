@@ -13,6 +13,14 @@ segments: one bucket is the single file ``BM25_FILE``; more are the segment file
 ``BM25_SEGMENTS`` (``bm25_segments``), which a shard maps part of. The postings layout is
 ``choose_layout``'s (``RAGSPINE_BM25_LAYOUT``).
 
+A refresh merges instead of building (``merge_bm25_file``, ``bm25_merge``): the previous
+version's file already holds the counts of every chunk that stays, so only the chunks
+added (or re-analyzed) are counted; the published file is the one a full build writes
+(same layout rule, same answers bit for bit). It falls back to the full build, and says
+why in the returned metadata (``bm25_build``: ``full``, ``bm25_full_reason``), when there
+is no single previous file (none, or ``RAGSPINE_BM25_BUCKETS`` > 1: segments are built
+whole) or the previous file does not open or verify (``IndexFormatError``).
+
 The index's documents are the chunks it was built over, in chunk_id order (the
 retriever's position order, so ties fall by chunk_id), with their chunk ids recorded. A
 version without the files (a warehouse from before) or whose chunk ids are not exactly
@@ -34,7 +42,9 @@ import pyarrow.compute as pc
 
 from ..retrieval.lexical import bm25_format
 from ..retrieval.lexical.bm25 import DEFAULT_B, DEFAULT_K1
+from ..retrieval.lexical.bm25_format import IndexFormatError
 from ..retrieval.lexical.bm25_mapped import MappedBM25Index, open_index
+from ..retrieval.lexical.bm25_merge import merge_index_file, plan_merge
 from ..retrieval.lexical.bm25_raw import publish_buckets
 from ..retrieval.lexical.bm25_segments import SegmentedBM25, open_segments, write_segments_stream
 from ..retrieval.lexical.bm25_stream_build import Batch, build_index_file
@@ -43,7 +53,7 @@ BM25_FILE = "bm25.rsbm25"
 BM25_SEGMENTS = "bm25-segments"  # folder of the segment files when the index has several buckets
 BATCH_DOCS = 100_000  # documents per batch fed to the streaming build
 
-__all__ = ["BM25_FILE", "BM25_SEGMENTS", "bm25_file", "open_bm25_file", "write_bm25_file"]
+__all__ = ["BM25_FILE", "BM25_SEGMENTS", "bm25_file", "merge_bm25_file", "open_bm25_file", "write_bm25_file"]
 
 Ids = Sequence[str] | pa.Array | pa.ChunkedArray
 
@@ -59,19 +69,8 @@ def write_bm25_file(version_dir: str | Path, chunk_ids: Ids, docs_tokens: Batch,
     ``buckets`` (default ``RAGSPINE_BM25_BUCKETS``): 1 writes ``BM25_FILE``, more write
     that many segments into ``BM25_SEGMENTS``.
     """
-    n = len(chunk_ids)
-    if n != len(docs_tokens):
-        raise ValueError(f"{n} chunk ids for {len(docs_tokens)} token lists")
     t0 = time.perf_counter()
-    arrow_ids = isinstance(chunk_ids, pa.Array | pa.ChunkedArray)
-    if (pc.count_distinct(chunk_ids).as_py() if arrow_ids else len(set(chunk_ids))) != n:
-        raise ValueError("chunk ids must be unique")
-    if arrow_ids:
-        order = pc.sort_indices(chunk_ids).to_numpy().astype(np.int64)
-        sorted_ids = chunk_ids.take(pa.array(order)).to_pylist()
-    else:
-        order = np.array(sorted(range(n), key=chunk_ids.__getitem__), np.int64)
-        sorted_ids = [chunk_ids[i] for i in order.tolist()]
+    order, sorted_ids, _arrow = _sorted_ids(chunk_ids, docs_tokens)
     batches = _batches(docs_tokens, order)
     n_buckets = publish_buckets(buckets)
     version_dir = Path(version_dir)
@@ -84,7 +83,67 @@ def write_bm25_file(version_dir: str | Path, chunk_ids: Ids, docs_tokens: Batch,
         name = BM25_SEGMENTS
     return {"bm25_file": name, "bm25_format": bm25_format.FORMAT_VERSION, "bm25_docs": report.docs,
             "bm25_bytes": report.bytes, "bm25_k1": float(k1), "bm25_b": float(b), "bm25_layout": report.layout,
-            "bm25_buckets": n_buckets, "bm25_seconds": round(time.perf_counter() - t0, 3)}
+            "bm25_buckets": n_buckets, "bm25_build": "full", "bm25_seconds": round(time.perf_counter() - t0, 3)}
+
+
+def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None, chunk_ids: Ids,
+                    docs_tokens: Batch, *, changed: Ids | None = None, k1: float = DEFAULT_K1,
+                    b: float = DEFAULT_B, buckets: int | None = None, layout: str | None = None) -> dict[str, Any]:
+    """``write_bm25_file``'s index, merged from ``prev_version_dir``'s BM25 file when it can.
+
+    ``chunk_ids``/``docs_tokens`` are the whole new corpus (the served chunks; any order),
+    as for ``write_bm25_file``; only the tokens of chunks the previous file lacks, or that
+    are in ``changed`` (re-analyzed under a kept id), are read and counted. The previous
+    file must hold the tokens of the same analysis (the caller's rule): its kept documents
+    are taken as they are. Only counts are read from it, so its k1/b/layout may differ.
+
+    Returns the manifest metadata: ``write_bm25_file``'s keys with ``bm25_build``
+    ``merged`` (and the documents kept/added/removed, the seconds counting the added ones
+    and merging) or ``full`` with ``bm25_full_reason``.
+    """
+    t0 = time.perf_counter()
+    n_buckets = publish_buckets(buckets)
+    prev_path = None if prev_version_dir is None else bm25_file(prev_version_dir)
+    why = ("no previous version" if prev_version_dir is None else "the previous version has no BM25 file"
+           if prev_path is None else f"{n_buckets} buckets: segments are built whole" if n_buckets != 1
+           else "the previous index is segmented" if not prev_path.is_file() else None)
+    if why is None:
+        try:
+            prev = open_index(prev_path, kernel="numpy")  # counts only: no query kernels to load
+            prev.verify()
+            order, sorted_ids, arrow = _sorted_ids(chunk_ids, docs_tokens)
+            plan = plan_merge(prev, sorted_ids if arrow is None else arrow, changed)
+        except IndexFormatError as exc:
+            why = f"the previous BM25 file does not open: {exc}"
+        except ValueError as exc:  # no doc ids recorded, or not in chunk-id order
+            why = f"the previous BM25 file cannot be merged: {exc}"
+    if why is not None:
+        return {**write_bm25_file(version_dir, chunk_ids, docs_tokens, k1=k1, b=b, buckets=buckets, layout=layout),
+                "bm25_full_reason": why}
+    report = merge_index_file(prev, Path(version_dir) / BM25_FILE, plan, _batches(docs_tokens, order[plan.added_pos]),
+                              k1=k1, b=b, doc_ids=sorted_ids, layout=layout, verify_prev=False)
+    return {"bm25_file": BM25_FILE, "bm25_format": bm25_format.FORMAT_VERSION, "bm25_docs": report.docs,
+            "bm25_bytes": report.bytes, "bm25_k1": float(k1), "bm25_b": float(b), "bm25_layout": report.layout,
+            "bm25_buckets": 1, "bm25_build": "merged", "bm25_docs_kept": report.kept, "bm25_docs_added": report.added,
+            "bm25_docs_removed": report.removed, "bm25_count_seconds": report.count_seconds,
+            "bm25_merge_seconds": report.merge_seconds, "bm25_seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _sorted_ids(chunk_ids: Ids, docs_tokens: Batch) -> tuple[np.ndarray, list[str], pa.Array | None]:
+    """(the order that sorts the chunks by id, the sorted ids, the same as Arrow when given
+    as Arrow); the ids must be unique and as many as the token lists."""
+    n = len(chunk_ids)
+    if n != len(docs_tokens):
+        raise ValueError(f"{n} chunk ids for {len(docs_tokens)} token lists")
+    arrow_ids = isinstance(chunk_ids, pa.Array | pa.ChunkedArray)
+    if (pc.count_distinct(chunk_ids).as_py() if arrow_ids else len(set(chunk_ids))) != n:
+        raise ValueError("chunk ids must be unique")
+    if arrow_ids:
+        order = pc.sort_indices(chunk_ids).to_numpy().astype(np.int64)
+        arrow = chunk_ids.take(pa.array(order))
+        return order, arrow.to_pylist(), arrow
+    order = np.array(sorted(range(n), key=chunk_ids.__getitem__), np.int64)
+    return order, [chunk_ids[i] for i in order.tolist()], None
 
 
 def _batches(docs_tokens: Batch, order: np.ndarray) -> Iterator[Batch]:

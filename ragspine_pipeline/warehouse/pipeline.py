@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -69,7 +70,7 @@ from .common import (
     last_row_per_key,
     restricted_mask,
 )
-from .lexical_files import bm25_file, open_bm25_file, write_bm25_file
+from .lexical_files import bm25_file, merge_bm25_file, open_bm25_file
 from .raw import build_raw_documents, raw_state, table_documents
 from .served_records import open_served_records, records_current, write_served_records
 from .snapshots import (
@@ -230,7 +231,7 @@ def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None 
         meta["contextual"] = ctx
     pub = wh.write(LEXICAL, library, {"tokens": _index_spec(table, append, purge, pub_chunks)}, meta,
                    parent=prev if append else None, publish=False)
-    files = _write_served_files(wh, library, pub, pub_chunks)
+    files = _write_served_files(wh, library, pub, pub_chunks, prev if same else None, todo)
     wh.publish(pub)  # readers see the version only with its BM25 file and served records
     meta.pop("chunks_segments")
     return StepResult(pub, {**meta, **files, "chunks_indexed": _open_chunks(pub_chunks),
@@ -246,15 +247,23 @@ def _has_files(pub: Published) -> bool:
     return bm25_file(pub.path) is not None and records_current(pub.path)
 
 
-def _write_served_files(wh: VersionedTables, library: str, pub: Published, pub_chunks: Published) -> dict[str, Any]:
+def _write_served_files(wh: VersionedTables, library: str, pub: Published, pub_chunks: Published,
+                        prev: Published | None = None, analyzed: Sequence[str] = ()) -> dict[str, Any]:
     """Write into the (unpublished) lexical version what serving maps: the BM25 index of
-    the served chunks, built from the stored tokens, and those chunks' records."""
+    the served chunks and those chunks' records.
+
+    With ``prev`` (the previous version, tokens of the same analysis) the index is merged
+    from its BM25 file (``merge_bm25_file``): the served chunks it holds whose tokens were
+    not re-analyzed now (``analyzed``) keep their counts, the others are counted from the
+    stored tokens; chunks no longer served (deleted, RESTRICTED now) leave it. Otherwise,
+    or when that file cannot be merged (the metadata says why), a full build."""
     served = served_chunk_table(wh, library, pub_chunks.version)
     ids = served.column("chunk_id").combine_chunks()
     tok = _aligned(read_segments(pub, "tokens"), ids, f"lexical index {pub.version} of {library}: "
                    "no tokens for some served chunks")
     # Arrow in, streamed in batches by the build: no Python list of every chunk's tokens.
-    files = write_bm25_file(pub.path, ids, tok.column("tokens"))
+    files = merge_bm25_file(pub.path, None if prev is None else prev.path, ids, tok.column("tokens"),
+                            changed=pa.array(list(analyzed), pa.string()))
     return {**files, **write_served_records(pub.path, served)}
 
 

@@ -49,6 +49,18 @@ import numpy as np
 _LOCK = threading.Lock()
 _KERNELS: Kernels | None = None
 _TRIED = False
+# Flavours (``flavour``) whose signatures are loaded: the kernels are typed by each array's
+# dtype *and* read-only flag, so a memory-mapped index calls other signatures than one built
+# in memory, and a warm with the wrong flags loads code no query uses.
+_WARMED: set[Flavour] = set()
+# The index arrays the kernels read, in ``Flavour`` order, and what a tiny warm index holds.
+_TINY: dict[str, tuple[Any, Any]] = {
+    "indptr": ([0, 1], np.int64), "indices": ([0], np.int32), "tf": ([1], np.uint8), "w": ([1.0], np.float64),
+    "doc_len": ([1], np.uint32), "idf": ([1.0], np.float64), "w_max": ([1.0], np.float64),
+    "bptr": ([0, 1], np.int64), "bmax": ([1.0], np.float64), "bit_row": ([-1], np.int32),
+    "bits": ([[0]], np.uint64),
+}
+Flavour = tuple[tuple[str, str, bool], ...]  # (array, dtype.str, writeable) per _TINY name, then lengths
 
 
 @dataclass(frozen=True)
@@ -77,56 +89,93 @@ def _compile() -> Kernels:
                    fp.rank_directory)
 
 
-def _warm(k: Kernels) -> None:
-    """Compile every entry point now (tiny input), so a failure falls back here."""
-    indptr = np.array([0, 1], np.int64)
-    indices = np.zeros(1, np.int32)
-    w = np.ones(1, np.float64)
-    idf = np.ones(1, np.float64)
+def flavour(like: Any = None, *, mapped: bool = False, lengths: Any = np.uint8) -> Flavour:
+    """What the warm must match: the dtype and writeable flag of each index array the kernels
+    read, from ``like`` (a ``Postings``, or anything with those attributes), else the usual
+    dtypes, read-only with ``mapped`` (a published file) or writable (built in memory); and
+    the dtype of the compact lengths the filtered kernel reads (``bm25_filter.compact_dtype``:
+    uint8 on nearly every chunk corpus; a wider file loads that signature on its first
+    filtered query)."""
+    rows = []
+    for name, (_values, dtype) in _TINY.items():
+        a = getattr(like, name, None)
+        rows.append((name, np.dtype(dtype).str, not mapped) if a is None
+                    else (name, a.dtype.str, bool(a.flags.writeable)))
+    return (*rows, ("lengths", np.dtype(lengths).str, True))
+
+
+def _tiny(f: Flavour) -> dict[str, np.ndarray]:
+    """A one-document, one-term index whose arrays have the dtypes and flags of ``f``."""
+    out = {}
+    for name, dtype, writeable in f:
+        values = _TINY[name][0] if name in _TINY else [1]
+        a = np.array(values, np.dtype(dtype))
+        a.setflags(write=writeable)
+        out[name] = a
+    return out
+
+
+def _warm(k: Kernels, f: Flavour) -> None:
+    """Load (or compile) every entry point with the argument types an index of flavour ``f``
+    passes, on a tiny input, so its first query of any kind (unfiltered, filtered by mask,
+    bits or positions, batched) never loads or compiles, and a failure falls back here. The
+    scratch arguments (accumulators, filter bits, query term ids) are writable in every index."""
+    a = _tiny(f)
+    indptr, indices, w, idf, w_max, bptr, bmax = (a[n] for n in ("indptr", "indices", "w", "idf", "w_max", "bptr",
+                                                                 "bmax"))
     q = np.zeros(1, np.int64)
     acc = np.zeros(1, np.float64)
     touched = np.zeros(1, np.int32)
-    bptr = np.array([0, 1], np.int64)
     for exhaustive_docs in (0, 1):  # both unfiltered routes
-        k.search_one(indptr, indices, w, idf, w, q, 2.0, 1, acc, touched, exhaustive_docs, bptr, w)
-    k.search_batch(indptr, indices, w, idf, w, q, np.array([0, 1], np.int64), 2.0, 1, 1, 1, bptr, w)
-    mask, doc_len = np.ones(1, np.bool_), np.ones(1, np.uint32)
+        k.search_one(indptr, indices, w, idf, w_max, q, 2.0, 1, acc, touched, exhaustive_docs, bptr, bmax)
+    k.search_batch(indptr, indices, w, idf, w_max, q, np.array([0, 1], np.int64), 2.0, 1, 1, 1, bptr, bmax)
+    mask = np.ones(1, np.bool_)
     bits, slices = np.zeros(1, np.uint64), np.ones((1, 1), np.uint64)
     n, total = k.pack_mask(np.zeros(0, np.uint64), mask, slices, bits)
     surv = np.zeros(1, np.int64)
     k.bits_to_positions(bits, surv)
     for gather in (True, False):
-        k.set_positions(surv, doc_len, bits, gather)
+        k.set_positions(surv, a["doc_len"], bits, gather)
     k.sliced_total(bits, slices)
     k.count_bits(bits)
     k.clear_bits(surv, bits)
     blk_tf, blk_len = np.zeros(1, np.uint32), np.zeros(1, np.uint32)
-    # tf is uint8 on nearly every corpus (wider widths compile on first use, then cached).
-    tf8 = np.ones(1, np.uint8)
-    k.term_block_bounds(indptr, indices, tf8, doc_len, bptr, 0, 128, blk_tf, blk_len)
+    k.term_block_bounds(indptr, indices, a["tf"], a["doc_len"], bptr, 0, 128, blk_tf, blk_len)
     rank_dir = np.zeros((1, 1), np.uint32)
-    k.rank_directory(bits, rank_dir[0])
-    # Lengths come as the narrowest type (bm25_filter.compact_lengths): uint8 on most corpora.
-    k.search_filtered(indptr, indices, tf8, doc_len.astype(np.uint8), bits, surv, n, total, q, np.full(1, -1, np.int32),
-                      np.zeros((1, 1), np.uint64), rank_dir, 1.5, 0.75, 1, acc, touched, w, 1.0, bptr, w, blk_tf,
-                      blk_len, blk_tf, blk_len)
+    k.rank_directory(a["bits"][0], rank_dir[0])
+    k.search_filtered(indptr, indices, a["tf"], a["lengths"], bits, surv, n, total, q, a["bit_row"], a["bits"],
+                      rank_dir, 1.5, 0.75, 1, acc, touched, w_max, 1.0, bptr, bmax, blk_tf, blk_len, blk_tf, blk_len)
 
 
-def load_kernels() -> Kernels | None:
-    """The compiled kernels, or None when numba is not installed or cannot compile."""
+def load_kernels(like: Any = None, *, mapped: bool = False) -> Kernels | None:
+    """The compiled kernels, warmed for an index whose arrays are like ``like`` (see
+    ``flavour``; ``mapped`` without ``like``: a published file of the usual dtypes), or None
+    when numba is not installed or cannot compile."""
     global _KERNELS, _TRIED
-    if _TRIED:
+    f = flavour(like, mapped=mapped)
+    if _TRIED and (_KERNELS is None or f in _WARMED):
         return _KERNELS
     with _LOCK:
         if not _TRIED:
             try:
-                kernels = _compile()
-                _warm(kernels)
-                _KERNELS = kernels
-            except Exception:  # ImportError or any numba compile error: numpy path
+                _KERNELS = _compile()
+            except Exception:  # ImportError: numpy path
                 _KERNELS = None
             _TRIED = True
+        if _KERNELS is not None and f not in _WARMED:
+            try:
+                _warm(_KERNELS, f)
+            except Exception:  # any numba compile error: numpy path
+                return None
+            _WARMED.add(f)
     return _KERNELS
+
+
+def require(kernel: str, compiled: Any) -> None:
+    """``kernel="numba"`` asks for the compiled kernels: an error when they did not load."""
+    if kernel == "numba" and compiled is None:
+        raise RuntimeError("kernel='numba' needs numba, which could not be imported or compiled "
+                           "(pip install 'numba>=0.60')")
 
 
 class Scratch(threading.local):

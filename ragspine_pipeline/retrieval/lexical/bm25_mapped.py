@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import bm25_kernel
 from .bm25 import BM25Index
 from .bm25_build import ARRAY_NAMES, BLOCK_SIZE, Postings
 from .bm25_format import (
@@ -188,5 +189,12 @@ def open_index(path: str | os.PathLike[str], *, kernel: str = "auto") -> MappedB
     for name in ("doc_id_off", "doc_id_blob", "global_pos"):
         if name in f.arrays:
             setattr(ix, f"_{name}", f.arrays[name])
-    ix._adopt(postings, MappedVocabulary(f), toc.k1, toc.b, kernel, total_len=toc.total_len)
+    # The kernels come warmed for the mapping's own arrays (read-only), not for an index
+    # built in memory (writable): those are other numba signatures, which the first query
+    # would otherwise load, or compile on a cold cache (bm25_kernel.flavour).
+    ix._adopt(postings, MappedVocabulary(f), toc.k1, toc.b, "numpy", total_len=toc.total_len)
+    if kernel != "numpy":
+        ix._kernels = bm25_kernel.load_kernels(postings)
+        bm25_kernel.require(kernel, ix._kernels)
+        ix._scratch = bm25_kernel.Scratch(ix.n_docs) if ix._kernels is not None else None
     return ix

@@ -104,6 +104,7 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype, lengths:
     """Compile every entry point for read-only arrays (what a mapping gives) on a tiny index
     whose per-document length codes have dtype ``code`` (uint8/uint16 codes, or the
     lengths themselves) and whose compact lengths have dtype ``lengths``."""
+    from .bm25_filter_numba import sliced_total
     from .bm25_packed import encode
     from .bm25_raw import RawPostings
 
@@ -127,6 +128,8 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype, lengths:
         unfiltered.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
     unfiltered.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
     filtered.warm(pk, wt, enc.w_max, 2, lengths)
+    # A dense mask's summed length (bm25_packed_filter_search._prepare_bits): not in its warm.
+    sliced_total(np.zeros(1, np.uint64), np.zeros((1, 1), np.uint64))
     kernels.check_all(pk, 2, len(data), norm_of(raw.doc_len, 1.5, 0.75, 2.0))
     kernels.decode_term(pk, 0)
 
@@ -487,9 +490,7 @@ def open_packed(f: _PackedFile, vocab: Any, tables_ok: Callable[[_MappedFile], b
     ix._kernels = None if kernel == "numpy" else load_packed_kernels(a.get("doc_code", a["doc_len"]).dtype,
                                                                      _lengths_dtype(a))
     ix._filtered = None if ix._kernels is None else _FILTERED
-    if kernel == "numba" and ix._kernels is None:
-        raise RuntimeError("kernel='numba' needs numba, which could not be imported or compiled "
-                           "(pip install 'numba>=0.60')")
+    bm25_kernel.require(kernel, ix._kernels)
     ix._pk = _pk_tuple(a)
     ix._exhaustive_docs = EXHAUSTIVE_MAX_DOCS
     ix._scratch = bm25_kernel.Scratch(ix.n_docs) if ix._kernels is not None else None

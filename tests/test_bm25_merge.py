@@ -302,3 +302,33 @@ def test_a_refresh_merges_and_serves_what_a_fresh_build_serves(tmp_path):
     qs = [["marker3"], ["marker4", "w1"], ["brandnew"], ["w5", "w7", "w9"], ["doc"], ["rewritten", "marker1"]]
     assert merged.search(["marker3"], 5).ids.size == 0  # the RESTRICTED chunk's own term is gone
     assert_same_answers(merged, fresh, merged.n_docs, qs)
+
+
+def test_a_header_change_under_kept_chunk_ids_is_counted_again(tmp_path):
+    """Contextual retrieval: a new title re-analyzes chunks whose ids stay; the merge must
+    count them again, not keep the old header's counts."""
+    corpus = tmp_path / "corpus"
+    for i in range(6):
+        _write(corpus, f"doc{i}", f"# Doc {i}\n\nplain words here number{i}\n")
+    side = corpus / LIB / "doc0.meta.json"
+    side.write_text(json.dumps({"sensitivity": "PUBLIC", "title": "Zephyrquill report"}), encoding="utf-8")
+    wh = VersionedTables(tmp_path / "wh")
+
+    def refresh(w: VersionedTables):
+        P.build_raw_documents(w, corpus, LIB)
+        P.build_chunks(w, LIB)
+        lex = P.build_lexical_index(w, LIB, contextual="title")
+        P.publish_snapshot(w, LIB)
+        return lex
+
+    refresh(wh)
+    assert _served_index(wh).search(["zephyrquil"], 5).ids.size
+    side.write_text(json.dumps({"sensitivity": "PUBLIC", "title": "Quetzalmoor report"}), encoding="utf-8")
+    lex = refresh(wh)
+    assert lex.metadata["bm25_build"] == "merged" and lex.metadata["bm25_docs_added"] >= 1
+    merged = _served_index(wh)
+    assert merged.search(["zephyrquil"], 5).ids.size == 0 and merged.search(["quetzalmoor"], 5).ids.size
+    fresh_wh = VersionedTables(tmp_path / "fresh")
+    refresh(fresh_wh)
+    assert_same_answers(merged, _served_index(fresh_wh), merged.n_docs,
+                        [["quetzalmoor"], ["report", "plain"], ["number0", "word"], ["doc"]])

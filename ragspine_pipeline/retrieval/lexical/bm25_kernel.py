@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from . import numba_start
+
 _LOCK = threading.Lock()
 _KERNELS: Kernels | None = None
 _TRIED = False
@@ -158,6 +160,7 @@ def load_kernels(like: Any = None, *, mapped: bool = False) -> Kernels | None:
     with _LOCK:
         if not _TRIED:
             try:
+                numba_start.start()  # numba's start-up, less its BLAS probe
                 _KERNELS = _compile()
             except Exception:  # ImportError: numpy path
                 _KERNELS = None

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...cpus import usable_cpus
-from . import bm25_filter, bm25_kernel, bm25_numpy
+from . import bm25_filter, bm25_kernel, bm25_numpy, numba_start
 from .bm25 import EXHAUSTIVE_MAX_DOCS, KERNELS, MAXSCORE_MIN_DOCS, candidate_mask
 from .bm25_build import BLOCK_SIZE
 from .bm25_format import HEADER_BYTES, CorruptIndexError
@@ -84,6 +84,7 @@ def load_packed_kernels(code: np.dtype | None = None, lengths: np.dtype | None =
     with _LOCK:
         if not _TRIED:
             try:
+                numba_start.start()  # numba's start-up, less its BLAS probe
                 from . import bm25_packed_filter_search, bm25_packed_route
                 from . import bm25_packed_kernels as kernels
 

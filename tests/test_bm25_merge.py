@@ -332,3 +332,17 @@ def test_a_header_change_under_kept_chunk_ids_is_counted_again(tmp_path):
     refresh(fresh_wh)
     assert_same_answers(merged, _served_index(fresh_wh), merged.n_docs,
                         [["quetzalmoor"], ["report", "plain"], ["number0", "word"], ["doc"]])
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_posting_outside_the_previous_index_is_an_error_not_a_wild_read(tmp_path, kernel, layout):
+    from ragspine_pipeline.retrieval.lexical.bm25_format import CorruptIndexError
+    from ragspine_pipeline.retrieval.lexical.bm25_merge import MergePlan
+
+    old = _corpus(n=200)
+    prev = open_index(_build(tmp_path / "old.rsbm25", old, layout), kernel="numpy")
+    plan = plan_merge(prev, sorted(old))
+    short = MergePlan(old_new=plan.old_new[:50], added_pos=plan.added_pos, n_docs=plan.n_docs)
+    with pytest.raises(CorruptIndexError, match="outside the index"):
+        merge_postings(prev, short, [], tmp_dir=tmp_path / "m", kernel=kernel)

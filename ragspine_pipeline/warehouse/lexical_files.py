@@ -19,7 +19,7 @@ added (or re-analyzed) are counted; the published file is the one a full build w
 (same layout rule, same answers bit for bit). It falls back to the full build, and says
 why in the returned metadata (``bm25_build``: ``full``, ``bm25_full_reason``), when there
 is no single previous file (none, or ``RAGSPINE_BM25_BUCKETS`` > 1: segments are built
-whole) or the previous file does not open or verify (``IndexFormatError``).
+whole) or the previous file does not open or pass its checksums (``IndexFormatError``).
 
 The index's documents are the chunks it was built over, in chunk_id order (the
 retriever's position order, so ties fall by chunk_id), with their chunk ids recorded. A
@@ -44,7 +44,7 @@ from ..retrieval.lexical import bm25_format
 from ..retrieval.lexical.bm25 import DEFAULT_B, DEFAULT_K1
 from ..retrieval.lexical.bm25_format import IndexFormatError
 from ..retrieval.lexical.bm25_mapped import MappedBM25Index, open_index
-from ..retrieval.lexical.bm25_merge import merge_index_file, plan_merge
+from ..retrieval.lexical.bm25_merge import check_previous, merge_index_file, plan_merge
 from ..retrieval.lexical.bm25_raw import publish_buckets
 from ..retrieval.lexical.bm25_segments import SegmentedBM25, open_segments, write_segments_stream
 from ..retrieval.lexical.bm25_stream_build import Batch, build_index_file
@@ -110,7 +110,7 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
     if why is None:
         try:
             prev = open_index(prev_path, kernel="numpy")  # counts only: no query kernels to load
-            prev.verify()
+            check_previous(prev)
             order, sorted_ids, arrow = _sorted_ids(chunk_ids, docs_tokens)
             plan = plan_merge(prev, sorted_ids if arrow is None else arrow, changed)
         except IndexFormatError as exc:

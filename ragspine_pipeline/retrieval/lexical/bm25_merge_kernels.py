@@ -11,7 +11,8 @@ from ``p`` on: the previous postings whose document stays (``old_new[d] >= 0``, 
 its new position) merged with the new documents' postings of the same term (``lut[t]``:
 the term's id among the new documents, or -1; ``new_pos``: a new document's position).
 Both position maps are monotone, so a term's list is one linear merge of two sorted lists,
-never a sort. ``out_indptr[t + 1]`` is the end of term t's postings.
+never a sort. ``out_indptr[t + 1]`` is the end of term t's postings; a loop returns -1
+when an old posting's position lies outside the previous index (a damaged file).
 
 * ``merge_plain``: the previous index's plain arrays (indptr, indices, tf).
 * ``merge_packed``: its packed blocks (``pk``, ``PackedBM25Index._pk``), unpacked block
@@ -35,6 +36,8 @@ def _merge_np(term: np.ndarray, docs: np.ndarray, tfs: np.ndarray, t0: int, t1: 
               out_indptr: np.ndarray, out_idx: np.ndarray, out_tf: np.ndarray, p: int) -> int:
     """Decoded old postings of terms t0..t1-1 (``term`` per posting) and the new postings of
     the same terms, ordered by (term, new position) with one sort."""
+    if len(docs) and (int(docs.min()) < 0 or int(docs.max()) >= len(old_new)):
+        return -1
     pos = old_new[docs]
     keep = pos >= 0
     term, pos, tfs = term[keep], pos[keep], tfs[keep]

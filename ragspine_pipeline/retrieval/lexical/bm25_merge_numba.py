@@ -19,10 +19,14 @@ _FAR = np.int64(1) << 62
 @njit(cache=True, nogil=True, inline="always")
 def _merge_term(odocs, otfs, n_old, old_new, j, je, n_indices, n_tf, new_pos, out_idx, out_tf, p):
     """One term: its kept old postings (``odocs``/``otfs``[:n_old]) merged with new postings
-    j..je (both ascending once mapped); returns the new ``p``."""
+    j..je (both ascending once mapped); returns the new ``p``, or -1 at an old position
+    outside the previous index (a damaged file: never an out-of-bounds read)."""
+    nd = old_new.shape[0]
     i = 0
     while True:
-        while i < n_old and old_new[odocs[i]] < 0:
+        while i < n_old and (odocs[i] < 0 or odocs[i] >= nd or old_new[odocs[i]] < 0):
+            if odocs[i] < 0 or odocs[i] >= nd:
+                return -1
             i += 1
         a = np.int64(old_new[odocs[i]]) if i < n_old else _FAR
         c = np.int64(new_pos[n_indices[j]]) if j < je else _FAR
@@ -50,6 +54,8 @@ def merge_plain(indptr, indices, tf, t0, t1, old_new, lut, n_indptr, n_indices, 
         j = n_indptr[nt] if nt >= 0 else 0
         je = n_indptr[nt + 1] if nt >= 0 else 0
         p = _merge_term(indices[s:e], tf[s:e], e - s, old_new, j, je, n_indices, n_tf, new_pos, out_idx, out_tf, p)
+        if p < 0:
+            return p
         out_indptr[t + 1] = p
     return p
 
@@ -77,5 +83,7 @@ def merge_packed(pk, t0, t1, old_new, lut, n_indptr, n_indices, n_tf, new_pos, o
         je = n_indptr[nt + 1] if nt >= 0 else 0
         p = _merge_term(sdocs, stfs, indptr[t + 1] - indptr[t], old_new, j, je, n_indices, n_tf, new_pos,
                         out_idx, out_tf, p)
+        if p < 0:
+            return p
         out_indptr[t + 1] = p
     return p

@@ -83,8 +83,10 @@ def timed(lib: str, instance, warehouse) -> tuple[float, dict]:
              for e in res.get_asset_materialization_events()}
     # Time inside the asset bodies (Dagster's STEP_SUCCESS durations): wall time minus the
     # orchestrator's own per-run cost (run setup, event log, step bookkeeping).
-    steps["_step_s"] = sum(e.event_specific_data.duration_ms for e in res.all_events
-                           if e.event_type_value == "STEP_SUCCESS") / 1000
+    durations = {e.step_key: round(e.event_specific_data.duration_ms / 1000, 3) for e in res.all_events
+                 if e.event_type_value == "STEP_SUCCESS"}
+    steps["_step_s"] = sum(durations.values())
+    steps["_durations"] = durations  # seconds inside each asset body, by step
     failed = [c.check_name for c in res.get_asset_check_evaluations() if not c.passed]
     if failed:
         raise SystemExit(f"{lib}: checks failed: {failed}")
@@ -188,18 +190,32 @@ def main() -> None:
     require_sets(SHARED_EVAL, sorted({n.partition("-x")[0] for n, _ in selected if n != "demo"}))
     RESULTS = out_dir(args.out)
     floor = orchestrator_floor_seconds()
-    rows = []
-    for name, emb in selected:
-        rows.append(run_row(name, emb))
-        print(json.dumps({k: v for k, v in rows[-1].items() if not k.endswith("steps")}), file=sys.stderr, flush=True)
     cmd = "python benchmarks/bench_pipeline.py" + (f" --only {args.only}" if args.only else "") + (
         f" --embedding {args.embedding}" if args.embedding else "")
-    (RESULTS / "pipeline_refresh.json").write_text(json.dumps({"command": cmd, "cpu_count": os.cpu_count(),
+    # Rows of earlier runs stay (a run of some rows replaces those rows only); each row is
+    # written as soon as it is measured, so a run cut short keeps what it finished.
+    path = RESULTS / "pipeline_refresh.json"
+    old = json.loads(path.read_text()) if path.is_file() else {}
+    rows = {(r["corpus"], r["embedding"]): r for r in old.get("rows", [])}
+    for name, emb in selected:
+        row = run_row(name, emb)
+        row["command"], row["load"] = cmd, round(os.getloadavg()[0], 1)
+        rows[(name, emb)] = row
+        print(json.dumps({k: v for k, v in row.items() if not k.endswith("steps")}), file=sys.stderr, flush=True)
+        write_results(RESULTS, rows, floor)
+
+
+def write_results(RESULTS: Path, by_key: dict, floor: float) -> None:
+    order = {key: i for i, key in enumerate(ROWS)}
+    rows = sorted(by_key.values(), key=lambda r: order.get((r["corpus"], r["embedding"]), len(order)))
+    cmds = sorted({r.get("command", "python benchmarks/bench_pipeline.py") for r in rows})
+    (RESULTS / "pipeline_refresh.json").write_text(json.dumps({"commands": cmds, "cpu_count": os.cpu_count(),
                                                                "dagster_floor_s": round(floor, 3), "rows": rows},
                                                               indent=2, default=str))
     lines = ["# Pipeline: full materialization vs 1% incremental refresh\n",
-             f"Command: `{cmd}` (cpu_count={os.cpu_count()}, in-process executor, Dagster ephemeral instance, "
-             "asset checks included; refresh = median of three 1% refreshes)\n",
+             "Commands: " + ", ".join(f"`{c}`" for c in cmds) + f" (cpu_count={os.cpu_count()}, in-process "
+             "executor, Dagster ephemeral instance, asset checks included; refresh = median of three 1% refreshes; "
+             "a row keeps the command that measured it)\n",
              "| corpus | embedding | documents | changed | full build s | no-op refresh s | 1% refresh s | "
              "refresh / full | in asset steps: refresh / full | bytes written refresh / full | files parsed | "
              "chunks analyzed | texts embedded |",
@@ -212,6 +228,16 @@ def main() -> None:
             f"{iw['step_s']:.2f} / {fw['step_s']:.2f} s = {100 * r['step_ratio']:.1f}% | "
             f"{100 * iw['bytes_written'] / max(1, fw['bytes_written']):.2f}% | {iw['parsed']} / {fw['parsed']} | "
             f"{iw['chunks_analyzed']} / {fw['chunks_analyzed']} | {iw['embedded']} / {fw['embedded']} |")
+    timed_rows = [r for r in rows if "_durations" in r["incremental_steps"]]
+    if timed_rows:
+        steps = list(dict.fromkeys(k for r in timed_rows for k in r["full_steps"]["_durations"]))
+        lines += ["\nSeconds inside each asset body, full build / the median 1% refresh (rows measured with "
+                  "per-step times):\n", "| corpus | embedding | load | " + " | ".join(steps) + " |",
+                  "|---|---|---|" + "---:|" * len(steps)]
+        for r in timed_rows:
+            f, i = r["full_steps"]["_durations"], r["incremental_steps"]["_durations"]
+            lines.append(f"| {r['corpus']} | {r['embedding']} | {r.get('load', '')} | "
+                         + " | ".join(f"{f.get(k, 0):.2f} / {i.get(k, 0):.2f}" for k in steps) + " |")
     lines.append(f"\nDagster's own floor, measured in the same process: {floor:.3f} s per run of six no-op assets "
                  "partitioned the same way (run setup, event log, step bookkeeping); every refresh pays it.")
     loads = sorted({r["model_load_s"] for r in rows if r["model_load_s"]})

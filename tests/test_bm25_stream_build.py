@@ -227,3 +227,27 @@ def test_a_larger_zipf_corpus_counts_the_same_through_many_runs(tmp_path):
     raw, vocab = counter.finish()
     assert len(counter.runs) >= 2
     assert_same_raw(raw, vocab, *count_postings(docs))
+
+
+def test_young_gc_is_deferred_while_batches_stream_and_restored_after(tmp_path):
+    import gc
+
+    from ragspine_pipeline.retrieval.lexical import bm25_stream_build as sb
+
+    before = gc.get_threshold()
+    seen = []
+
+    def batches():
+        for i in range(3):
+            seen.append(gc.get_threshold()[0])
+            yield [["a", f"t{i}"], ["b"]]
+        raise RuntimeError("the caller's generator fails")
+
+    with pytest.raises(RuntimeError, match="generator fails"):
+        StreamCounter(tmp_path).consume(batches())
+    assert seen == [max(before[0], sb.YOUNG_GC_THRESHOLD)] * 3 and gc.get_threshold() == before
+    with sb.young_gc_deferred():  # nested (another build in flight): the outermost restores
+        with sb.young_gc_deferred():
+            assert gc.get_threshold()[0] == max(before[0], sb.YOUNG_GC_THRESHOLD)
+        assert gc.get_threshold()[0] == max(before[0], sb.YOUNG_GC_THRESHOLD)
+    assert gc.get_threshold() == before

@@ -4,6 +4,7 @@
     python benchmarks/bench_open.py                       # build (resumable) + measure
     python benchmarks/bench_open.py --out benchmarks/results --label after
     python benchmarks/bench_open.py --copies 40 --out benchmarks/results --label 1m
+    python benchmarks/bench_open.py --copies 40 --skip-build --compare /tmp/base   # engines side by side
 
 The library is SciFact's documents written ``--copies`` times under distinct ids (10, the
 default: 51,830 documents, ~253k chunks, the ``scifact-x10`` row of bench_pipeline; 40:
@@ -19,7 +20,8 @@ near 2.3 GB and the box has no swap); the timed opens run outside the lock, each
 load average at its start recorded (the cores are shared).
 
 Each measured open runs in a new Python process after the package is imported: wall
-time of ``open_published_retriever(W, library, mode="bm25")``; peak RSS growth during
+time of ``open_published_retriever(W, library, mode="bm25")``, and of the first query right
+after it (what the open left for the first query to load counts there); peak RSS growth during
 the open (VmHWM after minus VmRSS before, the peak reset through
 ``/proc/self/clear_refs``); RSS/PSS/USS after the open from ``/proc/self/smaps_rollup``
 (a mapped index is shared between processes: RSS counts it in each, USS does not).
@@ -30,6 +32,14 @@ libraries; anonymous memory), the kernel load is timed apart, and one open of ea
 runs under cProfile; the report lists its top calls. ``--skip-build`` shows the figures of
 the last real build (``build.json`` in the cache). ``--throughput`` (default: x10 only)
 compares query speed with the token path, which rebuilds the index in memory.
+
+Engines: ``BENCH_OPEN_ENGINE=DIR`` makes every measuring process import the package from the
+checkout ``DIR`` (e.g. a ``git archive`` of a commit, so that uncommitted work elsewhere in the
+tree is not measured); ``--compare DIR`` runs the opens of a second checkout alternated with
+this one's (the same machine load for both) and reports the two side by side, with their
+answers compared byte for byte. Pass ``--data``: the default data folder is found relative to
+the benchmarks package, which then comes from ``DIR``. ``--note`` says in the report what the
+checkouts are.
 
 Answers: the first process also runs ``--queries`` SciFact queries (top 10) and writes
 the snippets (text, ids, scores, order) as JSON; their sha256 is reported, and with
@@ -53,6 +63,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# A child measuring another checkout's engine (``--compare``) imports the package from it.
+ENGINE_ENV = "BENCH_OPEN_ENGINE"
+if os.environ.get(ENGINE_ENV):
+    sys.path.insert(0, os.environ[ENGINE_ENV])
 
 from benchmarks.bench_bm25_mmap import _reset_peak, _rollup_kib, _status_kib  # noqa: E402
 from benchmarks.common import add_io_args, out_dir, require_sets, say_written, use_data  # noqa: E402
@@ -183,8 +197,9 @@ def child(warehouse: str, library: str, queries: int, dump: str | None, data: st
     """One fresh process: import, reset the peak, open, measure; optionally answer queries.
 
     ``preload``: the compiled BM25 kernels (numba, loaded by the first index a process
-    opens: ~0.4 s and ~120 MiB, most of it the shared LLVM library) are loaded before the
-    timer, as in a serving process that has opened an index before. ``hold``: after
+    opens: ~0.4-0.7 s and ~120 MiB, most of it the shared LLVM library) are loaded before
+    the timer by opening the served BM25 file once, as in a serving process that has opened
+    it before. ``hold``: after
     answering, keep the index open that many seconds (the first of two serving processes).
     USS growth is measured after the open and the queries (``uss_growth_mib``); the RSS
     growth over the open is split by mapping (``rss_growth_by_mapping_mib``). ``profile``:
@@ -192,12 +207,14 @@ def child(warehouse: str, library: str, queries: int, dump: str | None, data: st
     from ragspine_pipeline.eval.beir import load_beir
     from ragspine_pipeline.serving import open_published_retriever
 
-    qs = list(load_beir(Path(data) / "scifact").queries.values())[:queries] if dump or hold else []
+    qs = list(load_beir(Path(data) / "scifact").queries.values())[:max(queries, 1)]
     if preload:
-        from ragspine_pipeline.retrieval.lexical.bm25_kernel import load_kernels
+        from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
 
         t_k = time.perf_counter()
-        load_kernels()
+        # The served BM25 file opened once and dropped: its kernels (numba signatures of its
+        # layout, dtypes and read-only arrays) stay loaded, as in a process that served it before.
+        open_index(served_folder(warehouse, library) / "bm25.rsbm25")
         kernels_s = round(time.perf_counter() - t_k, 4)
     load = os.getloadavg()[0]
     maps_before = rss_by_mapping()
@@ -227,11 +244,16 @@ def child(warehouse: str, library: str, queries: int, dump: str | None, data: st
         out["kernels_s"] = kernels_s
     if prof is not None:
         out["profile"] = top_calls(prof)
-    if qs:
+    if not profile:
+        # The first query right after the open pays whatever the open left for it to load.
         t1 = time.perf_counter()
-        answers = [r.retrieve(q, top_k=10) for q in qs]
-        out["query_s"] = round(time.perf_counter() - t1, 3)
-        out["queries"] = len(qs)
+        answers = [r.retrieve(qs[0], top_k=10)]
+        out["first_query_s"] = round(time.perf_counter() - t1, 4)
+        out["open_first_query_s"] = round(open_s + out["first_query_s"], 4)
+        if dump or hold:
+            answers += [r.retrieve(q, top_k=10) for q in qs[1:]]
+            out["query_s"] = round(time.perf_counter() - t1, 3)
+            out["queries"] = len(qs)
         out["uss_growth_mib"] = round((_rollup_kib()["uss"] - uss_before) / 1024, 1)
         if dump:
             Path(dump).write_text(json.dumps(answers, sort_keys=True, ensure_ascii=False, default=str))
@@ -310,21 +332,31 @@ def served_bytes(warehouse: Path, library: str) -> dict[str, int]:
     """Bytes of the files the newest snapshot serves mapped (the BM25 file and the chunk
     columns of its lexical_index version): the "index size" the second-process USS goal
     is a share of."""
-    from ragspine_pipeline.warehouse.common import LEXICAL, SNAPSHOT
-    from ragspine_pipeline.warehouse.versioned import VersionedTables
-
-    wh = VersionedTables(warehouse)
-    snap = wh.latest(SNAPSHOT, library)
-    folder = wh.get(LEXICAL, library, snap.manifest["metadata"]["lexical_index"]).path
+    folder = served_folder(warehouse, library)
     return {name: (folder / name).stat().st_size for name in SERVED_FILES}
 
 
+def served_folder(warehouse: str | Path, library: str) -> Path:
+    """The lexical_index version folder the newest snapshot serves."""
+    from ragspine_pipeline.warehouse.common import LEXICAL, SNAPSHOT
+    from ragspine_pipeline.warehouse.versioned import VersionedTables
+
+    wh = VersionedTables(Path(warehouse))
+    snap = wh.latest(SNAPSHOT, library)
+    return Path(wh.get(LEXICAL, library, snap.manifest["metadata"]["lexical_index"]).path)
+
+
 def run_child(warehouse: Path, library: str, queries: int, dump: Path | None, data: Path, preload: bool = False,
-              extra: tuple[str, ...] = ()) -> dict:
+              extra: tuple[str, ...] = (), engine: str | None = None) -> dict:
+    """One fresh measuring process; ``engine``: the checkout whose package it imports
+    (default: this one)."""
     cmd = _child_cmd(warehouse, library, queries, data, *(["--preload-kernels"] if preload else []), *extra)
     if dump is not None:
         cmd += ["--dump", str(dump)]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    env = dict(os.environ)  # the parent's own engine unless told
+    if engine:
+        env[ENGINE_ENV] = engine
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if res.returncode:
         raise SystemExit(f"child failed:\n{res.stderr[-3000:]}")
     return json.loads(res.stdout.strip().splitlines()[-1])
@@ -334,8 +366,22 @@ def measure(warehouse: Path, library: str, args: argparse.Namespace, data: Path,
     """The timed opens (fresh processes, with and without the kernels preloaded), the
     query throughput (when asked) and the two-process USS figure, outside the heavy lock."""
     report: dict = {"load_before": os.getloadavg()}
-    runs = [run_child(warehouse, library, args.queries, answers if i == 0 else None, data) for i in range(args.runs)]
-    warm = [run_child(warehouse, library, args.queries, None, data, preload=True) for _ in range(args.runs)]
+    runs, warm = [], []
+    other: dict[str, list[dict]] = {"runs": [], "runs_kernels_preloaded": []}
+    for i in range(args.runs):  # with --compare, the two engines alternate (same machine load)
+        runs.append(run_child(warehouse, library, args.queries, answers if i == 0 else None, data))
+        if args.compare:
+            dump = answers.with_name(answers.stem + "_compare.json") if i == 0 else None
+            other["runs"].append(run_child(warehouse, library, args.queries, dump, data, engine=args.compare))
+    for _ in range(args.runs):
+        warm.append(run_child(warehouse, library, args.queries, None, data, preload=True))
+        if args.compare:
+            other["runs_kernels_preloaded"].append(run_child(warehouse, library, args.queries, None, data,
+                                                             preload=True, engine=args.compare))
+    if args.compare:
+        report["compare"] = {"engine": args.compare, **other, **medians(other["runs"], other["runs_kernels_preloaded"]),
+                             "answers_identical": answers.read_bytes() == answers.with_name(
+                                 answers.stem + "_compare.json").read_bytes()}
     if args.throughput:
         cmd = [sys.executable, __file__, "--child", str(warehouse), "--library", library, "--throughput-child",
                "--queries", "300", "--data", str(data)]
@@ -351,12 +397,20 @@ def measure(warehouse: Path, library: str, args: argparse.Namespace, data: Path,
     report["load_after"] = os.getloadavg()
     report["runs"] = runs
     report["runs_kernels_preloaded"] = warm
-    report["preloaded_open_s_median"] = statistics.median(r["open_s"] for r in warm)
-    report["preloaded_peak_growth_mib_max"] = max(r["peak_growth_mib"] for r in warm)
-    report["open_s_median"] = statistics.median(r["open_s"] for r in runs)
-    report["open_s_max"] = max(r["open_s"] for r in runs)
-    report["peak_growth_mib_max"] = max(r["peak_growth_mib"] for r in runs)
+    report.update(medians(runs, warm))
     return report
+
+
+def medians(runs: list[dict], warm: list[dict]) -> dict:
+    """The summary figures of fresh-process opens (``runs``) and kernels-preloaded ones."""
+    return {"preloaded_open_s_median": statistics.median(r["open_s"] for r in warm),
+            "preloaded_peak_growth_mib_max": max(r["peak_growth_mib"] for r in warm),
+            "open_s_median": statistics.median(r["open_s"] for r in runs),
+            "open_s_max": max(r["open_s"] for r in runs),
+            "peak_growth_mib_max": max(r["peak_growth_mib"] for r in runs),
+            "first_query_s_median": statistics.median(r["first_query_s"] for r in runs),
+            "open_first_query_s_median": statistics.median(r["open_first_query_s"] for r in runs),
+            "preloaded_open_first_query_s_median": statistics.median(r["open_first_query_s"] for r in warm)}
 
 
 def machine() -> dict:
@@ -393,11 +447,31 @@ def breakdown(report: dict) -> list[str]:
     return lines[:-1] if lines[-1] == "" else lines
 
 
+def compare_lines(report: dict) -> list[str]:
+    """The ``--compare`` engine's figures beside this one's (runs alternated, same load)."""
+    c = report.get("compare")
+    if not c:
+        return []
+    keys = (("open_s_median", "open"), ("open_first_query_s_median", "open + first query"),
+            ("first_query_s_median", "first query"), ("preloaded_open_s_median", "open, kernels preloaded"),
+            ("preloaded_open_first_query_s_median", "open + first query, kernels preloaded"),
+            ("peak_growth_mib_max", "peak RSS growth max (MiB)"))
+    lines = [f"Compared with the engine of `{c['engine']}`, runs alternated with this one's (medians of "
+             f"{len(c['runs'])} fresh processes each):", "", "| figure | this engine | compared engine | ratio |",
+             "|---|---|---|---|"]
+    lines += [f"| {tag} | {report[k]} | {c[k]} | {round(c[k] / report[k], 2) if report[k] else ''} |"
+              for k, tag in keys]
+    lines += ["", f"Answers of the two engines ({report['runs'][0].get('queries')} queries) byte-identical: "
+              f"{c['answers_identical']}.", ""]
+    return lines
+
+
 def markdown(report: dict, copies: int, queries: int) -> list[str]:
     """The report as the committed markdown table and its sentences."""
     runs, warm, m = report["runs"], report["runs_kernels_preloaded"], report["machine"]
     lines = [f"# open_published_retriever, SciFact x{copies} ({runs[0]['chunks']} chunks, BM25-only)", "",
              f"Command: `{report['command']}`", "",
+             *([report["note"], ""] if report.get("note") else []),
              f"Machine: {m['cpus']} CPUs, {m.get('memory_gib', '?')} GiB RAM, Python {m['python']}, "
              f"{m['platform']}", ""]
     b = report.get("build")
@@ -410,16 +484,22 @@ def markdown(report: dict, copies: int, queries: int) -> list[str]:
                   f"({steps}); peak RSS {b.get('peak_rss_mib')} MiB; {b.get('seconds_with_lock_wait')} s with "
                   "the wait for the heavy lock.", ""]
     lines += [f"BM25 index served: {runs[0]['bm25_index']}", "",
-              "| run | open s | peak RSS growth MiB | RSS after MiB | PSS after MiB | USS after MiB | load 1 min |",
-              "|---|---|---|---|---|---|---|"]
+              "| run | open s | first query s | open + first query s | peak RSS growth MiB | RSS after MiB | "
+              "PSS after MiB | USS after MiB | load 1 min |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for tag, rows in (("", runs), (", kernels preloaded", warm)):
-        lines += [f"| {i}{tag} | {r['open_s']} | {r['peak_growth_mib']} | {r['rss_after_mib']} | "
-                  f"{r['pss_after_mib']} | {r['uss_after_mib']} | {r.get('load_1min', '')} |"
+        lines += [f"| {i}{tag} | {r['open_s']} | {r.get('first_query_s', '')} | {r.get('open_first_query_s', '')} | "
+                  f"{r['peak_growth_mib']} | {r['rss_after_mib']} | {r['pss_after_mib']} | {r['uss_after_mib']} | "
+                  f"{r.get('load_1min', '')} |"
                   for i, r in enumerate(rows, 1)]
     lines += ["", f"Open median {report['open_s_median']} s, max {report['open_s_max']} s; "
               f"peak RSS growth max {report['peak_growth_mib_max']} MiB (the first open of a process, BM25 "
               f"kernels loaded inside it). Kernels preloaded: open median {report['preloaded_open_s_median']} s, "
               f"peak RSS growth max {report['preloaded_peak_growth_mib_max']} MiB.", "",
+              f"Open + the first query right after it (`retrieve(q, top_k=10)`, SciFact's first query), median: "
+              f"{report.get('open_first_query_s_median')} s (first query {report.get('first_query_s_median')} s); "
+              f"kernels preloaded {report.get('preloaded_open_first_query_s_median')} s.", "",
+              *compare_lines(report),
               f"Load average before/after: {report['load_before']} / {report['load_after']} (2 shared cores: "
               "other work on the machine slows the opens).", "",
               f"Answers ({runs[0].get('queries')} queries, top 10, {runs[0].get('query_s')} s): sha256 "
@@ -462,6 +542,10 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=100, help="SciFact queries answered (default 100)")
     ap.add_argument("--reference", default=None, help="answers JSON of another run, compared byte for byte")
     ap.add_argument("--label", default="", help="name of this run in the report (e.g. before, after)")
+    ap.add_argument("--note", default="", help="what the engines are (e.g. the commits they were archived from)")
+    ap.add_argument("--compare", default=None, metavar="DIR",
+                    help="another checkout (e.g. `git archive` of a base commit): its engine's opens alternate "
+                    "with this one's, each in a fresh process, and the report gives both")
     ap.add_argument("--skip-build", action="store_true", help="measure the cached warehouse as it is")
     ap.add_argument("--build-only", action="store_true", help="build (resumable) and stop")
     ap.add_argument("--throughput", action=argparse.BooleanOptionalAction, default=None,
@@ -495,7 +579,9 @@ def main() -> None:
     cache.mkdir(parents=True, exist_ok=True)
     if args.throughput is None:
         args.throughput = args.copies == COPIES
-    report: dict = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "label": args.label,
+    engine = os.environ.get(ENGINE_ENV)
+    report: dict = {"command": " ".join([*([f"{ENGINE_ENV}={engine}"] if engine else []), Path(sys.executable).name,
+                                         *sys.argv]), "engine": engine or str(ROOT), "note": args.note, "label": args.label,
                     "copies": args.copies, "machine": machine()}
     record = cache / "build.json"  # the last build's figures, shown by a --skip-build run
     if not args.skip_build:

@@ -242,15 +242,14 @@ def merge_postings(prev: Previous, plan: MergePlan, added: Iterable[Batch], *, t
     old_df = np.diff(old_indptr)
     weight = old_df + np.where(lut >= 0, n_df[np.maximum(lut, 0)] if len(n_df) else 0, 0)
     p = 0
-    if packed:
-        longest = int(old_df.max()) if n_old else 0
-        sdocs, stfs = np.empty(longest if compiled else 0, np.int32), np.empty(longest if compiled else 0, np.uint32)
-        for t0_, t1_ in _slices(weight, size):
-            p = p if p < 0 else k["merge_packed"](prev._pk, t0_, t1_, old_new, lut, new.indptr, n_idx, n_tf, new_pos, out_indptr,
-                                  out_idx, out_tf, p, sdocs, stfs)
-    else:
-        for t0_, t1_ in _slices(weight, size):
-            p = p if p < 0 else k["merge_plain"](old_indptr, prev.indices, prev.tf, t0_, t1_, old_new, lut, new.indptr, n_idx, n_tf,
+    for t0_, t1_ in _slices(weight, size):
+        if p < 0:
+            break
+        if packed:
+            p = k["merge_packed"](prev._pk, t0_, t1_, old_new, lut, new.indptr, n_idx, n_tf, new_pos, out_indptr,
+                                  out_idx, out_tf, p)
+        else:
+            p = k["merge_plain"](old_indptr, prev.indices, prev.tf, t0_, t1_, old_new, lut, new.indptr, n_idx, n_tf,
                                  new_pos, out_indptr, out_idx, out_tf, p)
     if p < 0:
         raise CorruptIndexError(prev.path, "a posting holds a document position outside the index")

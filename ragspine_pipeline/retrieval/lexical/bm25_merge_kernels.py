@@ -69,8 +69,8 @@ def merge_plain_np(indptr: np.ndarray, indices: np.ndarray, tf: np.ndarray, t0: 
 
 def merge_packed_np(pk: tuple, t0: int, t1: int, old_new: np.ndarray, lut: np.ndarray, n_indptr: np.ndarray,
                     n_indices: np.ndarray, n_tf: np.ndarray, new_pos: np.ndarray, out_indptr: np.ndarray,
-                    out_idx: np.ndarray, out_tf: np.ndarray, p: int, sdocs: np.ndarray, stfs: np.ndarray) -> int:
-    """``merge_packed`` with ``bm25_packed.decode_blocks`` (``sdocs``/``stfs`` unused)."""
+                    out_idx: np.ndarray, out_tf: np.ndarray, p: int) -> int:
+    """``merge_packed`` with ``bm25_packed.decode_blocks``."""
     arrays = PackedArrays(data=pk[7], blk_off=pk[3], blk_last=pk[2], blk_dbits=pk[4], blk_tbits=pk[5],
                           blk_bmax=pk[6], blk_maxtf=pk[9], blk_minlen=pk[10], indptr=pk[0], bptr=pk[1])
     docs, tfs, _count_ = decode_blocks(arrays, int(pk[1][t0]), int(pk[1][t1]))

@@ -17,73 +17,82 @@ _FAR = np.int64(1) << 62
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _merge_term(odocs, otfs, n_old, old_new, j, je, n_indices, n_tf, new_pos, out_idx, out_tf, p):
-    """One term: its kept old postings (``odocs``/``otfs``[:n_old]) merged with new postings
-    j..je (both ascending once mapped); returns the new ``p``, or -1 at an old position
-    outside the previous index (a damaged file: never an out-of-bounds read)."""
+def _merge_run(docs, tfs, n, old_new, c, j, je, n_indices, n_tf, new_pos, out_idx, out_tf, p):
+    """The next ``n`` old postings of a term (``docs``/``tfs``, ascending) into the output,
+    each kept one after the new postings placed before it; ``c`` is the position of new
+    posting j (``_FAR`` past je). Returns (p, j, c), or p = -1 at an old position outside
+    the previous index (a damaged file: never an out-of-bounds read).
+
+    Why this shape: a kept old posting costs one lookup and one compare against the cached
+    next new position; most lists gain no new posting between two old ones."""
     nd = old_new.shape[0]
-    i = 0
-    while True:
-        while i < n_old and (odocs[i] < 0 or odocs[i] >= nd or old_new[odocs[i]] < 0):
-            if odocs[i] < 0 or odocs[i] >= nd:
-                return -1
-            i += 1
-        a = np.int64(old_new[odocs[i]]) if i < n_old else _FAR
-        c = np.int64(new_pos[n_indices[j]]) if j < je else _FAR
-        if a == _FAR and c == _FAR:
-            return p
-        if a < c:
-            out_idx[p] = a
-            out_tf[p] = otfs[i]
-            i += 1
-        else:
+    for x in range(n):
+        d = docs[x]
+        if d < 0 or d >= nd:
+            return -1, j, c
+        m = np.int64(old_new[d])
+        if m < 0:
+            continue
+        while c < m:
             out_idx[p] = c
             out_tf[p] = n_tf[j]
+            p += 1
             j += 1
+            c = np.int64(new_pos[n_indices[j]]) if j < je else _FAR
+        out_idx[p] = m
+        out_tf[p] = tfs[x]
         p += 1
+    return p, j, c
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _rest(j, je, n_indices, n_tf, new_pos, out_idx, out_tf, p):
+    """New postings j..je-1 after the term's last old one."""
+    while j < je:
+        out_idx[p] = new_pos[n_indices[j]]
+        out_tf[p] = n_tf[j]
+        p += 1
+        j += 1
+    return p
 
 
 @njit(cache=True, nogil=True)
 def merge_plain(indptr, indices, tf, t0, t1, old_new, lut, n_indptr, n_indices, n_tf, new_pos, out_indptr,
                 out_idx, out_tf, p):
-    """Terms t0..t1-1 of a plain index merged with the new postings; returns the new ``p``."""
+    """Terms t0..t1-1 of a plain index merged with the new postings; returns the new ``p`` (-1: damaged)."""
     for t in range(t0, t1):
         s = indptr[t]
-        e = indptr[t + 1]
         nt = lut[t]
         j = n_indptr[nt] if nt >= 0 else 0
         je = n_indptr[nt + 1] if nt >= 0 else 0
-        p = _merge_term(indices[s:e], tf[s:e], e - s, old_new, j, je, n_indices, n_tf, new_pos, out_idx, out_tf, p)
+        c = np.int64(new_pos[n_indices[j]]) if j < je else _FAR
+        p, j, c = _merge_run(indices[s:], tf[s:], indptr[t + 1] - s, old_new, c, j, je, n_indices, n_tf, new_pos,
+                             out_idx, out_tf, p)
         if p < 0:
             return p
+        p = _rest(j, je, n_indices, n_tf, new_pos, out_idx, out_tf, p)
         out_indptr[t + 1] = p
     return p
 
 
 @njit(cache=True, nogil=True)
-def merge_packed(pk, t0, t1, old_new, lut, n_indptr, n_indices, n_tf, new_pos, out_indptr, out_idx, out_tf, p,
-                 sdocs, stfs):
-    """Terms t0..t1-1 of a packed index (``pk``) merged with the new postings. Each term is
-    unpacked block by block into ``sdocs``/``stfs`` (at least the longest list) first."""
-    indptr = pk[0]
+def merge_packed(pk, t0, t1, old_new, lut, n_indptr, n_indices, n_tf, new_pos, out_indptr, out_idx, out_tf, p):
+    """Terms t0..t1-1 of a packed index (``pk``) merged with the new postings, a block at a
+    time as it is unpacked; returns the new ``p`` (-1: damaged)."""
     bptr = pk[1]
     docs = np.empty(BLOCK_SIZE, np.int64)
     tfs = np.empty(BLOCK_SIZE, np.int64)
     for t in range(t0, t1):
-        q = 0
-        for blk in range(bptr[t], bptr[t + 1]):
-            n = _count(pk, t, blk)
-            _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == bptr[t], n, docs, tfs)
-            for x in range(n):
-                sdocs[q + x] = docs[x]
-                stfs[q + x] = tfs[x]
-            q += n
         nt = lut[t]
         j = n_indptr[nt] if nt >= 0 else 0
         je = n_indptr[nt + 1] if nt >= 0 else 0
-        p = _merge_term(sdocs, stfs, indptr[t + 1] - indptr[t], old_new, j, je, n_indices, n_tf, new_pos,
-                        out_idx, out_tf, p)
-        if p < 0:
-            return p
+        c = np.int64(new_pos[n_indices[j]]) if j < je else _FAR
+        for blk in range(bptr[t], bptr[t + 1]):
+            n = _count(pk, t, blk)
+            _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == bptr[t], n, docs, tfs)
+            p, j, c = _merge_run(docs, tfs, n, old_new, c, j, je, n_indices, n_tf, new_pos, out_idx, out_tf, p)
+            if p < 0:
+                return p
+        p = _rest(j, je, n_indices, n_tf, new_pos, out_idx, out_tf, p)
         out_indptr[t + 1] = p
     return p

@@ -17,6 +17,7 @@ apart (``feed_s``) and is not in ``build_s``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -131,18 +132,19 @@ class Feed:
             yield batch
             t0 = time.perf_counter()
 
-    def python_docs(self) -> list[list[str]]:
-        """Every document as a Python token list (the old build's input), sharing one
-        string object per term as ``bench_bm25.synthetic_corpus`` does."""
-        t0 = time.perf_counter()
+    def python_batches(self) -> Iterator[list[list[str]]]:
+        """Batches of Python token lists sharing one string object per term (as
+        ``bench_bm25``'s peers build is fed: made while the build runs, not in ``seconds``)."""
         names = [f"w{i}" for i in range(VOCAB)]
-        docs: list[list[str]] = []
         for lens, ids in self._slices():
             flat = [names[t] for t in ids.tolist()]
-            pos = 0
-            for n in lens.tolist():
-                docs.append(flat[pos:pos + n])
-                pos += n
+            bounds = np.concatenate(([0], np.cumsum(lens))).tolist()
+            yield [flat[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+    def python_docs(self) -> list[list[str]]:
+        """Every document as a Python token list (the old build's input)."""
+        t0 = time.perf_counter()
+        docs = [d for batch in self.python_batches() for d in batch]
         self.seconds += time.perf_counter() - t0
         return docs
 
@@ -156,8 +158,9 @@ class Feed:
 
 
 # --------------------------------------------------------------------------- one build
-def build_one(n_docs: int, build: str, layout: str, memory_mib: int | None) -> dict:
-    """One build in this (fresh) process: its time, size and peak RSS."""
+def build_one(n_docs: int, build: str, layout: str, memory_mib: int | None, feed_kind: str = "arrow") -> dict:
+    """One build in this (fresh) process: its time, size and peak RSS (``feed_kind``
+    python: the stream build is fed ``Feed.python_batches``, their making timed with it)."""
     from ragspine_pipeline.retrieval.lexical import bm25_stream_build as sb
 
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -165,10 +168,13 @@ def build_one(n_docs: int, build: str, layout: str, memory_mib: int | None) -> d
     feed = Feed(n_docs)
     with tempfile.TemporaryDirectory(dir=CACHE) as warm:  # compile (or load) the kernels untimed
         sb.count_stream([[["a", "b"], ["a"]]], tmp_dir=warm)
+        for lay in ("plain", "packed"):  # and the writers' (a base revision's first run compiles them)
+            sb.build_index_file([[["a", "b"], ["a"]]], Path(warm) / f"{lay}.rsbm25", k1=K1, b=B, layout=lay)
     row: dict = {"docs": n_docs, "build": build, "tokens": int(feed.lens.sum())}
     t0 = time.perf_counter()
     if build == "stream":
-        rep = sb.build_index_file(feed, out, k1=K1, b=B, layout=layout, memory_mib=memory_mib, tmp_dir=None)
+        batches = feed.python_batches() if feed_kind == "python" else feed
+        rep = sb.build_index_file(batches, out, k1=K1, b=B, layout=layout, memory_mib=memory_mib, tmp_dir=None)
         total = time.perf_counter() - t0
         row.update(layout=rep.layout, postings=rep.postings, terms=rep.terms, bytes=rep.bytes, runs=rep.runs,
                    count_s=round(rep.count_seconds - feed.seconds, 2), write_s=round(rep.seconds - rep.count_seconds, 2))
@@ -187,14 +193,39 @@ def build_one(n_docs: int, build: str, layout: str, memory_mib: int | None) -> d
     row.update(build_s=round(total - feed.seconds, 2), feed_s=round(feed.seconds, 2), load=round(os.getloadavg()[0], 1),
                peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                memory_mib=memory_mib)
+    if feed_kind != "arrow":
+        row["feed"] = feed_kind
+    with open(out, "rb") as f:
+        row["sha256"] = hashlib.file_digest(f, "sha256").hexdigest()[:16]
     out.unlink()
     return row
+
+
+def ab(n_docs: int, base: str, feeds: list[str], rounds: int, layout: str | None) -> Iterator[dict]:
+    """The stream build of the engine at git revision ``base`` and of this checkout, in
+    fresh processes alternating base/head per round and feed (so load hits both alike)."""
+    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", base], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    with tempfile.TemporaryDirectory(prefix="bm25-ab-") as tmp:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "ragspine_pipeline"], capture_output=True,
+                                 check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        for r in range(rounds):
+            for feed in feeds:
+                for engine, root in ((f"base {rev}", tmp), (f"head {head}", str(ROOT))):
+                    cmd = [sys.executable, __file__, "one", "--docs", str(n_docs), "--build", "stream", "--feed", feed,
+                           "--engine", root] + (["--layout", layout] if layout else [])
+                    done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+                    row = json.loads(done.stdout.strip().splitlines()[-1])
+                    yield {**row, "kind": "ab", "engine": engine, "feed": feed, "round": r}
 
 
 # --------------------------------------------------------------------------- results
 def _key(row: dict) -> tuple:
     return (row.get("kind", "build"), row["docs"], str(row.get("build")), str(row.get("layout")),
-            row.get("buckets") or 0)
+            row.get("buckets") or 0, str(row.get("feed", "arrow")), row.get("round", 0), str(row.get("engine", "")))
 
 
 def save(rows: list[dict], command: str) -> None:
@@ -248,6 +279,19 @@ def markdown(data: dict) -> str:
         lines += ["", "A failed row shows the build's last error line. The plain layout keeps a float64 weight per",
                   "posting in memory while its verify step maps the finished file, so at 10M documents it passes",
                   "a 14 GB address-space cap; the auto layout (packed from 100M postings) is the one for that size."]
+    pairs = [r for r in data["rows"] if r.get("kind") == "ab"]
+    if pairs:
+        lines += ["", "## Before / after: the same stream build, engine at two revisions", "",
+                  "`ab`: fresh processes alternating base and head per round and feed, on the same cached corpus.",
+                  "`arrow`: Arrow batches as above (feed s excluded); `python`: Python token lists of 100k",
+                  "documents made while the build runs (as `bench_bm25`'s peers row feeds it, their making",
+                  "included in build s). `sha256`: the published file's first 16 hex digits (same bytes).", "",
+                  "| docs | feed | engine | round | build s | count s | write s | peak RSS MiB | sha256 | load |",
+                  "|---:|---|---|---:|---:|---:|---:|---:|---|---:|"]
+        for r in sorted(pairs, key=lambda r: (r["docs"], r["feed"], r["round"], r["engine"])):
+            lines.append(f"| {r['docs']:,} | {r['feed']} | {r['engine']} | {r['round']} | {r['build_s']} | "
+                         f"{r['count_s']} | {r['write_s']} | {r['peak_rss_mib']:,.0f} | {r.get('sha256', '')} | "
+                         f"{r.get('load', '')} |")
     if qps:
         lines += ["", "## Hash-bucket segments: single-process query throughput", "",
                   "200 queries x rounds, top-10, one thread; segments via `SegmentedBM25`, 1 bucket = one index file.",
@@ -319,6 +363,14 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--build", choices=("memory", "stream"), required=True)
     o.add_argument("--layout", default=None)
     o.add_argument("--memory-mib", type=int, default=None)
+    o.add_argument("--feed", choices=("arrow", "python"), default="arrow")
+    o.add_argument("--engine", default=None, help="import ragspine_pipeline from this folder (ab's base)")
+    a = sub.add_parser("ab", help="stream build of a base revision's engine vs this checkout's, alternating")
+    a.add_argument("--docs", type=int, default=1_000_000)
+    a.add_argument("--base", required=True, help="git revision of the engine to compare with")
+    a.add_argument("--feeds", default="python,arrow")
+    a.add_argument("--rounds", type=int, default=2)
+    a.add_argument("--layout", default=None)
     r = sub.add_parser("run", help="old and streaming builds, each in a fresh process")
     r.add_argument("--sizes", default="1000000,10000000")
     r.add_argument("--builds", default="memory,stream")
@@ -336,7 +388,14 @@ def main(argv: list[str] | None = None) -> int:
         path = generate(args.docs)
         print(f"{path} ({path.stat().st_size / 1e9:.2f} GB) in {time.perf_counter() - t0:.1f} s")
     elif args.cmd == "one":
-        print(json.dumps(build_one(args.docs, args.build, args.layout, args.memory_mib)))
+        if args.engine:
+            sys.path.insert(0, args.engine)
+        print(json.dumps(build_one(args.docs, args.build, args.layout, args.memory_mib, args.feed)))
+    elif args.cmd == "ab":
+        generate(args.docs)
+        for row in ab(args.docs, args.base, args.feeds.split(","), args.rounds, args.layout):
+            print(json.dumps(row), flush=True)
+            save([row], command)
     elif args.cmd == "run":
         for n in (int(x) for x in args.sizes.split(",")):
             generate(n)

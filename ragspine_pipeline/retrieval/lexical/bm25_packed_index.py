@@ -102,9 +102,12 @@ def load_packed_kernels(code: np.dtype | None = None, lengths: np.dtype | None =
 
 
 def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype, lengths: np.dtype) -> None:
-    """Compile every entry point for read-only arrays (what a mapping gives) on a tiny index
-    whose per-document length codes have dtype ``code`` (uint8/uint16 codes, or the
-    lengths themselves) and whose compact lengths have dtype ``lengths``."""
+    """Load (or compile) every entry point a query calls, for read-only arrays (what a
+    mapping gives) on a tiny index whose per-document length codes have dtype ``code``
+    (uint8/uint16 codes, or the lengths themselves) and whose compact lengths have dtype
+    ``lengths``. Not ``bm25_packed_kernels.search_one`` (the route runs it compiled into
+    its own code: no query calls its dispatcher, and loading it cost ~40 ms of a first
+    open) nor ``check_all`` (``verify``, at publish: it loads there)."""
     from .bm25_filter_numba import sliced_total
     from .bm25_packed import encode
     from .bm25_raw import RawPostings
@@ -125,14 +128,12 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype, lengths:
     wt = (norm, w_of(np.ones(4, np.int64), norm), 1.5, 0.75, 2.0)
     pk = _pk_tuple(arrays)
     for exhaustive in (0, 2):
-        kernels.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
         unfiltered.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
     unfiltered.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
     filtered.warm(pk, wt, enc.w_max, 2, lengths)
     # A dense mask's summed length (bm25_packed_filter_search._prepare_bits): not in its warm.
     sliced_total(np.zeros(1, np.uint64), np.zeros((1, 1), np.uint64))
-    kernels.check_all(pk, 2, len(data), norm_of(raw.doc_len, 1.5, 0.75, 2.0))
-    kernels.decode_term(pk, 0)
+    kernels.decode_term(pk, 0)  # a segment reads postings through it (bm25_segments)
 
 
 def _pk_tuple(a: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:

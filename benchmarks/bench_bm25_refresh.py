@@ -257,10 +257,11 @@ def markdown(data: dict) -> str:
              "`full`: `build_index_file` of the new corpus (its Arrow batches' making excluded). `merge`:",
              "open + check the old file (`check_previous`: checksums, pointers), `plan_merge`,",
              "`merge_index_file` (count the added documents, decode and merge the old postings, publish",
-             "with the same `write_layout`). `identical`: 200 queries,",
-             "top-10, unfiltered and with a 10% candidate mask: same ids, bit-identical scores.", "",
+             "with the same `write_layout`). `identical`: 200 queries, top-10, unfiltered and with a 10%",
+             "candidate mask: same ids, bit-identical scores. `load`: 1-minute load average after the",
+             "full / merge step (2 cores shared with other work).", "",
              *[f"- `{c}`" for c in data["commands"]], "", f"Machine: {data.get('machine')}", "",
-             "| docs | layout | full s | merge s | merge / full | full count s | full write s | merge: verify old s | "
+             "| docs | layout | full s | merge s | merge / full | full count s | full write s | merge: check old s | "
              "plan s | count added s | decode+merge s | write s | full peak RSS MiB | merge peak RSS MiB | "
              "identical | load |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
@@ -272,6 +273,11 @@ def markdown(data: dict) -> str:
                      f"{f['count_s']} | {f['write_s']} | {m['verify_old_s']} | {m['plan_s']} | {m['count_s']} | "
                      f"{m['merge_s']} | {m['write_s']} | {f['peak_rss_mib']:,.0f} | {m['peak_rss_mib']:,.0f} | "
                      f"{c.get('identical', 'not run')} | {f['load']} / {m['load']} |")
+    lines += ["", "What the merge saves is the count of every kept document's tokens: it reads the previous",
+              "file's postings instead (check + decode + merge) and counts only the new documents. The write",
+              "(weights or packing, writing, verifying the new file whole before the rename) is the same work",
+              "in both, and is what remains of a refresh: the published index is one immutable file per",
+              "version, rewritten whole, not Lucene-style segments under a merge policy."]
     return "\n".join(lines) + "\n"
 
 

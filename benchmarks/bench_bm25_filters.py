@@ -112,7 +112,7 @@ def measure(n: int, rounds: int, label: str) -> dict:
     from ragspine_pipeline.retrieval.lexical import bm25_kernel
     from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
 
-    bm25_kernel.load_kernels()
+    bm25_kernel.load_kernels(mapped=True)
     idx = open_index(index_path(n))
     queries = [q for q in json.loads(queries_path(n).read_text()) if any(idx.vocab.get(t) is not None for t in q)]
     from ragspine_pipeline.retrieval.lexical.bm25 import PackedFilter

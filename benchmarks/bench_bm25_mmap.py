@@ -130,7 +130,7 @@ def step_open(n: int, hold: bool = False) -> dict:
 
     import_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    bm25_kernel.load_kernels()
+    bm25_kernel.load_kernels(mapped=True)
     kernels_s = time.perf_counter() - t0
     before = _rollup_kib()
     rss0 = _status_kib("VmRSS")

@@ -4,9 +4,12 @@ Why: the in-memory build (``bm25_build.count_postings``) holds every token of th
 as a Python list and sorts one int64 key per token: 1M synthetic chunks peak at 2.3 GB,
 10M cannot be built on a 24 GB machine. Here each batch (a sequence of token lists, or an
 Arrow ``list<string>`` array as the warehouse's Parquet tokens column reads) is mapped to
-term ids once (one dict, grown in first-seen order: Arrow batches are dictionary-encoded
-in C, so Python touches each distinct term of a batch once, not each token) and counted
-document by document into a fixed-size run buffer (``RAGSPINE_BM25_BUILD_MEMORY_MIB``).
+term ids once (``bm25_term_ids.TermIds``, grown in first-seen order: a compiled pass over
+the tokens' bytes, or Arrow's dictionary encoding without numba, so Python touches each
+new term once, not each token) and counted document by document into a fixed-size run
+buffer (``RAGSPINE_BM25_BUILD_MEMORY_MIB``). Two threads: one pulls the next batch (and
+turns Python lists into Arrow, which holds the GIL) while the other encodes and counts the
+current one (compiled, GIL released).
 A full run is counting-sorted by term into CSC postings and spilled to ``tmp_dir``; at the
 end the runs are merged term by term into memory-mapped corpus arrays. Runs hold
 consecutive documents, so a term's postings are its runs' slices one after the other: the

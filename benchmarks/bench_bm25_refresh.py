@@ -277,7 +277,10 @@ def markdown(data: dict) -> str:
               "file's postings instead (check + decode + merge) and counts only the new documents. The write",
               "(weights or packing, writing, verifying the new file whole before the rename) is the same work",
               "in both, and is what remains of a refresh: the published index is one immutable file per",
-              "version, rewritten whole, not Lucene-style segments under a merge policy."]
+              "version, rewritten whole, not Lucene-style segments under a merge policy.", "",
+              "A merge's peak RSS counts the pages of the previous file it maps and reads whole, and at 10M",
+              "the merged postings' memory maps (past `RAGSPINE_BM25_BUILD_MEMORY_MIB` they spill to disk, as",
+              "the streaming build's runs do): file-backed pages the kernel can drop, not heap."]
     return "\n".join(lines) + "\n"
 
 

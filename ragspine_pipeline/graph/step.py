@@ -22,7 +22,7 @@ from typing import Any
 from .. import settings
 from ..retrieval.lexical.glossary import load_glossary
 from ..retrieval.link.narrative_link import default_glossary_path
-from ..warehouse.chunk_tables import published_chunks, served_chunk_table, served_chunks
+from ..warehouse.chunk_tables import as_chunks, published_chunks, served_chunk_table
 from ..warehouse.common import CheckOutcome, StepResult
 from ..warehouse.versioned import VersionedTables, WarehouseError, library_step
 from .build import assemble_graph, counts_by_type, graph_from_tables, graph_tables
@@ -87,7 +87,7 @@ def build_relation_graph(wh: VersionedTables, library: str, chunks_version: str 
     store = assemble_graph(found.docs, found.facts, dims)
     extra_md: dict[str, Any] = {}
     if extractor is not None or communities:  # these read every chunk's text
-        chunks = served_chunks(wh, library, chunks_pub.version)
+        chunks = as_chunks(served)  # the rows read above: served_chunks(...) of this version
     if extractor is not None:
         extra_md["relation_extractor"] = extractor.name
         extra_md["relations_added"] = add_relations(store, extractor.extract(chunks, dims))

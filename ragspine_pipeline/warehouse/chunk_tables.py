@@ -153,19 +153,20 @@ def active_chunk_table(pub: Published, *, columns: list[str] | None = None) -> p
     return active.take(pc.sort_indices(active, [("chunk_id", "ascending")]))
 
 
-def _as_chunks(table: pa.Table) -> list[StoredChunk]:
+def as_chunks(table: pa.Table) -> list[StoredChunk]:
+    """Stored chunk rows (e.g. ``served_chunk_table``'s) as chunk objects, in row order."""
     return [row_to_chunk(r) for r in table.to_pylist()]
 
 
 def active_chunks(wh: VersionedTables, library: str, version: str | None = None) -> list[StoredChunk]:
     """Active chunks of a chunks version in (doc_id, ordinal) order."""
-    chunks = _as_chunks(active_chunk_table(published_chunks(wh, library, version)))
+    chunks = as_chunks(active_chunk_table(published_chunks(wh, library, version)))
     return sorted(chunks, key=lambda c: (c.doc_id, c.ordinal, c.chunk_id))
 
 
 def sorted_active_chunks(wh: VersionedTables, library: str, version: str) -> list[StoredChunk]:
     """Active chunks of a version in chunk_id order: the row order of every index table."""
-    return _as_chunks(active_chunk_table(published_chunks(wh, library, version)))
+    return as_chunks(active_chunk_table(published_chunks(wh, library, version)))
 
 
 def served_chunks(wh: VersionedTables, library: str, version: str) -> list[StoredChunk]:
@@ -176,7 +177,7 @@ def served_chunks(wh: VersionedTables, library: str, version: str) -> list[Store
     withheld documents exist or not — no served score can reveal a word of them. The
     two RESTRICTED exits stay in place behind this as defence in depth.
     """
-    return _as_chunks(served_chunk_table(wh, library, version))
+    return as_chunks(served_chunk_table(wh, library, version))
 
 
 def served_chunk_table(wh: VersionedTables, library: str, version: str) -> pa.Table:
@@ -443,7 +444,7 @@ def _checks(pub: Published, raw_pub: Published, new_rows: list[Chunk], docs: dic
                                       cur.column("parse_error").to_pylist(), strict=True) if not e}
         failed = set(cur.column("doc_id").to_pylist()) - set(ok)
         docs = {d.doc_id: d for d in fetch_documents(raw_pub, set(ok.values()))}
-        rows = _as_chunks(active)
+        rows = as_chunks(active)
         scope = {"scope": "every active chunk", "checked": len(rows)}
         orphans = sorted({c.doc_id for c in rows if c.doc_id not in ok and c.doc_id not in failed})
     else:

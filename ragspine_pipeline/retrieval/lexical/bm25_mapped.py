@@ -134,10 +134,10 @@ class MappedBM25Index(MappedDocIds, BM25Index):
 def tables_ok(f: _MappedFile) -> bool:
     """The vocabulary, doc ids and corpus positions of a file are well formed (either layout)."""
     a, n, nt = f.arrays, f.toc.n_docs, f.toc.n_terms
-    ok = (_strings_ok(a["vocab_off"], len(a["vocab_blob"]), nt)
+    ok = (strings_ok(a["vocab_off"], len(a["vocab_blob"]), nt)
           and np.array_equal(np.sort(a["vocab_tid"]), np.arange(nt)) and _hashes_ok(f))
     if "doc_id_off" in a:
-        ok = ok and _strings_ok(a["doc_id_off"], len(a["doc_id_blob"]), n)
+        ok = ok and strings_ok(a["doc_id_off"], len(a["doc_id_blob"]), n)
         if "doc_id_digest" in a:  # what an open compares instead of the ids (id_digest)
             ok = ok and a["doc_id_digest"].tobytes() == id_digest(a["doc_id_off"], a["doc_id_blob"])
     if "global_pos" in a:  # a segment: its documents' corpus positions
@@ -156,7 +156,8 @@ def _hashes_ok(f: _MappedFile) -> bool:
     return bool((hashes[1:] >= hashes[:-1]).all() and np.array_equal(hashes, want))
 
 
-def _strings_ok(off: np.ndarray, blob_len: int, n: int) -> bool:
+def strings_ok(off: np.ndarray, blob_len: int, n: int) -> bool:
+    """n strings as (offsets, blob): n + 1 offsets from 0 to the blob's end, never decreasing."""
     return bool(len(off) == n + 1 and off[0] == 0 and off[-1] == blob_len and (np.diff(off) >= 0).all())
 
 

@@ -35,11 +35,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .bm25_build import BLOCK_SIZE, tf_dtype
+from .bm25_build import tf_dtype
 from .bm25_format import HEADER_BYTES, CorruptIndexError
-from .bm25_mapped import MappedBM25Index
+from .bm25_mapped import MappedBM25Index, strings_ok
 from .bm25_merge_kernels import kernels
-from .bm25_packed import PAD_WORDS, block_pointers
+from .bm25_packed import block_pointers, check_offsets
 from .bm25_packed_index import PackedBM25Index
 from .bm25_publish import write_layout
 from .bm25_raw import RawPostings, build_memory_budget, choose_layout
@@ -143,27 +143,17 @@ def check_previous(prev: Previous) -> None:
     a, n_terms = f.arrays, prev.n_terms
     ip = np.asarray(a["indptr"], np.int64)
     ok = len(ip) == n_terms + 1 and (n_terms == 0 or (ip[0] == 0 and bool((np.diff(ip) >= 0).all())))
-    ok = ok and len(a["doc_len"]) == prev.n_docs and _strings(a["vocab_off"], a["vocab_blob"], n_terms)
-    ok = ok and _strings(a["doc_id_off"], a["doc_id_blob"], prev.n_docs) if prev.has_doc_ids else ok
+    ok = ok and len(a["doc_len"]) == prev.n_docs and strings_ok(a["vocab_off"], len(a["vocab_blob"]), n_terms)
+    ok = ok and strings_ok(a["doc_id_off"], len(a["doc_id_blob"]), prev.n_docs) if prev.has_doc_ids else ok
     if ok and isinstance(prev, PackedBM25Index):
         bp, off = np.asarray(a["bptr"], np.int64), np.asarray(a["blk_off"], np.int64)
         ok = np.array_equal(bp, block_pointers(ip)) and len(off) == int(bp[-1]) + 1
-        if ok and len(off) > 1:
-            count = np.diff(ip)[np.repeat(np.arange(n_terms), np.diff(bp))] - (
-                np.arange(len(off) - 1) - np.repeat(bp[:-1], np.diff(bp))) * BLOCK_SIZE
-            count = np.minimum(count, BLOCK_SIZE)
-            dw, tw = a["blk_dbits"].astype(np.int64), a["blk_tbits"].astype(np.int64)
-            size = ((count * dw + 31) >> 5) + ((count * tw + 31) >> 5)
-            ok = (int(dw.max()) <= 32 and int(tw.max()) <= 32 and int(off[0]) == 0
-                  and np.array_equal(np.diff(off), size) and int(off[-1]) <= len(a["data"]) - PAD_WORDS)
+        ok = ok and (len(off) == 1 or (int(off[0]) == 0
+                                       and check_offsets(f.packed(), 0, len(off) - 1, len(a["data"])) is None))
     elif ok:
         ok = int(ip[-1]) == len(a["indices"]) == len(a["tf"])
     if not ok:
         raise CorruptIndexError(prev.path, "index structure is inconsistent")
-
-
-def _strings(off: np.ndarray, blob: np.ndarray, n: int) -> bool:
-    return bool(len(off) == n + 1 and off[0] == 0 and off[-1] == len(blob) and (np.diff(off) >= 0).all())
 
 
 def _slices(weight: np.ndarray, size: int) -> list[tuple[int, int]]:

@@ -344,6 +344,24 @@ def decode_term(pk: PackedArrays, t: int) -> tuple[np.ndarray, np.ndarray]:
     return docs, tfs
 
 
+def check_offsets(pk: PackedArrays, b0: int, b1: int, n_words: int) -> str | None:
+    """What is wrong with the layout of blocks b0..b1-1, without decoding them (None: sound):
+    widths of at most 32 bits, and offsets that match their sizes inside ``data`` of
+    ``n_words`` words. ``check_blocks`` runs it first."""
+    return None if b1 <= b0 else _layout_problem(pk, b0, b1, _counts(pk, b0, b1)[0], n_words)
+
+
+def _layout_problem(pk: PackedArrays, b0: int, b1: int, count: np.ndarray, n_words: int) -> str | None:
+    dbits, tbits = pk.blk_dbits[b0:b1].astype(np.int64), pk.blk_tbits[b0:b1].astype(np.int64)
+    if int(dbits.max()) > 32 or int(tbits.max()) > 32:
+        return "a block has a field wider than 32 bits"
+    off = pk.blk_off[b0:b1 + 1]
+    size = ((count * dbits + 31) >> 5) + ((count * tbits + 31) >> 5)
+    if int(off[0]) < 0 or not np.array_equal(np.diff(off), size) or int(off[-1]) > n_words - PAD_WORDS:
+        return "block offsets do not match the block sizes"
+    return None
+
+
 def check_blocks(pk: PackedArrays, b0: int, b1: int, n_docs: int, n_words: int,
                  norm: np.ndarray | None = None, doc_len: np.ndarray | None = None) -> str | None:
     """What is wrong with blocks b0..b1-1 (None: sound). They must have widths of at most
@@ -353,14 +371,10 @@ def check_blocks(pk: PackedArrays, b0: int, b1: int, n_docs: int, n_words: int,
     recomputed and compared too (the full check at publish)."""
     if b1 <= b0:
         return None
-    count, first = _counts(pk, b0, b1)
-    dbits, tbits = pk.blk_dbits[b0:b1].astype(np.int64), pk.blk_tbits[b0:b1].astype(np.int64)
-    if int(dbits.max()) > 32 or int(tbits.max()) > 32:
-        return "a block has a field wider than 32 bits"
-    off = pk.blk_off[b0:b1 + 1]
-    size = ((count * dbits + 31) >> 5) + ((count * tbits + 31) >> 5)
-    if int(off[0]) < 0 or not np.array_equal(np.diff(off), size) or int(off[-1]) > n_words - PAD_WORDS:
-        return "block offsets do not match the block sizes"
+    count, _first = _counts(pk, b0, b1)
+    problem = _layout_problem(pk, b0, b1, count, n_words)
+    if problem is not None:
+        return problem
     docs, tfs, _ = decode_blocks(pk, b0, b1)
     ends = np.cumsum(count) - 1
     starts = ends - count + 1

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -33,6 +34,9 @@ from .extract import Extractor, MetricFact
 FACTS_TABLE = "chunk_facts"
 FACTS_SCHEMA = pa.schema([("chunk_id", pa.string()), ("inputs", pa.string()), ("facts", pa.string())])
 _META = ("doc_id", "title", "entity", "period", "language", "start_char")
+# The served columns the facts need (the rest of a row is read only for the chunks the
+# extractor meets, and the text only for the chunks a fact cites); version: the row's key.
+FACT_COLUMNS = ["chunk_id", "sensitivity", "version", *_META]
 
 
 @dataclass(frozen=True)
@@ -62,10 +66,14 @@ def load_cache(table: pa.Table | None) -> dict[str, tuple[str, str]]:
     return {cid: (dig, facts) for cid, dig, facts in zip(*cols, strict=True)}
 
 
-def served_facts(served: pa.Table, dims: Dimensions, cache: dict[str, tuple[str, str]]) -> ChunkFacts:
-    """Facts of the served chunks (``served_chunk_table`` rows, chunk_id order), extracting
-    only those without a cached row of the same inputs. Refuses a RESTRICTED row as the
+def served_facts(served: pa.Table, dims: Dimensions, cache: dict[str, tuple[str, str]],
+                 rows: Callable[..., pa.Table] | None = None) -> ChunkFacts:
+    """Facts of the served chunks (``served_chunk_table`` rows, chunk_id order; at least
+    ``FACT_COLUMNS``), extracting only those without a cached row of the same inputs.
+    ``rows(positions, columns=None)``: those served chunks' stored rows (default: ``served``'s
+    own), read for the extracted chunks (whole) and the cited ones (offset and text) only. Refuses a RESTRICTED row as the
     builder does, rather than trusting the caller."""
+    rows = rows or (lambda at, columns=None: served.take(pa.array(at, pa.int64())))
     bad = restricted_mask(served.column("sensitivity").fill_null("INTERNAL"))
     if pc.any(bad).as_py():
         cid = served.filter(bad).column("chunk_id")[0].as_py()
@@ -93,7 +101,7 @@ def served_facts(served: pa.Table, dims: Dimensions, cache: dict[str, tuple[str,
             blobs.append(None)
             todo.append(i)
     if todo:  # only the new chunks become Python chunk objects and meet the extractor
-        for i, row in zip(todo, served.take(pa.array(todo)).to_pylist(), strict=True):
+        for i, row in zip(todo, rows(todo).to_pylist(), strict=True):
             c = row_to_chunk(row)
             facts = known_facts(ex, known, c)
             blobs[i] = json.dumps([f.to_dict() for f in facts], ensure_ascii=False)
@@ -103,8 +111,8 @@ def served_facts(served: pa.Table, dims: Dimensions, cache: dict[str, tuple[str,
     spans: dict[str, tuple[int, str]] = {}
     if cited:
         at = {cid: i for i, cid in enumerate(ids)}
-        rows = served.select(["chunk_id", "start_char", "text"]).take(pa.array([at[c] for c in cited])).to_pylist()
-        spans = {r["chunk_id"]: (r["start_char"] or 0, r["text"] or "") for r in rows}
+        got = rows([at[c] for c in cited], ["start_char", "text"]).select(["chunk_id", "start_char", "text"]).to_pylist()
+        spans = {r["chunk_id"]: (r["start_char"] or 0, r["text"] or "") for r in got}
     table = pa.table({"chunk_id": served.column("chunk_id"), "inputs": pa.array(digests, pa.string()),
                       "facts": pa.array(blobs, pa.string())}, schema=FACTS_SCHEMA)
     return ChunkFacts(docs, facts, table, spans, extracted=len(todo), reused=len(ids) - len(todo))

@@ -19,15 +19,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from .. import settings
 from ..retrieval.lexical.glossary import load_glossary
 from ..retrieval.link.narrative_link import default_glossary_path
 from ..warehouse.chunk_tables import as_chunks, published_chunks, served_chunk_table
 from ..warehouse.common import CheckOutcome, StepResult
+from ..warehouse.served_refresh import KEYS, chunk_rows
 from ..warehouse.versioned import VersionedTables, WarehouseError, library_step
 from .build import assemble_graph, counts_by_type, graph_from_tables, graph_tables
 from .dimensions import Dimensions, load_dimensions, with_glossary
-from .fact_cache import FACTS_TABLE, load_cache, served_facts
+from .fact_cache import FACT_COLUMNS, FACTS_TABLE, load_cache, served_facts
 from .relations import RelationExtractor, add_relations, make_relation_extractor
 from .store import GraphStore, make_graph_store
 
@@ -82,11 +85,16 @@ def build_relation_graph(wh: VersionedTables, library: str, chunks_version: str 
     if prev is not None and prev.manifest["metadata"].get("chunks_version") == chunks_pub.version \
             and prev.manifest["metadata"].get("input_hash") == key:
         return StepResult(prev, {**prev.manifest["metadata"], "reused": True}, {})
-    served = served_chunk_table(wh, library, chunks_pub.version)
-    found = served_facts(served, dims, _previous_facts(wh, library, prev, key))
+    whole = extractor is not None or communities  # these read every chunk's text
+    served = served_chunk_table(wh, library, chunks_pub.version, columns=None if whole else FACT_COLUMNS)
+
+    def rows(at: list[int], columns: list[str] | None = None) -> pa.Table:  # stored rows of these served chunks
+        return served.take(pa.array(at, pa.int64())) if whole else \
+            chunk_rows(chunks_pub, served.take(pa.array(at, pa.int64())).select(KEYS), columns=columns)
+    found = served_facts(served, dims, _previous_facts(wh, library, prev, key), rows)
     store = assemble_graph(found.docs, found.facts, dims)
     extra_md: dict[str, Any] = {}
-    if extractor is not None or communities:  # these read every chunk's text
+    if whole:
         chunks = as_chunks(served)  # the rows read above: served_chunks(...) of this version
     if extractor is not None:
         extra_md["relation_extractor"] = extractor.name

@@ -116,7 +116,8 @@ def withheld_docs(pub: Published) -> set[str]:
     """Documents of a chunks version kept out of serving because their file fails to parse."""
     if "doc_state" not in pub.manifest["tables"]:
         return set()
-    return {d for d, s in doc_state(pub, columns=["withheld"]).items() if s.get("withheld")}
+    t = last_row_per_key(_read_state(pub, ["doc_id", "withheld"]), "doc_id")
+    return set(pc.filter(t.column("doc_id"), pc.fill_null(t.column("withheld"), False)).to_pylist())
 
 
 def _legacy(pub: Published) -> tuple[pa.Table, pa.Table, dict[str, dict[str, Any]]]:
@@ -142,15 +143,30 @@ def active_mask(table: pa.Table, state: dict[str, dict[str, Any]]) -> pa.Array:
 
 def active_chunk_table(pub: Published, *, columns: list[str] | None = None) -> pa.Table:
     """The active rows of a chunks version, in chunk_id order (the row order of every index table)."""
-    state = doc_state(pub, columns=["version", "withdrawn"])
     cols = None if columns is None else list(dict.fromkeys([*columns, "chunk_id", "doc_id", "version"]))
     if "doc_state" not in pub.manifest["tables"]:
         table = _legacy(pub)[0]
         table = table.select(cols) if cols else table
+        active = table.filter(active_mask(table, doc_state(pub, columns=["version", "withdrawn"])))
     else:
         table = read_segments(pub, "chunks", columns=cols)
-    active = table.filter(active_mask(table, state))
+        active = table.filter(_current_mask(table, _current_versions(pub)))
     return active.take(pc.sort_indices(active, [("chunk_id", "ascending")]))
+
+
+def _current_versions(pub: Published) -> pa.Table:
+    """(doc_id, version) of each document's current, non-withdrawn version (``doc_state``'s
+    newest row per document), as Arrow: no Python row per document."""
+    t = last_row_per_key(_read_state(pub, ["doc_id", "version", "withdrawn"]), "doc_id")
+    return t.filter(pc.invert(pc.fill_null(t.column("withdrawn"), False)))
+
+
+def _current_mask(table: pa.Table, current: pa.Table) -> pa.Array:
+    """``active_mask`` computed in Arrow: a row is active when its document is current and
+    its version is that document's current version."""
+    at = pc.index_in(table.column("doc_id"), value_set=current.column("doc_id").combine_chunks())
+    version = current.column("version").combine_chunks().take(at)
+    return pc.fill_null(pc.equal(version, table.column("version")), False)
 
 
 def as_chunks(table: pa.Table) -> list[StoredChunk]:
@@ -180,17 +196,22 @@ def served_chunks(wh: VersionedTables, library: str, version: str) -> list[Store
     return as_chunks(served_chunk_table(wh, library, version))
 
 
-def served_chunk_table(wh: VersionedTables, library: str, version: str) -> pa.Table:
+def served_chunk_table(wh: VersionedTables, library: str, version: str, *,
+                       columns: list[str] | None = None) -> pa.Table:
     """``served_chunks`` as Arrow rows (chunk_id order), without building a chunk: what the
     published index files are written from. A null label reads as the chunk it becomes
-    (INTERNAL), exactly as ``served_chunks`` judges it."""
+    (INTERNAL), exactly as ``served_chunks`` judges it.
+
+    ``columns`` reads only those (plus the ids, version and label the selection needs):
+    a refresh that reuses most rows need not read every chunk's text."""
     pub = published_chunks(wh, library, version)
-    table = active_chunk_table(pub)
+    table = active_chunk_table(pub, columns=None if columns is None else [*columns, "sensitivity"])
     drop = restricted_mask(table.column("sensitivity").fill_null("INTERNAL"))
     withheld = withheld_docs(pub)
     if withheld:
         drop = pc.or_(drop, pc.is_in(table.column("doc_id"), value_set=pa.array(sorted(withheld), pa.string())))
-    return table.filter(pc.invert(drop))
+    table = table.filter(pc.invert(drop))
+    return table if columns is None else table.select(list(dict.fromkeys([*columns, "chunk_id"])))
 
 
 def restricted_probes(wh: VersionedTables, library: str, version: str, limit: int = 25) -> list[tuple[str, str]]:

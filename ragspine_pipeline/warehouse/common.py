@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -36,10 +37,11 @@ def last_row_per_key(table: pa.Table, key: str) -> pa.Table:
     last row is the newest state of that key), in first-appearance order of the key."""
     if table.num_rows == 0:
         return table
-    last: dict[Any, int] = {}
-    for i, k in enumerate(table.column(key).to_pylist()):
-        last[k] = i
-    return table.take(pa.array(sorted(last.values()), pa.int64()))
+    # Arrow's hash group-by (nulls are one key, as in a dict): no Python object per row,
+    # which cost ~0.3 s per refresh of a 250k-chunk library over its state tables.
+    pos = pa.table({"k": table.column(key), "i": pa.array(np.arange(table.num_rows, dtype=np.int64))})
+    last = pos.group_by("k", use_threads=False).aggregate([("i", "max")]).column("i_max").to_numpy()
+    return table.take(pa.array(np.sort(last), pa.int64()))
 
 
 def restricted_mask(labels: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:

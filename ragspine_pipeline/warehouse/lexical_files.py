@@ -32,7 +32,7 @@ never a fallback that hides it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +53,12 @@ BM25_FILE = "bm25.rsbm25"
 BM25_SEGMENTS = "bm25-segments"  # folder of the segment files when the index has several buckets
 BATCH_DOCS = 100_000  # documents per batch fed to the streaming build
 
-__all__ = ["BM25_FILE", "BM25_SEGMENTS", "bm25_file", "merge_bm25_file", "open_bm25_file", "write_bm25_file"]
+__all__ = ["BM25_FILE", "BM25_SEGMENTS", "TokenLoader", "bm25_file", "merge_bm25_file", "open_bm25_file", "write_bm25_file"]
 
 Ids = Sequence[str] | pa.Array | pa.ChunkedArray
+# Token lists of the chunks at these positions of ``chunk_ids`` (in that order), or of
+# every chunk (None): what a merge loads instead of the whole corpus's tokens.
+TokenLoader = Callable[[np.ndarray | None], Batch]
 
 
 def write_bm25_file(version_dir: str | Path, chunk_ids: Ids, docs_tokens: Batch, *, k1: float = DEFAULT_K1,
@@ -87,13 +90,15 @@ def write_bm25_file(version_dir: str | Path, chunk_ids: Ids, docs_tokens: Batch,
 
 
 def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None, chunk_ids: Ids,
-                    docs_tokens: Batch, *, changed: Ids | None = None, k1: float = DEFAULT_K1,
+                    docs_tokens: Batch | TokenLoader, *, changed: Ids | None = None, k1: float = DEFAULT_K1,
                     b: float = DEFAULT_B, buckets: int | None = None, layout: str | None = None) -> dict[str, Any]:
     """``write_bm25_file``'s index, merged from ``prev_version_dir``'s BM25 file when it can.
 
     ``chunk_ids``/``docs_tokens`` are the whole new corpus (the served chunks; any order),
     as for ``write_bm25_file``; only the tokens of chunks the previous file lacks, or that
-    are in ``changed`` (re-analyzed under a kept id), are read and counted. The previous
+    are in ``changed`` (re-analyzed under a kept id), are read and counted. ``docs_tokens``
+    may be a ``TokenLoader`` instead: then only those chunks' token lists are loaded (a 1%
+    refresh reads 1% of the tokens), and all of them only for a full build. The previous
     file must hold the tokens of the same analysis (the caller's rule): its kept documents
     are taken as they are. Only counts are read from it, so its k1/b/layout may differ.
 
@@ -118,9 +123,13 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
         except ValueError as exc:  # no doc ids recorded, or not in chunk-id order
             why = f"the previous BM25 file cannot be merged: {exc}"
     if why is not None:
-        return {**write_bm25_file(version_dir, chunk_ids, docs_tokens, k1=k1, b=b, buckets=buckets, layout=layout),
+        every = docs_tokens(None) if callable(docs_tokens) else docs_tokens
+        return {**write_bm25_file(version_dir, chunk_ids, every, k1=k1, b=b, buckets=buckets, layout=layout),
                 "bm25_full_reason": why}
-    report = merge_index_file(prev, Path(version_dir) / BM25_FILE, plan, _batches(docs_tokens, order[plan.added_pos]),
+    added_at = order[plan.added_pos]
+    added = (_batches(docs_tokens(added_at), np.arange(len(added_at))) if callable(docs_tokens)
+             else _batches(docs_tokens, added_at))
+    report = merge_index_file(prev, Path(version_dir) / BM25_FILE, plan, added,
                               k1=k1, b=b, doc_ids=sorted_ids, layout=layout, verify_prev=False)
     return {"bm25_file": BM25_FILE, "bm25_format": bm25_format.FORMAT_VERSION, "bm25_docs": report.docs,
             "bm25_bytes": report.bytes, "bm25_k1": float(k1), "bm25_b": float(b), "bm25_layout": report.layout,
@@ -129,11 +138,11 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
             "bm25_merge_seconds": report.merge_seconds, "bm25_seconds": round(time.perf_counter() - t0, 3)}
 
 
-def _sorted_ids(chunk_ids: Ids, docs_tokens: Batch) -> tuple[np.ndarray, list[str], pa.Array | None]:
+def _sorted_ids(chunk_ids: Ids, docs_tokens: Batch | TokenLoader) -> tuple[np.ndarray, list[str], pa.Array | None]:
     """(the order that sorts the chunks by id, the sorted ids, the same as Arrow when given
-    as Arrow); the ids must be unique and as many as the token lists."""
+    as Arrow); the ids must be unique and as many as the token lists (a loader has one per id)."""
     n = len(chunk_ids)
-    if n != len(docs_tokens):
+    if not callable(docs_tokens) and n != len(docs_tokens):
         raise ValueError(f"{n} chunk ids for {len(docs_tokens)} token lists")
     arrow_ids = isinstance(chunk_ids, pa.Array | pa.ChunkedArray)
     if (pc.count_distinct(chunk_ids).as_py() if arrow_ids else len(set(chunk_ids))) != n:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -55,7 +54,6 @@ from .chunk_tables import (
     doc_state,
     published_chunks,
     restricted_probes,
-    served_chunk_table,
     served_chunks,
     sorted_active_chunks,
 )
@@ -70,9 +68,11 @@ from .common import (
     last_row_per_key,
     restricted_mask,
 )
-from .lexical_files import bm25_file, merge_bm25_file, open_bm25_file
+from .lexical_files import bm25_file, open_bm25_file
 from .raw import build_raw_documents, raw_state, table_documents
-from .served_records import open_served_records, records_current, write_served_records
+from .served_records import open_served_records, records_current
+from .served_refresh import aligned_rows as _aligned
+from .served_refresh import write_served_files
 from .snapshots import (
     _served_now,
     chunker_name,
@@ -231,7 +231,7 @@ def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None 
         meta["contextual"] = ctx
     pub = wh.write(LEXICAL, library, {"tokens": _index_spec(table, append, purge, pub_chunks)}, meta,
                    parent=prev if append else None, publish=False)
-    files = _write_served_files(wh, library, pub, pub_chunks, prev if same else None, todo)
+    files = write_served_files(wh, library, pub, pub_chunks, prev if same else None, todo)
     wh.publish(pub)  # readers see the version only with its BM25 file and served records
     meta.pop("chunks_segments")
     return StepResult(pub, {**meta, **files, "chunks_indexed": _open_chunks(pub_chunks),
@@ -245,26 +245,6 @@ def build_lexical_index(wh: VersionedTables, library: str, analyzer: str | None 
 def _has_files(pub: Published) -> bool:
     """Whether a lexical version carries its BM25 file and served records (older ones do not)."""
     return bm25_file(pub.path) is not None and records_current(pub.path)
-
-
-def _write_served_files(wh: VersionedTables, library: str, pub: Published, pub_chunks: Published,
-                        prev: Published | None = None, analyzed: Sequence[str] = ()) -> dict[str, Any]:
-    """Write into the (unpublished) lexical version what serving maps: the BM25 index of
-    the served chunks and those chunks' records.
-
-    With ``prev`` (the previous version, tokens of the same analysis) the index is merged
-    from its BM25 file (``merge_bm25_file``): the served chunks it holds whose tokens were
-    not re-analyzed now (``analyzed``) keep their counts, the others are counted from the
-    stored tokens; chunks no longer served (deleted, RESTRICTED now) leave it. Otherwise,
-    or when that file cannot be merged (the metadata says why), a full build."""
-    served = served_chunk_table(wh, library, pub_chunks.version)
-    ids = served.column("chunk_id").combine_chunks()
-    tok = _aligned(read_segments(pub, "tokens"), ids, f"lexical index {pub.version} of {library}: "
-                   "no tokens for some served chunks")
-    # Arrow in, streamed in batches by the build: no Python list of every chunk's tokens.
-    files = merge_bm25_file(pub.path, None if prev is None else prev.path, ids, tok.column("tokens"),
-                            changed=pa.array(list(analyzed), pa.string()))
-    return {**files, **write_served_records(pub.path, served)}
 
 
 def _open_chunks(pub_chunks: Published) -> int:
@@ -446,19 +426,6 @@ def _published_files(wh: VersionedTables, library: str,
         return None
     bm25 = open_bm25_file(lex.path)  # its ids are compared with the records' by HybridRetriever
     return None if bm25 is None else (chunks, bm25)
-
-
-def _aligned(table: pa.Table, ids: pa.Array, error: str) -> pa.Table:
-    """Rows of a chunk_id-keyed index table in the order of ``ids``; every id must be there.
-    Where a chunk has several rows (a contextual header re-indexed after a metadata
-    change), the newest — the last appended — wins."""
-    n = table.num_rows
-    if n and len(table.column("chunk_id").unique()) != n:
-        table = table.take(pa.array(np.arange(n - 1, -1, -1)))
-    pos = pc.index_in(ids, value_set=table.column("chunk_id").combine_chunks())
-    if pos.null_count:
-        raise WarehouseError(f"{error} ({pos.null_count} chunks have no row)")
-    return table.take(pos)
 
 
 def serving_retriever(retrievers: dict[str, Any]):

@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import zlib
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ FIELD_COLUMNS = (*OPEN_COLUMNS, "doc_id", "title", "topic", "entity", "geography
 ROW_COLUMN = "row"
 
 __all__ = ["RECORDS_FORMAT", "SERVED_FILE", "SERVED_META", "open_served_records", "records_current",
-           "write_served_records"]
+           "records_schema", "write_record_batches", "write_served_records"]
 
 
 def _crc(arr: pa.Array) -> int:
@@ -74,26 +75,44 @@ def write_served_records(version_dir: str | os.PathLike[str], table: pa.Table) -
     """Write the served rows (chunk_id order) as ``version_dir/SERVED_FILE`` + its sidecar,
     owner-only; the checksums are taken from the file as it will be read. Returns the
     manifest metadata to report."""
-    folder = Path(version_dir)
     fields = [c for c in FIELD_COLUMNS if c in table.column_names]
-    schema = pa.schema([*(table.schema.field(c) for c in fields), pa.field(ROW_COLUMN, pa.string())])
+    schema = records_schema(table.schema)
+    # Each row a JSON list in the order the sidecar records (no key repeated on every row).
+    batches = (pa.record_batch([*(batch.column(c) for c in fields), rows], schema=schema)
+               for batch, rows in row_json_batches(table, BATCH_ROWS))
+    return write_record_batches(version_dir, table.schema, batches, table.num_rows)
+
+
+def records_schema(rows: pa.Schema) -> pa.Schema:
+    """The records file's schema for chunk rows of schema ``rows``: its filter fields, then
+    each whole row as JSON."""
+    return pa.schema([*(rows.field(c) for c in FIELD_COLUMNS if c in rows.names), pa.field(ROW_COLUMN, pa.string())])
+
+
+def write_record_batches(version_dir: str | os.PathLike[str], rows: pa.Schema, batches: Iterable[pa.RecordBatch],
+                         n_rows: int) -> dict[str, Any]:
+    """Write ``batches`` (``records_schema(rows)``, ``BATCH_ROWS`` rows each but the last, in
+    chunk_id order) as the version's records file and sidecar; atomic, owner-only."""
+    folder = Path(version_dir)
+    schema = records_schema(rows)
     path, tmp = folder / SERVED_FILE, folder / f".{SERVED_FILE}.tmp-{os.getpid()}"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as fh, pa.ipc.new_file(fh, schema) as writer:
-            # Each row a JSON list in the order the sidecar records (no key repeated on every row).
-            for batch, rows in row_json_batches(table, BATCH_ROWS):
-                writer.write_batch(pa.record_batch([*(batch.column(c) for c in fields), rows], schema=schema))
+            for batch in batches:
+                writer.write_batch(batch)
         with pa.memory_map(str(tmp)) as src:
             reader = pa.ipc.open_file(src)
             starts = [0]
             for i in range(reader.num_record_batches):
                 starts.append(starts[-1] + reader.get_batch(i).num_rows)
-            meta = {"format": RECORDS_FORMAT, "rows": table.num_rows, "bytes": tmp.stat().st_size,
+            meta = {"format": RECORDS_FORMAT, "rows": n_rows, "bytes": tmp.stat().st_size,
                     "columns": schema.names, "batch_starts": starts, "crc32": _batch_crcs(reader),
                     "chunk_id_digest": _ordered_id_digest(tmp, reader.read_all()),
-                    "row_fields": table.column_names,
-                    "timestamps": [f.name for f in table.schema if pa.types.is_timestamp(f.type)]}
+                    "row_fields": rows.names, "row_types": [str(f.type) for f in rows],
+                    "timestamps": [f.name for f in rows if pa.types.is_timestamp(f.type)]}
+        if starts[-1] != n_rows:
+            raise RuntimeError(f"{tmp}: {starts[-1]} records written for {n_rows} rows")
         side = folder / SERVED_META
         side.write_text(json.dumps(meta), encoding="utf-8")
         os.replace(tmp, path)
@@ -101,7 +120,7 @@ def write_served_records(version_dir: str | os.PathLike[str], table: pa.Table) -
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
-    return {"served_file": SERVED_FILE, "served_rows": table.num_rows, "served_bytes": meta["bytes"]}
+    return {"served_file": SERVED_FILE, "served_rows": n_rows, "served_bytes": meta["bytes"]}
 
 
 def _ordered_id_digest(path: Path, table: pa.Table) -> str:

@@ -245,7 +245,7 @@ class BM25Index:
             return ScoredDocs(ids, scores)
         sup = bm25_filter.support(self)
         sup.ensure_terms(kern, tids)
-        surv = bm25_filter.prepare(self, kern, candidates, sc)
+        surv = bm25_filter.remembered(candidates, sup, lambda: bm25_filter.prepare(self, kern, candidates, sc))
         try:
             ids, scores = kern.search_filtered(
                 self.indptr, self.indices, self.tf, sup.lengths(), surv.bits, surv.positions, surv.n, surv.total,

@@ -30,7 +30,9 @@ terms (MaxScore) exactly.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from .bm25 import BM25Index
 
 FEW_SURVIVORS_DIV = 64  # survivors <= N / this: their positions go to the kernel (gallop, no scan)
+NO_KNOWN = np.zeros(0, np.int64)  # no survivor df cache (``Survivors.known``)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,9 @@ class Survivors:
     bits: np.ndarray  # uint64 words, little bit order: the packed filter
     positions: np.ndarray  # int64 ascending positions when few (<= N / FEW_SURVIVORS_DIV), else empty
     scratch_set: np.ndarray | None  # positions whose bits must be cleared from the scratch after the query
+    # Survivor df per term id (df + 1; 0 = not counted yet), filled by the kernel: a reused
+    # PackedFilter's (``remembered``); empty = count every query.
+    known: np.ndarray = field(default_factory=lambda: NO_KNOWN)
 
 
 class FilterSupport:
@@ -153,29 +159,75 @@ def support(ix: BM25Index) -> FilterSupport:
 _CREATE_LOCK = threading.Lock()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class PackedFilter:
     """A filter as packed bits: bit d of ``words`` (uint64, little bit order, ceil(N/64)
     words, bits past N zero) keeps document position d.
 
     An eighth of a bool mask's bytes, so preparing it skips the packing pass: a caller that
     combines per-field bitmaps with word-wise AND/OR can hand the result over as is.
+
+    Immutable: the words are the filter's own copy (none when they are already: ``from_mask``),
+    which nothing writes (numpy keeps them writeable only because the compiled kernels are
+    typed for writeable words: a read-only twin would be one more signature to load at every
+    open). So a filter reused across queries (what ``HybridRetriever`` keeps
+    per filter expression, as Lucene keeps a filter's doc-id set) remembers, per index, what
+    only its survivors decide: their count and summed length, their positions when few, and
+    each query term's survivor df once counted (``remembered``). A reused filter then costs
+    no pass over N at all; a first-seen one costs what it did. Equality is identity.
     """
 
     words: np.ndarray
+    _memo: dict[int, tuple[Any, Survivors]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # A copy: the caller's array could change under what the filter remembers.
+        object.__setattr__(self, "words", np.array(self.words, copy=True))
 
     @classmethod
     def from_mask(cls, mask: np.ndarray) -> PackedFilter:
         """Pack a bool mask (one entry per indexed document)."""
         packed = np.packbits(np.asarray(mask, np.bool_), bitorder="little")  # bits past N are zero
-        words = np.zeros(-(-len(packed) // 8) * 8, np.uint8)  # whole uint64 words: N/8 bytes, not N
-        words[: len(packed)] = packed
-        return cls(words.view(np.uint64))
+        words = np.zeros(-(-len(packed) // 8), np.uint64)  # whole words: N/8 bytes, not N
+        words.view(np.uint8)[: len(packed)] = packed
+        own = object.__new__(cls)  # fresh words: adopted without __post_init__'s copy
+        object.__setattr__(own, "words", words)
+        object.__setattr__(own, "_memo", {})
+        return own
 
     def to_mask(self, n_docs: int) -> np.ndarray:
         """The bool mask over ``n_docs`` positions (checked as ``prepare`` checks it)."""
         words = _checked_words(self, n_docs)
         return np.unpackbits(words.view(np.uint8), bitorder="little")[:n_docs].astype(np.bool_)
+
+
+# Indexes a filter remembers its survivors for (a filter outliving snapshots forgets the oldest).
+MEMO_INDEXES = 4
+_MEMO_LOCK = threading.Lock()
+
+
+def remembered(f: Any, owner: Any, make: Callable[[], Survivors], n_terms: int = 0) -> Survivors:
+    """A ``PackedFilter``'s survivors on the index whose filter support is ``owner``:
+    ``make()`` on the first use, then the same record; with ``n_terms`` (a kernel that
+    caches survivor df) its ``known`` array, which the kernel fills as query terms come.
+    Any other form of filter is ``make()`` each time (a mask or positions can change). Keyed by the owner's identity, held weakly: a new snapshot is a new index,
+    so nothing is carried across versions (an entry whose index is gone is never matched again
+    and is the first to go)."""
+    if not isinstance(f, PackedFilter):
+        return make()
+    entry = f._memo.get(id(owner))
+    if entry is not None and entry[0]() is owner:
+        return entry[1]
+    surv = make()
+    if surv.scratch_set is not None or surv.bits is not f.words:
+        return surv  # not the filter's own bits: nothing to remember
+    if n_terms > 0:
+        surv = replace(surv, known=np.zeros(n_terms, np.int64))  # calloc'd: pages of queried terms only
+    with _MEMO_LOCK:
+        while len(f._memo) >= MEMO_INDEXES:
+            f._memo.pop(next(iter(f._memo)))
+        f._memo[id(owner)] = (weakref.ref(owner), surv)
+    return surv
 
 
 def _checked_words(f: PackedFilter, n_docs: int) -> np.ndarray:

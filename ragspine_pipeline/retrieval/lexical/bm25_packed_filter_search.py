@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import bm25_filter, bm25_filter_numba, bm25_packed_filtered
-from .bm25_filter import FEW_SURVIVORS_DIV, PackedFilter, Survivors
+from .bm25_filter import FEW_SURVIVORS_DIV, NO_KNOWN, PackedFilter, Survivors
 from .bm25_packed_filter_support import PackedFilterSupport, support
 from .bm25_topk import ScoredDocs
 
@@ -47,17 +47,23 @@ def search(ix: Any, tids: np.ndarray, k: int, candidates: Any) -> ScoredDocs:
     sup = support(ix)
     sup.ensure_terms(tids)
     sc = ix._scratch
-    surv = _prepare_bits(ix, sup, candidates, sc)
-    if surv is None:  # positions: O(their number) already
-        surv = bm25_filter.prepare(ix, bm25_filter_numba, candidates, sc)  # type: ignore[arg-type]
+    surv = bm25_filter.remembered(candidates, sup, lambda: _prepare(ix, sup, candidates, sc), ix.n_terms)
     try:
         ids, scores = bm25_packed_filtered.search_filtered(
             ix._pk, surv.bits, surv.positions, surv.n, surv.total, tids, ix._weights(), k, sc.acc, sc.touched,
-            ix._w_max, sup.lengths(), sup.t_maxtf, sup.t_minlen, sup.rank_dir, sup.code_lengths(), WINDOWS)
+            ix._w_max, sup.lengths(), sup.t_maxtf, sup.t_minlen, sup.rank_dir, sup.code_lengths(), WINDOWS,
+            surv.known)
     finally:
         if surv.scratch_set is not None:
             bm25_filter_numba.clear_bits(surv.scratch_set, surv.bits)
     return ScoredDocs(ids, scores)
+
+
+def _prepare(ix: Any, sup: PackedFilterSupport, candidates: Any, sc: Any) -> Survivors:
+    surv = _prepare_bits(ix, sup, candidates, sc)
+    if surv is None:  # positions: O(their number) already
+        surv = bm25_filter.prepare(ix, bm25_filter_numba, candidates, sc)  # type: ignore[arg-type]
+    return surv
 
 
 def _prepare_bits(ix: Any, sup: PackedFilterSupport, candidates: Any, sc: Any) -> Survivors | None:
@@ -122,5 +128,5 @@ def warm(pk: tuple[np.ndarray, ...], wt: tuple[Any, ...], w_max: np.ndarray, n_d
     lens = pk[8].astype(lengths)
     for surv in (pos, pos[:0]):
         bm25_packed_filtered.search_filtered(pk, bits, surv, n, int(np.sum(pk[8])), q, wt, 1, acc, touched, w_max,
-                                             lens, t_stat, t_stat, rank_dir, _NO_CODES, 1)
+                                             lens, t_stat, t_stat, rank_dir, _NO_CODES, 1, NO_KNOWN)
     clear_bits(pos, bits)

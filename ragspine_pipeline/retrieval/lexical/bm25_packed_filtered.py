@@ -233,10 +233,13 @@ def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs
 
 
 @njit(cache=True, nogil=True)
-def _plan(pk, ut, bits, surv, n, few, docs, tfs):
+def _plan(pk, ut, bits, surv, n, few, docs, tfs, known):
     """Survivor df of each distinct term and how it is scored (the module docstring's
     routes): mode 0 by a pruned scan of its list, 1 from its surviving postings gathered
     into (g_doc, g_tf) on the way, 2 by rank of the few survivors in its bitset row.
+    ``known`` (df + 1 per term id, 0 = not yet; empty = none kept) is a reused filter's:
+    a df counted once (modes 0 and 2, a pass over the list or a popcount of its row) is
+    read back by later queries; a gathered term's df is its gathering, needed anyway.
     Returns (dfs, mode, g_lo, g_doc, g_tf)."""
     nu = ut.shape[0]
     bit_row, term_bits = pk[11], pk[12]
@@ -267,19 +270,24 @@ def _plan(pk, ut, bits, surv, n, few, docs, tfs):
             else:
                 g = _gather_scan(pk, t, bits, docs, tfs, g_doc, g_tf, g)
             dfs[y] = g - g_lo[y]
-        elif row >= 0:
-            # A bit test per survivor (a cache miss each) or a popcount per word.
-            dfs[y] = _count_in_row(term_bits[row], surv, n) if few and 8 * n < n_words else _and_count(
-                bits, term_bits[row])
+        elif known.shape[0] > 0 and known[t] > 0:
+            dfs[y] = known[t] - 1
         else:
-            dfs[y] = _count_alive(pk, t, bits, docs)
+            if row >= 0:
+                # A bit test per survivor (a cache miss each) or a popcount per word.
+                dfs[y] = _count_in_row(term_bits[row], surv, n) if few and 8 * n < n_words else _and_count(
+                    bits, term_bits[row])
+            else:
+                dfs[y] = _count_alive(pk, t, bits, docs)
+            if known.shape[0] > 0:
+                known[t] = dfs[y] + 1  # one aligned 8-byte store: a racing thread writes the same value
     g_lo[nu] = g
     return dfs, mode, g_lo, g_doc, g_tf
 
 
 @njit(cache=True, nogil=True)
 def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, lens, t_maxtf, t_minlen,
-                    rank_dir, clen, windows):
+                    rank_dir, clen, windows, known):
     """Exact filtered top-k over packed postings (see the module docstring). ``bits`` is
     the filter as uint64 words, ``surv`` the survivors' ascending positions when few
     (else empty), ``n`` / ``total`` their count and summed length (``bm25_filter.prepare``);
@@ -287,7 +295,8 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     term and ``rank_dir`` per bitset row (``bm25_packed_filter_support``); k1 and b are
     ``wt``'s, whose avgdl (``wt[4]``) the stored block maxima were computed at. ``clen``:
     the file's length of each length code (empty without codes); ``windows``: 1 routes a
-    dense filter to the window kernel when it suits the query, 0 never, 2 always (tests).
+    dense filter to the window kernel when it suits the query, 0 never, 2 always (tests);
+    ``known``: the filter's survivor df cache (``_plan``; ``bm25_filter.remembered``).
     acc is zero on entry and exit."""
     k1 = wt[2]
     b = wt[3]
@@ -299,7 +308,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     few = surv.shape[0] == n
     ut, mult, _first = _distinct(qtids)
     nu = ut.shape[0]
-    dfs, mode, g_lo, g_doc, g_tf = _plan(pk, ut, bits, surv, n, few, docs, tfs)
+    dfs, mode, g_lo, g_doc, g_tf = _plan(pk, ut, bits, surv, n, few, docs, tfs, known)
     k1p1 = k1 + 1.0
     kb = 1.0 - b
     bavg = b / avgdl

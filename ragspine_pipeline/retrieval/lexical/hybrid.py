@@ -38,7 +38,7 @@ from .analyzer import Analyzer, make_analyzer
 from .bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
 from .bm25_filter import PackedFilter, handover
 from .bm25_packed_index import PackedBM25Index
-from .filter_codes import FieldCodes, code_values, coded_mask
+from .filter_codes import CachedFilter, FieldCodes, FilterCache, code_values, coded_mask, filter_key
 from .fusion import DEFAULT_RRF_K, FusionConfig, Run, fuse_runs, fusion_configured, fusion_from_env
 from .glossary import GlossaryQueryRewriter, query_variants
 
@@ -202,6 +202,7 @@ class HybridRetriever:
                            else sorted({c.language for c in self.chunks if c.language}))
         self._columns: dict[str, np.ndarray] = {}
         self._codes: dict[str, FieldCodes] = {}
+        self._filter_cache = FilterCache()
         self.restricted = self._restricted_mask()
         self._vectors = _VectorCache(have=np.zeros(len(self.chunks), dtype=bool))
 
@@ -434,10 +435,29 @@ class HybridRetriever:
                           count=len(self.chunks))
         return out, list(codes)
 
+    def _filtered(self, filters: Any, mask: np.ndarray | None, dense: bool) -> tuple[Any, Any, Any]:
+        """(mask, positions, BM25 candidates) of ``filters`` AND ``mask``: None each without
+        a filter, positions only for the dense channel. A filter expression alone is kept in
+        the ``FilterCache`` (the snapshot is immutable); a caller's mask is computed per call."""
+        preds = compile_filters(filters, FILTER_FIELDS)
+        key = filter_key(preds) if preds and mask is None else None
+        entry = self._filter_cache.get(key) if key is not None else None
+        if entry is None:
+            fmask = coded_mask(preds, self._column, self._field_codes, len(self.chunks)) if preds else None
+            if mask is not None:
+                fmask = mask if fmask is None else (fmask & mask)
+            if fmask is None:
+                return None, (np.arange(len(self.chunks)) if dense else None), None
+            entry = CachedFilter(fmask)
+        if dense and entry.positions is None:
+            entry.positions = np.flatnonzero(entry.mask)
+        if "bm25" in self.channels and entry.bm25 is None:
+            entry.bm25 = bm25_candidates(self.index, entry.mask, entry.positions)
+        if key is not None:
+            self._filter_cache.put(key, entry)
+        return entry.mask, (entry.positions if dense else None), entry.bm25
+
     def _fused(self, query: str, filters: Any, top_k: int, depth: int | None, mask: np.ndarray | None):
-        fmask = self.candidate_mask(filters)
-        if mask is not None:
-            fmask = mask if fmask is None else (fmask & mask)
         depth = max(depth or 0, top_k, self.candidate_k)
         variants = query_variants(self.rewriter, query)  # weighted: glossary.py
         queries = [v.text for v in variants]
@@ -447,11 +467,8 @@ class HybridRetriever:
         fusion = self.fusion
         run_dense = (self.embedding_backend is not None and "dense" in self.channels
                      and ("bm25" not in self.channels or fusion.dense_weight > 0))
-        positions = None
-        if run_dense:  # the dense channel ranks the survivors' positions; BM25 may take them too
-            positions = np.arange(len(self.chunks)) if fmask is None else np.flatnonzero(fmask)
-        cand = (bm25_candidates(self.index, fmask, positions)
-                if "bm25" in self.channels else None)  # once for all variants
+        # The dense channel ranks the survivors' positions; BM25 may take them too (once for all variants).
+        _, positions, cand = self._filtered(filters, mask, run_dense)
         for v in variants if "bm25" in self.channels else ():
             hits = self.index.search(self.analyzer.analyze_query(v.text, self._languages), k=depth, candidates=cand)
             ranked, scores = hits.ids.tolist(), hits.scores.tolist()

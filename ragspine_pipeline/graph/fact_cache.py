@@ -22,6 +22,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -58,49 +59,53 @@ def _inputs(doc_id: str | None, title: str | None, entity: str | None, period: s
     return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
-def load_cache(table: pa.Table | None) -> dict[str, tuple[str, str]]:
-    """chunk_id -> (inputs digest, facts JSON) of a previous version's ``FACTS_TABLE``."""
-    if table is None:
-        return {}
-    cols = [table.column(c).to_pylist() for c in ("chunk_id", "inputs", "facts")]
-    return {cid: (dig, facts) for cid, dig, facts in zip(*cols, strict=True)}
+def load_cache(table: pa.Table | None) -> pa.Table | None:
+    """A previous version's ``FACTS_TABLE`` (chunk_id, inputs digest, facts JSON), as the
+    cache ``served_facts`` looks chunks up in (by Arrow, no Python row per chunk)."""
+    return None if table is None else table.select(["chunk_id", "inputs", "facts"])
 
 
-def served_facts(served: pa.Table, dims: Dimensions, cache: dict[str, tuple[str, str]],
-                 rows: Callable[..., pa.Table] | None = None) -> ChunkFacts:
+def served_facts(served: pa.Table, dims: Dimensions, cache: pa.Table | dict[str, tuple[str, str]] | None,
+                 rows: Callable[..., pa.Table] | None = None, unchanged: np.ndarray | None = None) -> ChunkFacts:
     """Facts of the served chunks (``served_chunk_table`` rows, chunk_id order; at least
     ``FACT_COLUMNS``), extracting only those without a cached row of the same inputs.
     ``rows(positions, columns=None)``: those served chunks' stored rows (default: ``served``'s
-    own), read for the extracted chunks (whole) and the cited ones (offset and text) only. Refuses a RESTRICTED row as the
-    builder does, rather than trusting the caller."""
+    own), read for the extracted chunks (whole) and the cited ones (offset and text) only.
+    ``unchanged`` (bool per served row): rows that are the very stored rows the cache was
+    built from, whose inputs digest is the cached one (not recomputed; the others are
+    hashed and compared). Refuses a RESTRICTED row as the builder does, rather than
+    trusting the caller."""
     rows = rows or (lambda at, columns=None: served.take(pa.array(at, pa.int64())))
     bad = restricted_mask(served.column("sensitivity").fill_null("INTERNAL"))
     if pc.any(bad).as_py():
         cid = served.filter(bad).column("chunk_id")[0].as_py()
         raise GraphBuildError(f"chunk {cid} is RESTRICTED; build the graph from served chunks only")
-    ids = served.column("chunk_id").to_pylist()
-    doc_ids, titles, entities, periods, langs, starts = (served.column(c).to_pylist() for c in _META)
-    ex = Extractor(dims)
-    known = {e.id for e in dims.entities}
-    docs: dict[str, dict[str, str]] = {}
+    n = served.num_rows
+    ids = served.column("chunk_id").combine_chunks()
+    c_inputs, c_facts = _cached(ids, cache)
+    hashed = np.ones(n, np.bool_) if unchanged is None else ~np.asarray(unchanged, np.bool_)
+    hashed |= np.asarray(pc.is_null(c_inputs).to_numpy(zero_copy_only=False), np.bool_)
+    digests = c_inputs.to_pylist()
+    at = np.flatnonzero(hashed)
+    meta = served.select(list(_META)).take(pa.array(at, pa.int64()))
+    values = zip(*(meta.column(c).to_pylist() for c in ("doc_id", "title", "entity", "period", "start_char")),
+                 strict=True)
+    for i, (doc, title, entity, period, start) in zip(at.tolist(), values, strict=True):
+        digests[i] = _inputs(doc, title, entity, period, start)
+    hit = pc.fill_null(pc.equal(pa.array(digests, pa.string()), c_inputs), False)
+    blobs = pc.if_else(hit, c_facts, pa.nulls(n, pa.string())).to_pylist()
     pairs: list[tuple[tuple[str, int, str], list[MetricFact]]] = []
-    digests, blobs, todo = [], [], []
-    for i, cid in enumerate(ids):
-        doc = doc_ids[i]
-        if doc not in docs:  # a document's metadata from its first served chunk, as build_graph
-            docs[doc] = {"title": titles[i] or "", "entity": entities[i] or "", "period": periods[i] or "",
-                         "language": langs[i] or ""}
-        dig = _inputs(doc, titles[i], entities[i], periods[i], starts[i])
-        hit = cache.get(cid)
-        digests.append(dig)
-        if hit is not None and hit[0] == dig:
-            blobs.append(hit[1])
-            if hit[1] != "[]":  # most chunks state no fact
-                pairs.append(((doc, starts[i] or 0, cid), [MetricFact(**d) for d in json.loads(hit[1])]))
-        else:
-            blobs.append(None)
-            todo.append(i)
+    stated = np.flatnonzero(np.asarray(pc.and_(hit, pc.not_equal(c_facts.fill_null("[]"), "[]"))
+                                       .to_numpy(zero_copy_only=False), np.bool_))  # most chunks state no fact
+    if len(stated):
+        keys = served.select(["chunk_id", "doc_id", "start_char"]).take(pa.array(stated, pa.int64()))
+        for i, cid, doc, start in zip(stated.tolist(), *(keys.column(c).to_pylist() for c in keys.column_names),
+                                      strict=True):
+            pairs.append(((doc, start or 0, cid), [MetricFact(**d) for d in json.loads(blobs[i])]))
+    todo = np.flatnonzero(~np.asarray(hit.to_numpy(zero_copy_only=False), np.bool_)).tolist()
     if todo:  # only the new chunks become Python chunk objects and meet the extractor
+        ex = Extractor(dims)
+        known = {e.id for e in dims.entities}
         for i, row in zip(todo, rows(todo).to_pylist(), strict=True):
             c = row_to_chunk(row)
             facts = known_facts(ex, known, c)
@@ -110,9 +115,33 @@ def served_facts(served: pa.Table, dims: Dimensions, cache: dict[str, tuple[str,
     cited = sorted({f.chunk_id for f in facts})
     spans: dict[str, tuple[int, str]] = {}
     if cited:
-        at = {cid: i for i, cid in enumerate(ids)}
-        got = rows([at[c] for c in cited], ["start_char", "text"]).select(["chunk_id", "start_char", "text"]).to_pylist()
+        pos = pc.index_in(pa.array(cited, pa.string()), value_set=ids).to_pylist()
+        got = rows(pos, ["start_char", "text"]).select(["chunk_id", "start_char", "text"]).to_pylist()
         spans = {r["chunk_id"]: (r["start_char"] or 0, r["text"] or "") for r in got}
     table = pa.table({"chunk_id": served.column("chunk_id"), "inputs": pa.array(digests, pa.string()),
                       "facts": pa.array(blobs, pa.string())}, schema=FACTS_SCHEMA)
-    return ChunkFacts(docs, facts, table, spans, extracted=len(todo), reused=len(ids) - len(todo))
+    return ChunkFacts(_first_rows(served), facts, table, spans, extracted=len(todo), reused=n - len(todo))
+
+
+def _cached(ids: pa.Array, cache: pa.Table | dict[str, tuple[str, str]] | None) -> tuple[pa.Array, pa.Array]:
+    """(cached inputs digest, cached facts JSON) of each id; null where the cache has none."""
+    if isinstance(cache, dict):
+        cache = pa.table({"chunk_id": pa.array(list(cache), pa.string()),
+                          "inputs": pa.array([v[0] for v in cache.values()], pa.string()),
+                          "facts": pa.array([v[1] for v in cache.values()], pa.string())})
+    if cache is None or not cache.num_rows:
+        return pa.nulls(len(ids), pa.string()), pa.nulls(len(ids), pa.string())
+    at = pc.index_in(ids, value_set=cache.column("chunk_id").combine_chunks())
+    return (cache.column("inputs").combine_chunks().take(at).cast(pa.string()),
+            cache.column("facts").combine_chunks().take(at).cast(pa.string()))
+
+
+def _first_rows(served: pa.Table) -> dict[str, dict[str, str]]:
+    """doc_id -> title, entity, period, language of each document's first served chunk
+    (chunk_id order), as ``build_graph`` takes a document's metadata."""
+    pos = pa.table({"d": served.column("doc_id"), "i": pa.array(np.arange(served.num_rows, dtype=np.int64))})
+    first = np.sort(pos.group_by("d", use_threads=False).aggregate([("i", "min")]).column("i_min").to_numpy())
+    t = served.select(["doc_id", "title", "entity", "period", "language"]).take(pa.array(first, pa.int64()))
+    cols = [t.column(c).to_pylist() for c in ("doc_id", "title", "entity", "period", "language")]
+    return {d: {"title": ti or "", "entity": en or "", "period": pe or "", "language": la or ""}
+            for d, ti, en, pe, la in zip(*cols, strict=True)}

@@ -19,16 +19,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import settings
 from ..retrieval.lexical.glossary import load_glossary
 from ..retrieval.link.narrative_link import default_glossary_path
-from ..warehouse.chunk_tables import as_chunks, published_chunks, served_chunk_table
+from ..warehouse.chunk_tables import (
+    as_chunks,
+    current_versions,
+    published_chunks,
+    served_chunk_table,
+)
 from ..warehouse.common import CheckOutcome, StepResult
 from ..warehouse.served_refresh import KEYS, chunk_rows
 from ..warehouse.versioned import VersionedTables, WarehouseError, library_step
-from .build import assemble_graph, counts_by_type, graph_from_tables, graph_tables
+from .build import assemble_graph, graph_from_tables, graph_tables
 from .dimensions import Dimensions, load_dimensions, with_glossary
 from .fact_cache import FACT_COLUMNS, FACTS_TABLE, load_cache, served_facts
 from .relations import RelationExtractor, add_relations, make_relation_extractor
@@ -91,7 +98,8 @@ def build_relation_graph(wh: VersionedTables, library: str, chunks_version: str 
     def rows(at: list[int], columns: list[str] | None = None) -> pa.Table:  # stored rows of these served chunks
         return served.take(pa.array(at, pa.int64())) if whole else \
             chunk_rows(chunks_pub, served.take(pa.array(at, pa.int64())).select(KEYS), columns=columns)
-    found = served_facts(served, dims, _previous_facts(wh, library, prev, key), rows)
+    cache = _previous_facts(wh, library, prev, key)
+    found = served_facts(served, dims, cache, rows, None if cache is None else _unchanged(wh, library, prev, served))
     store = assemble_graph(found.docs, found.facts, dims)
     extra_md: dict[str, Any] = {}
     if whole:
@@ -109,7 +117,7 @@ def build_relation_graph(wh: VersionedTables, library: str, chunks_version: str 
         add_communities(store, detected)
         extra_md["communities"] = len(detected)
     nodes, edges = graph_tables(store)
-    counts = counts_by_type(store)
+    counts = {"nodes": _type_counts(nodes), "edges": _type_counts(edges)}  # counts_by_type(store), from the tables
     md: dict[str, Any] = {"chunks_version": chunks_pub.version, "input_hash": key, "served_chunks": served.num_rows,
                           "node_counts": counts["nodes"], "edge_counts": counts["edges"],
                           "n_nodes": nodes.num_rows, "n_edges": edges.num_rows, "chunks_extracted": found.extracted,
@@ -121,12 +129,34 @@ def build_relation_graph(wh: VersionedTables, library: str, chunks_version: str 
     return StepResult(pub, md, {"facts_cite_served_chunks": cited})
 
 
-def _previous_facts(wh: VersionedTables, library: str, prev: Any, key: str) -> dict[str, tuple[str, str]]:
+def _previous_facts(wh: VersionedTables, library: str, prev: Any, key: str) -> pa.Table | None:
     """The per-chunk facts of the previous version when it was built under the same inputs
     (dimensions, glossary, code); none otherwise, or for a version from before they were kept."""
     if prev is None or prev.manifest["metadata"].get("input_hash") != key or FACTS_TABLE not in prev.manifest["tables"]:
-        return {}
+        return None
     return load_cache(wh.read(RELATION_GRAPH, library, FACTS_TABLE, prev.version))
+
+
+def _unchanged(wh: VersionedTables, library: str, prev: Any, served: pa.Table) -> np.ndarray | None:
+    """Which served rows are the very stored rows the previous version was built from:
+    their cached inputs digest stands without hashing their metadata again. A row is
+    written once per (document, version) and never changed, and the cache holds a chunk
+    id only for a row of its document's version current then; so a row whose document
+    version was current at the previous version's chunks version is the row its cached
+    digest was made from (a chunk not in the cache is hashed anyway). None when the
+    previous chunks version can no longer be read (every row is then hashed)."""
+    try:
+        old = current_versions(published_chunks(wh, library, prev.manifest["metadata"]["chunks_version"]))
+    except (WarehouseError, KeyError, OSError):
+        return None
+    at = pc.index_in(served.column("doc_id"), value_set=old.column("doc_id").combine_chunks())
+    same = pc.equal(old.column("version").combine_chunks().take(at), served.column("version"))
+    return np.asarray(pc.fill_null(same, False).to_numpy(zero_copy_only=False), np.bool_)
+
+
+def _type_counts(table: pa.Table) -> dict[str, int]:
+    return {str(r["values"]): int(r["counts"]) for r in sorted(pc.value_counts(table.column("type")).to_pylist(),
+                                                               key=lambda r: r["values"])}
 
 
 def _citations_resolve(store: GraphStore, spans: dict[str, tuple[int, str]]) -> CheckOutcome:

@@ -150,11 +150,11 @@ def active_chunk_table(pub: Published, *, columns: list[str] | None = None) -> p
         active = table.filter(active_mask(table, doc_state(pub, columns=["version", "withdrawn"])))
     else:
         table = read_segments(pub, "chunks", columns=cols)
-        active = table.filter(_current_mask(table, _current_versions(pub)))
+        active = table.filter(_current_mask(table, current_versions(pub)))
     return active.take(pc.sort_indices(active, [("chunk_id", "ascending")]))
 
 
-def _current_versions(pub: Published) -> pa.Table:
+def current_versions(pub: Published) -> pa.Table:
     """(doc_id, version) of each document's current, non-withdrawn version (``doc_state``'s
     newest row per document), as Arrow: no Python row per document."""
     t = last_row_per_key(_read_state(pub, ["doc_id", "version", "withdrawn"]), "doc_id")

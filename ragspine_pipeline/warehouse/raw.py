@@ -21,6 +21,8 @@ import json
 import os
 import stat
 import time
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -370,7 +372,7 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
     label_problems = sorted((relative_name(p, folder), v.label_problem) for p, v in current.items()
                             if not v.error and v.label_problem)
     counts = {"documents": len(current) - len(errors), "parse_failures": len(failed),
-              "restricted_documents": sum(1 for v in current.values() if not v.error and is_restricted(v.sensitivity)),
+              "restricted_documents": _count_restricted(v.sensitivity for v in current.values() if not v.error),
               "label_problems": len(label_problems)}
     meta = {"parsed": len(todo), "new_files": n_new, "changed_files": n_changed, "deleted_files": len(gone),
             "touched_unchanged": plan.touched, **counts, "failed_files": failed[:100],
@@ -395,6 +397,13 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
                                                                       "files": md["invalid_labels"]}),
     }
     return StepResult(pub, md, checks)
+
+
+def _count_restricted(labels: Iterable[str | None]) -> int:
+    """How many of ``labels`` are restricted, ``is_restricted`` judged once per distinct
+    label (a library has a handful; it was a call per document on every refresh)."""
+    counts = Counter(labels)
+    return sum(n for label, n in counts.items() if is_restricted(label))
 
 
 def _current_rows(t: pa.Table) -> pa.Table:

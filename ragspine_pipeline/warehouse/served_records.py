@@ -100,7 +100,10 @@ def write_record_batches(version_dir: str | os.PathLike[str], rows: pa.Schema, b
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "wb") as fh, pa.ipc.new_file(fh, schema) as writer:
             for batch in batches:
-                writer.write_batch(batch)
+                # Fresh buffers sized by the values alone: how a batch was gathered (slices of
+                # DuckDB output, a refresh's kept and new records) must not change the bytes
+                # written (the IPC writer writes a slice's range but a whole buffer's padding).
+                writer.write_batch(batch.take(pa.array(np.arange(batch.num_rows, dtype=np.int64))))
         with pa.memory_map(str(tmp)) as src:
             reader = pa.ipc.open_file(src)
             starts = [0]

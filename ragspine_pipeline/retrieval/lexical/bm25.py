@@ -245,12 +245,14 @@ class BM25Index:
             return ScoredDocs(ids, scores)
         sup = bm25_filter.support(self)
         sup.ensure_terms(kern, tids)
-        surv = bm25_filter.remembered(candidates, sup, lambda: bm25_filter.prepare(self, kern, candidates, sc))
+        surv = bm25_filter.remembered(candidates, sup, lambda: bm25_filter.prepare(self, kern, candidates, sc),
+                                      len(self.df))
         try:
             ids, scores = kern.search_filtered(
                 self.indptr, self.indices, self.tf, sup.lengths(), surv.bits, surv.positions, surv.n, surv.total,
                 tids, self._bit_row, self._bits, sup.rank_dir, self.k1, self.b, int(k), sc.acc, sc.touched,
-                self._w_max, self.avgdl, self._bptr, self._bmax, sup.blk_tf, sup.blk_len, sup.t_maxtf, sup.t_minlen)
+                self._w_max, self.avgdl, self._bptr, self._bmax, sup.blk_tf, sup.blk_len, sup.t_maxtf, sup.t_minlen,
+                surv.known)
         finally:
             if surv.scratch_set is not None:
                 kern.clear_bits(surv.scratch_set, surv.bits)

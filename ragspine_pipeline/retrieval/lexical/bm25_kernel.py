@@ -146,7 +146,8 @@ def _warm(k: Kernels, f: Flavour) -> None:
     rank_dir = np.zeros((1, 1), np.uint32)
     k.rank_directory(a["bits"][0], rank_dir[0])
     k.search_filtered(indptr, indices, a["tf"], a["lengths"], bits, surv, n, total, q, a["bit_row"], a["bits"],
-                      rank_dir, 1.5, 0.75, 1, acc, touched, w_max, 1.0, bptr, bmax, blk_tf, blk_len, blk_tf, blk_len)
+                      rank_dir, 1.5, 0.75, 1, acc, touched, w_max, 1.0, bptr, bmax, blk_tf, blk_len, blk_tf, blk_len,
+                      np.zeros(1, np.int64))
 
 
 def load_kernels(like: Any = None, *, mapped: bool = False) -> Kernels | None:

@@ -223,7 +223,7 @@ def _term_bound(y, t, scale, wmax, grow, t_maxtf, t_minlen, k1, kb, bavg):
 
 @njit(cache=True, nogil=True)
 def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, bit_row, term_bits, rank_dir, k1, b,
-                    k, acc, touched, wmax, avgdl_all, bptr, bmax, blk_tf, blk_len, t_maxtf, t_minlen):
+                    k, acc, touched, wmax, avgdl_all, bptr, bmax, blk_tf, blk_len, t_maxtf, t_minlen, known):
     """Exact filtered top-k: N, df and avgdl over the filter's n survivors (the spec),
     MaxScore-pruned like ``search_one``. ``bits`` is the packed filter (uint64 words).
 
@@ -240,7 +240,10 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
     max w, max tf and shortest document. The highest-bound term is scanned block by block,
     skipping blocks that cannot reach the k-th best; terms are scored by descending bound
     until the rest cannot change the top k, then looked up for the remaining candidates
-    only. acc is zero on entry and exit.
+    only. ``known`` (df + 1 per term id, 0 = not yet; empty = none kept) is a reused
+    filter's survivor df cache (``bm25_filter.remembered``): a df counted by popcount or a
+    pass is read back by later queries; a gathered term's df comes with its gathering.
+    acc is zero on entry and exit.
     """
     empty_i = np.zeros(0, np.int64)
     empty_s = np.zeros(0, np.float64)
@@ -299,13 +302,18 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
                     g_tf[g] = tf[p]
                     g += np.int64(_alive64(bits, d))
             dfs[y] = g - g_lo[y]
-        elif bit_row[t] >= 0:
-            dfs[y] = _and_count(bits, term_bits[bit_row[t]])
+        elif known.shape[0] > 0 and known[t] > 0:
+            dfs[y] = known[t] - 1  # counted by an earlier query under this (reused) filter
         else:
-            c = 0
-            for p in range(s0, e0):
-                c += np.int64(_alive64(bits, indices[p]))
-            dfs[y] = c
+            if bit_row[t] >= 0:
+                dfs[y] = _and_count(bits, term_bits[bit_row[t]])
+            else:
+                c = 0
+                for p in range(s0, e0):
+                    c += np.int64(_alive64(bits, indices[p]))
+                dfs[y] = c
+            if known.shape[0] > 0:
+                known[t] = dfs[y] + 1  # one aligned 8-byte store: a racing thread writes the same value
     k1p1 = k1 + 1.0
     kb = 1.0 - b
     bavg = b / avgdl

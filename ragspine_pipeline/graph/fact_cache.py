@@ -85,32 +85,32 @@ def served_facts(served: pa.Table, dims: Dimensions, cache: pa.Table | dict[str,
     c_inputs, c_facts = _cached(ids, cache)
     hashed = np.ones(n, np.bool_) if unchanged is None else ~np.asarray(unchanged, np.bool_)
     hashed |= np.asarray(pc.is_null(c_inputs).to_numpy(zero_copy_only=False), np.bool_)
-    digests = c_inputs.to_pylist()
-    at = np.flatnonzero(hashed)
-    meta = served.select(list(_META)).take(pa.array(at, pa.int64()))
+    # Digests and facts stay Arrow columns; Python values only where a row is hashed or extracted.
+    meta = served.select(list(_META)).filter(pa.array(hashed))
     values = zip(*(meta.column(c).to_pylist() for c in ("doc_id", "title", "entity", "period", "start_char")),
                  strict=True)
-    for i, (doc, title, entity, period, start) in zip(at.tolist(), values, strict=True):
-        digests[i] = _inputs(doc, title, entity, period, start)
-    hit = pc.fill_null(pc.equal(pa.array(digests, pa.string()), c_inputs), False)
-    blobs = pc.if_else(hit, c_facts, pa.nulls(n, pa.string())).to_pylist()
+    fresh = pa.array([_inputs(*v) for v in values], pa.string())
+    digests = pc.replace_with_mask(c_inputs, pa.array(hashed), fresh) if len(fresh) else c_inputs
+    hit = pc.fill_null(pc.equal(digests, c_inputs), False)
     pairs: list[tuple[tuple[str, int, str], list[MetricFact]]] = []
-    stated = np.flatnonzero(np.asarray(pc.and_(hit, pc.not_equal(c_facts.fill_null("[]"), "[]"))
-                                       .to_numpy(zero_copy_only=False), np.bool_))  # most chunks state no fact
-    if len(stated):
-        keys = served.select(["chunk_id", "doc_id", "start_char"]).take(pa.array(stated, pa.int64()))
-        for i, cid, doc, start in zip(stated.tolist(), *(keys.column(c).to_pylist() for c in keys.column_names),
-                                      strict=True):
-            pairs.append(((doc, start or 0, cid), [MetricFact(**d) for d in json.loads(blobs[i])]))
-    todo = np.flatnonzero(~np.asarray(hit.to_numpy(zero_copy_only=False), np.bool_)).tolist()
+    stated = pc.and_(hit, pc.not_equal(c_facts.fill_null("[]"), "[]"))  # most chunks state no fact
+    if pc.any(stated).as_py():
+        keys = served.select(["chunk_id", "doc_id", "start_char"]).filter(stated)
+        for cid, doc, start, blob in zip(*(keys.column(c).to_pylist() for c in keys.column_names),
+                                         c_facts.filter(stated).to_pylist(), strict=True):
+            pairs.append(((doc, start or 0, cid), [MetricFact(**d) for d in json.loads(blob)]))
+    missed = pc.invert(hit)
+    todo = np.flatnonzero(np.asarray(missed.to_numpy(zero_copy_only=False), np.bool_)).tolist()
+    made: list[str] = []
     if todo:  # only the new chunks become Python chunk objects and meet the extractor
         ex = Extractor(dims)
         known = {e.id for e in dims.entities}
-        for i, row in zip(todo, rows(todo).to_pylist(), strict=True):
+        for row in rows(todo).to_pylist():
             c = row_to_chunk(row)
             facts = known_facts(ex, known, c)
-            blobs[i] = json.dumps([f.to_dict() for f in facts], ensure_ascii=False)
+            made.append(json.dumps([f.to_dict() for f in facts], ensure_ascii=False))
             pairs.append(((c.doc_id, c.source_locator.start, c.chunk_id), facts))
+    blobs = pc.replace_with_mask(c_facts, missed, pa.array(made, pa.string())) if todo else c_facts
     facts = dedupe_facts(pairs)
     cited = sorted({f.chunk_id for f in facts})
     spans: dict[str, tuple[int, str]] = {}
@@ -118,8 +118,7 @@ def served_facts(served: pa.Table, dims: Dimensions, cache: pa.Table | dict[str,
         pos = pc.index_in(pa.array(cited, pa.string()), value_set=ids).to_pylist()
         got = rows(pos, ["start_char", "text"]).select(["chunk_id", "start_char", "text"]).to_pylist()
         spans = {r["chunk_id"]: (r["start_char"] or 0, r["text"] or "") for r in got}
-    table = pa.table({"chunk_id": served.column("chunk_id"), "inputs": pa.array(digests, pa.string()),
-                      "facts": pa.array(blobs, pa.string())}, schema=FACTS_SCHEMA)
+    table = pa.table({"chunk_id": served.column("chunk_id"), "inputs": digests, "facts": blobs}, schema=FACTS_SCHEMA)
     return ChunkFacts(_first_rows(served), facts, table, spans, extracted=len(todo), reused=n - len(todo))
 
 

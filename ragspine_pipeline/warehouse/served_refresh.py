@@ -26,7 +26,7 @@ is not reused (the full write runs, and the metadata says why).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -175,11 +175,21 @@ def _refresh_records(version_dir: Path, prev_dir: Path, keys: pa.Table, pub_chun
     added = _records_of(fresh, rows)
     take = np.asarray(pc.fill_null(at, -1).to_numpy(), np.int64)  # kept: the previous record's row
     take[new_at] = old.num_rows + np.arange(len(new_at))
-    out = pa.concat_tables([old, added]).take(pa.array(take))
-    step = records.BATCH_ROWS
-    batches = (out.slice(lo, step).combine_chunks().to_batches()[0] for lo in range(0, out.num_rows, step))
-    return {**write_record_batches(version_dir, rows, batches, out.num_rows),
+    batches = _gathered(pa.concat_tables([old, added]), take, records.BATCH_ROWS)
+    return {**write_record_batches(version_dir, rows, batches, len(take)),
             "served_records_kept": int(same.sum()), "served_records_added": len(new_at)}
+
+
+def _gathered(src: pa.Table, take: np.ndarray, step: int) -> Iterator[pa.RecordBatch]:
+    """Rows ``take`` of ``src`` as record batches of ``step`` rows, each made of the runs of
+    consecutive rows it holds (kept records stay in order: a refresh's batch is a few long
+    runs), with no gather of the whole table first (the writer copies each batch once)."""
+    for lo in range(0, len(take), step):
+        t = take[lo:lo + step]
+        cuts = np.flatnonzero(np.diff(t) != 1) + 1
+        starts, ends = np.concatenate([[0], cuts]), np.concatenate([cuts, [len(t)]])
+        parts = [src.slice(int(t[a]), int(b - a)) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
+        yield pa.concat_tables(parts).combine_chunks().to_batches()[0]
 
 
 def _records_of(table: pa.Table, rows: pa.Schema) -> pa.Table:

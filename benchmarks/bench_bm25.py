@@ -1285,11 +1285,11 @@ def _large_markdown(report: dict) -> str:
               "ragspine: a `PackedFilter`, which remembers its survivor statistics per index); `as a mask per "
               "query`: ragspine handed a bool mask instead, packed and counted on every query (a one-off filter), "
               "in the same loop.\n",
-              "| engine | docs | filter keeps | survivors | p50 ms | unfiltered p50 ms | ratio to unfiltered | "
+              "| engine | variant | docs | filter keeps | survivors | p50 ms | unfiltered p50 ms | ratio to unfiltered | "
               "as a mask per query: p50 ms (ratio) | statistics | identical top-k vs spec |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-        for f in sorted(filt, key=lambda f: (f["docs"], f["engine"], -f["filter_keeps"])):
-            L.append(f"| {f['engine']} | {f['docs']} | {f['filter_keeps']:.2%} | {f['survivors']} | {f['p50_ms']:.3f} | "
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for f in sorted(filt, key=lambda f: (f["docs"], f["engine"], f.get("variant", ""), -f["filter_keeps"])):
+            L.append(f"| {f['engine']} | {f.get('variant') or '—'} | {f['docs']} | {f['filter_keeps']:.2%} | {f['survivors']} | {f['p50_ms']:.3f} | "
                      f"{f['unfiltered_p50_ms']:.3f} | {f['ratio_to_unfiltered']:.2f} | {_mask_cell(f)} | "
                      f"{f['statistics']} | "
                      f"{_f(f.get('identical_topk_vs_spec'), 3)} |")

@@ -19,7 +19,7 @@ import pyarrow as pa
 from ..sensitivity import is_restricted
 from .dimensions import Dimensions
 from .extract import Extractor, MetricFact
-from .store import GraphStore, make_graph_store
+from .store import GraphStore, MemoryGraphStore, make_graph_store
 
 NODE_SCHEMA = pa.schema([("id", pa.string()), ("type", pa.string()), ("attrs", pa.string())])
 EDGE_SCHEMA = pa.schema([("src", pa.string()), ("dst", pa.string()), ("type", pa.string()), ("attrs", pa.string())])
@@ -135,7 +135,8 @@ def _dumps(attrs: dict[str, Any]) -> str:
 
 def graph_tables(store: GraphStore) -> tuple[pa.Table, pa.Table]:
     """(nodes, edges) as Arrow tables, sorted: the Parquet form of the graph."""
-    nodes = store.nodes()
+    # The memory store's own attribute dicts, read only (``nodes()`` copies each one first).
+    nodes = sorted(store._nodes.items()) if isinstance(store, MemoryGraphStore) else store.nodes()
     edges = store.edges()
     nt = pa.table({"id": [n for n, _ in nodes], "type": [a["type"] for _, a in nodes],
                    "attrs": [_dumps({k: v for k, v in a.items() if k != "type"}) for _, a in nodes]},

@@ -18,7 +18,12 @@ import pytest
 from ragspine_pipeline.retrieval.filters import Predicate, compile_filters
 from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
 from ragspine_pipeline.retrieval.lexical.bm25_packed_filter_support import support
-from ragspine_pipeline.retrieval.lexical.filter_codes import CachedFilter, FilterCache, filter_key
+from ragspine_pipeline.retrieval.lexical.filter_codes import (
+    MAX_KEY_VALUES,
+    CachedFilter,
+    FilterCache,
+    filter_key,
+)
 from ragspine_pipeline.retrieval.lexical.hybrid import FILTER_FIELDS, HybridRetriever
 from tests.test_bm25_mmap import zipf_corpus
 from tests.test_bm25_packed import publish_both, same
@@ -96,6 +101,7 @@ def test_filter_key_names_values_with_their_type():
     assert len({filter_key([Predicate("version", "eq", v)]) for v in (1, 1.0, True)}) == 3
     assert filter_key([Predicate("version", "gt", math.nan)]) is None  # NaN never equals itself: not kept
     assert filter_key([Predicate("topic", "in", [{"a": 1}])]) is None  # unhashable: not kept
+    assert filter_key([Predicate("topic", "in", [str(i) for i in range(MAX_KEY_VALUES + 1)])]) is None  # too long
 
 
 def test_filter_cache_bounds_entries_and_bytes():

@@ -149,10 +149,17 @@ class FilterCache:
         return len(self._entries)
 
 
+# An operand listing more values than this is not kept: the cache counts its arrays' bytes,
+# not its keys', and a filter that long is rarely repeated.
+MAX_KEY_VALUES = 256
+
+
 def filter_key(preds: Sequence[Predicate]) -> Hashable | None:
-    """A hashable key naming ``preds`` exactly (None when an operand cannot be keyed): each
-    value keyed with its type, as ``code_values`` keys them, so 1, 1.0 and True never share
-    an entry."""
+    """A hashable key naming ``preds`` exactly (None when an operand cannot be keyed, or
+    lists more than ``MAX_KEY_VALUES`` values): each value keyed with its type, as
+    ``code_values`` keys them, so 1, 1.0 and True never share an entry."""
+    if any(isinstance(p.operand, (list, tuple, set, frozenset)) and len(p.operand) > MAX_KEY_VALUES for p in preds):
+        return None
     try:
         key = tuple((p.field, p.op, _frozen(p.operand)) for p in preds)
         hash(key)

@@ -11,6 +11,7 @@ filter was made does not change the filter.
 from __future__ import annotations
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -88,6 +89,10 @@ def test_packed_filter_owns_its_words(tmp_path):
     for q, want in zip(queries[:10], first, strict=True):
         same(packed.search(q, k=10, candidates=f), want)
     assert PackedFilter(words) != PackedFilter(words)  # identity: no element-wise comparison
+    back = pickle.loads(pickle.dumps(f))  # used, so it remembers (weakly): pickled as its words only
+    assert f._memo and not back._memo
+    np.testing.assert_array_equal(back.to_mask(len(docs)), mask)
+    same(packed.search(queries[0], k=10, candidates=back), first[0])
 
 
 def test_filter_key_names_values_with_their_type():

@@ -195,6 +195,11 @@ class PackedFilter:
         object.__setattr__(own, "_memo", {})
         return own
 
+    def __reduce__(self) -> tuple[Any, tuple[np.ndarray]]:
+        """Pickled as its words alone: what it remembers belongs to indexes of this process
+        (and holds weak references, which do not pickle)."""
+        return (PackedFilter, (self.words,))
+
     def to_mask(self, n_docs: int) -> np.ndarray:
         """The bool mask over ``n_docs`` positions (checked as ``prepare`` checks it)."""
         words = _checked_words(self, n_docs)

@@ -55,12 +55,32 @@ def test_reused_filter_answers_as_a_fresh_one_and_remembers_exact_df(tmp_path):
         surv = _entry(reused, packed)
         assert surv.n == int(mask.sum()) and surv.total == sum(len(d) for d, m in zip(docs, mask, strict=True) if m)
         assert reused._memo and len(reused._memo) == 2  # one entry per index: packed and plain
-        known = np.flatnonzero(surv.known)
-        assert len(known) > 0 or keep == 0.001  # a dense filter counts df; a sparse one gathers it
-        for t in known.tolist():
-            term = packed.vocab.term(t)
+        entries = surv.known[surv.known != 0]
+        assert len(entries) > 0 or keep == 0.001  # a dense filter counts df; a sparse one gathers it
+        for e in entries.tolist():
+            term = packed.vocab.term((e >> 32) - 1)
             want_df = sum(1 for d, m in zip(docs, mask, strict=True) if m and term in d)
-            assert surv.known[t] - 1 == want_df, (keep, term)
+            assert e & 0xFFFFFFFF == want_df, (keep, term)
+
+
+def test_df_cache_slots_are_bounded_and_shared_exactly(tmp_path, monkeypatch):
+    """Four slots for a 300-term vocabulary: terms evict each other and every answer still
+    equals a fresh filter's (a slot names its term; a stale one is never read as another's)."""
+    from ragspine_pipeline.retrieval.lexical import bm25_filter
+
+    assert len(bm25_filter.df_cache(10**7, 10**6)) == bm25_filter.DF_SLOTS
+    assert len(bm25_filter.df_cache(300, 10**6)) == 512 and len(bm25_filter.df_cache(0, 5)) == 0
+    monkeypatch.setattr(bm25_filter, "DF_SLOTS", 4)
+    docs, queries = zipf_corpus(6400, n_vocab=300, seed=6, max_len=25)
+    packed, plain = publish_both(tmp_path, docs)
+    mask = np.random.default_rng(1).random(len(docs)) < 0.4
+    reused = PackedFilter.from_mask(mask)
+    for _round in range(2):
+        for q in queries:
+            want = plain.search(q, k=10, candidates=PackedFilter.from_mask(mask))
+            same(packed.search(q, k=10, candidates=reused), want)
+            same(plain.search(q, k=10, candidates=reused), want)
+    assert len(_entry(reused, packed).known) == 4
 
 
 def test_filter_is_not_carried_across_indexes(tmp_path):

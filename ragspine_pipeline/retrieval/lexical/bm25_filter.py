@@ -55,7 +55,7 @@ class Survivors:
     bits: np.ndarray  # uint64 words, little bit order: the packed filter
     positions: np.ndarray  # int64 ascending positions when few (<= N / FEW_SURVIVORS_DIV), else empty
     scratch_set: np.ndarray | None  # positions whose bits must be cleared from the scratch after the query
-    # Survivor df per term id (df + 1; 0 = not counted yet), filled by the kernel: a reused
+    # Survivor df of the terms counted so far (``df_cache``), filled by the kernel: a reused
     # PackedFilter's (``remembered``); empty = count every query.
     known: np.ndarray = field(default_factory=lambda: NO_KNOWN)
 
@@ -227,12 +227,26 @@ def remembered(f: Any, owner: Any, make: Callable[[], Survivors], n_terms: int =
     if surv.scratch_set is not None or surv.bits is not f.words:
         return surv  # not the filter's own bits: nothing to remember
     if n_terms > 0:
-        surv = replace(surv, known=np.zeros(n_terms, np.int64))  # calloc'd: pages of queried terms only
+        surv = replace(surv, known=df_cache(n_terms, n_docs=len(f.words) * 64))
     with _MEMO_LOCK:
         while len(f._memo) >= MEMO_INDEXES:
             f._memo.pop(next(iter(f._memo)))
         f._memo[id(owner)] = (weakref.ref(owner), surv)
     return surv
+
+
+# Slots of a reused filter's survivor-df cache: 512 KiB per (filter, index) at most, however
+# large the vocabulary (the retriever keeps up to 64 filters).
+DF_SLOTS = 1 << 16
+
+
+def df_cache(n_terms: int, n_docs: int) -> np.ndarray:
+    """An empty survivor-df cache for an index of ``n_terms`` terms: a power-of-two number
+    of int64 slots (term t in slot t mod size; ``bm25_filter_numba.known_df``), none when a
+    df or a term id would not fit its 32 bits."""
+    if n_terms <= 0 or n_docs >= 2**32 or n_terms >= 2**31:
+        return NO_KNOWN
+    return np.zeros(min(1 << (n_terms - 1).bit_length(), DF_SLOTS), np.int64)
 
 
 def _checked_words(f: PackedFilter, n_docs: int) -> np.ndarray:

@@ -34,6 +34,27 @@ _H01 = np.uint64(0x0101010101010101)
 
 
 @njit(cache=True, nogil=True, inline="always")
+def known_df(known, t):
+    """Term t's survivor df in a reused filter's df cache (``bm25_filter.df_cache``), or -1.
+
+    A slot holds (t + 1) << 32 | df in one int64, so a reader sees a whole entry or the
+    slot's previous one, never a term with another term's df (one aligned 8-byte store)."""
+    if known.shape[0] == 0:
+        return -1
+    e = known[t & (known.shape[0] - 1)]
+    if (e >> 32) == t + 1:
+        return e & 0xFFFFFFFF
+    return -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def remember_df(known, t, df):
+    """Store term t's survivor df in its slot (replacing whichever term held it)."""
+    if known.shape[0] > 0:
+        known[t & (known.shape[0] - 1)] = ((t + 1) << 32) | df
+
+
+@njit(cache=True, nogil=True, inline="always")
 def popcount64(x):
     """Set bits of a uint64 (LLVM turns this idiom into the popcnt instruction)."""
     x = x - ((x >> np.uint64(1)) & _M1)

@@ -7,7 +7,7 @@ import numpy as np
 from numba import njit
 
 from .bm25_build import BLOCK_SIZE
-from .bm25_filter_numba import popcount64, rank
+from .bm25_filter_numba import known_df, popcount64, rank, remember_df
 from .bm25_numba_select import _SLACK, _distinct, _gallop_each, _kth_score, _prune, _push, _take_top
 
 _BLOCK = BLOCK_SIZE  # postings per block of the block bounds (a compile-time constant)
@@ -240,9 +240,9 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
     max w, max tf and shortest document. The highest-bound term is scanned block by block,
     skipping blocks that cannot reach the k-th best; terms are scored by descending bound
     until the rest cannot change the top k, then looked up for the remaining candidates
-    only. ``known`` (df + 1 per term id, 0 = not yet; empty = none kept) is a reused
-    filter's survivor df cache (``bm25_filter.remembered``): a df counted by popcount or a
-    pass is read back by later queries; a gathered term's df comes with its gathering.
+    only. ``known`` (empty = none kept) is a reused filter's survivor df cache
+    (``bm25_filter.df_cache``): a df counted by popcount or a pass is read back by later
+    queries; a gathered term's df comes with its gathering.
     acc is zero on entry and exit.
     """
     empty_i = np.zeros(0, np.int64)
@@ -302,8 +302,8 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
                     g_tf[g] = tf[p]
                     g += np.int64(_alive64(bits, d))
             dfs[y] = g - g_lo[y]
-        elif known.shape[0] > 0 and known[t] > 0:
-            dfs[y] = known[t] - 1  # counted by an earlier query under this (reused) filter
+        elif known_df(known, t) >= 0:
+            dfs[y] = known_df(known, t)  # counted by an earlier query under this (reused) filter
         else:
             if bit_row[t] >= 0:
                 dfs[y] = _and_count(bits, term_bits[bit_row[t]])
@@ -312,8 +312,7 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
                 for p in range(s0, e0):
                     c += np.int64(_alive64(bits, indices[p]))
                 dfs[y] = c
-            if known.shape[0] > 0:
-                known[t] = dfs[y] + 1  # one aligned 8-byte store: a racing thread writes the same value
+            remember_df(known, t, dfs[y])
     k1p1 = k1 + 1.0
     kb = 1.0 - b
     bavg = b / avgdl

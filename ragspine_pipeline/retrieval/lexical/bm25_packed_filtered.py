@@ -35,7 +35,7 @@ remaining terms cannot change the top k, they are looked up for the remaining ca
 import numpy as np
 from numba import njit
 
-from .bm25_filter_numba import popcount64, rank
+from .bm25_filter_numba import known_df, popcount64, rank, remember_df
 from .bm25_numba_filtered import _add
 from .bm25_numba_select import _SLACK, _distinct, _gallop, _kth_score, _prune, _push, _take_top
 from .bm25_packed_filtered_windows import from_plan, windows_suit
@@ -237,8 +237,8 @@ def _plan(pk, ut, bits, surv, n, few, docs, tfs, known):
     """Survivor df of each distinct term and how it is scored (the module docstring's
     routes): mode 0 by a pruned scan of its list, 1 from its surviving postings gathered
     into (g_doc, g_tf) on the way, 2 by rank of the few survivors in its bitset row.
-    ``known`` (df + 1 per term id, 0 = not yet; empty = none kept) is a reused filter's:
-    a df counted once (modes 0 and 2, a pass over the list or a popcount of its row) is
+    ``known`` (``bm25_filter.df_cache``; empty = none kept) is a reused filter's: a df
+    counted once (modes 0 and 2, a pass over the list or a popcount of its row) is
     read back by later queries; a gathered term's df is its gathering, needed anyway.
     Returns (dfs, mode, g_lo, g_doc, g_tf)."""
     nu = ut.shape[0]
@@ -270,8 +270,8 @@ def _plan(pk, ut, bits, surv, n, few, docs, tfs, known):
             else:
                 g = _gather_scan(pk, t, bits, docs, tfs, g_doc, g_tf, g)
             dfs[y] = g - g_lo[y]
-        elif known.shape[0] > 0 and known[t] > 0:
-            dfs[y] = known[t] - 1
+        elif known_df(known, t) >= 0:
+            dfs[y] = known_df(known, t)
         else:
             if row >= 0:
                 # A bit test per survivor (a cache miss each) or a popcount per word.
@@ -279,8 +279,7 @@ def _plan(pk, ut, bits, surv, n, few, docs, tfs, known):
                     bits, term_bits[row])
             else:
                 dfs[y] = _count_alive(pk, t, bits, docs)
-            if known.shape[0] > 0:
-                known[t] = dfs[y] + 1  # one aligned 8-byte store: a racing thread writes the same value
+            remember_df(known, t, dfs[y])
     g_lo[nu] = g
     return dfs, mode, g_lo, g_doc, g_tf
 

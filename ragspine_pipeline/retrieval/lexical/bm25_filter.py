@@ -173,8 +173,9 @@ class PackedFilter:
     open). So a filter reused across queries (what ``HybridRetriever`` keeps
     per filter expression, as Lucene keeps a filter's doc-id set) remembers, per index, what
     only its survivors decide: their count and summed length, their positions when few, and
-    each query term's survivor df once counted (``remembered``). A reused filter then costs
-    no pass over N at all; a first-seen one costs what it did. Equality is identity.
+    a bounded cache of its query terms' survivor df (``remembered``, ``df_cache``). A reused
+    filter then costs no pass over N at all; a first-seen one costs what it did. Equality is
+    identity.
     """
 
     words: np.ndarray
@@ -215,9 +216,12 @@ def remembered(f: Any, owner: Any, make: Callable[[], Survivors], n_terms: int =
     """A ``PackedFilter``'s survivors on the index whose filter support is ``owner``:
     ``make()`` on the first use, then the same record; with ``n_terms`` (a kernel that
     caches survivor df) its ``known`` array, which the kernel fills as query terms come.
-    Any other form of filter is ``make()`` each time (a mask or positions can change). Keyed by the owner's identity, held weakly: a new snapshot is a new index,
-    so nothing is carried across versions (an entry whose index is gone is never matched again
-    and is the first to go)."""
+    Any other form of filter is ``make()`` each time (a mask or positions can change).
+
+    Keyed by the owner's identity, held weakly: a new snapshot is a new index, so nothing is
+    carried across versions (an entry whose index is gone is never matched again and is the
+    first to go). Threads racing on a first use each make a record; the last one is kept,
+    and every one of them is exact."""
     if not isinstance(f, PackedFilter):
         return make()
     entry = f._memo.get(id(owner))

@@ -93,4 +93,4 @@ def test_a_restricted_row_is_refused(library):
     P.build_chunks(wh, LIB)
     table = active_chunk_table(wh.latest("chunks", LIB))
     with pytest.raises(GraphBuildError, match="RESTRICTED"):
-        served_facts(table, resolve_dimensions(), {})
+        served_facts(table, resolve_dimensions(), None)

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..retrieval.chunking.chunk_schema import row_to_chunk
-from ..warehouse.common import restricted_mask
+from ..warehouse.common import first_row_per_key, restricted_mask
 from .build import GraphBuildError, dedupe_facts, known_facts
 from .dimensions import Dimensions
 from .extract import Extractor, MetricFact
@@ -65,7 +65,7 @@ def load_cache(table: pa.Table | None) -> pa.Table | None:
     return None if table is None else table.select(["chunk_id", "inputs", "facts"])
 
 
-def served_facts(served: pa.Table, dims: Dimensions, cache: pa.Table | dict[str, tuple[str, str]] | None,
+def served_facts(served: pa.Table, dims: Dimensions, cache: pa.Table | None,
                  rows: Callable[..., pa.Table] | None = None, unchanged: np.ndarray | None = None) -> ChunkFacts:
     """Facts of the served chunks (``served_chunk_table`` rows, chunk_id order; at least
     ``FACT_COLUMNS``), extracting only those without a cached row of the same inputs.
@@ -122,12 +122,8 @@ def served_facts(served: pa.Table, dims: Dimensions, cache: pa.Table | dict[str,
     return ChunkFacts(_first_rows(served), facts, table, spans, extracted=len(todo), reused=n - len(todo))
 
 
-def _cached(ids: pa.Array, cache: pa.Table | dict[str, tuple[str, str]] | None) -> tuple[pa.Array, pa.Array]:
+def _cached(ids: pa.Array, cache: pa.Table | None) -> tuple[pa.Array, pa.Array]:
     """(cached inputs digest, cached facts JSON) of each id; null where the cache has none."""
-    if isinstance(cache, dict):
-        cache = pa.table({"chunk_id": pa.array(list(cache), pa.string()),
-                          "inputs": pa.array([v[0] for v in cache.values()], pa.string()),
-                          "facts": pa.array([v[1] for v in cache.values()], pa.string())})
     if cache is None or not cache.num_rows:
         return pa.nulls(len(ids), pa.string()), pa.nulls(len(ids), pa.string())
     at = pc.index_in(ids, value_set=cache.column("chunk_id").combine_chunks())
@@ -138,9 +134,7 @@ def _cached(ids: pa.Array, cache: pa.Table | dict[str, tuple[str, str]] | None) 
 def _first_rows(served: pa.Table) -> dict[str, dict[str, str]]:
     """doc_id -> title, entity, period, language of each document's first served chunk
     (chunk_id order), as ``build_graph`` takes a document's metadata."""
-    pos = pa.table({"d": served.column("doc_id"), "i": pa.array(np.arange(served.num_rows, dtype=np.int64))})
-    first = np.sort(pos.group_by("d", use_threads=False).aggregate([("i", "min")]).column("i_min").to_numpy())
-    t = served.select(["doc_id", "title", "entity", "period", "language"]).take(pa.array(first, pa.int64()))
+    t = first_row_per_key(served.select(["doc_id", "title", "entity", "period", "language"]), "doc_id")
     cols = [t.column(c).to_pylist() for c in ("doc_id", "title", "entity", "period", "language")]
     return {d: {"title": ti or "", "entity": en or "", "period": pe or "", "language": la or ""}
             for d, ti, en, pe, la in zip(*cols, strict=True)}

@@ -28,6 +28,7 @@ from ..retrieval.lexical.glossary import load_glossary
 from ..retrieval.link.narrative_link import default_glossary_path
 from ..warehouse.chunk_tables import (
     as_chunks,
+    current_mask,
     current_versions,
     published_chunks,
     served_chunk_table,
@@ -149,9 +150,7 @@ def _unchanged(wh: VersionedTables, library: str, prev: Any, served: pa.Table) -
         old = current_versions(published_chunks(wh, library, prev.manifest["metadata"]["chunks_version"]))
     except (WarehouseError, KeyError, OSError):
         return None
-    at = pc.index_in(served.column("doc_id"), value_set=old.column("doc_id").combine_chunks())
-    same = pc.equal(old.column("version").combine_chunks().take(at), served.column("version"))
-    return np.asarray(pc.fill_null(same, False).to_numpy(zero_copy_only=False), np.bool_)
+    return np.asarray(current_mask(served, old).to_numpy(zero_copy_only=False), np.bool_)
 
 
 def _type_counts(table: pa.Table) -> dict[str, int]:

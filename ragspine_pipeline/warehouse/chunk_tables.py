@@ -150,7 +150,7 @@ def active_chunk_table(pub: Published, *, columns: list[str] | None = None) -> p
         active = table.filter(active_mask(table, doc_state(pub, columns=["version", "withdrawn"])))
     else:
         table = read_segments(pub, "chunks", columns=cols)
-        active = table.filter(_current_mask(table, current_versions(pub)))
+        active = table.filter(current_mask(table, current_versions(pub)))
     return active.take(pc.sort_indices(active, [("chunk_id", "ascending")]))
 
 
@@ -161,9 +161,10 @@ def current_versions(pub: Published) -> pa.Table:
     return t.filter(pc.invert(pc.fill_null(t.column("withdrawn"), False)))
 
 
-def _current_mask(table: pa.Table, current: pa.Table) -> pa.Array:
-    """``active_mask`` computed in Arrow: a row is active when its document is current and
-    its version is that document's current version."""
+def current_mask(table: pa.Table, current: pa.Table) -> pa.Array:
+    """``active_mask`` computed in Arrow: a row is active when its document is in
+    ``current`` (``current_versions`` of some chunks version) and its version is that
+    document's version there."""
     at = pc.index_in(table.column("doc_id"), value_set=current.column("doc_id").combine_chunks())
     version = current.column("version").combine_chunks().take(at)
     return pc.fill_null(pc.equal(version, table.column("version")), False)

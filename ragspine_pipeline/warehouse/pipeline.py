@@ -72,7 +72,7 @@ from .lexical_files import bm25_file, open_bm25_file
 from .raw import build_raw_documents, raw_state, table_documents
 from .served_records import open_served_records, records_current
 from .served_refresh import aligned_rows as _aligned
-from .served_refresh import write_served_files
+from .served_refresh import chunks_added_since, write_served_files
 from .snapshots import (
     _served_now,
     chunker_name,
@@ -137,10 +137,8 @@ def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, s
     cols = ["text", "sensitivity", "language", *(f for f in fields if f not in ("text", "sensitivity", "language"))]
     if prev is None or not same_config:
         return as_dict(active_chunk_table(pub_chunks, columns=cols)), False, False
-    seen = prev.manifest["metadata"].get("chunks_segments")
-    cur = pub_chunks.segments("chunks")
-    if seen is not None and cur[: len(seen)] == seen and "doc_state" in pub_chunks.manifest["tables"]:
-        paths = pub_chunks.table_paths("chunks")[len(seen):]
+    paths = chunks_added_since(prev, pub_chunks)
+    if paths is not None:
         if not paths:
             return {}, True, False
         cand = pa.concat_tables([pq.read_table(p, columns=["chunk_id", "doc_id", "version", *cols]) for p in paths])

@@ -53,7 +53,7 @@ from .versioned import Published, VersionedTables, WarehouseError, read_segments
 
 KEYS = ["chunk_id", "doc_id", "version"]  # what identifies a stored chunk row
 
-__all__ = ["KEYS", "aligned_rows", "chunk_rows", "write_served_files"]
+__all__ = ["KEYS", "aligned_rows", "chunk_rows", "chunks_added_since", "write_served_files"]
 
 
 def write_served_files(wh: VersionedTables, library: str, pub: Published, pub_chunks: Published,
@@ -121,11 +121,20 @@ def _records_unusable(prev: Published, pub_chunks: Published) -> str | None:
     """Why the previous version's records cannot be refreshed from, or None."""
     if not records_current(prev.path):
         return "the previous version has no served records in this format"
+    if chunks_added_since(prev, pub_chunks) is None:
+        return "the previous records were written from another chunks lineage"
+    return None
+
+
+def chunks_added_since(prev: Published, pub_chunks: Published) -> list[Path] | None:
+    """The chunks segments ``pub_chunks`` appended after those ``prev`` (a lexical version)
+    was built from, or None when its segments do not extend them (another lineage, a
+    compaction, no recorded segments, or a chunks version without ``doc_state``)."""
     seen = prev.manifest["metadata"].get("chunks_segments")
     cur = pub_chunks.segments("chunks")
     if seen is None or cur[: len(seen)] != seen or "doc_state" not in pub_chunks.manifest["tables"]:
-        return "the previous records were written from another chunks lineage"
-    return None
+        return None
+    return pub_chunks.table_paths("chunks")[len(seen):]
 
 
 def _chunk_schema(pub_chunks: Published) -> pa.Schema:

@@ -302,17 +302,17 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
                     g_tf[g] = tf[p]
                     g += np.int64(_alive64(bits, d))
             dfs[y] = g - g_lo[y]
-        elif known_df(known, t) >= 0:
-            dfs[y] = known_df(known, t)  # counted by an earlier query under this (reused) filter
         else:
-            if bit_row[t] >= 0:
-                dfs[y] = _and_count(bits, term_bits[bit_row[t]])
-            else:
-                c = 0
-                for p in range(s0, e0):
-                    c += np.int64(_alive64(bits, indices[p]))
-                dfs[y] = c
-            remember_df(known, t, dfs[y])
+            c = known_df(known, t)  # counted by an earlier query under this (reused) filter, or -1
+            if c < 0:
+                if bit_row[t] >= 0:
+                    c = _and_count(bits, term_bits[bit_row[t]])
+                else:
+                    c = 0
+                    for p in range(s0, e0):
+                        c += np.int64(_alive64(bits, indices[p]))
+                remember_df(known, t, c)
+            dfs[y] = c
     k1p1 = k1 + 1.0
     kb = 1.0 - b
     bavg = b / avgdl

@@ -270,16 +270,17 @@ def _plan(pk, ut, bits, surv, n, few, docs, tfs, known):
             else:
                 g = _gather_scan(pk, t, bits, docs, tfs, g_doc, g_tf, g)
             dfs[y] = g - g_lo[y]
-        elif known_df(known, t) >= 0:
-            dfs[y] = known_df(known, t)
         else:
-            if row >= 0:
-                # A bit test per survivor (a cache miss each) or a popcount per word.
-                dfs[y] = _count_in_row(term_bits[row], surv, n) if few and 8 * n < n_words else _and_count(
-                    bits, term_bits[row])
-            else:
-                dfs[y] = _count_alive(pk, t, bits, docs)
-            remember_df(known, t, dfs[y])
+            c = known_df(known, t)  # counted by an earlier query under this (reused) filter, or -1
+            if c < 0:
+                if row >= 0:
+                    # A bit test per survivor (a cache miss each) or a popcount per word.
+                    c = _count_in_row(term_bits[row], surv, n) if few and 8 * n < n_words else _and_count(
+                        bits, term_bits[row])
+                else:
+                    c = _count_alive(pk, t, bits, docs)
+                remember_df(known, t, c)
+            dfs[y] = c
     g_lo[nu] = g
     return dfs, mode, g_lo, g_doc, g_tf
 

@@ -435,27 +435,29 @@ class HybridRetriever:
                           count=len(self.chunks))
         return out, list(codes)
 
-    def _filtered(self, filters: Any, mask: np.ndarray | None, dense: bool) -> tuple[Any, Any, Any]:
-        """(mask, positions, BM25 candidates) of ``filters`` AND ``mask``: None each without
-        a filter, positions only for the dense channel. A filter expression alone is kept in
-        the ``FilterCache`` (the snapshot is immutable); a caller's mask is computed per call."""
+    def _filtered(self, filters: Any, mask: np.ndarray | None, dense: bool) -> tuple[Any, Any]:
+        """(positions, BM25 candidates) of ``filters`` AND ``mask``: positions for the dense
+        channel only (every position without a filter), candidates None without a filter.
+        A filter expression alone is kept in the ``FilterCache`` (the snapshot is immutable);
+        a caller's mask is computed per call."""
         preds = compile_filters(filters, FILTER_FIELDS)
         key = filter_key(preds) if preds and mask is None else None
         entry = self._filter_cache.get(key) if key is not None else None
+        filled = entry is None
         if entry is None:
             fmask = coded_mask(preds, self._column, self._field_codes, len(self.chunks)) if preds else None
             if mask is not None:
                 fmask = mask if fmask is None else (fmask & mask)
             if fmask is None:
-                return None, (np.arange(len(self.chunks)) if dense else None), None
+                return (np.arange(len(self.chunks)) if dense else None), None
             entry = CachedFilter(fmask)
         if dense and entry.positions is None:
-            entry.positions = np.flatnonzero(entry.mask)
+            entry.positions, filled = np.flatnonzero(entry.mask), True
         if "bm25" in self.channels and entry.bm25 is None:
-            entry.bm25 = bm25_candidates(self.index, entry.mask, entry.positions)
-        if key is not None:
+            entry.bm25, filled = bm25_candidates(self.index, entry.mask, entry.positions), True
+        if key is not None and filled:  # a hit with every form it needs is left as it is
             self._filter_cache.put(key, entry)
-        return entry.mask, (entry.positions if dense else None), entry.bm25
+        return (entry.positions if dense else None), entry.bm25
 
     def _fused(self, query: str, filters: Any, top_k: int, depth: int | None, mask: np.ndarray | None):
         depth = max(depth or 0, top_k, self.candidate_k)
@@ -468,7 +470,7 @@ class HybridRetriever:
         run_dense = (self.embedding_backend is not None and "dense" in self.channels
                      and ("bm25" not in self.channels or fusion.dense_weight > 0))
         # The dense channel ranks the survivors' positions; BM25 may take them too (once for all variants).
-        _, positions, cand = self._filtered(filters, mask, run_dense)
+        positions, cand = self._filtered(filters, mask, run_dense)
         for v in variants if "bm25" in self.channels else ():
             hits = self.index.search(self.analyzer.analyze_query(v.text, self._languages), k=depth, candidates=cand)
             ranked, scores = hits.ids.tolist(), hits.scores.tolist()

@@ -38,6 +38,7 @@ from numba import njit
 from .bm25_filter_numba import known_df, popcount64, rank, remember_df
 from .bm25_numba_filtered import _add
 from .bm25_numba_select import _SLACK, _distinct, _gallop, _kth_score, _prune, _push, _take_top
+from .bm25_packed_filter_weights import code_dens, tf1_tables
 from .bm25_packed_filtered_windows import from_plan, windows_suit
 from .bm25_packed_kernels import (
     _BLOCK,
@@ -179,8 +180,9 @@ def _ranked(pk, t, row, rdir, cand, nc, acc, touched, n_t, top1, sc, add_new, k1
 
 @njit(cache=True, nogil=True)
 def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs, hi, grow, k1, kb, bavg, docs,
-               tfs):
-    """Add term t's surviving postings to acc (``sc`` x its tf factor); returns (n_t, top1).
+               tfs, tab, y, use):
+    """Add term t's surviving postings to acc (``sc`` x its tf factor; its tf-1 parts from
+    row y of ``tab`` when ``use[y]``: ``bm25_packed_filter_weights``); returns (n_t, top1).
 
     With ``skip``, the term is read block by block with a heap of the k best documents of
     this scan (distinct, their partial scores: lower bounds of their final ones): a block
@@ -191,6 +193,8 @@ def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs
     avgdl: the smaller of its max w grown by avgdl'/avgdl and its max tf over its shortest
     document (``blk_maxtf`` / ``blk_minlen``)."""
     last = pk[2]
+    dcode = pk[13]
+    tabbed = use[y] == 1
     b0 = pk[1][t]
     b1 = pk[1][t + 1]
     n_before = n_t
@@ -209,12 +213,16 @@ def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs
         for i in range(nn):
             d = docs[i]
             if _alive(bits, d):
-                f = np.float64(tfs[i])
                 v = acc[d]
                 if v == 0.0:
                     touched[n_t] = d
                     n_t += 1
-                v += sc * f / (f + k1 * (kb + bavg * lens[d]))
+                tf = tfs[i]
+                if tf == 1 and tabbed:  # written out: a helper taking arrays costs refcounts per call
+                    v += tab[y, dcode[d]]
+                else:
+                    f = np.float64(tf)
+                    v += sc * f / (f + k1 * (kb + bavg * lens[d]))
                 acc[d] = v
                 if v > top1:
                     top1 = v
@@ -325,6 +333,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     if not few and nu <= MAX_TERMS and (windows == 2 or windows == 1 and windows_suit(pk[0], ut, dfs, ub, n,
                                                                                    pk[13].shape[0])):
         return from_plan(pk, bits, ut, dfs, scale, ub, order, k, grow, k1, kb, bavg, clen)
+    tab, use = tf1_tables(pk[0][ut + 1] - pk[0][ut], dfs, scale, code_dens(clen, k1, kb, bavg))
     remaining = np.zeros(nu + 1, np.float64)
     for j in range(nu - 1, -1, -1):
         remaining[j] = remaining[j + 1] + ub[order[j]]
@@ -359,7 +368,8 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
             # few against the list (always for the first term).
             skip = 8 * n_t < pk[0][t + 1] - pk[0][t]
             n_t, top1 = _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc,
-                                   remaining[j + 1] * (1.0 + _SLACK), skip, k, hs, hi, grow, k1, kb, bavg, docs, tfs)
+                                   remaining[j + 1] * (1.0 + _SLACK), skip, k, hs, hi, grow, k1, kb, bavg, docs, tfs,
+                                   tab, y, use)
         j += 1
     if j < nu and dfs[order[j]] > 0:
         # Lookup phase: candidates that can still reach theta; remaining terms looked up.
@@ -382,6 +392,11 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
                         kb, bavg, lens)
             else:
                 _lookup(pk, ut[y], cand, nc, acc, scale[y], wt, k1, docs, tfs, kb, bavg)
+            if jj + 1 < nu and nc > k and dfs[order[jj + 1]] > 0:
+                # As the unfiltered kernel: candidates that can no longer reach the k-th
+                # partial score with the terms left are dropped before the next look-up.
+                theta = _kth_score(acc, cand, nc, k, hs, hi)
+                nc = _prune(acc, cand, nc, remaining[jj + 1] * (1.0 + _SLACK), theta, cand)
         return _take_top(acc, cand, nc, k, hs, hi)
     return _take_top(acc, touched, n_t, k, hs, hi)
 

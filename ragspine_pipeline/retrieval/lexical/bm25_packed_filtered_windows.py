@@ -30,6 +30,8 @@ import numpy as np
 from numba import njit
 
 from .bm25_numba_select import _SLACK, _drain, _gallop, _push
+from .bm25_packed_filter_weights import code_dens, part_by_code, window_tables
+from .bm25_packed_filter_weights import den_of as _den
 from .bm25_packed_kernels import _BLOCK, _count, _match_block, _unpack
 from .bm25_packed_route import RARE_DF_FRACTION, RARE_WEIGHT
 from .bm25_packed_wand import _block_cursors, _seek, _shallow, _sort_by_bound
@@ -46,20 +48,17 @@ from .bm25_packed_windows import (
 
 DENSE_DIV = 4  # the window route serves filters keeping at least 1 / this of the documents
 HEAVY_POSTINGS = 2  # ... and queries whose lists hold at least this x N postings
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _den(den, ln, k1, kb, bavg):
-    """k1 (kb + bavg len) of a document of length code ``ln``: the per-code table, or from
-    the length itself when the file has no codes (``den`` empty); the same floats."""
-    if den.shape[0] > 0:
-        return den[ln]
-    return k1 * (kb + bavg * ln)
+TF_BOUND_GROW = 1.05  # block bounds add the tf bound only when the stored max grows more
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _bound(bmax, maxtf, minlen, b, s, grow, k1, kb, bavg):
-    """Block b's bound under the survivors' avgdl, times the scale s (module docstring)."""
+    """Block b's bound under the survivors' avgdl, times the scale s (module docstring).
+    Both bounds hold for any survivor avgdl; the tf bound (a division per block, on every
+    block the walk passes) is taken only when the stored max grows (``grow`` over
+    ``TF_BOUND_GROW``): at about the corpus avgdl the stored max is the exact one."""
+    if grow <= TF_BOUND_GROW:
+        return bmax[b] * grow * s
     f = np.float64(maxtf[b])
     return min(bmax[b] * grow, f / (f + k1 * (kb + bavg * np.float64(minlen[b])))) * s
 
@@ -98,7 +97,7 @@ def _widen(last, bmax, maxtf, minlen, scale, grow, k1, kb, bavg, blk, bend, m, o
 
 @njit(cache=True, nogil=True, inline="always")
 def _scatter(ar, last, j, lo, hi, b0, bend, cnt, blk, dec, pos, nb, docs, tfs, bits, dcode, den, s, k1, kb, bavg,
-             wc, whit, wacc, wset, nw, only_alive, floor, cut):
+             wc, whit, wacc, wset, nw, only_alive, floor, cut, tab):
     """``bm25_packed_windows._scatter`` over the survivors: term j's surviving postings in
     [lo, hi] into the window (its contribution apart in wc, its bit in whit, the partial
     sum in wacc), a new document's slot set in the window's bitmap ``wset``; a posting
@@ -121,14 +120,12 @@ def _scatter(ar, last, j, lo, hi, b0, bend, cnt, blk, dec, pos, nb, docs, tfs, b
             h = whit[x]
             if only_alive:
                 if h > 0:
-                    f = np.float64(tfs[j, p - 1])
-                    c = s * f / (f + _den(den, dcode[d], k1, kb, bavg))
+                    c = part_by_code(s, tfs[j, p - 1], dcode[d], tab, j, den, k1, kb, bavg)
                     whit[x] = h | bit
                     wc[j, x] = c
                     wacc[x] += c
             elif h >= 0 and (bits[d >> 6] >> np.uint64(d & 63)) & np.uint64(1):
-                f = np.float64(tfs[j, p - 1])
-                c = s * f / (f + _den(den, dcode[d], k1, kb, bavg))
+                c = part_by_code(s, tfs[j, p - 1], dcode[d], tab, j, den, k1, kb, bavg)
                 if h == 0:
                     wset[x >> 6] |= np.uint64(1) << np.uint64(x & 63)
                     nw += 1
@@ -148,7 +145,7 @@ def _scatter(ar, last, j, lo, hi, b0, bend, cnt, blk, dec, pos, nb, docs, tfs, b
 
 @njit(cache=True, nogil=True, inline="always")
 def _look_up(data, off, dbits, tbits, last, j, lo, b0, bend, cnt, blk, dcode, den, s, k1, kb, bavg, wc, whit, wacc,
-             wlist, nw, keys, hit_key, hit_tf):
+             wlist, nw, keys, hit_key, hit_tf, tab):
     """``bm25_packed_windows._look_up`` with the filtered weight: term j at each candidate
     wlist[:nw] (ascending), only blocks holding one read, gaps only as far as needed."""
     bit = np.int64(1) << np.int64(j)
@@ -164,8 +161,7 @@ def _look_up(data, off, dbits, tbits, last, j, lo, b0, bend, cnt, blk, dcode, de
         y, m = _match_block(data, off, dbits, tbits, last, b, b == b0[j], n, keys, y, nw, hit_key, hit_tf)
         for h in range(m):
             x = wlist[hit_key[h]]
-            f = np.float64(hit_tf[h])
-            c = s * f / (f + _den(den, dcode[lo + x], k1, kb, bavg))
+            c = part_by_code(s, hit_tf[h], dcode[lo + x], tab, j, den, k1, kb, bavg)
             wc[j, x] = c
             whit[x] |= bit
             wacc[x] += c
@@ -277,19 +273,20 @@ def window_top_k_filtered(pk, bits, ut, scale, ub, k, grow, k1, kb, bavg, den):
         gsuf[j] = gsuf[j + 1] + ub[j]
     # A lower bound of the k-th score from the rarest term's survivors, when it is rare.
     theta = _seed(pk, bits, ut, scale, ub, k, den, grow, k1, kb, bavg)
+    tab = window_tables(scale, den)
     nh = _walk(pk[7], pk[3], pk[4], pk[5], pk[2], pk[6], pk[9], pk[10], pk[13], bits, scale, ub, grow, k1, kb, bavg,
                den, theta, b0, bend, cnt, blk, dec, pos, nb, docs, tfs, b0.copy(), gsuf,
                np.zeros((nu, WINDOW), np.float64), np.zeros(WINDOW, np.int64), np.zeros(WINDOW, np.float64),
                np.empty(WINDOW, np.int64), np.empty(WINDOW, np.int64), np.empty(_BLOCK, np.int64),
                np.empty(_BLOCK, np.int64), np.zeros(nu, np.float64), np.empty(nu, np.int64),
-               np.zeros(nu + 1, np.float64), hs, hi_, np.zeros(WINDOW // 64, np.uint64))
+               np.zeros(nu + 1, np.float64), hs, hi_, np.zeros(WINDOW // 64, np.uint64), tab)
     return _drain(hs, hi_, nh)
 
 
 @njit(cache=True, nogil=True, _nrt=False)
 def _walk(data, off, dbits, tbits, last, bmax, maxtf, minlen, dcode, bits, scale, ub, grow, k1, kb, bavg, den, theta,
           b0, bend, cnt, blk, dec, pos, nb, docs, tfs, jb, gsuf, wc, whit, wacc, wlist, keys, hit_key, hit_tf, m, ordm,
-          pre, hs, hi_, wset):
+          pre, hs, hi_, wset, tab):
     """The window walk of ``window_top_k_filtered`` over preallocated state (``jb``: the
     jump cursor, blocks passed for good, apart from ``blk``); returns the heap's size.
 
@@ -398,7 +395,7 @@ def _walk(data, off, dbits, tbits, last, bmax, maxtf, minlen, dcode, bits, scale
         for i in range(ne, live):
             j = ordm[i]
             nw = _scatter(ar, last, j, lo, hi, b0, bend, cnt, blk, dec, pos, nb, docs, tfs, bits, dcode, den, scale[j],
-                          k1, kb, bavg, wc, whit, wacc, wset, nw, False, total - m[j], theta)
+                          k1, kb, bavg, wc, whit, wacc, wset, nw, False, total - m[j], theta, tab)
         # Candidates in position order, from the window's bitmap (a word per 64 documents:
         # no sort, no pass over the window's slots), which is cleared on the way.
         if nw > 0:
@@ -410,10 +407,10 @@ def _walk(data, off, dbits, tbits, last, bmax, maxtf, minlen, dcode, bits, scale
             j = ordm[i]
             if 8 * nw >= _postings_in(last, blk[j], bend[j], hi):
                 _scatter(ar, last, j, lo, hi, b0, bend, cnt, blk, dec, pos, nb, docs, tfs, bits, dcode, den, scale[j],
-                         k1, kb, bavg, wc, whit, wacc, wset, 0, True, 0.0, 0.0)
+                         k1, kb, bavg, wc, whit, wacc, wset, 0, True, 0.0, 0.0, tab)
             else:
                 _look_up(data, off, dbits, tbits, last, j, lo, b0, bend, cnt, blk, dcode, den, scale[j], k1, kb, bavg,
-                         wc, whit, wacc, wlist, nw, keys, hit_key, hit_tf)
+                         wc, whit, wacc, wlist, nw, keys, hit_key, hit_tf, tab)
             nw = _keep(wlist, nw, wacc, whit, pre[i], theta)
         for y in range(nw):
             x = wlist[y]
@@ -493,7 +490,4 @@ def from_plan(pk, bits, ut, dfs, scale, ub, order, k, grow, k1, kb, bavg, clen):
             s[m] = scale[y]
             u[m] = ub[y]
             m += 1
-    den = np.empty(clen.shape[0], np.float64)
-    for c in range(clen.shape[0]):
-        den[c] = k1 * (kb + bavg * clen[c])
-    return window_top_k_filtered(pk, bits, t, s, u, k, grow, k1, kb, bavg, den)
+    return window_top_k_filtered(pk, bits, t, s, u, k, grow, k1, kb, bavg, code_dens(clen, k1, kb, bavg))

@@ -368,5 +368,10 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
                 break
             _lookup_term(ut[y], mode[y], scale[y], g_lo[y], dfs[y], g_doc, g_tf, indptr, indices, tf, doc_len,
                          cand, nc, term_bits, bit_row, rank_dir, k1, kb, bavg, acc)
+            if jj + 1 < nu and nc > k and dfs[order[jj + 1]] > 0:
+                # As the unfiltered kernel: candidates that can no longer reach the k-th
+                # partial score with the terms left are dropped before the next look-up.
+                theta = _kth_score(acc, cand, nc, k, hs, hi)
+                nc = _prune(acc, cand, nc, remaining[jj + 1] * (1.0 + _SLACK), theta, cand)
         return _take_top(acc, cand, nc, k, hs, hi)
     return _take_top(acc, touched, n_t, k, hs, hi)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from ragspine_pipeline.retrieval.filters import Predicate, compile_filters
-from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
+from ragspine_pipeline.retrieval.lexical.bm25_filter import DF_SLOTS, PackedFilter
 from ragspine_pipeline.retrieval.lexical.bm25_packed_filter_support import support
 from ragspine_pipeline.retrieval.lexical.filter_codes import (
     MAX_KEY_VALUES,
@@ -139,6 +139,10 @@ def test_filter_cache_bounds_entries_and_bytes():
     # Over the bytes: the least recently used go first (3, then 4), until the rest fits.
     assert cache.get(3) is None and cache.get(4) is None
     assert cache.get(2) is not None and cache.get(9) is not None
+    # A PackedFilter is counted with what it may remember per index: its df cache and positions.
+    words = PackedFilter.from_mask(np.ones(640, bool))
+    entry = CachedFilter(np.zeros(640, bool), bm25=words)
+    assert entry.nbytes() == 640 + 2 * words.words.nbytes + DF_SLOTS * 8
 
 
 @pytest.mark.parametrize("channels", [("bm25",), ("bm25", "dense")])

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..filters import Predicate, predicate_mask
+from .bm25_filter import DF_SLOTS
 
 # Coded evaluation when distinct values are at most this fraction of the chunks (a verdict
 # per distinct value is a Python call; a per-chunk ``eq`` over an object array is a C loop).
@@ -115,8 +116,14 @@ class CachedFilter:
     bm25: Any = None
 
     def nbytes(self) -> int:
-        words = getattr(self.bm25, "words", self.bm25)
-        return sum(int(getattr(a, "nbytes", 0)) for a in (self.mask, self.positions, words))
+        """Bytes held, with what a ``PackedFilter`` may remember on the retriever's one index
+        counted at its most (it fills as queries come, after the entry is put): positions
+        when few (at most its words' bytes) and a survivor-df cache of ``DF_SLOTS`` slots."""
+        words = getattr(self.bm25, "words", None)
+        held = sum(int(getattr(a, "nbytes", 0)) for a in (self.mask, self.positions, self.bm25 if words is None else words))
+        if words is not None:
+            held += int(words.nbytes) + DF_SLOTS * 8
+        return held
 
 
 class FilterCache:

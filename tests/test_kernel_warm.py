@@ -71,3 +71,22 @@ def test_queries_after_an_open_load_no_kernel_signature(tmp_path, layout):
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["kernel"] == "numba" and out["loaded_at_open"] > 0
     assert out["new"] == {}, f"signatures loaded after the open, by the queries: {out['new']}"
+
+
+def test_a_kernel_that_fails_to_compile_is_said(monkeypatch, caplog):
+    """numba installed but a kernel failing to compile falls back to the numpy path (same
+    answers) with a warning, not silently: a query tens of times slower must be visible."""
+    import logging
+
+    import numpy as np
+
+    from ragspine_pipeline.retrieval.lexical import bm25_packed_index as packed
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("Failed in nopython mode pipeline")
+
+    monkeypatch.setattr(packed, "_WARMED", set())
+    monkeypatch.setattr(packed, "_warm", broken)
+    with caplog.at_level(logging.WARNING, logger="ragspine_pipeline.retrieval.lexical.bm25_kernel"):
+        assert packed.load_packed_kernels(np.uint8, np.uint8) is None
+    assert "numpy path" in caplog.text and "Failed in nopython mode" in caplog.text

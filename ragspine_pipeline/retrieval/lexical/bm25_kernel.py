@@ -40,6 +40,7 @@ per thread (``threading.local``): concurrent searches on one index never share s
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,17 @@ import numpy as np
 from . import numba_start
 
 _LOCK = threading.Lock()
+_log = logging.getLogger(__name__)
+
+
+def fell_back(err: BaseException) -> None:
+    """Say, as a warning, that installed numba failed and BM25 takes the numpy path: the
+    same answers, but tens of times slower, which would otherwise go unnoticed until a
+    benchmark (a kernel that stops compiling is the usual cause)."""
+    _log.warning("BM25 kernels could not be compiled or loaded (%s: %s); queries take the numpy path "
+                 "(identical answers, much slower)", type(err).__name__, err)
+
+
 _KERNELS: Kernels | None = None
 _TRIED = False
 # Flavours (``flavour``) whose signatures are loaded: the kernels are typed by each array's
@@ -163,13 +175,17 @@ def load_kernels(like: Any = None, *, mapped: bool = False) -> Kernels | None:
             try:
                 numba_start.start()  # numba's start-up, less its BLAS probe
                 _KERNELS = _compile()
-            except Exception:  # ImportError: numpy path
+            except ImportError:  # numba not installed: the numpy path
+                _KERNELS = None
+            except Exception as err:  # noqa: BLE001 - numba present but broken: the numpy path, said
+                fell_back(err)
                 _KERNELS = None
             _TRIED = True
         if _KERNELS is not None and f not in _WARMED:
             try:
                 _warm(_KERNELS, f)
-            except Exception:  # any numba compile error: numpy path
+            except Exception as err:  # noqa: BLE001 - any numba compile error: the numpy path, said
+                fell_back(err)
                 return None
             _WARMED.add(f)
     return _KERNELS

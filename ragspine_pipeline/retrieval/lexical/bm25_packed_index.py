@@ -31,6 +31,7 @@ from . import bm25_filter, bm25_kernel, bm25_numpy, numba_start
 from .bm25 import EXHAUSTIVE_MAX_DOCS, KERNELS, MAXSCORE_MIN_DOCS, candidate_mask
 from .bm25_build import BLOCK_SIZE
 from .bm25_format import HEADER_BYTES, CorruptIndexError
+from .bm25_kernel import fell_back
 from .bm25_mapfile import MappedDocIds, _MappedFile
 from .bm25_packed import (
     BLOCK_ARRAYS,
@@ -89,13 +90,17 @@ def load_packed_kernels(code: np.dtype | None = None, lengths: np.dtype | None =
                 from . import bm25_packed_kernels as kernels
 
                 _KERNELS, _FILTERED, _UNFILTERED = kernels, bm25_packed_filter_search, bm25_packed_route
-            except Exception:  # ImportError: the numpy path
+            except ImportError:  # numba not installed: the numpy path
+                _KERNELS = None
+            except Exception as err:  # noqa: BLE001 - numba present but broken: the numpy path, said
+                fell_back(err)
                 _KERNELS = None
             _TRIED = True
         if _KERNELS is not None and key not in _WARMED:
             try:
                 _warm(_KERNELS, _FILTERED, _UNFILTERED, code, lengths)
-            except Exception:  # a numba compile error: the numpy path
+            except Exception as err:  # noqa: BLE001 - a numba compile error: the numpy path, said
+                fell_back(err)
                 return None
             _WARMED.add(key)
     return _KERNELS

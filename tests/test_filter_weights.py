@@ -32,17 +32,17 @@ def test_tables_hold_the_per_posting_floats():
     dfs = np.array([5, 0, 7, 9])
     postings = np.array([TAB_MIN * 60, 10**6, TAB_MIN * 60 - 1, 10**6])
     den = code_dens(clen, k1, kb, bavg)
-    tab, use = tf1_tables(postings, dfs, scale, den)
-    assert use.tolist() == [1, 0, 0, 1]  # no survivors, or a list short against the codes: no table
+    tab, row = tf1_tables(postings, dfs, scale, den)
+    assert row.tolist() == [0, -1, -1, 1] and tab.shape == (2, 60)  # no survivors, or a short list: no row
     f = 1.0
-    for y in (0, 3):
+    for y, r in ((0, 0), (3, 1)):
         # The kernels' expression, written as they write it, element by element.
         want = [scale[y] * f / (f + k1 * (kb + bavg * float(n))) for n in clen]
-        assert tab[y].tolist() == want
+        assert tab[r].tolist() == want
     wt = window_tables(scale, den)
-    assert wt.shape == (4, 60) and np.array_equal(wt[0], tab[0]) and np.array_equal(wt[3], tab[3])
+    assert wt.shape == (4, 60) and np.array_equal(wt[0], tab[0]) and np.array_equal(wt[3], tab[1])
     assert window_tables(scale, np.zeros(TAB_CODES + 1)).shape == (4, 0)  # too many codes: none
-    assert tf1_tables(postings, dfs, scale, np.zeros(0))[1].tolist() == [0, 0, 0, 0]  # no codes
+    assert tf1_tables(postings, dfs, scale, np.zeros(0))[1].tolist() == [-1] * 4  # no codes
 
 
 def test_tabled_filtered_queries_equal_the_plain_kernel(tmp_path, monkeypatch):

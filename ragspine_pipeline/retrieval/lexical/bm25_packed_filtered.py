@@ -180,9 +180,9 @@ def _ranked(pk, t, row, rdir, cand, nc, acc, touched, n_t, top1, sc, add_new, k1
 
 @njit(cache=True, nogil=True)
 def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs, hi, grow, k1, kb, bavg, docs,
-               tfs, tab, y, use):
+               tfs, tab, y, row):
     """Add term t's surviving postings to acc (``sc`` x its tf factor; its tf-1 parts from
-    row y of ``tab`` when ``use[y]``: ``bm25_packed_filter_weights``); returns (n_t, top1).
+    row ``row[y]`` of ``tab`` when it has one: ``bm25_packed_filter_weights``); returns (n_t, top1).
 
     With ``skip``, the term is read block by block with a heap of the k best documents of
     this scan (distinct, their partial scores: lower bounds of their final ones): a block
@@ -194,7 +194,7 @@ def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs
     document (``blk_maxtf`` / ``blk_minlen``)."""
     last = pk[2]
     dcode = pk[13]
-    tabbed = use[y] == 1
+    r = row[y]  # its tf-1 parts' row in tab, or -1
     b0 = pk[1][t]
     b1 = pk[1][t + 1]
     n_before = n_t
@@ -218,8 +218,8 @@ def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs
                     touched[n_t] = d
                     n_t += 1
                 tf = tfs[i]
-                if tf == 1 and tabbed:  # written out: a helper taking arrays costs refcounts per call
-                    v += tab[y, dcode[d]]
+                if tf == 1 and r >= 0:  # written out: a helper taking arrays costs refcounts per call
+                    v += tab[r, dcode[d]]
                 else:
                     f = np.float64(tf)
                     v += sc * f / (f + k1 * (kb + bavg * lens[d]))
@@ -333,7 +333,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     if not few and nu <= MAX_TERMS and (windows == 2 or windows == 1 and windows_suit(pk[0], ut, dfs, ub, n,
                                                                                    pk[13].shape[0])):
         return from_plan(pk, bits, ut, dfs, scale, ub, order, k, grow, k1, kb, bavg, clen)
-    tab, use = tf1_tables(pk[0][ut + 1] - pk[0][ut], dfs, scale, code_dens(clen, k1, kb, bavg))
+    tab, trow = tf1_tables(pk[0][ut + 1] - pk[0][ut], dfs, scale, code_dens(clen, k1, kb, bavg))
     remaining = np.zeros(nu + 1, np.float64)
     for j in range(nu - 1, -1, -1):
         remaining[j] = remaining[j + 1] + ub[order[j]]
@@ -369,7 +369,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
             skip = 8 * n_t < pk[0][t + 1] - pk[0][t]
             n_t, top1 = _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc,
                                    remaining[j + 1] * (1.0 + _SLACK), skip, k, hs, hi, grow, k1, kb, bavg, docs, tfs,
-                                   tab, y, use)
+                                   tab, y, trow)
         j += 1
     if j < nu and dfs[order[j]] > 0:
         # Lookup phase: candidates that can still reach theta; remaining terms looked up.

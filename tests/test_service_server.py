@@ -118,7 +118,7 @@ def test_real_server_with_two_workers_and_a_hot_swap(tmp_path):
             streak = streak + 1 if httpx2.get(base + "/readyz").status_code == 200 else 0
         assert httpx2.post(base + "/v1/search", json={"query": "revenue"}).status_code == 401
         r = httpx2.post(base + "/v1/search", json={"query": "revenue 2023", "top_k": 3}, headers=auth)
-        assert r.status_code == 200 and r.json()["snippets"]
+        assert r.status_code == 200 and r.json()["snippets"], r.text  # a 503 says why: not ready, or past the time limit
         before = r.json()["versions"]["acme_reports"]
         for _ in range(6):  # fresh connections: the kernel spreads them over the workers
             assert httpx2.post(base + "/v1/search", json={"query": "policy"}, headers=auth).status_code == 200

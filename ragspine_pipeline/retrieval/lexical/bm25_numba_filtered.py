@@ -8,7 +8,16 @@ from numba import njit
 
 from .bm25_build import BLOCK_SIZE
 from .bm25_filter_numba import known_df, popcount64, rank, remember_df
-from .bm25_numba_select import _SLACK, _distinct, _gallop_each, _kth_score, _prune, _push, _take_top
+from .bm25_numba_select import (
+    _SLACK,
+    _distinct,
+    _gallop_each,
+    _kth_score,
+    _narrow,
+    _prune,
+    _push,
+    _take_top,
+)
 
 _BLOCK = BLOCK_SIZE  # postings per block of the block bounds (a compile-time constant)
 # Few survivors (their positions known): a bitset term is read by rank over them when its
@@ -368,10 +377,7 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
                 break
             _lookup_term(ut[y], mode[y], scale[y], g_lo[y], dfs[y], g_doc, g_tf, indptr, indices, tf, doc_len,
                          cand, nc, term_bits, bit_row, rank_dir, k1, kb, bavg, acc)
-            if jj + 1 < nu and nc > k and dfs[order[jj + 1]] > 0:
-                # As the unfiltered kernel: candidates that can no longer reach the k-th
-                # partial score with the terms left are dropped before the next look-up.
-                theta = _kth_score(acc, cand, nc, k, hs, hi)
-                nc = _prune(acc, cand, nc, remaining[jj + 1] * (1.0 + _SLACK), theta, cand)
+            if jj + 1 < nu and nc > k and dfs[order[jj + 1]] > 0:  # as the unfiltered kernel
+                nc = _narrow(acc, cand, nc, k, remaining[jj + 1] * (1.0 + _SLACK), hs, hi)
         return _take_top(acc, cand, nc, k, hs, hi)
     return _take_top(acc, touched, n_t, k, hs, hi)

@@ -113,6 +113,15 @@ def _prune(acc, src, n, bound, theta, dst):
 
 
 @njit(cache=True, nogil=True)
+def _narrow(acc, cand, nc, k, bound, hs, hi):
+    """Between two look-up terms (nc > k): keep, in order, the candidates cand[:nc] whose
+    partial score + ``bound`` (the later terms' bounds) can still reach the k-th best
+    partial score among them, zeroing the others' acc (``_prune``); returns how many. The
+    k-th partial score is a lower bound of the final k-th, so nothing of the top k goes."""
+    return _prune(acc, cand, nc, bound, _kth_score(acc, cand, nc, k, hs, hi), cand)
+
+
+@njit(cache=True, nogil=True)
 def _take_top(acc, docs, n, k, hs, hi):
     """Top-k of docs[:n] by (acc desc, position asc), zeroing their acc: the end of a query."""
     kk = min(k, n)

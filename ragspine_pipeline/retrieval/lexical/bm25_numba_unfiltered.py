@@ -18,6 +18,7 @@ from .bm25_numba_select import (
     _drain,
     _gallop,
     _kth_score,
+    _narrow,
     _prune,
     _push,
     _take_top,
@@ -185,8 +186,7 @@ def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exha
                 if acc[u] != 0.0:
                     acc[u] += w[p] * s
         if jj + 1 < nu and nc > k:
-            theta = _kth_score(acc, cand, nc, k, hs, hi)
-            nc = _prune(acc, cand, nc, remaining[jj + 1] * (1.0 + _SLACK), theta, cand)
+            nc = _narrow(acc, cand, nc, k, remaining[jj + 1] * (1.0 + _SLACK), hs, hi)
     return _take_top(acc, cand, nc, k, hs, hi)
 
 

@@ -39,6 +39,14 @@ def code_dens(clen, k1, kb, bavg):
     return den
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _fill_row(tab, r, sc, den):
+    """Row r: a term's part at tf 1 for each code, ``sc`` x 1.0 / (1.0 + ``den``[code]), the
+    kernels' per-posting expression with tf 1.0, so every entry is the float they compute."""
+    for c in range(den.shape[0]):
+        tab[r, c] = sc * 1.0 / (1.0 + den[c])
+
+
 @njit(cache=True, nogil=True)
 def tf1_tables(postings, dfs, scale, den):
     """Per term y (``postings[y]``: its list's length, ``dfs[y]``: its survivors), its part
@@ -57,11 +65,8 @@ def tf1_tables(postings, dfs, scale, den):
             m += 1
     tab = np.empty((m, nc), np.float64)
     for y in range(nu):
-        r = row[y]
-        if r >= 0:
-            sc = scale[y]
-            for c in range(nc):
-                tab[r, c] = sc * 1.0 / (1.0 + den[c])
+        if row[y] >= 0:
+            _fill_row(tab, row[y], scale[y], den)
     return tab, row
 
 
@@ -74,9 +79,9 @@ def window_tables(scale, den):
     nu = scale.shape[0]
     nc = den.shape[0] if den.shape[0] <= TAB_CODES else 0
     tab = np.empty((nu, nc), np.float64)
-    for j in range(nu):
-        for c in range(nc):
-            tab[j, c] = scale[j] * 1.0 / (1.0 + den[c])
+    if nc > 0:
+        for j in range(nu):
+            _fill_row(tab, j, scale[j], den)
     return tab
 
 

@@ -37,7 +37,16 @@ from numba import njit
 
 from .bm25_filter_numba import known_df, popcount64, rank, remember_df
 from .bm25_numba_filtered import _add
-from .bm25_numba_select import _SLACK, _distinct, _gallop, _kth_score, _prune, _push, _take_top
+from .bm25_numba_select import (
+    _SLACK,
+    _distinct,
+    _gallop,
+    _kth_score,
+    _narrow,
+    _prune,
+    _push,
+    _take_top,
+)
 from .bm25_packed_filter_weights import code_dens, tf1_tables
 from .bm25_packed_filtered_windows import from_plan, windows_suit
 from .bm25_packed_kernels import (
@@ -333,7 +342,9 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     if not few and nu <= MAX_TERMS and (windows == 2 or windows == 1 and windows_suit(pk[0], ut, dfs, ub, n,
                                                                                    pk[13].shape[0])):
         return from_plan(pk, bits, ut, dfs, scale, ub, order, k, grow, k1, kb, bavg, clen)
-    tab, trow = tf1_tables(pk[0][ut + 1] - pk[0][ut], dfs, scale, code_dens(clen, k1, kb, bavg))
+    # Tables for the scanned terms only (mode 0): gathered and ranked terms never read them.
+    tab, trow = tf1_tables(np.where(mode == 0, pk[0][ut + 1] - pk[0][ut], 0), dfs, scale,
+                           code_dens(clen, k1, kb, bavg))
     remaining = np.zeros(nu + 1, np.float64)
     for j in range(nu - 1, -1, -1):
         remaining[j] = remaining[j + 1] + ub[order[j]]
@@ -392,11 +403,8 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
                         kb, bavg, lens)
             else:
                 _lookup(pk, ut[y], cand, nc, acc, scale[y], wt, k1, docs, tfs, kb, bavg)
-            if jj + 1 < nu and nc > k and dfs[order[jj + 1]] > 0:
-                # As the unfiltered kernel: candidates that can no longer reach the k-th
-                # partial score with the terms left are dropped before the next look-up.
-                theta = _kth_score(acc, cand, nc, k, hs, hi)
-                nc = _prune(acc, cand, nc, remaining[jj + 1] * (1.0 + _SLACK), theta, cand)
+            if jj + 1 < nu and nc > k and dfs[order[jj + 1]] > 0:  # as the unfiltered kernel
+                nc = _narrow(acc, cand, nc, k, remaining[jj + 1] * (1.0 + _SLACK), hs, hi)
         return _take_top(acc, cand, nc, k, hs, hi)
     return _take_top(acc, touched, n_t, k, hs, hi)
 

@@ -24,6 +24,7 @@ from .bm25_numba_select import (
     _SLACK,
     _gallop,
     _kth_score,
+    _narrow,
     _prune,
     _push,
     _take_top,
@@ -325,8 +326,7 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
     for jj in range(j, nu):
         _lookup(pk, ut[jj], cand, nc, acc, scale[jj], wt, 0.0, docs, tfs, 0.0, 0.0)
         if jj + 1 < nu and nc > k:
-            theta = _kth_score(acc, cand, nc, k, hs, hi)
-            nc = _prune(acc, cand, nc, remaining[jj + 1] * (1.0 + _SLACK), theta, cand)
+            nc = _narrow(acc, cand, nc, k, remaining[jj + 1] * (1.0 + _SLACK), hs, hi)
     return _take_top(acc, cand, nc, k, hs, hi)
 
 

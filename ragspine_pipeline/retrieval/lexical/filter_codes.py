@@ -119,10 +119,10 @@ class CachedFilter:
         """Bytes held, with what a ``PackedFilter`` may remember on the retriever's one index
         counted at its most (it fills as queries come, after the entry is put): positions
         when few (at most its words' bytes) and a survivor-df cache of ``DF_SLOTS`` slots."""
+        held = sum(int(getattr(a, "nbytes", 0)) for a in (self.mask, self.positions, self.bm25))
         words = getattr(self.bm25, "words", None)
-        held = sum(int(getattr(a, "nbytes", 0)) for a in (self.mask, self.positions, self.bm25 if words is None else words))
-        if words is not None:
-            held += int(words.nbytes) + DF_SLOTS * 8
+        if words is not None:  # a PackedFilter: its words, its positions when few, its df cache
+            held += 2 * int(words.nbytes) + DF_SLOTS * 8
         return held
 
 

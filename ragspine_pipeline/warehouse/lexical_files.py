@@ -13,10 +13,13 @@ segments: one bucket is the single file ``BM25_FILE``; more are the segment file
 ``BM25_SEGMENTS`` (``bm25_segments``), which a shard maps part of. The postings layout is
 ``choose_layout``'s (``RAGSPINE_BM25_LAYOUT``).
 
-A refresh merges instead of building (``merge_bm25_file``, ``bm25_merge``): the previous
-version's file already holds the counts of every chunk that stays, so only the chunks
-added (or re-analyzed) are counted; the published file is the one a full build writes
-(same layout rule, same answers bit for bit). It falls back to the full build, and says
+A refresh writes only what changed (``merge_bm25_file``, ``lexical_stack``): the previous
+version's segment files are linked into the new version and one new segment holds the
+chunks added or re-analyzed, with fresh live rows per segment (``bm25_stack``, Lucene-style).
+When the merge policy (``StackPolicy``) finds the stack too deep or too dead, the refresh
+merges instead (``bm25_merge``): the largest segment's counts are kept, only the other
+chunks are counted, and one file is written, the one a full build writes (same layout
+rule, same answers bit for bit). It falls back to the full build, and says
 why in the returned metadata (``bm25_build``: ``full``, ``bm25_full_reason``), when there
 is no single previous file (none, or ``RAGSPINE_BM25_BUCKETS`` > 1: segments are built
 whole) or the previous file does not open or pass its checksums (``IndexFormatError``).
@@ -47,7 +50,15 @@ from ..retrieval.lexical.bm25_mapped import MappedBM25Index, open_index
 from ..retrieval.lexical.bm25_merge import check_previous, merge_index_file, plan_merge
 from ..retrieval.lexical.bm25_raw import publish_buckets
 from ..retrieval.lexical.bm25_segments import SegmentedBM25, open_segments, write_segments_stream
+from ..retrieval.lexical.bm25_stack import STACK_FILE, StackedBM25, open_stack
 from ..retrieval.lexical.bm25_stream_build import Batch, build_index_file
+from .lexical_stack import (
+    StackPolicy,
+    binary_ids,
+    open_previous,
+    plan_stack,
+    write_stacked,
+)
 
 BM25_FILE = "bm25.rsbm25"
 BM25_SEGMENTS = "bm25-segments"  # folder of the segment files when the index has several buckets
@@ -91,7 +102,8 @@ def write_bm25_file(version_dir: str | Path, chunk_ids: Ids, docs_tokens: Batch,
 
 def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None, chunk_ids: Ids,
                     docs_tokens: Batch | TokenLoader, *, changed: Ids | None = None, k1: float = DEFAULT_K1,
-                    b: float = DEFAULT_B, buckets: int | None = None, layout: str | None = None) -> dict[str, Any]:
+                    b: float = DEFAULT_B, buckets: int | None = None, layout: str | None = None,
+                    stack: StackPolicy | None = None) -> dict[str, Any]:
     """``write_bm25_file``'s index, merged from ``prev_version_dir``'s BM25 file when it can.
 
     ``chunk_ids``/``docs_tokens`` are the whole new corpus (the served chunks; any order),
@@ -102,9 +114,14 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
     file must hold the tokens of the same analysis (the caller's rule): its kept documents
     are taken as they are. Only counts are read from it, so its k1/b/layout may differ.
 
+    ``stack`` (the default policy; None: always merge): the previous version's segments
+    are linked and one segment of the counted chunks is added (``lexical_stack``), unless
+    the policy says the stack is too deep or too dead; then the merge writes one file.
+
     Returns the manifest metadata: ``write_bm25_file``'s keys with ``bm25_build``
-    ``merged`` (and the documents kept/added/removed, the seconds counting the added ones
-    and merging) or ``full`` with ``bm25_full_reason``.
+    ``stacked`` (segments, documents kept/added/removed, bytes written, churn), ``merged``
+    (the documents kept/added/removed, the seconds counting the added ones and merging,
+    ``bm25_merge_reason`` when a stack was folded) or ``full`` with ``bm25_full_reason``.
     """
     t0 = time.perf_counter()
     n_buckets = publish_buckets(buckets)
@@ -112,12 +129,37 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
     why = ("no previous version" if prev_version_dir is None else "the previous version has no BM25 file"
            if prev_path is None else f"{n_buckets} buckets: segments are built whole" if n_buckets != 1
            else "the previous index is segmented" if not prev_path.is_file() else None)
+    merge_why = None
     if why is None:
         try:
-            prev = open_index(prev_path, kernel="numpy")  # counts only: no query kernels to load
-            check_previous(prev)
             order, sorted_ids, arrow = _sorted_ids(chunk_ids, docs_tokens)
-            plan = plan_merge(prev, sorted_ids if arrow is None else arrow, changed)
+            new_ids = binary_ids(arrow if arrow is not None else sorted_ids)
+            prev = open_previous(prev_path)  # counts only: no query kernels to load
+            if stack is not None and any((s.k1, s.b) != (float(k1), float(b)) for s in prev.segments):
+                merge_why = "k1/b changed: the segments of one stack share them"
+            elif stack is not None:
+                splan = plan_stack(prev, new_ids, changed)
+                segs, churn = splan.churn(len(new_ids))
+                if segs <= stack.max_segments and churn <= stack.max_churn:
+                    def added_batches() -> Iterator[Batch]:
+                        at = order[splan.added]
+                        return (_batches(docs_tokens(at), np.arange(len(at))) if callable(docs_tokens)
+                                else _batches(docs_tokens, at))
+                    meta = write_stacked(Path(version_dir), prev, splan, new_ids, added_batches, k1=k1, b=b,
+                                         layout=layout)
+                    return {**meta, "bm25_churn": round(churn, 4),
+                            "bm25_seconds": round(time.perf_counter() - t0, 3)}
+                merge_why = (f"{segs} segments > {stack.max_segments}" if segs > stack.max_segments
+                             else f"churn {churn:.3f} > {stack.max_churn}")
+            base = prev.base()
+            base_ix = prev.segments[base]
+            check_previous(base_ix)
+            redo = changed
+            if len(prev.segments) > 1 or not (prev.rows[base] >= 0).all():  # a stack: its dead copies too
+                dead = prev.dead_ids(base)
+                redo = dead if changed is None or not len(changed) else pa.concat_arrays(
+                    [binary_ids(changed), dead])
+            plan = plan_merge(base_ix, sorted_ids if arrow is None else arrow, redo)
         except IndexFormatError as exc:
             why = f"the previous BM25 file does not open: {exc}"
         except ValueError as exc:  # no doc ids recorded, or not in chunk-id order
@@ -129,13 +171,14 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
     added_at = order[plan.added_pos]
     added = (_batches(docs_tokens(added_at), np.arange(len(added_at))) if callable(docs_tokens)
              else _batches(docs_tokens, added_at))
-    report = merge_index_file(prev, Path(version_dir) / BM25_FILE, plan, added,
+    report = merge_index_file(base_ix, Path(version_dir) / BM25_FILE, plan, added,
                               k1=k1, b=b, doc_ids=sorted_ids, layout=layout, verify_prev=False)
     return {"bm25_file": BM25_FILE, "bm25_format": bm25_format.FORMAT_VERSION, "bm25_docs": report.docs,
             "bm25_bytes": report.bytes, "bm25_k1": float(k1), "bm25_b": float(b), "bm25_layout": report.layout,
             "bm25_buckets": 1, "bm25_build": "merged", "bm25_docs_kept": report.kept, "bm25_docs_added": report.added,
             "bm25_docs_removed": report.removed, "bm25_count_seconds": report.count_seconds,
-            "bm25_merge_seconds": report.merge_seconds, "bm25_seconds": round(time.perf_counter() - t0, 3)}
+            "bm25_merge_seconds": report.merge_seconds, "bm25_seconds": round(time.perf_counter() - t0, 3),
+            **({"bm25_merge_reason": merge_why} if merge_why else {})}
 
 
 def _sorted_ids(chunk_ids: Ids, docs_tokens: Batch | TokenLoader) -> tuple[np.ndarray, list[str], pa.Array | None]:
@@ -186,6 +229,9 @@ def _take_rows(tokens: pa.Array | pa.ChunkedArray, idx: np.ndarray) -> pa.Array:
 def bm25_file(version_dir: str | Path) -> Path | None:
     """The version's BM25 file (or its folder of segments), or None for a version written
     before there was one."""
+    stacked = Path(version_dir) / STACK_FILE
+    if stacked.is_file():
+        return stacked
     path = Path(version_dir) / BM25_FILE
     if path.is_file():
         return path
@@ -194,7 +240,7 @@ def bm25_file(version_dir: str | Path) -> Path | None:
 
 
 def open_bm25_file(version_dir: str | Path, served_ids: Sequence[str] | None = None, *,
-                   kernel: str = "auto") -> MappedBM25Index | SegmentedBM25 | None:
+                   kernel: str = "auto") -> MappedBM25Index | SegmentedBM25 | StackedBM25 | None:
     """The version's BM25 index, memory-mapped (one file, or every segment of the folder);
     None when there is none, or when ``served_ids`` (sorted by chunk id) are not exactly
     the indexed chunks.
@@ -205,7 +251,8 @@ def open_bm25_file(version_dir: str | Path, served_ids: Sequence[str] | None = N
     path = bm25_file(version_dir)
     if path is None:
         return None
-    index = open_index(path, kernel=kernel) if path.is_file() else open_segments(path, kernel=kernel)
+    index = (open_stack(path.parent, kernel=kernel) if path.name == STACK_FILE else open_index(path, kernel=kernel)
+             if path.is_file() else open_segments(path, kernel=kernel))
     if served_ids is not None and not index.same_doc_ids(served_ids):
         return None
     return index

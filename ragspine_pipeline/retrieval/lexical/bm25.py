@@ -24,9 +24,10 @@ from typing import Any
 import numpy as np
 
 from ...cpus import usable_cpus
-from . import bm25_filter, bm25_kernel, bm25_numpy
+from . import bm25_filter, bm25_kernel, bm25_numpy, bm25_stats_query
 from .bm25_build import BITSET_DF_FRACTION, BLOCK_SIZE, Postings, build_postings
-from .bm25_filter import PackedFilter
+from .bm25_corpus_stats import CorpusStats
+from .bm25_filter import PackedFilter, Survivors
 from .bm25_pool import (
     POSTINGS_PER_THREAD,
     BatchArrays,
@@ -44,6 +45,7 @@ from .bm25_reference import (
     bm25_idf,
     bm25_scores,
 )
+from .bm25_stats_query import NO_STACK, StackArgs
 from .bm25_topk import DENSE, ScoredDocs, empty_scored, top_k, top_k_dense
 
 __all__ = [
@@ -112,6 +114,9 @@ class BM25Index:
         self.n_docs = int(len(p.doc_len))
         self.total_len = int(p.doc_len.sum(dtype=np.int64)) if total_len is None else int(total_len)
         self.avgdl = self.total_len / self.n_docs if self.n_docs else 0.0
+        # The avgdl ``w`` (and its maxima, the filtered kernel's bounds) was computed at: the
+        # index's own, or a segment file's corpus's (``bm25_mapped.open_index`` sets it).
+        self._w_avgdl = self.avgdl
         compiled = None if kernel == "numpy" else bm25_kernel.load_kernels()
         if kernel == "numba" and compiled is None:
             raise RuntimeError("kernel='numba' needs numba, which could not be imported or compiled "
@@ -169,13 +174,25 @@ class BM25Index:
         query_tokens: Sequence[str],
         k: int = 10,
         candidates: np.ndarray | PackedFilter | None = None,
+        *,
+        stats: CorpusStats | None = None,
     ) -> ScoredDocs:
         """Top-``k`` matching docs by (-score, position); only docs with score > 0.
 
         ``candidates`` (a filter): a bool mask over the index positions, the surviving
         positions (any order; a selective filter given as positions costs O(survivors)),
         or a ``PackedFilter`` (packed bits: no packing pass).
+
+        ``stats`` (this index as one part of a stack: ``bm25_stats_query``): the filtered
+        query over ``candidates`` (None: every document) scored with the stack's N, df
+        (``stats.df``, one per query token) and avgdl (``stats.total / stats.n``) instead
+        of the survivors' own; k1 and b stay the index's. With the statistics of
+        ``survivor_stats`` the answer is the filtered query's, bit for bit. ValueError
+        when they cannot include this index's survivors.
         """
+        if stats is not None:
+            return bm25_stats_query.search(self, query_tokens, k, candidates, stats, self._filtered_run,
+                                           lambda tids, mask, stack: bm25_numpy.accumulate(self, tids, mask, stack))
         if k > 0 and self._kernels is not None:
             return self._search_compiled(query_tokens, k, candidates)
         mask = self._as_mask(candidates)
@@ -187,6 +204,15 @@ class BM25Index:
         if ids is DENSE:
             return top_k_dense(sc, k)
         return top_k(ids, sc, k)
+
+    def survivor_stats(self, query_tokens: Sequence[str],
+                       candidates: np.ndarray | PackedFilter | None = None) -> CorpusStats:
+        """The documents ``candidates`` keeps (any form ``search`` takes; None: all): their
+        count, summed length and, per query token in order, how many contain it: this
+        index's part of a stack's statistics (``CorpusStats``, summed with ``+``). Counted
+        by the filtered kernel's own routes (a reused ``PackedFilter`` costs no pass over
+        N and shares its df cache with the queries)."""
+        return bm25_stats_query.survivor_stats(self, query_tokens, candidates, self._filtered_run)
 
     def search_batch(self, queries: Sequence[Sequence[str]], k: int = 10, *,
                      threads: int | None = None) -> list[ScoredDocs]:
@@ -243,20 +269,30 @@ class BM25Index:
                                           self.k1 + 1.0, int(k), sc.acc, sc.touched, self._exhaustive_docs,
                                           self._bptr, self._bmax)
             return ScoredDocs(ids, scores)
+        ids, scores, _ = self._filtered_run(tids, int(k), candidates)
+        return ScoredDocs(ids, scores)
+
+    def _filtered_run(self, tids: np.ndarray, k: int, candidates: np.ndarray | PackedFilter,
+                      stack: StackArgs = NO_STACK) -> tuple[np.ndarray, np.ndarray, Survivors]:
+        """The filtered kernel over the prepared (or remembered) survivors: its (ids,
+        scores), or with ``k == 0`` (survivor df per distinct term, empty); and the survivors."""
+        sc = self._scratch
+        kern = self._kernels
         sup = bm25_filter.support(self)
         sup.ensure_terms(kern, tids)
         surv = bm25_filter.remembered(candidates, sup, lambda: bm25_filter.prepare(self, kern, candidates, sc),
                                       len(self.df))
         try:
+            bm25_stats_query.check_stack(stack, surv)
             ids, scores = kern.search_filtered(
                 self.indptr, self.indices, self.tf, sup.lengths(), surv.bits, surv.positions, surv.n, surv.total,
-                tids, self._bit_row, self._bits, sup.rank_dir, self.k1, self.b, int(k), sc.acc, sc.touched,
-                self._w_max, self.avgdl, self._bptr, self._bmax, sup.blk_tf, sup.blk_len, sup.t_maxtf, sup.t_minlen,
-                surv.known)
+                tids, self._bit_row, self._bits, sup.rank_dir, self.k1, self.b, k, sc.acc, sc.touched,
+                self._w_max, self._w_avgdl, self._bptr, self._bmax, sup.blk_tf, sup.blk_len, sup.t_maxtf,
+                sup.t_minlen, surv.known, *stack)
         finally:
             if surv.scratch_set is not None:
                 kern.clear_bits(surv.scratch_set, surv.bits)
-        return ScoredDocs(ids, scores)
+        return ids, scores, surv
 
     def _as_mask(self, candidates: np.ndarray | PackedFilter | None) -> np.ndarray | None:
         if candidates is None:

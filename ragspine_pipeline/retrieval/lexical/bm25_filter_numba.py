@@ -212,3 +212,25 @@ def rank(row, rdir, d):
     for x in range(w - w % RANK_WORDS, w):
         c += popcount64(row[x])
     return c + popcount64(row[w] & ((np.uint64(1) << np.uint64(d & 63)) - np.uint64(1)))
+
+
+@njit(cache=True, nogil=True)
+def stack_scale(n, avgdl, dfs, mult, first, k1p1, g_n, g_total, g_df):
+    """(idf x (k1 + 1) x multiplicity of each distinct query term with a surviving posting,
+    the avgdl to score with): over the survivors' own n / ``dfs`` / avgdl, or, when ``g_df``
+    is not empty, over a stack's (``CorpusStats``: ``g_n``, ``g_total`` and per query
+    position ``g_df``, read at each term's first position ``first``). The filtered kernels
+    share it so both layouts score a stack alike; the expression is theirs, float for float.
+    A stack df below this index's survivor df breaks the caller's promise (the stack holds
+    these survivors): ValueError, raised before anything is scored."""
+    nu = dfs.shape[0]
+    scale = np.zeros(nu, np.float64)
+    stacked = g_df.shape[0] > 0
+    sn = g_n if stacked else n
+    for y in range(nu):
+        if dfs[y] > 0:
+            dg = g_df[first[y]] if stacked else dfs[y]
+            if dg < dfs[y]:
+                raise ValueError("stack statistics: a query token's df is below this index's survivor df")
+            scale[y] = np.log1p((sn - dg + 0.5) / (dg + 0.5)) * k1p1 * mult[y]
+    return scale, (g_total / g_n if stacked else avgdl)

@@ -194,6 +194,8 @@ def open_index(path: str | os.PathLike[str], *, kernel: str = "auto") -> MappedB
     # built in memory (writable): those are other numba signatures, which the first query
     # would otherwise load, or compile on a cold cache (bm25_kernel.flavour).
     ix._adopt(postings, MappedVocabulary(f), toc.k1, toc.b, "numpy", total_len=toc.total_len)
+    if toc.corpus_docs:  # a segment: its weights (and their maxima) use the corpus's avgdl
+        ix._w_avgdl = toc.corpus_len / toc.corpus_docs
     if kernel != "numpy":
         ix._kernels = bm25_kernel.load_kernels(postings)
         bm25_kernel.require(kernel, ix._kernels)

@@ -7,7 +7,7 @@ import numpy as np
 from numba import njit
 
 from .bm25_build import BLOCK_SIZE
-from .bm25_filter_numba import known_df, popcount64, rank, remember_df
+from .bm25_filter_numba import known_df, popcount64, rank, remember_df, stack_scale
 from .bm25_numba_select import (
     _SLACK,
     _distinct,
@@ -232,7 +232,8 @@ def _term_bound(y, t, scale, wmax, grow, t_maxtf, t_minlen, k1, kb, bavg):
 
 @njit(cache=True, nogil=True)
 def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, bit_row, term_bits, rank_dir, k1, b,
-                    k, acc, touched, wmax, avgdl_all, bptr, bmax, blk_tf, blk_len, t_maxtf, t_minlen, known):
+                    k, acc, touched, wmax, avgdl_all, bptr, bmax, blk_tf, blk_len, t_maxtf, t_minlen, known, g_n,
+                    g_total, g_df):
     """Exact filtered top-k: N, df and avgdl over the filter's n survivors (the spec),
     MaxScore-pruned like ``search_one``. ``bits`` is the packed filter (uint64 words).
 
@@ -252,6 +253,13 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
     only. ``known`` (empty = none kept) is a reused filter's survivor df cache
     (``bm25_filter.df_cache``): a df counted by popcount or a pass is read back by later
     queries; a gathered term's df comes with its gathering.
+
+    A stack (``g_df`` not empty: ``bm25_stats_query``) scores with its N ``g_n``, avgdl
+    ``g_total / g_n`` and df ``g_df`` (one per position of ``qtids``) instead: only idf,
+    avgdl and the bounds built on them change; planning and routes keep the survivors'
+    own counts (the df cache holds those). ``k == 0`` scores nothing and returns, as
+    ids, the survivor df of each distinct term in first-seen order (``survivor_stats``:
+    this kernel's counting routes and cache, no entry point more to load at open).
     acc is zero on entry and exit.
     """
     empty_i = np.zeros(0, np.int64)
@@ -264,7 +272,7 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
     # corpus) cost more as mispredicted branches than as arithmetic: scan those lists
     # without a branch on the survivor bit.
     coin = 5 * n >= acc.shape[0] and 10 * n <= 9 * acc.shape[0]
-    ut, mult, _first = _distinct(qtids)
+    ut, mult, first = _distinct(qtids)
     nu = ut.shape[0]
     # How each term's surviving postings are read (its survivor df comes on the way or by
     # popcount): 0 scan its list; 1 gathered into (g_doc, g_tf) once, by galloping the few
@@ -322,15 +330,16 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
                         c += np.int64(_alive64(bits, indices[p]))
                 remember_df(known, t, c)
             dfs[y] = c
+    if k == 0:
+        return dfs, empty_s
     k1p1 = k1 + 1.0
     kb = 1.0 - b
+    scale, avgdl = stack_scale(n, avgdl, dfs, mult, first, k1p1, g_n, g_total, g_df)
     bavg = b / avgdl
     grow = max(1.0, avgdl / avgdl_all) if avgdl_all > 0 else 1.0
-    scale = np.zeros(nu, np.float64)
     ub = np.zeros(nu, np.float64)
     for y in range(nu):
         if dfs[y] > 0:
-            scale[y] = np.log1p((n - dfs[y] + 0.5) / (dfs[y] + 0.5)) * k1p1 * mult[y]
             ub[y] = _term_bound(y, ut[y], scale, wmax, grow, t_maxtf, t_minlen, k1, kb, bavg)
     order = np.argsort(-ub, kind="mergesort")
     remaining = np.zeros(nu + 1, np.float64)

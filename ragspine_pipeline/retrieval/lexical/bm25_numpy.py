@@ -19,8 +19,13 @@ if TYPE_CHECKING:
     from .bm25 import BM25Index
 
 
-def accumulate(ix: BM25Index, term_ids: list[int], mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def accumulate(ix: BM25Index, term_ids: list[int], mask: np.ndarray | None,
+               stack: tuple[int, int, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(doc positions, scores) of every candidate that matches a query term.
+
+    ``stack`` (with a mask): a stack's N, summed length and df per ``term_ids`` entry
+    (``bm25_stats_query``), scored with in place of the survivors' own; ValueError when
+    they cannot include these survivors.
 
     All query-term postings are concatenated first, so the arithmetic is a handful of
     vectorized passes over the touched postings whatever the query length:
@@ -61,7 +66,11 @@ def accumulate(ix: BM25Index, term_ids: list[int], mask: np.ndarray | None) -> t
         all_i, all_f = all_i[keep], all_f[keep]
         lengths = np.bincount(term_of, minlength=len(tids))
         # Statistics over the surviving candidates only, as the reference computes them.
-        scale = bm25_idf(n, lengths.astype(np.float64)) * (k1 + 1.0)
+        if stack is not None and len(stack[2]):
+            n, avgdl, dfs = _stack_stats(ix, mask, n, lengths, stack)
+        else:
+            dfs = lengths
+        scale = bm25_idf(n, dfs.astype(np.float64)) * (k1 + 1.0)
         w = k1 * (1.0 - b + b * ix.doc_len[all_i] / avgdl)
         w += all_f
         np.divide(all_f, w, out=w)
@@ -79,6 +88,16 @@ def accumulate(ix: BM25Index, term_ids: list[int], mask: np.ndarray | None) -> t
     si = all_i[order]
     starts = np.flatnonzero(np.r_[True, si[1:] != si[:-1]])
     return si[starts].astype(np.int64), np.add.reduceat(w[order], starts)
+
+
+def _stack_stats(ix: BM25Index, mask: np.ndarray, n: int, dfs: np.ndarray,
+                 stack: tuple[int, int, np.ndarray]) -> tuple[int, float, np.ndarray]:
+    """(N, avgdl, df per query term) of a stack holding these survivors (``n``, their df
+    ``dfs``); raises ValueError for statistics that cannot hold them."""
+    g_n, g_total, g_df = stack
+    if g_n < n or g_total < int(ix.doc_len[mask].sum(dtype=np.int64)) or bool((g_df < dfs).any()):
+        raise ValueError("stack statistics do not include this index's survivors")
+    return g_n, g_total / g_n, g_df
 
 
 def maxscore(ix: BM25Index, term_ids: list[int], k: int, min_docs: int) -> ScoredDocs | None:

@@ -24,6 +24,7 @@ import numpy as np
 from . import bm25_filter, bm25_filter_numba, bm25_packed_filtered
 from .bm25_filter import FEW_SURVIVORS_DIV, NO_KNOWN, PackedFilter, Survivors
 from .bm25_packed_filter_support import PackedFilterSupport, support
+from .bm25_stats_query import NO_STACK, StackArgs, check_stack
 from .bm25_topk import ScoredDocs
 
 # Survivors up to N / this: their summed length is gathered from their positions (random
@@ -41,22 +42,33 @@ WINDOWS = 1
 # type checking, would close an import cycle (it imports this module for filtered queries).
 
 
-def search(ix: Any, tids: np.ndarray, k: int, candidates: Any) -> ScoredDocs:
+def search(ix: Any, tids: np.ndarray, k: int, candidates: Any, stack: StackArgs = NO_STACK) -> ScoredDocs:
     """Exact filtered top-k of the known query term ids ``tids`` (non-empty, k > 0) under
-    ``candidates``; raises ValueError for a malformed filter (``bm25_filter.prepare``)."""
+    ``candidates``, with a stack's statistics when ``stack`` has some
+    (``bm25_stats_query``); raises ValueError for a malformed filter
+    (``bm25_filter.prepare``) or statistics that cannot hold this index's survivors."""
+    ids, scores, _ = run(ix, tids, k, candidates, stack)
+    return ScoredDocs(ids, scores)
+
+
+def run(ix: Any, tids: np.ndarray, k: int, candidates: Any,
+        stack: StackArgs = NO_STACK) -> tuple[np.ndarray, np.ndarray, Survivors]:
+    """The filtered kernel's (ids, scores), or with ``k == 0`` (survivor df per distinct
+    term, empty), and the survivors it ran over."""
     sup = support(ix)
     sup.ensure_terms(tids)
     sc = ix._scratch
     surv = bm25_filter.remembered(candidates, sup, lambda: _prepare(ix, sup, candidates, sc), ix.n_terms)
     try:
+        check_stack(stack, surv)
         ids, scores = bm25_packed_filtered.search_filtered(
             ix._pk, surv.bits, surv.positions, surv.n, surv.total, tids, ix._weights(), k, sc.acc, sc.touched,
             ix._w_max, sup.lengths(), sup.t_maxtf, sup.t_minlen, sup.rank_dir, sup.code_lengths(), WINDOWS,
-            surv.known)
+            surv.known, *stack)
     finally:
         if surv.scratch_set is not None:
             bm25_filter_numba.clear_bits(surv.scratch_set, surv.bits)
-    return ScoredDocs(ids, scores)
+    return ids, scores, surv
 
 
 def _prepare(ix: Any, sup: PackedFilterSupport, candidates: Any, sc: Any) -> Survivors:
@@ -128,5 +140,5 @@ def warm(pk: tuple[np.ndarray, ...], wt: tuple[Any, ...], w_max: np.ndarray, n_d
     lens = pk[8].astype(lengths)
     for surv in (pos, pos[:0]):
         bm25_packed_filtered.search_filtered(pk, bits, surv, n, int(np.sum(pk[8])), q, wt, 1, acc, touched, w_max,
-                                             lens, t_stat, t_stat, rank_dir, _NO_CODES, 1, NO_KNOWN)
+                                             lens, t_stat, t_stat, rank_dir, _NO_CODES, 1, NO_KNOWN, *NO_STACK)
     clear_bits(pos, bits)

@@ -35,7 +35,7 @@ remaining terms cannot change the top k, they are looked up for the remaining ca
 import numpy as np
 from numba import njit
 
-from .bm25_filter_numba import known_df, popcount64, rank, remember_df
+from .bm25_filter_numba import known_df, popcount64, rank, remember_df, stack_scale
 from .bm25_numba_filtered import _add
 from .bm25_numba_select import (
     _SLACK,
@@ -304,7 +304,7 @@ def _plan(pk, ut, bits, surv, n, few, docs, tfs, known):
 
 @njit(cache=True, nogil=True)
 def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, lens, t_maxtf, t_minlen,
-                    rank_dir, clen, windows, known):
+                    rank_dir, clen, windows, known, g_n, g_total, g_df):
     """Exact filtered top-k over packed postings (see the module docstring). ``bits`` is
     the filter as uint64 words, ``surv`` the survivors' ascending positions when few
     (else empty), ``n`` / ``total`` their count and summed length (``bm25_filter.prepare``);
@@ -313,7 +313,9 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     ``wt``'s, whose avgdl (``wt[4]``) the stored block maxima were computed at. ``clen``:
     the file's length of each length code (empty without codes); ``windows``: 1 routes a
     dense filter to the window kernel when it suits the query, 0 never, 2 always (tests);
-    ``known``: the filter's survivor df cache (``_plan``; ``bm25_filter.remembered``).
+    ``known``: the filter's survivor df cache (``_plan``; ``bm25_filter.remembered``);
+    ``g_n`` / ``g_total`` / ``g_df`` (empty: none) a stack's statistics and ``k == 0`` the
+    survivor df alone, as ``bm25_numba_filtered.search_filtered`` takes them.
     acc is zero on entry and exit."""
     k1 = wt[2]
     b = wt[3]
@@ -323,19 +325,19 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     tfs = np.empty(_BLOCK, np.int64)
     avgdl = total / n
     few = surv.shape[0] == n
-    ut, mult, _first = _distinct(qtids)
+    ut, mult, first = _distinct(qtids)
     nu = ut.shape[0]
     dfs, mode, g_lo, g_doc, g_tf = _plan(pk, ut, bits, surv, n, few, docs, tfs, known)
-    k1p1 = k1 + 1.0
+    if k == 0:
+        return dfs, np.zeros(0, np.float64)
     kb = 1.0 - b
+    scale, avgdl = stack_scale(n, avgdl, dfs, mult, first, k1 + 1.0, g_n, g_total, g_df)
     bavg = b / avgdl
     grow = max(1.0, avgdl / wt[4])  # the weights' avgdl: the one the stored maxima were computed at
-    scale = np.zeros(nu, np.float64)
     ub = np.zeros(nu, np.float64)
     for y in range(nu):
         if dfs[y] > 0:
             t = ut[y]
-            scale[y] = np.log1p((n - dfs[y] + 0.5) / (dfs[y] + 0.5)) * k1p1 * mult[y]
             ub[y] = scale[y] * min(wmax[t] * grow, _tf_bound(np.float64(t_maxtf[t]), np.float64(t_minlen[t]),
                                                              k1, kb, bavg))
     order = np.argsort(-ub, kind="mergesort")

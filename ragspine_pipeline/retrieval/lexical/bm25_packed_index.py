@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...cpus import usable_cpus
-from . import bm25_filter, bm25_kernel, bm25_numpy, numba_start
+from . import bm25_filter, bm25_kernel, bm25_numpy, bm25_stats_query, numba_start
 from .bm25 import EXHAUSTIVE_MAX_DOCS, KERNELS, MAXSCORE_MIN_DOCS, candidate_mask
 from .bm25_build import BLOCK_SIZE
+from .bm25_corpus_stats import CorpusStats
 from .bm25_format import HEADER_BYTES, CorruptIndexError
 from .bm25_kernel import fell_back
 from .bm25_mapfile import MappedDocIds, _MappedFile
@@ -46,6 +46,7 @@ from .bm25_packed import (
     norm_of,
     w_of,
 )
+from .bm25_packed_views import _PostingsView, _QueryPostings
 from .bm25_pool import (
     POSTINGS_PER_THREAD,
     BatchArrays,
@@ -188,55 +189,6 @@ class _PackedFile(_MappedFile):
             self.term_ok[t] = True
 
 
-@dataclass(frozen=True)
-class _QueryPostings:
-    """A few terms' postings decoded into the plain layout's arrays, for ``bm25_numpy``
-    (local term ids 0..m-1; ``n_docs``, ``avgdl`` and ``doc_len`` are the index's)."""
-
-    indptr: np.ndarray
-    indices: np.ndarray
-    tf: np.ndarray
-    w: np.ndarray
-    df: np.ndarray
-    _idf_full: np.ndarray
-    _w_max: np.ndarray
-    doc_len: np.ndarray
-    n_docs: int
-    avgdl: float
-    k1: float
-    b: float
-
-
-class _PostingsView:
-    """``indices`` / ``tf`` of a packed index as slices over the plain postings numbering
-    (what ``bm25_segments`` reads: ``ix.indices[ix.indptr[t]:ix.indptr[t + 1]]``)."""
-
-    def __init__(self, ix: PackedBM25Index, which: int) -> None:
-        self._ix, self._which = ix, which
-
-    def __len__(self) -> int:
-        return int(self._ix.indptr[-1])
-
-    def __getitem__(self, key: slice) -> np.ndarray:
-        if not isinstance(key, slice) or key.step not in (None, 1):
-            raise TypeError("packed postings are read by contiguous slices")
-        start, stop, _ = key.indices(len(self))
-        ix = self._ix
-        if stop <= start:
-            return np.zeros(0, np.int64)
-        t = int(np.searchsorted(ix.indptr, start, side="right")) - 1
-        parts, pos = [], int(ix.indptr[t])
-        while pos < stop:
-            ix._file.verify_term(t)
-            parts.append(ix.decode(t)[self._which])
-            pos += len(parts[-1])
-            t += 1
-        first = int(np.searchsorted(ix.indptr, start, side="right")) - 1
-        flat = np.concatenate(parts)
-        lo = start - int(ix.indptr[first])
-        return flat[lo:lo + stop - start]
-
-
 class PackedBM25Index(MappedDocIds):
     """A packed BM25 file, memory-mapped (``open_packed``); ``BM25Index``'s query API."""
 
@@ -339,11 +291,16 @@ class PackedBM25Index(MappedDocIds):
         return out
 
     # ------------------------------------------------------------ search
-    def search(self, query_tokens: Sequence[str], k: int = 10, candidates: Any = None) -> ScoredDocs:
+    def search(self, query_tokens: Sequence[str], k: int = 10, candidates: Any = None, *,
+               stats: CorpusStats | None = None) -> ScoredDocs:
         """Top-``k`` matching docs by (-score, position); only docs with score > 0.
 
         ``candidates`` (a filter): a bool mask over the index positions, the surviving
-        positions (any order), or a ``PackedFilter``, as ``BM25Index.search`` takes them."""
+        positions (any order), or a ``PackedFilter``; ``stats``: a stack's statistics;
+        both as ``BM25Index.search`` takes them."""
+        if stats is not None:
+            return bm25_stats_query.search(self, query_tokens, k, candidates, stats, self._filtered_run,
+                                           self._stack_accumulate)
         if k > 0 and self._kernels is not None:  # any filter form, prepared without a pass over N
             return self._search_compiled(query_tokens, k, candidates)
         mask = self._as_mask(candidates)
@@ -375,6 +332,19 @@ class PackedBM25Index(MappedDocIds):
         # A mask, positions or packed words: survivor statistics without a pass over N
         # lengths (bm25_packed_filter_search).
         return self._filtered.search(self, tids, int(k), candidates)
+
+    def survivor_stats(self, query_tokens: Sequence[str], candidates: Any = None) -> CorpusStats:
+        """This index's part of a stack's statistics (``BM25Index.survivor_stats``)."""
+        return bm25_stats_query.survivor_stats(self, query_tokens, candidates, self._filtered_run)
+
+    def _filtered_run(self, tids: np.ndarray, k: int, candidates: Any,
+                      stack: bm25_stats_query.StackArgs) -> tuple[np.ndarray, np.ndarray, Any]:
+        return self._filtered.run(self, tids, k, candidates, stack)
+
+    def _stack_accumulate(self, term_ids: list[int], mask: np.ndarray,
+                          stack: bm25_stats_query.StackArgs) -> tuple[np.ndarray, np.ndarray]:
+        qp, local = self._query_postings(term_ids)
+        return bm25_numpy.accumulate(qp, local, mask, stack)  # type: ignore[arg-type]
 
     def search_batch(self, queries: Sequence[Sequence[str]], k: int = 10, *,
                      threads: int | None = None) -> list[ScoredDocs]:

@@ -53,6 +53,7 @@ from ..retrieval.lexical.bm25_segments import SegmentedBM25, open_segments, writ
 from ..retrieval.lexical.bm25_stack import STACK_FILE, StackedBM25, open_stack
 from ..retrieval.lexical.bm25_stream_build import Batch, build_index_file
 from .lexical_stack import (
+    DEFAULT_POLICY,
     StackPolicy,
     binary_ids,
     open_previous,
@@ -103,7 +104,7 @@ def write_bm25_file(version_dir: str | Path, chunk_ids: Ids, docs_tokens: Batch,
 def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None, chunk_ids: Ids,
                     docs_tokens: Batch | TokenLoader, *, changed: Ids | None = None, k1: float = DEFAULT_K1,
                     b: float = DEFAULT_B, buckets: int | None = None, layout: str | None = None,
-                    stack: StackPolicy | None = None) -> dict[str, Any]:
+                    stack: StackPolicy | None = DEFAULT_POLICY) -> dict[str, Any]:
     """``write_bm25_file``'s index, merged from ``prev_version_dir``'s BM25 file when it can.
 
     ``chunk_ids``/``docs_tokens`` are the whole new corpus (the served chunks; any order),

@@ -7,9 +7,11 @@ although the previous version's files already hold all of that for the rows that
 (#27, pipeline refresh <= 5% of a full build). Here a refresh reads only the served rows'
 keys (chunk id, document, version), then:
 
-* the BM25 index is merged from the previous file (``merge_bm25_file``) with the tokens
-  of only the chunks it lacks (a ``TokenLoader`` reads them from the newest token
-  segments that hold them);
+* the BM25 index stacks one new segment on the previous version's segments
+  (``merge_bm25_file``, ``lexical_stack``), or merges when the policy says so, with the
+  tokens of only the chunks it lacks (a ``TokenLoader`` reads them from the newest token
+  segments that hold them); a refresh where a document became withheld or RESTRICTED
+  always merges (``_newly_unserved``), so no dead copy of its text stays in the files;
 * the served records keep each previous record whose row is the same stored row (same
   chunk id, document and document version: a chunks row is written once and never
   changed, and the previous version's chunks segments are a prefix of this one's), and
@@ -19,7 +21,10 @@ keys (chunk id, document, version), then:
 Security: what is reused comes from the previous version's served files, which hold
 served rows only, and only rows that are served now are kept: a chunk deleted,
 relabelled RESTRICTED (the labels are judged now, under the rules in force) or withheld
-is not among the keys, so it leaves both files. A previous file that fails its checksums
+is not among the keys, so it leaves the records and the index's live rows (never counted
+in a statistic, scored or returned). A deleted chunk's dead copy may stay in a stacked
+segment's bytes until the next merge, as in Lucene; a withheld or RESTRICTED one never
+does: such a refresh merges. A previous file that fails its checksums
 is not reused (the full write runs, and the metadata says why).
 """
 
@@ -36,8 +41,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import served_records as records
-from .chunk_tables import served_chunk_table
+from .chunk_tables import active_chunk_table, published_chunks, served_chunk_table, withheld_docs
+from .common import restricted_mask
 from .lexical_files import TokenLoader, merge_bm25_file
+from .lexical_stack import DEFAULT_POLICY
 from .record_rows import row_json_batches
 from .served_records import (
     FIELD_COLUMNS,
@@ -75,8 +82,11 @@ def write_served_files(wh: VersionedTables, library: str, pub: Published, pub_ch
         return {**files, **write_served_records(pub.path, served)}
     keys = served_chunk_table(wh, library, pub_chunks.version, columns=KEYS)
     ids = keys.column("chunk_id").combine_chunks()
+    purge = _newly_unserved(wh, library, pub_chunks.version, prev.manifest["metadata"].get("chunks_version"))
     files = merge_bm25_file(pub.path, prev.path, ids, _token_loader(pub, ids, _no_tokens(pub, library)),
-                            changed=pa.array(list(analyzed), pa.string()))
+                            changed=pa.array(list(analyzed), pa.string()), stack=None if purge else DEFAULT_POLICY)
+    if purge:
+        files["bm25_stack_off"] = purge
     why = _records_unusable(prev, pub_chunks)
     if why is None:
         try:
@@ -85,6 +95,30 @@ def write_served_files(wh: VersionedTables, library: str, pub: Published, pub_ch
             why = str(exc)
     served = served_chunk_table(wh, library, pub_chunks.version)
     return {**files, **write_served_records(pub.path, served), "served_build": "full", "served_full_reason": why}
+
+
+def _unserved_docs(wh: VersionedTables, library: str, version: str) -> set[str]:
+    """Documents with chunks that are active but not served in this chunks version
+    (RESTRICTED under the rules in force now, an odd or unreadable label, withheld)."""
+    pub = published_chunks(wh, library, version)
+    table = active_chunk_table(pub, columns=["doc_id", "sensitivity"])
+    drop = restricted_mask(table.column("sensitivity").fill_null("INTERNAL"))
+    docs = set(pc.unique(table.column("doc_id").filter(drop)).to_pylist())
+    return docs | set(withheld_docs(pub))
+
+
+def _newly_unserved(wh: VersionedTables, library: str, version: str, prev_version: str | None) -> str | None:
+    """Why this refresh must not stack (None: it may).
+
+    A stack keeps the previous segments' bytes, dead copies included, until a merge. A
+    document that is withheld or RESTRICTED now but was not before (relabelled, or deleted
+    and back under a closed label) may have its text in those bytes: the refresh then
+    merges, so the published files hold no posting, term or length of it (fail closed:
+    also when the previous chunks version is unknown)."""
+    if prev_version is None:
+        return "the previous chunks version is not recorded"
+    new = _unserved_docs(wh, library, version) - _unserved_docs(wh, library, prev_version)
+    return f"{len(new)} documents newly withheld or RESTRICTED: merged, their text leaves the files" if new else None
 
 
 def _no_tokens(pub: Published, library: str) -> str:

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import weakref
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,8 @@ STACK_FILE = "bm25-stack.json"
 STACK_KIND = "ragspine-bm25-stack"
 STACK_FORMAT = 1
 ROWS_DTYPE = np.dtype("<i4")
-FILTER_MEMO = 64  # reused row filters whose per-segment filters are kept (the retriever keeps 64)
+DF_MEMO = 1 << 16  # tokens whose stack df a reused filter keeps (then it starts again)
+FILTER_MEMO = 16  # reused row filters translated per segment and kept (each may remember a df cache per segment)
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,15 @@ def open_stack(folder: str | os.PathLike[str], *, kernel: str = "auto") -> Stack
     return StackedBM25(indexes, rows, n_docs, digest=digest, path=folder)
 
 
+@dataclass
+class _Totals:
+    """A reused filter's statistics over the whole stack (n < 0: not counted yet)."""
+
+    n: int = -1
+    total: int = 0
+    df: dict[str, int] = field(default_factory=dict)
+
+
 class StackedBM25:
     """Segments plus rows, answering in the version's rows (see the module docstring)."""
 
@@ -183,7 +194,9 @@ class StackedBM25:
         self._digest = digest
         self._live = [None if bool((r >= 0).all()) else PackedFilter.from_mask(r >= 0) for r in self.rows]
         self._row_seg: tuple[np.ndarray, np.ndarray] | None = None
-        self._memo: dict[int, tuple[weakref.ref, list[Any]]] = {}
+        self._memo: dict[int, tuple[weakref.ref, list[Any], _Totals]] = {}
+        self._live_totals = _Totals()
+        self._memo_lock = threading.Lock()
 
     # ------------------------------------------------------------ ids
     has_doc_ids = True
@@ -218,12 +231,9 @@ class StackedBM25:
             if candidates is not None:
                 candidate_mask(candidates, self.n_docs)  # a malformed filter is still an error
             return empty_scored()
-        filters = self._live if candidates is None else self._segment_filters(candidates)
+        filters, totals = (self._live, self._live_totals) if candidates is None else self._segment_filters(candidates)
         tokens = list(query_tokens)
-        stats = CorpusStats.zero(len(tokens))
-        for seg, f in zip(self.segments, filters, strict=True):
-            if f is not False:
-                stats = stats + seg.survivor_stats(tokens, f)
+        stats = self._stats(tokens, filters, totals)
         if stats.n == 0 or stats.total == 0 or not stats.df.any():
             return empty_scored()
         ids, scores = [], []
@@ -235,17 +245,45 @@ class StackedBM25:
             scores.append(part.scores)
         return merge_top_k(np.concatenate(ids), np.concatenate(scores), k)
 
+    def _stats(self, tokens: list[str], filters: list[Any], totals: _Totals | None) -> CorpusStats:
+        """The stack's statistics of ``tokens`` under per-segment ``filters``: the segments'
+        parts summed. A reused filter (``totals``; the live rows are one) remembers its
+        count, summed length and each token's df, so a query of known tokens costs no
+        segment call here: one scoring call per segment is what is left."""
+        if totals is None:
+            return self._summed(tokens, filters)
+        got = {t: totals.df.get(t) for t in tokens}
+        missing = [t for t, d in got.items() if d is None]
+        n, total = totals.n, totals.total
+        if missing or n < 0:
+            part = self._summed(missing, filters)
+            n, total = part.n, part.total
+            got.update(zip(missing, part.df.tolist(), strict=True))
+            if len(totals.df) + len(missing) > DF_MEMO:
+                totals.df = {}
+            totals.df.update(zip(missing, part.df.tolist(), strict=True))
+            totals.n, totals.total = n, total
+        return CorpusStats(n, total, np.array([got[t] for t in tokens], np.int64))
+
+    def _summed(self, tokens: list[str], filters: list[Any]) -> CorpusStats:
+        stats = CorpusStats.zero(len(tokens))
+        for seg, f in zip(self.segments, filters, strict=True):
+            if f is not False:
+                stats = stats + seg.survivor_stats(tokens, f)
+        return stats
+
     def search_batch(self, queries: Sequence[Sequence[str]], k: int = 10, *,
                      threads: int | None = None) -> list[ScoredDocs]:
         return [self.search(q, k) for q in queries]
 
-    def _segment_filters(self, candidates: Any) -> list[Any]:
-        """Per segment, the row filter as that segment's filter (False: no survivor there).
-        A reused ``PackedFilter`` is translated once (kept weakly, ``FILTER_MEMO`` of them)."""
+    def _segment_filters(self, candidates: Any) -> tuple[list[Any], _Totals | None]:
+        """Per segment, the row filter as that segment's filter (False: no survivor there),
+        and the record of its statistics when it is a reused ``PackedFilter``: translated
+        once, kept weakly (``FILTER_MEMO`` of them)."""
         if isinstance(candidates, PackedFilter):
             hit = self._memo.get(id(candidates))
             if hit is not None and hit[0]() is candidates:
-                return hit[1]
+                return hit[1], hit[2]
         cand = candidates if isinstance(candidates, PackedFilter) else np.asarray(candidates)
         if not isinstance(cand, PackedFilter) and cand.dtype != np.bool_:
             out = self._from_rows(cand)
@@ -255,11 +293,14 @@ class StackedBM25:
             for rows in self.rows:
                 m = mask[np.maximum(rows, 0)] & (rows >= 0)
                 out.append(PackedFilter.from_mask(m) if m.any() else False)
-        if isinstance(candidates, PackedFilter):
+        if not isinstance(candidates, PackedFilter):
+            return out, None
+        totals = _Totals()
+        with self._memo_lock:
             while len(self._memo) >= FILTER_MEMO:
-                self._memo.pop(next(iter(self._memo)))
-            self._memo[id(candidates)] = (weakref.ref(candidates), out)
-        return out
+                self._memo.pop(next(iter(self._memo)), None)
+            self._memo[id(candidates)] = (weakref.ref(candidates), out, totals)
+        return out, totals
 
     def _from_rows(self, rows_wanted: np.ndarray) -> list[Any]:
         """Rows given as integers: each segment gets its positions, O(their number)."""

@@ -38,6 +38,7 @@ from .analyzer import Analyzer, make_analyzer
 from .bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
 from .bm25_filter import PackedFilter, handover
 from .bm25_packed_index import PackedBM25Index
+from .bm25_stack import StackedBM25
 from .filter_codes import CachedFilter, FieldCodes, FilterCache, code_values, coded_mask, filter_key
 from .fusion import DEFAULT_RRF_K, FusionConfig, Run, fuse_runs, fusion_configured, fusion_from_env
 from .glossary import GlossaryQueryRewriter, query_variants
@@ -72,6 +73,8 @@ def bm25_candidates(index: Any, mask: np.ndarray | None,
     the mask as is. Either way the same survivors: the answers are the mask's.
     """
     compiled = isinstance(index, (BM25Index, PackedBM25Index)) and getattr(index, "_kernels", None) is not None
+    # A refresh stack translates packed words once per reused filter, and positions in O(their number).
+    compiled = compiled or isinstance(index, StackedBM25)
     if mask is None or not compiled:
         return mask
     return handover(mask, positions)

@@ -1,0 +1,223 @@
+"""Refresh segments (#27 item 1): a refresh publishes a stack of immutable segments with
+live rows, answers as one index over the same chunks would, and folds back into one file
+under its merge policy. Damaged stack files are errors naming them."""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from test_bm25_merge import _corpus, _docs
+
+from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
+from ragspine_pipeline.retrieval.lexical.bm25_format import CorruptIndexError, IndexFormatError
+from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+from ragspine_pipeline.retrieval.lexical.bm25_stack import STACK_FILE, StackedBM25, open_stack
+from ragspine_pipeline.warehouse.lexical_files import (
+    BM25_FILE,
+    merge_bm25_file,
+    open_bm25_file,
+    write_bm25_file,
+)
+from ragspine_pipeline.warehouse.lexical_stack import StackPolicy
+
+QUERIES = [["t1"], ["t2", "t7"], ["t3", "t3", "t40"], ["only_new"], ["changed_term", "t5"], ["營收"],
+           ["t11", "t12", "t13", "t14", "t150"], ["nosuchterm"], ["t0", "nosuchterm"]]
+
+
+def _tokens(corpus: dict[str, list[str]], ids: list[str]) -> pa.Array:
+    return pa.array([corpus[i] for i in ids], pa.list_(pa.string()))
+
+
+def _refresh(old: dict, seed: int, frac: float = 0.01) -> tuple[dict, list[str]]:
+    """A small refresh: ~frac removed, added and re-analyzed."""
+    rng = np.random.default_rng(seed)
+    new = dict(old)
+    ids = sorted(old)
+    m = max(1, int(len(ids) * frac))
+    for cid in rng.choice(ids, m, replace=False).tolist():
+        new.pop(cid)
+    for i, d in enumerate(_docs(rng, m)):
+        new[f"r{seed}-{i:04d}"] = d
+    new[f"r{seed}-only"] = ["only_new", "t2"]
+    changed = [c for c in rng.choice(sorted(new), m, replace=False).tolist() if c in old]
+    for cid in changed:
+        new[cid] = new[cid] + ["changed_term"]
+    return new, changed
+
+
+def _publish(vdir: Path, prev: Path | None, corpus: dict, changed=None, **kw) -> dict:
+    ids = sorted(corpus)[::-1]  # any order, as the served table gives them
+    return merge_bm25_file(vdir, prev, pa.array(ids), _tokens(corpus, ids), changed=changed, **kw)
+
+
+def _assert_same(stack, ref, n_docs: int) -> None:
+    """Same top-k ids and scores to 1e-9, unfiltered and under filters of every form."""
+    rng = np.random.default_rng(4)
+    masks = [rng.random(n_docs) < f for f in (1.0, 0.5, 0.05, 0.003)]
+    forms = [None]
+    for m in masks:
+        forms += [m, np.flatnonzero(m), PackedFilter.from_mask(m)]
+    reused = forms[-1]
+    forms.append(reused)  # a reused packed filter: its per-segment filters are remembered
+    for q in QUERIES:
+        for k in (1, 10):
+            for f in forms:
+                x = stack.search(q, k, candidates=f)
+                y = ref.search(q, k, candidates=None if f is None else (
+                    f if not isinstance(f, PackedFilter) else f.to_mask(n_docs)))
+                assert np.array_equal(x.ids, y.ids), (q, k)
+                np.testing.assert_allclose(x.scores, y.scores, rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("layout", ["plain", "packed"])
+def test_refreshes_stack_segments_and_answer_as_one_index(tmp_path, layout):
+    v = [tmp_path / f"v{i}" for i in range(5)]
+    corpus = _corpus(n=1500)
+    first = _publish(v[0], None, corpus, layout=layout)
+    assert first["bm25_build"] == "full"
+    for i in range(1, 4):
+        corpus, changed = _refresh(corpus, seed=i)
+        meta = _publish(v[i], v[i - 1], corpus, changed=changed, layout=layout)
+        assert meta["bm25_build"] == "stacked", meta
+        assert meta["bm25_segments"] == i + 1 and meta["bm25_docs"] == len(corpus)
+        assert meta["bm25_bytes_written"] < meta["bm25_bytes"] / 4  # only what changed is written
+        stack = open_bm25_file(v[i], sorted(corpus))
+        assert isinstance(stack, StackedBM25) and stack.n_docs == len(corpus)
+        ids = sorted(corpus)
+        write_bm25_file(tmp_path / f"fresh{i}", ids, [corpus[c] for c in ids], layout=layout)
+        _assert_same(stack, open_index(tmp_path / f"fresh{i}" / BM25_FILE), len(corpus))
+        assert stack.doc_ids([0, len(corpus) - 1]) == [ids[0], ids[-1]]
+    # The base file is shared, not copied: a hard link to the first version's bytes.
+    assert os.stat(v[3] / BM25_FILE).st_ino == os.stat(v[0] / BM25_FILE).st_ino
+    # The served-ids check: other ids are not this index.
+    assert open_bm25_file(v[3], sorted(corpus)[1:]) is None
+    # The policy folds the stack back into one file, the one a fresh build writes.
+    corpus, changed = _refresh(corpus, seed=9)
+    meta = _publish(v[4], v[3], corpus, changed=changed, layout=layout, stack=StackPolicy(max_segments=3))
+    assert meta["bm25_build"] == "merged" and "segments" in meta["bm25_merge_reason"]
+    assert not (v[4] / STACK_FILE).exists()
+    ids = sorted(corpus)
+    write_bm25_file(tmp_path / "fresh4", ids, [corpus[c] for c in ids], layout=layout)
+    merged, fresh = open_index(v[4] / BM25_FILE), open_index(tmp_path / "fresh4" / BM25_FILE)
+    for q in QUERIES:
+        x, y = merged.search(q, 10), fresh.search(q, 10)
+        assert np.array_equal(x.ids, y.ids) and np.array_equal(x.scores, y.scores)
+
+
+def test_churn_past_the_policy_merges_and_a_deletion_only_refresh_stacks(tmp_path):
+    corpus = _corpus(n=800)
+    _publish(tmp_path / "a", None, corpus)
+    big, changed = _refresh(corpus, seed=2, frac=0.2)
+    meta = _publish(tmp_path / "b", tmp_path / "a", big, changed=changed)
+    assert meta["bm25_build"] == "merged" and "churn" in meta["bm25_merge_reason"]
+    fewer = dict(corpus)
+    for cid in sorted(corpus)[::50]:
+        fewer.pop(cid)
+    meta = _publish(tmp_path / "c", tmp_path / "a", fewer)
+    assert meta["bm25_build"] == "stacked" and meta["bm25_docs_added"] == 0 and meta["bm25_segments"] == 1
+    ids = sorted(fewer)
+    write_bm25_file(tmp_path / "fresh", ids, [fewer[c] for c in ids])
+    _assert_same(open_bm25_file(tmp_path / "c"), open_index(tmp_path / "fresh" / BM25_FILE), len(fewer))
+
+
+def test_damaged_stack_files_are_errors_naming_them(tmp_path):
+    corpus = _corpus(n=400)
+    _publish(tmp_path / "a", None, corpus)
+    new, changed = _refresh(corpus, seed=3)
+    _publish(tmp_path / "b", tmp_path / "a", new, changed=changed)
+    good = tmp_path / "b"
+
+    def damaged(name: str) -> Path:
+        d = tmp_path / f"d{len(list(tmp_path.iterdir()))}"
+        d.mkdir()
+        for f in good.iterdir():
+            (d / f.name).write_bytes(f.read_bytes())
+        return d
+
+    d = damaged("rows")
+    rows = d / "bm25-rows-000.i32"
+    rows.write_bytes(rows.read_bytes()[:-4])
+    with pytest.raises(CorruptIndexError, match="bm25-rows-000"):
+        open_stack(d)
+    d = damaged("flip")
+    rows = d / "bm25-rows-001.i32"
+    raw = bytearray(rows.read_bytes())
+    raw[0] ^= 0x01
+    rows.write_bytes(bytes(raw))
+    with pytest.raises(CorruptIndexError, match="bm25-rows-001"):
+        open_stack(d)
+    d = damaged("newer")
+    man = json.loads((d / STACK_FILE).read_text())
+    man["format"] = 99
+    (d / STACK_FILE).write_text(json.dumps(man))
+    with pytest.raises(IndexFormatError, match="99.*1"):
+        open_stack(d)
+    d = damaged("rows-permuted")  # a CRC-valid rows file that breaks the row rules
+    man = json.loads((d / STACK_FILE).read_text())
+    rows = d / man["segments"][0]["rows"]
+    r = np.frombuffer(rows.read_bytes(), "<i4").copy()
+    live = np.flatnonzero(r >= 0)
+    r[live[0]], r[live[1]] = r[live[1]], r[live[0]]
+    rows.write_bytes(r.tobytes())
+    man["segments"][0]["rows_crc32"] = zlib.crc32(r.tobytes())
+    (d / STACK_FILE).write_text(json.dumps(man))
+    with pytest.raises(CorruptIndexError, match="ascending"):
+        open_stack(d)
+    d = damaged("missing")
+    man = json.loads((d / STACK_FILE).read_text())
+    (d / man["segments"][-1]["file"]).unlink()
+    with pytest.raises(FileNotFoundError, match="segment missing"):
+        open_stack(d)
+    d = damaged("manifest")
+    (d / STACK_FILE).write_text("{not json")
+    with pytest.raises(CorruptIndexError, match=STACK_FILE):
+        open_stack(d)
+
+
+# ----------------------------------------------------------------- pipeline
+def test_pipeline_refreshes_stack_and_a_restricted_relabel_merges_its_text_out(tmp_path):
+    from test_bm25_merge import LIB, _write
+    from test_bm25_merge import _refresh as refresh
+
+    from ragspine_pipeline.warehouse import pipeline as P
+    from ragspine_pipeline.warehouse.versioned import VersionedTables
+
+    corpus = tmp_path / "corpus"
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(80)]
+    for i in range(40):
+        _write(corpus, f"doc{i:02d}", f"# Doc {i}\n\n" + " ".join(rng.choice(words, 60)) + f" marker{i}\n")
+    wh = VersionedTables(tmp_path / "wh")
+    assert refresh(wh, corpus).metadata["bm25_build"] == "full"
+    _write(corpus, "doc01", "# Doc 1\n\nrewritten body with brandnew words\n")
+    (corpus / LIB / "doc02.md").unlink()
+    (corpus / LIB / "doc02.meta.json").unlink()
+    lex = refresh(wh, corpus)
+    assert lex.metadata["bm25_build"] == "stacked", lex.metadata
+    from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever
+
+    index = P.load_snapshot_index(wh, LIB)
+    assert isinstance(index.retriever.index, StackedBM25)
+    served = NarrativeIndexRetriever(index)
+    hits = served.retrieve("brandnew rewritten", top_k=3)
+    assert hits and hits[0]["doc_id"].endswith("/doc01")
+    assert all(not h["doc_id"].endswith("/doc02") for h in served.retrieve("marker2", top_k=5))
+    # A relabel to RESTRICTED: the refresh merges, and no file of the version holds its words.
+    secret = "zqxsecretword"
+    _write(corpus, "doc03", (corpus / LIB / "doc03.md").read_text(encoding="utf-8").replace(
+        "marker3", f"marker3 {secret}"), label="PUBLIC")
+    assert refresh(wh, corpus).metadata["bm25_build"] == "stacked"
+    _write(corpus, "doc03", (corpus / LIB / "doc03.md").read_text(encoding="utf-8"), label="RESTRICTED")
+    lex = refresh(wh, corpus)
+    meta = lex.metadata
+    assert meta["bm25_build"] == "merged" and "RESTRICTED" in meta["bm25_stack_off"], meta
+    for f in lex.published.path.iterdir():
+        assert b"zqxsecret" not in f.read_bytes(), f.name  # the word, or its stem
+    assert not any(h["doc_id"].endswith("/doc03") for h in
+                   NarrativeIndexRetriever(P.load_snapshot_index(wh, LIB)).retrieve(f"marker3 {secret}", top_k=10))

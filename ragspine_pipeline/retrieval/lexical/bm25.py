@@ -283,12 +283,13 @@ class BM25Index:
         surv = bm25_filter.remembered(candidates, sup, lambda: bm25_filter.prepare(self, kern, candidates, sc),
                                       len(self.df))
         try:
-            bm25_stats_query.check_stack(stack, surv)
+            if stack.shape[0]:
+                bm25_stats_query.check_stack(stack, surv)
             ids, scores = kern.search_filtered(
                 self.indptr, self.indices, self.tf, sup.lengths(), surv.bits, surv.positions, surv.n, surv.total,
                 tids, self._bit_row, self._bits, sup.rank_dir, self.k1, self.b, k, sc.acc, sc.touched,
                 self._w_max, self._w_avgdl, self._bptr, self._bmax, sup.blk_tf, sup.blk_len, sup.t_maxtf,
-                sup.t_minlen, surv.known, *stack)
+                sup.t_minlen, surv.known, stack)
         finally:
             if surv.scratch_set is not None:
                 kern.clear_bits(surv.scratch_set, surv.bits)

@@ -215,22 +215,23 @@ def rank(row, rdir, d):
 
 
 @njit(cache=True, nogil=True)
-def stack_scale(n, avgdl, dfs, mult, first, k1p1, g_n, g_total, g_df):
+def stack_scale(n, avgdl, dfs, mult, first, k1p1, stack):
     """(idf x (k1 + 1) x multiplicity of each distinct query term with a surviving posting,
-    the avgdl to score with): over the survivors' own n / ``dfs`` / avgdl, or, when ``g_df``
-    is not empty, over a stack's (``CorpusStats``: ``g_n``, ``g_total`` and per query
-    position ``g_df``, read at each term's first position ``first``). The filtered kernels
-    share it so both layouts score a stack alike; the expression is theirs, float for float.
-    A stack df below this index's survivor df breaks the caller's promise (the stack holds
-    these survivors): ValueError, raised before anything is scored."""
+    the avgdl to score with): over the survivors' own n / ``dfs`` / avgdl, or, when
+    ``stack`` is not empty, over a stack's (``bm25_stats_query.stack_args``: its N, summed
+    length, then df per query position, read at each term's first position ``first``).
+    One array, not three arguments: each argument costs the dispatcher per query. The
+    filtered kernels share it so both layouts score a stack alike; the expression is
+    theirs, float for float. A stack df below this index's survivor df breaks the caller's
+    promise (the stack holds these survivors): ValueError, before anything is scored."""
     nu = dfs.shape[0]
     scale = np.zeros(nu, np.float64)
-    stacked = g_df.shape[0] > 0
-    sn = g_n if stacked else n
+    stacked = stack.shape[0] > 0
+    sn = stack[0] if stacked else n
     for y in range(nu):
         if dfs[y] > 0:
-            dg = g_df[first[y]] if stacked else dfs[y]
+            dg = stack[2 + first[y]] if stacked else dfs[y]
             if dg < dfs[y]:
                 raise ValueError("stack statistics: a query token's df is below this index's survivor df")
             scale[y] = np.log1p((sn - dg + 0.5) / (dg + 0.5)) * k1p1 * mult[y]
-    return scale, (g_total / g_n if stacked else avgdl)
+    return scale, (stack[1] / stack[0] if stacked else avgdl)

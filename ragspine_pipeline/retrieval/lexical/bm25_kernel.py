@@ -159,7 +159,7 @@ def _warm(k: Kernels, f: Flavour) -> None:
     k.rank_directory(a["bits"][0], rank_dir[0])
     k.search_filtered(indptr, indices, a["tf"], a["lengths"], bits, surv, n, total, q, a["bit_row"], a["bits"],
                       rank_dir, 1.5, 0.75, 1, acc, touched, w_max, 1.0, bptr, bmax, blk_tf, blk_len, blk_tf, blk_len,
-                      np.zeros(1, np.int64), 0, 0, np.zeros(0, np.int64))  # no stack statistics (bm25_stats_query)
+                      np.zeros(1, np.int64), np.zeros(0, np.int64))  # no stack statistics (bm25_stats_query)
 
 
 def load_kernels(like: Any = None, *, mapped: bool = False) -> Kernels | None:

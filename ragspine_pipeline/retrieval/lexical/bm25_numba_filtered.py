@@ -232,8 +232,7 @@ def _term_bound(y, t, scale, wmax, grow, t_maxtf, t_minlen, k1, kb, bavg):
 
 @njit(cache=True, nogil=True)
 def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, bit_row, term_bits, rank_dir, k1, b,
-                    k, acc, touched, wmax, avgdl_all, bptr, bmax, blk_tf, blk_len, t_maxtf, t_minlen, known, g_n,
-                    g_total, g_df):
+                    k, acc, touched, wmax, avgdl_all, bptr, bmax, blk_tf, blk_len, t_maxtf, t_minlen, known, stack):
     """Exact filtered top-k: N, df and avgdl over the filter's n survivors (the spec),
     MaxScore-pruned like ``search_one``. ``bits`` is the packed filter (uint64 words).
 
@@ -254,8 +253,8 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
     (``bm25_filter.df_cache``): a df counted by popcount or a pass is read back by later
     queries; a gathered term's df comes with its gathering.
 
-    A stack (``g_df`` not empty: ``bm25_stats_query``) scores with its N ``g_n``, avgdl
-    ``g_total / g_n`` and df ``g_df`` (one per position of ``qtids``) instead: only idf,
+    A stack (``stack`` not empty: its N, summed length, then df per position of ``qtids``;
+    ``bm25_stats_query.stack_args``) scores with those N, df and avgdl instead: only idf,
     avgdl and the bounds built on them change; planning and routes keep the survivors'
     own counts (the df cache holds those). ``k == 0`` scores nothing and returns, as
     ids, the survivor df of each distinct term in first-seen order (``survivor_stats``:
@@ -334,7 +333,7 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
         return dfs, empty_s
     k1p1 = k1 + 1.0
     kb = 1.0 - b
-    scale, avgdl = stack_scale(n, avgdl, dfs, mult, first, k1p1, g_n, g_total, g_df)
+    scale, avgdl = stack_scale(n, avgdl, dfs, mult, first, k1p1, stack)
     bavg = b / avgdl
     grow = max(1.0, avgdl / avgdl_all) if avgdl_all > 0 else 1.0
     ub = np.zeros(nu, np.float64)

@@ -20,11 +20,11 @@ if TYPE_CHECKING:
 
 
 def accumulate(ix: BM25Index, term_ids: list[int], mask: np.ndarray | None,
-               stack: tuple[int, int, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               stack: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(doc positions, scores) of every candidate that matches a query term.
 
     ``stack`` (with a mask): a stack's N, summed length and df per ``term_ids`` entry
-    (``bm25_stats_query``), scored with in place of the survivors' own; ValueError when
+    (``bm25_stats_query.stack_args``), scored with in place of the survivors' own; ValueError when
     they cannot include these survivors.
 
     All query-term postings are concatenated first, so the arithmetic is a handful of
@@ -66,7 +66,7 @@ def accumulate(ix: BM25Index, term_ids: list[int], mask: np.ndarray | None,
         all_i, all_f = all_i[keep], all_f[keep]
         lengths = np.bincount(term_of, minlength=len(tids))
         # Statistics over the surviving candidates only, as the reference computes them.
-        if stack is not None and len(stack[2]):
+        if stack is not None and len(stack):
             n, avgdl, dfs = _stack_stats(ix, mask, n, lengths, stack)
         else:
             dfs = lengths
@@ -91,10 +91,10 @@ def accumulate(ix: BM25Index, term_ids: list[int], mask: np.ndarray | None,
 
 
 def _stack_stats(ix: BM25Index, mask: np.ndarray, n: int, dfs: np.ndarray,
-                 stack: tuple[int, int, np.ndarray]) -> tuple[int, float, np.ndarray]:
+                 stack: np.ndarray) -> tuple[int, float, np.ndarray]:
     """(N, avgdl, df per query term) of a stack holding these survivors (``n``, their df
     ``dfs``); raises ValueError for statistics that cannot hold them."""
-    g_n, g_total, g_df = stack
+    g_n, g_total, g_df = int(stack[0]), int(stack[1]), stack[2:]
     if g_n < n or g_total < int(ix.doc_len[mask].sum(dtype=np.int64)) or bool((g_df < dfs).any()):
         raise ValueError("stack statistics do not include this index's survivors")
     return g_n, g_total / g_n, g_df

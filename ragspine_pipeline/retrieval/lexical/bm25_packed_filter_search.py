@@ -60,11 +60,12 @@ def run(ix: Any, tids: np.ndarray, k: int, candidates: Any,
     sc = ix._scratch
     surv = bm25_filter.remembered(candidates, sup, lambda: _prepare(ix, sup, candidates, sc), ix.n_terms)
     try:
-        check_stack(stack, surv)
+        if stack.shape[0]:
+            check_stack(stack, surv)
         ids, scores = bm25_packed_filtered.search_filtered(
             ix._pk, surv.bits, surv.positions, surv.n, surv.total, tids, ix._weights(), k, sc.acc, sc.touched,
             ix._w_max, sup.lengths(), sup.t_maxtf, sup.t_minlen, sup.rank_dir, sup.code_lengths(), WINDOWS,
-            surv.known, *stack)
+            surv.known, stack)
     finally:
         if surv.scratch_set is not None:
             bm25_filter_numba.clear_bits(surv.scratch_set, surv.bits)
@@ -140,5 +141,5 @@ def warm(pk: tuple[np.ndarray, ...], wt: tuple[Any, ...], w_max: np.ndarray, n_d
     lens = pk[8].astype(lengths)
     for surv in (pos, pos[:0]):
         bm25_packed_filtered.search_filtered(pk, bits, surv, n, int(np.sum(pk[8])), q, wt, 1, acc, touched, w_max,
-                                             lens, t_stat, t_stat, rank_dir, _NO_CODES, 1, NO_KNOWN, *NO_STACK)
+                                             lens, t_stat, t_stat, rank_dir, _NO_CODES, 1, NO_KNOWN, NO_STACK)
     clear_bits(pos, bits)

@@ -304,7 +304,7 @@ def _plan(pk, ut, bits, surv, n, few, docs, tfs, known):
 
 @njit(cache=True, nogil=True)
 def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, lens, t_maxtf, t_minlen,
-                    rank_dir, clen, windows, known, g_n, g_total, g_df):
+                    rank_dir, clen, windows, known, stack):
     """Exact filtered top-k over packed postings (see the module docstring). ``bits`` is
     the filter as uint64 words, ``surv`` the survivors' ascending positions when few
     (else empty), ``n`` / ``total`` their count and summed length (``bm25_filter.prepare``);
@@ -314,7 +314,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     the file's length of each length code (empty without codes); ``windows``: 1 routes a
     dense filter to the window kernel when it suits the query, 0 never, 2 always (tests);
     ``known``: the filter's survivor df cache (``_plan``; ``bm25_filter.remembered``);
-    ``g_n`` / ``g_total`` / ``g_df`` (empty: none) a stack's statistics and ``k == 0`` the
+    ``stack`` (empty: none) a stack's statistics and ``k == 0`` the
     survivor df alone, as ``bm25_numba_filtered.search_filtered`` takes them.
     acc is zero on entry and exit."""
     k1 = wt[2]
@@ -331,7 +331,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     if k == 0:
         return dfs, np.zeros(0, np.float64)
     kb = 1.0 - b
-    scale, avgdl = stack_scale(n, avgdl, dfs, mult, first, k1 + 1.0, g_n, g_total, g_df)
+    scale, avgdl = stack_scale(n, avgdl, dfs, mult, first, k1 + 1.0, stack)
     bavg = b / avgdl
     grow = max(1.0, avgdl / wt[4])  # the weights' avgdl: the one the stored maxima were computed at
     ub = np.zeros(nu, np.float64)

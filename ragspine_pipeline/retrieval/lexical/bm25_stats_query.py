@@ -26,9 +26,10 @@ from .bm25_corpus_stats import CorpusStats
 from .bm25_filter import PackedFilter
 from .bm25_topk import DENSE, ScoredDocs, empty_scored, top_k, top_k_dense
 
-NO_DF = np.zeros(0, np.int64)
-StackArgs = tuple[int, int, np.ndarray]  # what the filtered kernels take: (N, summed length, df per query term)
-NO_STACK: StackArgs = (0, 0, NO_DF)  # the survivors' own statistics
+# What the filtered kernels take: int64 [N, summed length, df per known query token...]
+# (``stack_args``); empty: the survivors' own statistics.
+StackArgs = np.ndarray
+NO_STACK: StackArgs = np.zeros(0, np.int64)
 
 # (term ids, k, filter, stack) -> the kernel's (ids, scores, survivors); k == 0: (df per distinct term, _, _)
 Run = Callable[[np.ndarray, int, Any, StackArgs], tuple[np.ndarray, np.ndarray, Any]]
@@ -44,18 +45,21 @@ def known_tokens(get: Callable[[str], int | None], query_tokens: Sequence[str]) 
 
 
 def stack_args(stats: CorpusStats, n_tokens: int, pos: np.ndarray) -> StackArgs:
-    """``stats`` as the kernels take it: df at the known tokens' positions, in a fresh
-    writable int64 array (the one array type the kernels are compiled for)."""
+    """``stats`` as the kernels take it: N, summed length, then df at the known tokens'
+    positions, in a fresh writable int64 array (the one array type the kernels are
+    compiled for)."""
     df = np.asarray(stats.df)
     if df.shape != (n_tokens,):
         raise ValueError(f"stack statistics hold {df.size} df for a query of {n_tokens} tokens")
-    return int(stats.n), int(stats.total), np.array(df[pos], np.int64)
+    out = np.empty(2 + len(pos), np.int64)
+    out[0], out[1], out[2:] = int(stats.n), int(stats.total), df[pos]
+    return out
 
 
 def check_stack(stack: StackArgs, surv: Any) -> None:
     """Raise ValueError when a stack's N or summed length cannot include this index's
     survivors (``surv.n`` / ``surv.total``): the caller's sums are wrong."""
-    if len(stack[2]) and surv.n > 0 and (stack[0] < surv.n or stack[1] < surv.total):
+    if len(stack) and surv.n > 0 and (stack[0] < surv.n or stack[1] < surv.total):
         raise ValueError(f"stack statistics (N={stack[0]}, length {stack[1]}) do not include this index's "
                          f"{surv.n} survivors (length {surv.total})")
 

@@ -501,8 +501,8 @@ def _stack_markdown(rows: dict) -> list[str]:
               "A query's p50 on the stack is 1.1-2.3x one file's (plain 50%: 0.8x). The tail is unfiltered: the",
               "previous segment carries the refresh's dead rows, so an unfiltered query runs the filtered",
               "kernel under a ~99% live filter there, not the unfiltered block-max one, and on queries of",
-              "the most common terms at 10M that kernel is far slower (query 164, `w13 w3 w24 w34`: 1.36 s",
-              "on the stack, 33 ms on one file; measured apart, the single file itself took ~1.4 s under a",
+              "the most common terms at 10M that kernel is far slower (query 164, `w13 w3 w24 w34`: 1.38 s",
+              "on the stack, 31 ms on one file; measured apart, the single file itself took ~1.4 s under a",
               "99% filter and ~0.45 s under 50%: it is the dense-filter route, not the stack's statistics",
               "pass, which took under 0.2 ms per segment with the live filter's df cache warm).", "",
               "| docs | layout | filter | stack p50 ms | single p50 ms | p50 stack / single | stack mean ms | "

@@ -133,7 +133,7 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
     merge_why = None
     if why is None:
         try:
-            order, sorted_ids, arrow = _sorted_ids(chunk_ids, docs_tokens)
+            order, sorted_ids, arrow = _sorted_ids(chunk_ids, docs_tokens, as_list=False)
             new_ids = binary_ids(arrow if arrow is not None else sorted_ids)
             prev = open_previous(prev_path)  # counts only: no query kernels to load
             if stack is not None and any((s.k1, s.b) != (float(k1), float(b)) for s in prev.segments):
@@ -172,6 +172,8 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
     added_at = order[plan.added_pos]
     added = (_batches(docs_tokens(added_at), np.arange(len(added_at))) if callable(docs_tokens)
              else _batches(docs_tokens, added_at))
+    if sorted_ids is None:
+        sorted_ids = arrow.to_pylist()
     report = merge_index_file(base_ix, Path(version_dir) / BM25_FILE, plan, added,
                               k1=k1, b=b, doc_ids=sorted_ids, layout=layout, verify_prev=False)
     return {"bm25_file": BM25_FILE, "bm25_format": bm25_format.FORMAT_VERSION, "bm25_docs": report.docs,
@@ -182,19 +184,27 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
             **({"bm25_merge_reason": merge_why} if merge_why else {})}
 
 
-def _sorted_ids(chunk_ids: Ids, docs_tokens: Batch | TokenLoader) -> tuple[np.ndarray, list[str], pa.Array | None]:
+def _sorted_ids(chunk_ids: Ids, docs_tokens: Batch | TokenLoader, *,
+                as_list: bool = True) -> tuple[np.ndarray, list[str] | None, pa.Array | None]:
     """(the order that sorts the chunks by id, the sorted ids, the same as Arrow when given
-    as Arrow); the ids must be unique and as many as the token lists (a loader has one per id)."""
+    as Arrow); the ids must be unique and as many as the token lists (a loader has one per id).
+    ``as_list=False``: Arrow ids are not turned into a Python list (None; a stack needs none).
+
+    Arrow ids are checked unique on the sorted array (no two neighbours equal: 0.06 s at 10M
+    ids, where a distinct count hashes every id, ~3 s)."""
     n = len(chunk_ids)
     if not callable(docs_tokens) and n != len(docs_tokens):
         raise ValueError(f"{n} chunk ids for {len(docs_tokens)} token lists")
-    arrow_ids = isinstance(chunk_ids, pa.Array | pa.ChunkedArray)
-    if (pc.count_distinct(chunk_ids).as_py() if arrow_ids else len(set(chunk_ids))) != n:
-        raise ValueError("chunk ids must be unique")
-    if arrow_ids:
+    if isinstance(chunk_ids, pa.Array | pa.ChunkedArray):
         order = pc.sort_indices(chunk_ids).to_numpy().astype(np.int64)
         arrow = chunk_ids.take(pa.array(order))
-        return order, arrow.to_pylist(), arrow
+        if isinstance(arrow, pa.ChunkedArray):
+            arrow = arrow.combine_chunks()
+        if n > 1 and pc.any(pc.equal(arrow.slice(1), arrow.slice(0, n - 1))).as_py():
+            raise ValueError("chunk ids must be unique")
+        return order, arrow.to_pylist() if as_list else None, arrow
+    if len(set(chunk_ids)) != n:
+        raise ValueError("chunk ids must be unique")
     order = np.array(sorted(range(n), key=chunk_ids.__getitem__), np.int64)
     return order, [chunk_ids[i] for i in order.tolist()], None
 

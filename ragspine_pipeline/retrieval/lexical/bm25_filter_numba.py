@@ -214,7 +214,7 @@ def rank(row, rdir, d):
     return c + popcount64(row[w] & ((np.uint64(1) << np.uint64(d & 63)) - np.uint64(1)))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def stack_scale(n, avgdl, dfs, mult, first, k1p1, stack):
     """(idf x (k1 + 1) x multiplicity of each distinct query term with a surviving posting,
     the avgdl to score with): over the survivors' own n / ``dfs`` / avgdl, or, when

@@ -48,6 +48,15 @@ from .bm25_packed_windows import (
 
 DENSE_DIV = 4  # the window route serves filters keeping at least 1 / this of the documents
 HEAVY_POSTINGS = 2  # ... and queries whose lists hold at least this x N postings
+# A filter keeping almost every document (>= ALMOST_ALL_NUM / ALMOST_ALL_DEN: a refresh stack's
+# live rows, or all of them) routes here also lighter queries (lists >= LIGHT_POSTINGS_TENTHS / 10
+# x N postings) when every term is common (df >= N / COMMON_DF_DIV): term at a time then scans
+# whole lists before the k-th score rises (10M, 99% kept, `w13 w3 w24 w34`: 1.4 s, here 32 ms,
+# unfiltered 30 ms). Fitted on the 200 synthetic queries at 1M, 99% kept: p50 0.89x unfiltered
+# (term at a time alone 0.92x), mean 1.41x (3.27x).
+ALMOST_ALL_NUM, ALMOST_ALL_DEN = 9, 10
+COMMON_DF_DIV = 20
+LIGHT_POSTINGS_TENTHS = 3
 TF_BOUND_GROW = 1.05  # block bounds add the tf bound only when the stored max grows more
 
 
@@ -434,7 +443,8 @@ def _walk(data, off, dbits, tbits, last, bmax, maxtf, minlen, dcode, bits, scale
 def windows_suit(indptr, ut, dfs, ub, n, n_docs):
     """Whether this kernel should answer a filtered query of at most ``MAX_TERMS`` distinct
     terms: the filter keeps at least 1 / ``DENSE_DIV`` of the documents, the query's lists
-    hold at least ``HEAVY_POSTINGS`` x N postings, and the rare terms
+    hold at least ``HEAVY_POSTINGS`` x N postings (or, under a filter keeping almost all,
+    ``LIGHT_POSTINGS_TENTHS`` / 10 x N with every term common), and the rare terms
     (full list under 1 / ``RARE_DF_FRACTION`` of the documents) do not carry most of the
     summed bounds (as the unfiltered router, ``bm25_packed_route._window_suits``, decides:
     term-at-a-time scores their few documents first, and the k-th score is high at once).
@@ -453,8 +463,14 @@ def windows_suit(indptr, ut, dfs, ub, n, n_docs):
         return False
     nu = ut.shape[0]
     postings = 0
+    common = True
     for y in range(nu):
-        postings += indptr[ut[y] + 1] - indptr[ut[y]]
+        df = indptr[ut[y] + 1] - indptr[ut[y]]
+        postings += df
+        if dfs[y] > 0 and df * COMMON_DF_DIV < n_docs:
+            common = False
+    if n * ALMOST_ALL_DEN >= ALMOST_ALL_NUM * n_docs and common and postings * 10 >= LIGHT_POSTINGS_TENTHS * n_docs:
+        return True  # almost every document kept, and no rare term to raise the k-th score early
     if postings < HEAVY_POSTINGS * n_docs:
         return False
     rare = 0.0

@@ -174,6 +174,12 @@ def test_damaged_stack_files_are_errors_naming_them(tmp_path):
     (d / man["segments"][-1]["file"]).unlink()
     with pytest.raises(FileNotFoundError, match="segment missing"):
         open_stack(d)
+    d = damaged("escape")  # a manifest naming a file outside its folder opens nothing
+    man = json.loads((d / STACK_FILE).read_text())
+    man["segments"][0]["file"] = "../a/" + man["segments"][0]["file"]
+    (d / STACK_FILE).write_text(json.dumps(man))
+    with pytest.raises(CorruptIndexError, match="not a file here"):
+        open_stack(d)
     d = damaged("manifest")
     (d / STACK_FILE).write_text("{not json")
     with pytest.raises(CorruptIndexError, match=STACK_FILE):

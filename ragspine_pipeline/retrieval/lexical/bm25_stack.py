@@ -143,6 +143,12 @@ def open_stack(folder: str | os.PathLike[str], *, kernel: str = "auto") -> Stack
         digest = bytes.fromhex(man["doc_id_digest"])
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptIndexError(where, f"malformed stack manifest: {exc}") from exc
+    for s in segs:  # names in this folder only: a damaged or hostile manifest opens nothing else
+        if any(not isinstance(x, str) or Path(x).name != x or x in ("", ".", "..")
+                           for x in (s.file, s.rows)):
+            raise CorruptIndexError(where, f"segment or rows file name {s.file!r}/{s.rows!r} is not a file here")
+    if not segs:
+        raise CorruptIndexError(where, "a stack without segments")
     rows = []
     for s in segs:
         p = folder / s.rows

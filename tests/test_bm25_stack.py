@@ -119,6 +119,10 @@ def test_churn_past_the_policy_merges_and_a_deletion_only_refresh_stacks(tmp_pat
     fewer = dict(corpus)
     for cid in sorted(corpus)[::50]:
         fewer.pop(cid)
+    same = _publish(tmp_path / "s", tmp_path / "a", corpus)  # nothing changed: the file itself
+    assert same["bm25_build"] == "linked" and same["bm25_bytes_written"] == 0
+    assert open_index(tmp_path / "s" / BM25_FILE).same_doc_ids(sorted(corpus))
+    assert not (tmp_path / "s" / STACK_FILE).exists()
     meta = _publish(tmp_path / "c", tmp_path / "a", fewer)
     assert meta["bm25_build"] == "stacked" and meta["bm25_docs_added"] == 0 and meta["bm25_segments"] == 1
     ids = sorted(fewer)

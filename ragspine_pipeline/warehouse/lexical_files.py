@@ -53,6 +53,7 @@ from ..retrieval.lexical.bm25_segments import SegmentedBM25, open_segments, writ
 from ..retrieval.lexical.bm25_stack import STACK_FILE, StackedBM25, open_stack
 from ..retrieval.lexical.bm25_stream_build import Batch, build_index_file
 from .lexical_stack import (
+    BM25_FILE,
     DEFAULT_POLICY,
     StackPolicy,
     binary_ids,
@@ -61,7 +62,6 @@ from .lexical_stack import (
     write_stacked,
 )
 
-BM25_FILE = "bm25.rsbm25"
 BM25_SEGMENTS = "bm25-segments"  # folder of the segment files when the index has several buckets
 BATCH_DOCS = 100_000  # documents per batch fed to the streaming build
 

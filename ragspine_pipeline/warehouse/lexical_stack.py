@@ -37,6 +37,8 @@ from ..retrieval.lexical.bm25_mapped import open_index
 from ..retrieval.lexical.bm25_stack import STACK_FILE, open_stack, rows_file_name, write_stack
 from ..retrieval.lexical.bm25_stream_build import Batch, build_index_file
 
+BM25_FILE = "bm25.rsbm25"  # a version's one index file (``lexical_files`` re-exports it)
+
 
 @dataclass(frozen=True)
 class StackPolicy:
@@ -173,6 +175,17 @@ def _write_stacked(version_dir: Path, prev: PreviousStack, plan: StackPlan, new_
                    made: list[Path]) -> dict[str, Any]:
     t0 = time.perf_counter()
     version_dir.mkdir(parents=True, exist_ok=True)
+    if (not len(plan.added) and len(prev.files) == 1 and len(plan.rows[0]) == len(new_ids)
+            and bool((plan.rows[0] == np.arange(len(new_ids))).all())):
+        # Nothing changed for BM25: the previous file is this version's file, as it was.
+        dst = version_dir / BM25_FILE
+        made.append(dst)
+        link_or_copy(prev.files[0], dst)
+        return {"bm25_file": BM25_FILE, "bm25_format": bm25_format.FORMAT_VERSION, "bm25_docs": len(new_ids),
+                "bm25_bytes": dst.stat().st_size, "bm25_bytes_written": 0, "bm25_k1": float(k1),
+                "bm25_b": float(b), "bm25_buckets": 1, "bm25_build": "linked", "bm25_segments": 1,
+                "bm25_docs_kept": plan.kept, "bm25_docs_added": 0, "bm25_docs_removed": 0,
+                "bm25_seconds": round(time.perf_counter() - t0, 3)}
     files, rows, names = [], [], set()
     for path, r in zip(prev.files, plan.rows, strict=True):
         if not (r >= 0).any():

@@ -231,3 +231,20 @@ def test_pipeline_refreshes_stack_and_a_restricted_relabel_merges_its_text_out(t
         assert b"zqxsecret" not in f.read_bytes(), f.name  # the word, or its stem
     assert not any(h["doc_id"].endswith("/doc03") for h in
                    NarrativeIndexRetriever(P.load_snapshot_index(wh, LIB)).retrieve(f"marker3 {secret}", top_k=10))
+
+
+def test_small_merges_order_as_the_numpy_merge(monkeypatch):
+    """The Python merge of a few candidates (a stack's top-k lists) orders exactly as the
+    numpy one: near-ties (within TIE_REL, chained) by position, zero scores dropped."""
+    from ragspine_pipeline.retrieval.lexical import bm25_topk as T
+
+    rng = np.random.default_rng(1)
+    for _ in range(500):
+        n = int(rng.integers(0, 60))
+        sc = rng.choice([1.0, 2.5, 3.0, 0.0, -1.0], n) * (1 + rng.choice([0, 1e-15, -1e-15, 3e-13, 1e-9], n))
+        ids, k = rng.permutation(1000)[:n].astype(np.int64), int(rng.integers(0, 12))
+        monkeypatch.setattr(T, "MERGE_SMALL", 10**9)
+        a = T.merge_top_k(ids, sc, k)
+        monkeypatch.setattr(T, "MERGE_SMALL", -1)
+        b = T.merge_top_k(ids, sc, k)
+        assert np.array_equal(a.ids, b.ids) and np.array_equal(a.scores, b.scores)

@@ -75,6 +75,8 @@ def merge_top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> ScoredDocs:
     same bits and orders them by position. Ordering near-ties by position gives the single
     index's order; the scores themselves still agree to ~1e-14.
     """
+    if len(ids) <= MERGE_SMALL:
+        return _merge_small(ids, scores, k)
     keep = scores > 0
     ids, scores = ids[keep].astype(np.int64), scores[keep].astype(np.float64)
     if k <= 0 or not len(ids):
@@ -85,3 +87,28 @@ def merge_top_k(ids: np.ndarray, scores: np.ndarray, k: int) -> ScoredDocs:
     group = np.r_[0, np.cumsum(gap)]
     order = np.lexsort((ids, group))[:k]
     return ScoredDocs(ids[order], scores[order])
+
+
+# Candidates up to this many merge in Python: a stack's or shards' few top-k lists, where a
+# dozen numpy calls cost ~50 us of a ~200 us query (profiled on a two-segment stack).
+MERGE_SMALL = 256
+
+
+def _merge_small(ids: np.ndarray, scores: np.ndarray, k: int) -> ScoredDocs:
+    """``merge_top_k`` of a few candidates, with the same order: by score desc, a chain of
+    gaps within ``TIE_REL`` one group, each group by position."""
+    pairs = sorted((-s, i) for s, i in zip(np.asarray(scores, np.float64).tolist(),
+                                           np.asarray(ids, np.int64).tolist(), strict=True) if s > 0)
+    if k <= 0 or not pairs:
+        return empty_scored()
+    out: list[tuple[int, int, float]] = []  # (group, position, score)
+    group, prev = 0, -pairs[0][0]
+    for neg, i in pairs:
+        s = -neg
+        if prev - s > TIE_REL * max(1.0, abs(prev)):
+            group += 1
+        out.append((group, i, s))
+        prev = s
+    out.sort()
+    out = out[:k]
+    return ScoredDocs(np.array([i for _, i, _ in out], np.int64), np.array([s for _, _, s in out], np.float64))

@@ -127,7 +127,17 @@ def test_churn_past_the_policy_merges_and_a_deletion_only_refresh_stacks(tmp_pat
     assert meta["bm25_build"] == "stacked" and meta["bm25_docs_added"] == 0 and meta["bm25_segments"] == 1
     ids = sorted(fewer)
     write_bm25_file(tmp_path / "fresh", ids, [fewer[c] for c in ids])
-    _assert_same(open_bm25_file(tmp_path / "c"), open_index(tmp_path / "fresh" / BM25_FILE), len(fewer))
+    fresh = open_index(tmp_path / "fresh" / BM25_FILE)
+    _assert_same(open_bm25_file(tmp_path / "c"), fresh, len(fewer))
+    # Ray serving's layout of a version in hash buckets takes a stack's live documents.
+    from ragspine_pipeline.retrieval.lexical.bm25_segments import open_segments
+    from ragspine_pipeline.scale.layout import write_layout
+
+    segs = open_segments(write_layout(tmp_path / "b2", open_bm25_file(tmp_path / "c"), ids, 2))
+    for q in QUERIES:
+        x, y = segs.search(q, 10), fresh.search(q, 10)
+        assert np.array_equal(x.ids, y.ids)
+        np.testing.assert_allclose(x.scores, y.scores, rtol=1e-9, atol=0)
 
 
 def test_damaged_stack_files_are_errors_naming_them(tmp_path):

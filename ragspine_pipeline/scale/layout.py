@@ -21,7 +21,11 @@ def index_token_batches(index: Any, batch_docs: int = 20000) -> Iterator[list[li
     position order, ``batch_docs`` at a time: BM25 reads counts only, so segments written
     from these score as the index does. The postings are turned document-major once in
     numpy (a few arrays the size of the postings); only one batch is Python lists at a time.
-    Lets a library published as one file be laid out in buckets for a test or a benchmark."""
+    Lets a library published as one file be laid out in buckets for a test or a benchmark.
+    A refresh stack (``bm25_stack``) gives its live documents in row order."""
+    if hasattr(index, "segments") and hasattr(index, "rows"):
+        yield from _stack_token_batches(index, batch_docs)
+        return
     vocab = index.vocab
     n_terms = len(np.asarray(index.indptr)) - 1
     if callable(getattr(vocab, "term", None)):
@@ -48,6 +52,21 @@ def index_token_batches(index: Any, batch_docs: int = 20000) -> Iterator[list[li
                 toks.extend([terms[t_part[j]]] * f_part[j])
             batch.append(toks)
         yield batch
+
+
+def _stack_token_batches(stack: Any, batch_docs: int) -> Iterator[list[list[str]]]:
+    """A stack's live documents as bags of tokens, in row order (every segment's documents
+    are held once as Python lists: a test's or a benchmark's size)."""
+    docs: list[list[str] | None] = [None] * stack.n_docs
+    for seg, rows in zip(stack.segments, stack.rows, strict=True):
+        pos = 0
+        for batch in index_token_batches(seg, batch_docs):
+            for toks in batch:
+                if rows[pos] >= 0:
+                    docs[int(rows[pos])] = toks
+                pos += 1
+    for a in range(0, stack.n_docs, batch_docs):
+        yield [d if d is not None else [] for d in docs[a:a + batch_docs]]
 
 
 def write_layout(folder: str | os.PathLike[str], index: Any, doc_ids: Sequence[str], buckets: int) -> Path:

@@ -501,7 +501,7 @@ def _stack_markdown(rows: dict) -> list[str]:
               "The stack's cost is per query: a query makes a statistics call (first use of a token under",
               "a filter) and a scoring call per segment, through the filtered kernels (a segment with dead",
               "rows is filtered by its live rows; stack statistics always take the filtered kernels), and",
-              "merges the lists. p50 1.3-1.7x one file unfiltered, 1.2-1.6x at 50% (plain 0.8x), 1.7-2.3x",
+              "merges the lists. p50 1.2-1.7x one file unfiltered, 1.2-1.5x at 50% (plain 0.7x), 1.5-2.2x",
               "at 1% (a fixed ~0.2-0.3 ms of per-segment calls at 1M). The unfiltered tail was the packed",
               "filtered kernel's term-at-a-time route under the ~99% live filter (query 164 at 10M, `w13 w3",
               "w24 w34`: 1.38 s vs 31 ms); since 8846cfb such a filter routes queries of common terms to",

@@ -207,12 +207,23 @@ def served_chunk_table(wh: VersionedTables, library: str, version: str, *,
     a refresh that reuses most rows need not read every chunk's text."""
     pub = published_chunks(wh, library, version)
     table = active_chunk_table(pub, columns=None if columns is None else [*columns, "sensitivity"])
+    table = table.filter(pc.invert(_unserved(table, withheld_docs(pub))))
+    return table if columns is None else table.select(list(dict.fromkeys([*columns, "chunk_id"])))
+
+
+def _unserved(table: pa.Table, withheld: set[str]) -> pa.Array:
+    """The active rows serving leaves out: RESTRICTED (a null label reads as INTERNAL), or of a withheld document."""
     drop = restricted_mask(table.column("sensitivity").fill_null("INTERNAL"))
-    withheld = withheld_docs(pub)
     if withheld:
         drop = pc.or_(drop, pc.is_in(table.column("doc_id"), value_set=pa.array(sorted(withheld), pa.string())))
-    table = table.filter(pc.invert(drop))
-    return table if columns is None else table.select(list(dict.fromkeys([*columns, "chunk_id"])))
+    return drop
+
+
+def unserved_docs(wh: VersionedTables, library: str, version: str) -> set[str]:
+    """Documents with active chunks that are not served in this chunks version, and withheld ones."""
+    pub = published_chunks(wh, library, version)
+    table, withheld = active_chunk_table(pub, columns=["doc_id", "sensitivity"]), withheld_docs(pub)
+    return set(pc.unique(table.column("doc_id").filter(_unserved(table, withheld))).to_pylist()) | withheld
 
 
 def restricted_probes(wh: VersionedTables, library: str, version: str, limit: int = 25) -> list[tuple[str, str]]:

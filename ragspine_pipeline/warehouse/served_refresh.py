@@ -41,8 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import served_records as records
-from .chunk_tables import active_chunk_table, published_chunks, served_chunk_table, withheld_docs
-from .common import restricted_mask
+from .chunk_tables import served_chunk_table, unserved_docs
 from .lexical_files import TokenLoader, merge_bm25_file
 from .lexical_stack import DEFAULT_POLICY
 from .record_rows import row_json_batches
@@ -97,16 +96,6 @@ def write_served_files(wh: VersionedTables, library: str, pub: Published, pub_ch
     return {**files, **write_served_records(pub.path, served), "served_build": "full", "served_full_reason": why}
 
 
-def _unserved_docs(wh: VersionedTables, library: str, version: str) -> set[str]:
-    """Documents with chunks that are active but not served in this chunks version
-    (RESTRICTED under the rules in force now, an odd or unreadable label, withheld)."""
-    pub = published_chunks(wh, library, version)
-    table = active_chunk_table(pub, columns=["doc_id", "sensitivity"])
-    drop = restricted_mask(table.column("sensitivity").fill_null("INTERNAL"))
-    docs = set(pc.unique(table.column("doc_id").filter(drop)).to_pylist())
-    return docs | set(withheld_docs(pub))
-
-
 def _newly_unserved(wh: VersionedTables, library: str, version: str, prev_version: str | None) -> str | None:
     """Why this refresh must not stack (None: it may).
 
@@ -117,7 +106,7 @@ def _newly_unserved(wh: VersionedTables, library: str, version: str, prev_versio
     also when the previous chunks version is unknown)."""
     if prev_version is None:
         return "the previous chunks version is not recorded"
-    new = _unserved_docs(wh, library, version) - _unserved_docs(wh, library, prev_version)
+    new = unserved_docs(wh, library, version) - unserved_docs(wh, library, prev_version)
     return f"{len(new)} documents newly withheld or RESTRICTED: merged, their text leaves the files" if new else None
 
 

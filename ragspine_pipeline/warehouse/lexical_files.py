@@ -47,7 +47,7 @@ from ..retrieval.lexical import bm25_format
 from ..retrieval.lexical.bm25 import DEFAULT_B, DEFAULT_K1
 from ..retrieval.lexical.bm25_format import IndexFormatError
 from ..retrieval.lexical.bm25_mapped import MappedBM25Index, open_index
-from ..retrieval.lexical.bm25_merge import check_previous, merge_index_file, plan_merge
+from ..retrieval.lexical.bm25_merge import as_binary, check_previous, merge_index_file, plan_merge
 from ..retrieval.lexical.bm25_raw import publish_buckets
 from ..retrieval.lexical.bm25_segments import SegmentedBM25, open_segments, write_segments_stream
 from ..retrieval.lexical.bm25_stack import STACK_FILE, StackedBM25, open_stack
@@ -56,7 +56,6 @@ from .lexical_stack import (
     BM25_FILE,
     DEFAULT_POLICY,
     StackPolicy,
-    binary_ids,
     open_previous,
     plan_stack,
     write_stacked,
@@ -134,7 +133,7 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
     if why is None:
         try:
             order, sorted_ids, arrow = _sorted_ids(chunk_ids, docs_tokens, as_list=False)
-            new_ids = binary_ids(arrow if arrow is not None else sorted_ids)
+            new_ids = as_binary(arrow if arrow is not None else sorted_ids)
             prev = open_previous(prev_path)  # counts only: no query kernels to load
             if stack is not None and any((s.k1, s.b) != (float(k1), float(b)) for s in prev.segments):
                 merge_why = "k1/b changed: the segments of one stack share them"
@@ -159,7 +158,7 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
             if len(prev.segments) > 1 or not (prev.rows[base] >= 0).all():  # a stack: its dead copies too
                 dead = prev.dead_ids(base)
                 redo = dead if changed is None or not len(changed) else pa.concat_arrays(
-                    [binary_ids(changed), dead])
+                    [as_binary(changed), dead])
             plan = plan_merge(base_ix, sorted_ids if arrow is None else arrow, redo)
         except IndexFormatError as exc:
             why = f"the previous BM25 file does not open: {exc}"

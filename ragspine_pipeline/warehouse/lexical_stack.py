@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 
 from ..retrieval.lexical import bm25_format
 from ..retrieval.lexical.bm25_mapped import open_index
+from ..retrieval.lexical.bm25_merge import as_binary, recorded_ids
 from ..retrieval.lexical.bm25_stack import STACK_FILE, open_stack, rows_file_name, write_stack
 from ..retrieval.lexical.bm25_stream_build import Batch, build_index_file
 
@@ -67,26 +68,7 @@ class PreviousStack:
 
     def dead_ids(self, s: int) -> pa.Array:
         """Ids recorded in segment ``s`` whose copy there is no longer live."""
-        return seg_ids(self.segments[s]).filter(pa.array(self.rows[s] < 0))
-
-
-def seg_ids(seg: Any) -> pa.Array:
-    """A segment file's recorded doc ids, as large_binary (no copy)."""
-    f = seg._file
-    f.whole("doc_id_off")
-    f.whole("doc_id_blob")
-    off, blob = f.arrays["doc_id_off"], f.arrays["doc_id_blob"]
-    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(off) - 1,
-                                            [None, pa.py_buffer(np.ascontiguousarray(off, np.int64)),
-                                             pa.py_buffer(np.ascontiguousarray(blob, np.uint8))])
-
-
-def binary_ids(ids: Any) -> pa.Array:
-    if isinstance(ids, pa.ChunkedArray):
-        ids = ids.combine_chunks()
-    if not isinstance(ids, pa.Array):
-        ids = pa.array([s.encode("utf-8", "surrogatepass") for s in ids], pa.large_binary())
-    return ids.cast(pa.large_binary())
+        return recorded_ids(self.segments[s]).filter(pa.array(self.rows[s] < 0))
 
 
 def id_blob(ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -104,14 +86,14 @@ def open_previous(prev_path: Path) -> PreviousStack:
     if prev_path.name == STACK_FILE:
         st = open_stack(prev_path.parent, kernel="numpy")
         man_files = [s.path for s in st.segments]
-        parts = [seg_ids(s).filter(pa.array(r >= 0)) for s, r in zip(st.segments, st.rows, strict=True)]
+        parts = [recorded_ids(s).filter(pa.array(r >= 0)) for s, r in zip(st.segments, st.rows, strict=True)]
         live_rows = np.concatenate([r[r >= 0] for r in st.rows])
         ids = pa.concat_arrays(parts).take(pa.array(np.argsort(live_rows, kind="stable")))
         return PreviousStack(prev_path.parent, man_files, st.segments, st.rows, ids)
     seg = open_index(prev_path, kernel="numpy")
     if not seg.has_doc_ids:
         raise ValueError(f"{prev_path}: no doc ids recorded, cannot tell which documents stay")
-    return PreviousStack(prev_path.parent, [prev_path], [seg], [np.arange(seg.n_docs, dtype=np.int64)], seg_ids(seg))
+    return PreviousStack(prev_path.parent, [prev_path], [seg], [np.arange(seg.n_docs, dtype=np.int64)], recorded_ids(seg))
 
 
 @dataclass(frozen=True)
@@ -137,7 +119,7 @@ def plan_stack(prev: PreviousStack, new_ids: pa.Array, changed: Any) -> StackPla
     which new rows are counted into the new segment (new ids, and ``changed`` ones)."""
     at = pc.index_in(new_ids, value_set=prev.ids).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     if changed is not None and len(changed):
-        at[pc.is_in(new_ids, value_set=binary_ids(changed)).to_numpy(zero_copy_only=False)] = -1
+        at[pc.is_in(new_ids, value_set=as_binary(changed)).to_numpy(zero_copy_only=False)] = -1
     kept = np.flatnonzero(at >= 0)
     if len(kept) > 1 and not bool((np.diff(at[kept]) > 0).all()):
         raise ValueError("the kept documents are not in the same order in both versions (or ids repeat)")
@@ -227,5 +209,5 @@ def check_published(version_dir: Path, new_ids: pa.Array) -> None:
     st = open_stack(version_dir, kernel="numpy")
     for seg, r in zip(st.segments, st.rows, strict=True):
         live = r >= 0
-        if not seg_ids(seg).filter(pa.array(live)).equals(new_ids.take(pa.array(r[live]))):
+        if not recorded_ids(seg).filter(pa.array(live)).equals(new_ids.take(pa.array(r[live]))):
             raise bm25_format.CorruptIndexError(seg.path, "live document ids do not match the version's rows")

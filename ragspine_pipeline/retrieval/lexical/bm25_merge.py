@@ -95,12 +95,21 @@ def _binary(off: np.ndarray, blob: np.ndarray) -> pa.Array:
                                              pa.py_buffer(np.ascontiguousarray(blob, np.uint8))])
 
 
-def _as_binary(ids: Sequence[str] | pa.Array | pa.ChunkedArray) -> pa.Array:
+def as_binary(ids: Sequence[str] | pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Ids (Python strings or Arrow) as one large_binary array: what the plans compare."""
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks()
     if not isinstance(ids, pa.Array):
         ids = pa.array([s.encode("utf-8", "surrogatepass") for s in ids], pa.large_binary())
     return ids.cast(pa.large_binary())
+
+
+def recorded_ids(ix: Previous) -> pa.Array:
+    """The doc ids a published file recorded, as large_binary (mapped, no copy)."""
+    f = ix._file
+    f.whole("doc_id_off")
+    f.whole("doc_id_blob")
+    return _binary(f.arrays["doc_id_off"], f.arrays["doc_id_blob"])
 
 
 def plan_merge(prev: Previous, new_ids: Sequence[str] | pa.Array | pa.ChunkedArray,
@@ -113,14 +122,11 @@ def plan_merge(prev: Previous, new_ids: Sequence[str] | pa.Array | pa.ChunkedArr
     in the same relative order in both corpora (the merge needs monotone renumbering)."""
     if not prev.has_doc_ids:
         raise ValueError(f"{prev.path}: no doc ids recorded, cannot tell which documents stay")
-    f = prev._file
-    f.whole("doc_id_off")
-    f.whole("doc_id_blob")
-    old = _binary(f.arrays["doc_id_off"], f.arrays["doc_id_blob"])
-    new = _as_binary(new_ids)
+    old = recorded_ids(prev)
+    new = as_binary(new_ids)
     old_new = pc.index_in(old, value_set=new).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     if changed is not None and len(changed):
-        old_new[pc.is_in(old, value_set=_as_binary(changed)).to_numpy(zero_copy_only=False)] = -1
+        old_new[pc.is_in(old, value_set=as_binary(changed)).to_numpy(zero_copy_only=False)] = -1
     kept = old_new[old_new >= 0]
     if len(kept) > 1 and not bool((np.diff(kept) > 0).all()):
         raise ValueError("the kept documents are not in the same order in both corpora (or ids repeat)")

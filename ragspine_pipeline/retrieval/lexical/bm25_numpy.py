@@ -43,7 +43,8 @@ def accumulate(ix: BM25Index, term_ids: list[int], mask: np.ndarray | None,
         n = int(np.count_nonzero(mask))
         if n == 0:
             return empty
-        avgdl = float(ix.doc_len[mask].sum()) / n
+        total = int(ix.doc_len[mask].sum(dtype=np.int64))
+        avgdl = float(total) / n
     if avgdl == 0:
         return empty
     tids = np.asarray(term_ids)
@@ -67,7 +68,7 @@ def accumulate(ix: BM25Index, term_ids: list[int], mask: np.ndarray | None,
         lengths = np.bincount(term_of, minlength=len(tids))
         # Statistics over the surviving candidates only, as the reference computes them.
         if stack is not None and len(stack):
-            n, avgdl, dfs = _stack_stats(ix, mask, n, lengths, stack)
+            n, avgdl, dfs = _stack_stats(n, total, lengths, stack)
         else:
             dfs = lengths
         scale = bm25_idf(n, dfs.astype(np.float64)) * (k1 + 1.0)
@@ -90,12 +91,11 @@ def accumulate(ix: BM25Index, term_ids: list[int], mask: np.ndarray | None,
     return si[starts].astype(np.int64), np.add.reduceat(w[order], starts)
 
 
-def _stack_stats(ix: BM25Index, mask: np.ndarray, n: int, dfs: np.ndarray,
-                 stack: np.ndarray) -> tuple[int, float, np.ndarray]:
-    """(N, avgdl, df per query term) of a stack holding these survivors (``n``, their df
-    ``dfs``); raises ValueError for statistics that cannot hold them."""
+def _stack_stats(n: int, total: int, dfs: np.ndarray, stack: np.ndarray) -> tuple[int, float, np.ndarray]:
+    """(N, avgdl, df per query term) of a stack holding these survivors (``n`` of summed
+    length ``total``, their df ``dfs``); raises ValueError for statistics that cannot hold them."""
     g_n, g_total, g_df = int(stack[0]), int(stack[1]), stack[2:]
-    if g_n < n or g_total < int(ix.doc_len[mask].sum(dtype=np.int64)) or bool((g_df < dfs).any()):
+    if g_n < n or g_total < total or bool((g_df < dfs).any()):
         raise ValueError("stack statistics do not include this index's survivors")
     return g_n, g_total / g_n, g_df
 

@@ -111,11 +111,8 @@ def check_rows(where: Path, rows: Sequence[np.ndarray], n_docs: int) -> None:
     if len(got) != n_docs or (n_docs and (int(got.min()) < 0 or int(got.max()) >= n_docs
                                           or np.bincount(got, minlength=n_docs).max() != 1)):
         raise CorruptIndexError(where, f"the segments' live rows are not 0..{n_docs - 1} once each")
-    for r in rows:
-        r = np.asarray(r)
-        lv = r[r >= 0]
-        if len(lv) > 1 and (np.diff(lv) <= 0).any():
-            raise CorruptIndexError(where, "a segment's live rows are not ascending (chunk_id order)")
+    if any(len(lv) > 1 and bool((np.diff(lv) <= 0).any()) for lv in live):
+        raise CorruptIndexError(where, "a segment's live rows are not ascending (chunk_id order)")
 
 
 def read_manifest(folder: str | os.PathLike[str]) -> dict[str, Any]:
@@ -198,7 +195,8 @@ class StackedBM25:
         self.k1, self.b = first.k1, first.b
         self.path = path
         self._digest = digest
-        self._live = [None if bool((r >= 0).all()) else PackedFilter.from_mask(r >= 0) for r in self.rows]
+        lives = [r >= 0 for r in self.rows]
+        self._live = [None if bool(m.all()) else PackedFilter.from_mask(m) for m in lives]
         self._row_seg: tuple[np.ndarray, np.ndarray] | None = None
         self._memo: dict[int, tuple[weakref.ref, list[Any], _Totals]] = {}
         self._live_totals = _Totals()
@@ -264,10 +262,11 @@ class StackedBM25:
         if missing or n < 0:
             part = self._summed(missing, filters)
             n, total = part.n, part.total
-            got.update(zip(missing, part.df.tolist(), strict=True))
+            counted = dict(zip(missing, part.df.tolist(), strict=True))
+            got.update(counted)
             if len(totals.df) + len(missing) > DF_MEMO:
                 totals.df = {}
-            totals.df.update(zip(missing, part.df.tolist(), strict=True))
+            totals.df.update(counted)
             totals.n, totals.total = n, total
         return CorpusStats(n, total, np.array([got[t] for t in tokens], np.int64))
 

@@ -1,0 +1,313 @@
+"""How a BM25 refresh stack's query cost grows with its depth (2..8 segments).
+
+    flock /tmp/heavy.lock nice -n 10 prlimit --as=14000000000 \\
+        python benchmarks/bench_bm25_stack_depth.py run --docs 1000000 --layouts packed,plain
+
+Why: ``bench_bm25_refresh`` measured one refresh (a 2-segment stack); the default
+``StackPolicy(max_segments=8, max_churn=0.25)`` lets a stack grow to 8 segments before it
+folds, and the policy's default should be set on what queries pay at every depth.
+
+The chain: ``bench_bm25_refresh``'s cached old file of the synthetic corpus (built by that
+module if missing) is version ``v0``; refresh ``s`` (1..R, default R=7) changes ~1% of the
+current corpus as ``Refresh`` does, with seed ``SEED + 100 + s``: 0.5% of the documents
+deleted, 0.5% edited (the id leaves, ``<id>r<s>`` with new tokens comes), 0.5% added
+(``<id>a<s>``, sorting after ``<id>``); new tokens from the same Zipf law, an ``unseen<j>``
+term in every tenth new document (so the query set's ``unseen0`` is in every new
+segment). Each refresh goes through the warehouse's call, ``lexical_files.merge_bm25_file(
+v<s>, v<s-1>, ids, loader, stack=StackPolicy(max_segments=99, max_churn=1.0))``, so every
+step stacks: ``v<s>`` holds ``s + 1`` segments. Version folders stay under
+``benchmarks/.cache/stack_depth/`` (hard links: cheap), each with a ``step.json`` once
+finished, so a rerun resumes from the last finished one.
+
+At each depth, in a fresh process: the single file of the same corpus, what the policy
+would publish if it folded at this refresh (``merge_bm25_file(single, v<s-1>, ..., stack=None)``:
+``fold s``), then ``bench_bm25_refresh.stack_queries`` on the stack and that file (same
+200 queries, top-10, unfiltered and reused 50% / 1% ``PackedFilter``s, interleaved, answers
+checked: same ids, scores within 1e-9 relative). Also the query set on the newest segment
+file alone (``open_index``, unfiltered: what one delta's postings cost without the stack).
+Results after every depth (``results/bm25_stack_depth.{json,md}``); a depth already
+recorded is skipped (``--force`` rebuilds the chain and measures again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import bench_bm25_refresh as refresh  # noqa: E402
+from benchmarks.bench_bm25_build import RESULTS, SEED, VOCAB, generate, machine  # noqa: E402
+
+CACHE = refresh.CACHE / "stack_depth"
+NAME = "bm25_stack_depth"
+FRACTION = refresh.FRACTION  # deleted, edited, added per refresh: each this share of the first corpus
+STEPS = 7
+FILTER_NAMES = [name for name, _keep in refresh.FILTERS]
+
+
+class Chain:
+    """Every refresh of the chain, regenerated deterministically: the sorted ids after each
+    step and the token lists of every new document (id -> position in ``docs``)."""
+
+    def __init__(self, n_docs: int, steps: int) -> None:
+        p = 1.0 / np.arange(1, VOCAB + 1) ** 1.1
+        p /= p.sum()
+        ids = [refresh._old_id(i) for i in range(n_docs)]
+        k = int(n_docs * FRACTION)
+        self.ids: list[list[str]] = [ids]
+        self.changes: list[dict[str, int]] = [{}]
+        self.where: dict[str, int] = {}
+        parts: list[pa.Array] = []
+        for s in range(1, steps + 1):
+            rng = np.random.default_rng(SEED + 100 + s)
+            pick = rng.choice(len(ids), 3 * k, replace=False)
+            deleted, edited, added_after = pick[:k], pick[k:2 * k], pick[2 * k:]
+            new = [ids[i] + f"a{s}" for i in added_after.tolist()] + [ids[i] + f"r{s}" for i in edited.tolist()]
+            lens = np.maximum(rng.poisson(60, len(new)), 1)
+            toks = rng.choice(VOCAB, size=int(lens.sum()), p=p)
+            bounds = np.concatenate(([0], np.cumsum(lens))).tolist()
+            docs = [[f"w{t}" for t in toks[a:b].tolist()] + ([f"unseen{j}"] if j % 10 == 0 else [])
+                    for j, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))]
+            base = sum(len(x) for x in parts)
+            assert len(set(new)) == len(new) and not any(x in self.where for x in new)
+            self.where.update((cid, base + j) for j, cid in enumerate(new))
+            parts.append(pa.array(docs, refresh.LIST))
+            gone = np.zeros(len(ids), np.bool_)
+            gone[deleted] = gone[edited] = True
+            ids = sorted([x for x, g in zip(ids, gone.tolist(), strict=True) if not g] + new)
+            self.ids.append(ids)
+            self.changes.append({"deleted": k, "edited": k, "added": k, "new_docs": len(new)})
+        self.docs = pa.concat_arrays(parts) if parts else pa.array([], refresh.LIST)
+
+    def loader(self, s: int, loaded: list[int]) -> Callable[[np.ndarray | None], pa.Array]:
+        """The token lists of these positions of step ``s``'s ids (only new documents are asked)."""
+        ids = self.ids[s]
+
+        def load(at: np.ndarray | None) -> pa.Array:
+            assert at is not None, "the refresh asked for every document's tokens: a full build"
+            loaded.append(len(at))
+            return self.docs.take(pa.array([self.where[ids[p]] for p in at.tolist()], pa.int64()))
+        return load
+
+
+def _folder(n_docs: int, layout: str) -> Path:
+    return CACHE / f"{n_docs}_{layout}"
+
+
+def ensure_version(chain: Chain, n_docs: int, layout: str, s: int) -> dict:
+    """Version ``v<s>`` of the chain (made from ``v<s-1>`` if not finished); its step row."""
+    from ragspine_pipeline.warehouse.lexical_files import BM25_FILE, merge_bm25_file
+    from ragspine_pipeline.warehouse.lexical_stack import StackPolicy
+
+    here = _folder(n_docs, layout) / f"v{s}"
+    done = here / "step.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    if s == 0:
+        here.mkdir(parents=True, exist_ok=True)
+        if not (here / BM25_FILE).exists():
+            os.link(refresh._paths(n_docs, layout)["old"], here / BM25_FILE)
+        row = {"segments": 1}
+    else:
+        ensure_version(chain, n_docs, layout, s - 1)
+        shutil.rmtree(here, ignore_errors=True)  # an unfinished try
+        refresh._warm(layout, stack=True)
+        loaded: list[int] = []
+        ids = pa.array(chain.ids[s])
+        t0 = time.perf_counter()
+        meta = merge_bm25_file(here, here.with_name(f"v{s - 1}"), ids, chain.loader(s, loaded),
+                               stack=StackPolicy(max_segments=99, max_churn=1.0), k1=refresh.K1, b=refresh.B,
+                               layout=layout)
+        seconds = time.perf_counter() - t0
+        assert meta["bm25_build"] == "stacked" and meta["bm25_segments"] == s + 1, meta
+        assert meta["bm25_docs_added"] == chain.changes[s]["new_docs"] == sum(loaded), (meta, loaded)
+        row = {"segments": meta["bm25_segments"], "churn": meta["bm25_churn"], "refresh_s": round(seconds, 3),
+               "bytes_written": meta["bm25_bytes_written"], "segments_bytes": meta["bm25_bytes"],
+               "version_docs": meta["bm25_docs"], "added": meta["bm25_docs_added"], "removed": meta["bm25_docs_removed"],
+               "refresh_peak_rss_mib": refresh._rss(), "refresh_load": round(os.getloadavg()[0], 1)}
+    done.write_text(json.dumps(row) + "\n")
+    return row
+
+
+def fold(chain: Chain, n_docs: int, layout: str, s: int) -> tuple[Path, dict]:
+    """The single merged file of step ``s``'s corpus: the refresh ``v<s-1>`` -> one file."""
+    from ragspine_pipeline.warehouse.lexical_files import BM25_FILE, merge_bm25_file
+
+    single = _folder(n_docs, layout) / "single"
+    shutil.rmtree(single, ignore_errors=True)  # one depth's at a time (a whole file each)
+    loaded: list[int] = []
+    t0 = time.perf_counter()
+    meta = merge_bm25_file(single, _folder(n_docs, layout) / f"v{s - 1}", pa.array(chain.ids[s]),
+                           chain.loader(s, loaded), stack=None, k1=refresh.K1, b=refresh.B, layout=layout)
+    seconds = time.perf_counter() - t0
+    assert meta["bm25_build"] == "merged", meta
+    return single / BM25_FILE, {"fold_s": round(seconds, 3), "fold_bytes": meta["bm25_bytes"],
+                                "fold_counted": sum(loaded)}
+
+
+@contextlib.contextmanager
+def _refresh_paths(stack: Path, single: Path) -> Iterator[None]:
+    """``bench_bm25_refresh.stack_queries`` reads its two indexes from ``_paths``: point it
+    at this depth's stack and single file for the call (its measurement, not a copy of it)."""
+    saved = refresh._paths
+    refresh._paths = lambda n_docs, layout: {"stack": stack, "merge": single}
+    try:
+        yield
+    finally:
+        refresh._paths = saved
+
+
+def newest_alone(stack: Path, n_docs: int) -> dict:
+    """The query set (unfiltered, top-10) on the newest segment file alone: one delta's
+    own work, without the stack's statistics pass, live-row filter or merge."""
+    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.bm25_stack import read_manifest
+
+    seg = open_index(stack / read_manifest(stack)["segments"][-1]["file"])
+    queries = refresh.Feed(n_docs).queries()
+    for q in queries:
+        seg.search(q, 10)
+    ts = []
+    for q in queries:
+        t0 = time.perf_counter()
+        seg.search(q, 10)
+        ts.append(time.perf_counter() - t0)
+    ms = np.array(ts) * 1e3
+    return {"docs": seg.n_docs, "p50_ms": round(float(np.median(ms)), 4), "mean_ms": round(float(ms.mean()), 4)}
+
+
+def depth(n_docs: int, layout: str, s: int, steps: int) -> dict:
+    """Step ``s`` of the chain in this (fresh) process: its version, its single file, the queries."""
+    chain = Chain(n_docs, s)
+    vrow = ensure_version(chain, n_docs, layout, s)
+    stack = _folder(n_docs, layout) / f"v{s}"
+    single, frow = fold(chain, n_docs, layout, s)
+    with _refresh_paths(stack, single):
+        q = refresh.stack_queries(n_docs, layout)
+    assert q["segments"] == vrow["segments"] == s + 1, (q["segments"], vrow)
+    row = {"docs": n_docs, "layout": layout, "step": s, "steps": steps, **vrow, **frow,  # docs: the first corpus's
+           **{k: q[k] for k in ("open_stack_s", "open_single_s", "identical", "max_rel_diff")},
+           **{name: q[name] for name in FILTER_NAMES}, "first": {n: q[f"first_{n}"] for n in FILTER_NAMES[1:]},
+           "newest_alone": newest_alone(stack, n_docs), "peak_rss_mib": refresh._rss(),
+           "load": round(os.getloadavg()[0], 1)}
+    return row
+
+
+# --------------------------------------------------------------------------- results
+def _load() -> dict:
+    path = RESULTS / f"{NAME}.json"
+    return json.loads(path.read_text()) if path.exists() else {"commands": [], "rows": []}
+
+
+def save(row: dict, command: str) -> None:
+    data = _load()
+    key = (row["docs"], row["layout"], row["step"])
+    data["rows"] = [r for r in data["rows"] if (r["docs"], r["layout"], r["step"]) != key] + [row]
+    data["rows"].sort(key=lambda r: (r["docs"], r["layout"], r["step"]))
+    if command not in data["commands"]:
+        data["commands"].append(command)
+    data["machine"] = machine()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{NAME}.json").write_text(json.dumps(data, indent=1) + "\n")
+    (RESULTS / f"{NAME}.md").write_text(markdown(data))
+
+
+def markdown(data: dict) -> str:
+    lines = ["# BM25 refresh stack: query cost by depth", "",
+             "A chain of refreshes of the synthetic 1M corpus (`bench_bm25_refresh`'s old file as version 0),",
+             "each deleting 0.5%, editing 0.5% (new id, new tokens) and adding 0.5% of the documents, published",
+             "through `merge_bm25_file(..., stack=StackPolicy(max_segments=99, max_churn=1.0))` so every refresh",
+             "stacks one segment of ~1% of the corpus. At each depth (fresh process): `fold s`, the refresh of",
+             "the same step merged into one file (`stack=None`: what the policy publishes when it folds);",
+             "then `bench_bm25_refresh.stack_queries` on the stack against that file: 200 queries, top-10,",
+             "interleaved, unfiltered and reused `PackedFilter`s keeping 50% / 1%; `identical`: same ids,",
+             "scores within 1e-9 relative. `newest alone`: the query set unfiltered on the newest segment",
+             "file opened by itself (one delta's own postings work, no stack). `refresh s`: the stack",
+             "refresh (`merge_bm25_file` whole). `load`: 1-minute load average (2 cores, shared).", "",
+             *[f"- `{c}`" for c in data["commands"]], "", f"Machine: {data.get('machine')}", "",
+             "| docs | layout | segments | churn | refresh s | bytes written | fold s | "
+             + " | ".join(f"{f} p50 ms (stack / single) | {f} p50 ratio | {f} mean ms (stack / single) | "
+                          f"{f} mean ratio" for f in FILTER_NAMES)
+             + " | newest alone p50 / mean ms | identical (max rel diff) | load |",
+             "|---:|---|---:|---:|---:|---:|---:|" + "---|---:|---|---:|" * len(FILTER_NAMES) + "---|---|---:|"]
+    for r in data["rows"]:
+        cells = [f"{r['docs']:,}", r["layout"], str(r["segments"]), f"{r['churn']:.3f}", f"{r['refresh_s']:.2f}",
+                 f"{r['bytes_written']:,}", f"{r['fold_s']:.2f}"]
+        for f in FILTER_NAMES:
+            q = r[f]
+            cells += [f"{q['stack_p50_ms']:.3f} / {q['single_p50_ms']:.3f}", f"{q['p50_ratio']:.2f}",
+                      f"{q['stack_mean_ms']:.3f} / {q['single_mean_ms']:.3f}", f"{q['mean_ratio']:.2f}"]
+        alone = r["newest_alone"]
+        cells += [f"{alone['p50_ms']:.3f} / {alone['mean_ms']:.3f}", f"{r['identical']} ({r['max_rel_diff']:.1e})",
+                  str(r["load"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run(n_docs: int, layouts: list[str], steps: int, force: bool, command: str, *, fresh: bool = True) -> None:
+    """Every depth of every layout, each in a fresh process (``fresh``; in this one for tests);
+    results saved after each."""
+    done = {(r["docs"], r["layout"], r["step"]) for r in _load()["rows"]}
+    generate(n_docs)
+    for layout in layouts:
+        if force:
+            shutil.rmtree(_folder(n_docs, layout), ignore_errors=True)
+        if not refresh._paths(n_docs, layout)["old"].exists():
+            if fresh:
+                refresh._run(n_docs, layout, "old")
+            else:
+                refresh.step(n_docs, layout, "old")
+        for s in range(1, steps + 1):
+            if (n_docs, layout, s) in done and not force:
+                continue
+            row = _run(n_docs, layout, s, steps) if fresh else depth(n_docs, layout, s, steps)
+            save(row, command)
+            print(json.dumps(row), flush=True)
+            if row["identical"] is False:
+                raise SystemExit(f"step {s} {n_docs} {layout}: answers differ (recorded)")
+
+
+def _run(n_docs: int, layout: str, s: int, steps: int) -> dict:
+    out = subprocess.run([sys.executable, __file__, "depth", "--docs", str(n_docs), "--layout", layout,
+                          "--step", str(s), "--steps", str(steps)], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="every depth, each in a fresh process; results after each")
+    r.add_argument("--docs", type=int, default=1_000_000)
+    r.add_argument("--layouts", default="packed")
+    r.add_argument("--steps", type=int, default=STEPS, help="refreshes: depth 2..steps+1 segments")
+    r.add_argument("--force", action="store_true", help="rebuild the chain and redo depths already recorded")
+    o = sub.add_parser("depth", help="one depth in this process; prints its row as JSON")
+    o.add_argument("--docs", type=int, required=True)
+    o.add_argument("--layout", required=True)
+    o.add_argument("--step", type=int, required=True)
+    o.add_argument("--steps", type=int, default=STEPS)
+    args = ap.parse_args(argv)
+    if args.cmd == "depth":
+        print(json.dumps(depth(args.docs, args.layout, args.step, args.steps)))
+        return 0
+    command = "flock /tmp/heavy.lock nice -n 10 prlimit --as=14000000000 python benchmarks/bench_bm25_stack_depth.py " \
+              + " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if a != "--force")
+    run(args.docs, args.layouts.split(","), args.steps, args.force, command)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -17,6 +17,7 @@ import pytest
 
 from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
 from ragspine_pipeline.retrieval.lexical.bm25_merge import (
+    index_in,
     merge_index_file,
     merge_postings,
     plan_merge,
@@ -357,3 +358,34 @@ def test_a_posting_outside_the_previous_index_is_an_error_not_a_wild_read(tmp_pa
     short = MergePlan(old_new=plan.old_new[:50], added_pos=plan.added_pos, n_docs=plan.n_docs)
     with pytest.raises(CorruptIndexError, match="outside the index"):
         merge_postings(prev, short, [], tmp_dir=tmp_path / "m", kernel=kernel)
+
+
+def test_index_in_walks_sorted_ids_and_falls_back_on_anything_else():
+    """The compiled merge walk of two id lists equals Arrow's hash look-up: sorted lists
+    (with non-ASCII ids, byte prefixes, slices), and the fallback for unsorted or repeated
+    ids, nulls and empty lists."""
+    import pyarrow.compute as pc
+
+    rng = np.random.default_rng(3)
+    words = sorted({"".join(rng.choice(list("abé中\x00z"), rng.integers(0, 6))) for _ in range(400)})
+    pool = [w.encode() for w in words]
+    pool = sorted(set(pool))  # byte order (UTF-8 keeps code point order)
+
+    def arr(xs):
+        return pa.array(xs, pa.large_binary())
+
+    def want(a, b):
+        return pc.index_in(a, value_set=b).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    cases = []
+    for _ in range(20):
+        a = sorted(set(rng.choice(len(pool), rng.integers(0, 300)).tolist()))
+        b = sorted(set(rng.choice(len(pool), rng.integers(0, 300)).tolist()))
+        cases.append((arr([pool[i] for i in a]), arr([pool[i] for i in b])))
+    big = arr(pool)
+    cases += [(big.slice(5, 100), big.slice(50, 200)), (arr([]), big), (big, arr([])),
+              (arr(pool[::-1]), big), (big, arr(pool[:10] + pool[:10])), (arr([b"a", None]), big),
+              (arr([b"ab", b"a"]), arr([b"a", b"ab"]))]
+    for a, b in cases:
+        got = index_in(a, b)
+        assert got.dtype == np.int64 and np.array_equal(got, want(a, b)), (a, b)

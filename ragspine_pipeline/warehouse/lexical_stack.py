@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from ..retrieval.lexical import bm25_format
 from ..retrieval.lexical.bm25_mapped import open_index
-from ..retrieval.lexical.bm25_merge import as_binary, recorded_ids
+from ..retrieval.lexical.bm25_merge import as_binary, index_in, recorded_ids
 from ..retrieval.lexical.bm25_stack import STACK_FILE, open_stack, rows_file_name, write_stack
 from ..retrieval.lexical.bm25_stream_build import Batch, build_index_file
 
@@ -117,7 +117,7 @@ class StackPlan:
 def plan_stack(prev: PreviousStack, new_ids: pa.Array, changed: Any) -> StackPlan:
     """Where each previous live document goes in the new rows (``new_ids`` sorted), and
     which new rows are counted into the new segment (new ids, and ``changed`` ones)."""
-    at = pc.index_in(new_ids, value_set=prev.ids).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    at = index_in(new_ids, prev.ids)
     if changed is not None and len(changed):
         at[pc.is_in(new_ids, value_set=as_binary(changed)).to_numpy(zero_copy_only=False)] = -1
     kept = np.flatnonzero(at >= 0)

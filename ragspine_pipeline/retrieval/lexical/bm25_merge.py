@@ -104,6 +104,32 @@ def as_binary(ids: Sequence[str] | pa.Array | pa.ChunkedArray) -> pa.Array:
     return ids.cast(pa.large_binary())
 
 
+def index_in(values: pa.Array, value_set: pa.Array) -> np.ndarray:
+    """``pc.index_in(values, value_set)`` as int64 with -1 for a miss, both large_binary.
+
+    Why not always the hash look-up: a refresh compares two lists of ids that are both in
+    chunk_id order, and a linear merge walk of them (compiled) costs ~0.1 s at 10M ids where
+    the hash look-up takes 1.5-2.5 s. The walk runs only when numba is there, neither list
+    has nulls, and both are strictly ascending (it checks); otherwise the hash look-up."""
+    if kernels()["compiled"] and not values.null_count and not value_set.null_count:
+        from .bm25_merge_numba import sorted_join
+
+        out = np.empty(len(values), np.int64)
+        if sorted_join(*_off_blob(values), *_off_blob(value_set), out):
+            return out
+    return pc.index_in(values, value_set=value_set).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _off_blob(ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, bytes) of a large_binary array as they lie in its buffers (a slice's
+    offsets start where it does), for the compiled walk."""
+    bufs = ids.buffers()
+    off = np.frombuffer(bufs[1], np.int64)[ids.offset: ids.offset + len(ids) + 1] if bufs[1] is not None else None
+    if off is None or not len(off):
+        return np.zeros(1, np.int64), np.zeros(0, np.uint8)
+    return off, (np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8))
+
+
 def recorded_ids(ix: Previous) -> pa.Array:
     """The doc ids a published file recorded, as large_binary (mapped, no copy)."""
     f = ix._file
@@ -124,7 +150,7 @@ def plan_merge(prev: Previous, new_ids: Sequence[str] | pa.Array | pa.ChunkedArr
         raise ValueError(f"{prev.path}: no doc ids recorded, cannot tell which documents stay")
     old = recorded_ids(prev)
     new = as_binary(new_ids)
-    old_new = pc.index_in(old, value_set=new).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    old_new = index_in(old, new)
     if changed is not None and len(changed):
         old_new[pc.is_in(old, value_set=as_binary(changed)).to_numpy(zero_copy_only=False)] = -1
     kept = old_new[old_new >= 0]

@@ -96,3 +96,47 @@ def merge_packed(pk, t0, t1, old_new, lut, n_indptr, n_indices, n_tf, new_pos, o
         p = _rest(j, je, n_indices, n_tf, new_pos, out_idx, out_tf, p)
         out_indptr[t + 1] = p
     return p
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _cmp(ao, ab, i, bo, bb, j):
+    """-1, 0 or 1 as byte string i of (ao, ab) sorts before, equal to or after string j of (bo, bb)."""
+    a0 = ao[i]
+    b0 = bo[j]
+    la = ao[i + 1] - a0
+    lb = bo[j + 1] - b0
+    for x in range(min(la, lb)):
+        u = ab[a0 + x]
+        v = bb[b0 + x]
+        if u != v:
+            return -1 if u < v else 1
+    return -1 if la < lb else (1 if la > lb else 0)
+
+
+@njit(cache=True, nogil=True)
+def sorted_join(ao, ab, bo, bb, out):
+    """out[i] = the position of string i of a in b, or -1, for two lists of byte strings
+    each strictly ascending; False (out unspecified) as soon as either is not, so the caller
+    falls back to a hash look-up. One linear walk: ~0.1 s for 10M ids, where a hash
+    look-up takes 1.5-2.5 s."""
+    na = ao.shape[0] - 1
+    nb = bo.shape[0] - 1
+    for i in range(1, na):
+        if _cmp(ao, ab, i - 1, ao, ab, i) >= 0:
+            return False
+    for j in range(1, nb):
+        if _cmp(bo, bb, j - 1, bo, bb, j) >= 0:
+            return False
+    j = 0
+    for i in range(na):
+        out[i] = -1
+        while j < nb:
+            c = _cmp(ao, ab, i, bo, bb, j)
+            if c == 0:
+                out[i] = j
+                j += 1
+                break
+            if c < 0:
+                break
+            j += 1
+    return True

@@ -97,14 +97,20 @@ def test_refreshes_stack_segments_and_answer_as_one_index(tmp_path, layout):
     assert os.stat(v[3] / BM25_FILE).st_ino == os.stat(v[0] / BM25_FILE).st_ino
     # The served-ids check: other ids are not this index.
     assert open_bm25_file(v[3], sorted(corpus)[1:]) is None
-    # The policy folds the stack back into one file, the one a fresh build writes.
+    # Past max_segments the small segments fold into the new one: base + one segment.
     corpus, changed = _refresh(corpus, seed=9)
     meta = _publish(v[4], v[3], corpus, changed=changed, layout=layout, stack=StackPolicy(max_segments=3))
-    assert meta["bm25_build"] == "merged" and "segments" in meta["bm25_merge_reason"]
-    assert not (v[4] / STACK_FILE).exists()
+    assert meta["bm25_build"] == "stacked" and meta["bm25_stack_folded"] and meta["bm25_segments"] == 2, meta
+    assert os.stat(v[4] / BM25_FILE).st_ino == os.stat(v[0] / BM25_FILE).st_ino  # the base stays linked
     ids = sorted(corpus)
     write_bm25_file(tmp_path / "fresh4", ids, [corpus[c] for c in ids], layout=layout)
-    merged, fresh = open_index(v[4] / BM25_FILE), open_index(tmp_path / "fresh4" / BM25_FILE)
+    fresh = open_index(tmp_path / "fresh4" / BM25_FILE)
+    _assert_same(open_bm25_file(v[4], ids), fresh, len(corpus))
+    # max_segments=1: the policy merges the stack back into one file, the one a fresh build writes.
+    meta = _publish(tmp_path / "v5", v[3], corpus, changed=changed, layout=layout, stack=StackPolicy(max_segments=1))
+    assert meta["bm25_build"] == "merged" and "segments" in meta["bm25_merge_reason"]
+    assert not (tmp_path / "v5" / STACK_FILE).exists()
+    merged = open_index(tmp_path / "v5" / BM25_FILE)
     for q in QUERIES:
         x, y = merged.search(q, 10), fresh.search(q, 10)
         assert np.array_equal(x.ids, y.ids) and np.array_equal(x.scores, y.scores)

@@ -16,7 +16,8 @@ segments: one bucket is the single file ``BM25_FILE``; more are the segment file
 A refresh writes only what changed (``merge_bm25_file``, ``lexical_stack``): the previous
 version's segment files are linked into the new version and one new segment holds the
 chunks added or re-analyzed, with fresh live rows per segment (``bm25_stack``, Lucene-style).
-When the merge policy (``StackPolicy``) finds the stack too deep or too dead, the refresh
+When the merge policy (``StackPolicy``) finds the stack too deep, its small segments fold
+into the new one (the largest stays linked); when it is still too dead, the refresh
 merges instead (``bm25_merge``): the largest segment's counts are kept, only the other
 chunks are counted, and one file is written, the one a full build writes (same layout
 rule, same answers bit for bit). It falls back to the full build, and says
@@ -140,6 +141,10 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
             elif stack is not None:
                 splan = plan_stack(prev, new_ids, changed)
                 segs, churn = splan.churn(len(new_ids))
+                folded = segs > stack.max_segments > 1
+                if folded:  # the small segments into the new one: base + one segment
+                    splan = splan.folded()
+                    segs, churn = splan.churn(len(new_ids))
                 if segs <= stack.max_segments and churn <= stack.max_churn:
                     def added_batches() -> Iterator[Batch]:
                         at = order[splan.added]
@@ -147,7 +152,7 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
                                 else _batches(docs_tokens, at))
                     meta = write_stacked(Path(version_dir), prev, splan, new_ids, added_batches, k1=k1, b=b,
                                          layout=layout)
-                    return {**meta, "bm25_churn": round(churn, 4),
+                    return {**meta, "bm25_churn": round(churn, 4), "bm25_stack_folded": folded,
                             "bm25_seconds": round(time.perf_counter() - t0, 3)}
                 merge_why = (f"{segs} segments > {stack.max_segments}" if segs > stack.max_segments
                              else f"churn {churn:.3f} > {stack.max_churn}")

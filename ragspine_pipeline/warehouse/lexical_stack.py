@@ -9,11 +9,14 @@ of chunks deleted, hidden or replaced become -1). The refresh therefore costs th
 chunks' count plus O(N) small integers, whatever the library's size.
 
 ``StackPolicy`` is the merge policy, as Lucene's keeps its segment count and deleted
-documents bounded: when the stack would hold more than ``max_segments`` segments, or
-its churn (dead documents plus live documents outside the largest segment, over the live
-documents) would pass ``max_churn``, the refresh merges instead: the largest segment is
-the previous file of ``bm25_merge``, everything not live in it is counted again, and one
-whole file is written (``lexical_files.merge_bm25_file``). So a stack stays shallow,
+documents bounded. When the stack would hold more than ``max_segments`` segments, the small
+segments fold into the new one (``StackPlan.folded``: every segment but the largest is
+dropped and its live documents are counted again with the changed ones), so the stack is
+the big base plus one segment, at a cost that grows with the churn, not the library. When
+the churn (dead documents plus live documents outside the largest segment, over the live
+documents) would still pass ``max_churn``, the refresh merges instead: the largest segment
+is the previous file of ``bm25_merge``, everything not live in it is counted again, and
+one whole file is written (``lexical_files.merge_bm25_file``). So a stack stays shallow,
 queries pay at most ``max_segments`` segment passes, and the dead postings they skip stay
 a bounded share.
 """
@@ -104,6 +107,19 @@ class StackPlan:
     added: np.ndarray  # new rows (ascending) of the chunks the new segment holds
     kept: int
     removed: int
+
+    def folded(self) -> StackPlan:
+        """The same refresh with every segment but the one keeping the most live documents
+        (the base) folded into the new segment: their live documents are counted again with
+        the changed ones, so the stack becomes base + one segment (Lucene's merge of the
+        small segments, which leaves the big one alone)."""
+        live = [int(np.count_nonzero(r >= 0)) for r in self.rows]
+        base = int(np.argmax(live)) if live else 0
+        moved = [r[r >= 0] for s, r in enumerate(self.rows) if s != base]
+        added = np.union1d(self.added, np.concatenate(moved)) if moved else self.added
+        rows = [r if s == base else np.full(len(r), -1, np.int64) for s, r in enumerate(self.rows)]
+        kept = live[base] if live else 0
+        return StackPlan(rows, added.astype(np.int64), kept, self.removed + self.kept - kept)
 
     def churn(self, n_new: int) -> tuple[int, float]:
         """(segments after the refresh, churn as ``StackPolicy`` reads it)."""

@@ -62,11 +62,11 @@ class Chain:
     """Every refresh of the chain, regenerated deterministically: the sorted ids after each
     step and the token lists of every new document (id -> position in ``docs``)."""
 
-    def __init__(self, n_docs: int, steps: int) -> None:
+    def __init__(self, n_docs: int, steps: int, fraction: float = FRACTION) -> None:
         p = 1.0 / np.arange(1, VOCAB + 1) ** 1.1
         p /= p.sum()
         ids = [refresh._old_id(i) for i in range(n_docs)]
-        k = int(n_docs * FRACTION)
+        k = int(n_docs * fraction)
         self.ids: list[list[str]] = [ids]
         self.changes: list[dict[str, int]] = [{}]
         self.where: dict[str, int] = {}
@@ -103,16 +103,16 @@ class Chain:
         return load
 
 
-def _folder(n_docs: int, layout: str) -> Path:
-    return CACHE / f"{n_docs}_{layout}"
+def _folder(n_docs: int, layout: str, fraction: float = FRACTION) -> Path:
+    return CACHE / (f"{n_docs}_{layout}" + ("" if fraction == FRACTION else f"_f{fraction:g}"))
 
 
-def ensure_version(chain: Chain, n_docs: int, layout: str, s: int) -> dict:
+def ensure_version(chain: Chain, n_docs: int, layout: str, s: int, fraction: float = FRACTION) -> dict:
     """Version ``v<s>`` of the chain (made from ``v<s-1>`` if not finished); its step row."""
     from ragspine_pipeline.warehouse.lexical_files import BM25_FILE, merge_bm25_file
     from ragspine_pipeline.warehouse.lexical_stack import StackPolicy
 
-    here = _folder(n_docs, layout) / f"v{s}"
+    here = _folder(n_docs, layout, fraction) / f"v{s}"
     done = here / "step.json"
     if done.exists():
         return json.loads(done.read_text())
@@ -122,7 +122,7 @@ def ensure_version(chain: Chain, n_docs: int, layout: str, s: int) -> dict:
             os.link(refresh._paths(n_docs, layout)["old"], here / BM25_FILE)
         row = {"segments": 1}
     else:
-        ensure_version(chain, n_docs, layout, s - 1)
+        ensure_version(chain, n_docs, layout, s - 1, fraction)
         shutil.rmtree(here, ignore_errors=True)  # an unfinished try
         refresh._warm(layout, stack=True)
         loaded: list[int] = []
@@ -142,15 +142,15 @@ def ensure_version(chain: Chain, n_docs: int, layout: str, s: int) -> dict:
     return row
 
 
-def fold(chain: Chain, n_docs: int, layout: str, s: int) -> tuple[Path, dict]:
+def fold(chain: Chain, n_docs: int, layout: str, s: int, fraction: float = FRACTION) -> tuple[Path, dict]:
     """The single merged file of step ``s``'s corpus: the refresh ``v<s-1>`` -> one file."""
     from ragspine_pipeline.warehouse.lexical_files import BM25_FILE, merge_bm25_file
 
-    single = _folder(n_docs, layout) / "single"
+    single = _folder(n_docs, layout, fraction) / "single"
     shutil.rmtree(single, ignore_errors=True)  # one depth's at a time (a whole file each)
     loaded: list[int] = []
     t0 = time.perf_counter()
-    meta = merge_bm25_file(single, _folder(n_docs, layout) / f"v{s - 1}", pa.array(chain.ids[s]),
+    meta = merge_bm25_file(single, single.with_name(f"v{s - 1}"), pa.array(chain.ids[s]),
                            chain.loader(s, loaded), stack=None, k1=refresh.K1, b=refresh.B, layout=layout)
     seconds = time.perf_counter() - t0
     assert meta["bm25_build"] == "merged", meta
@@ -170,14 +170,13 @@ def _refresh_paths(stack: Path, single: Path) -> Iterator[None]:
         refresh._paths = saved
 
 
-def newest_alone(stack: Path, n_docs: int) -> dict:
+def newest_alone(stack: Path, queries: list[list[str]]) -> dict:
     """The query set (unfiltered, top-10) on the newest segment file alone: one delta's
     own work, without the stack's statistics pass, live-row filter or merge."""
     from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
     from ragspine_pipeline.retrieval.lexical.bm25_stack import read_manifest
 
     seg = open_index(stack / read_manifest(stack)["segments"][-1]["file"])
-    queries = refresh.Feed(n_docs).queries()
     for q in queries:
         seg.search(q, 10)
     ts = []
@@ -189,24 +188,78 @@ def newest_alone(stack: Path, n_docs: int) -> dict:
     return {"docs": seg.n_docs, "p50_ms": round(float(np.median(ms)), 4), "mean_ms": round(float(ms.mean()), 4)}
 
 
-def depth(n_docs: int, layout: str, s: int, steps: int) -> dict:
+def breakdown(stack_dir: Path, queries: list[list[str]], n_docs: int) -> dict:
+    """Where a stack query's time goes: per segment, the mean ms per query of its scoring
+    call (``search``) and its statistics call (``survivor_stats``), and the rest (the stack's
+    own Python: filters, summed statistics, the top-k merge). Timed by wrapping each
+    segment's two methods on the instance, in a pass of its own after the comparison.
+    ``none``: unfiltered, after a warm pass (the live rows' df memo full: no statistics
+    calls left); ``1%``: a fresh 1% ``PackedFilter`` (translated on one untimed query), so
+    each token's first statistics call under it is in the pass, as in the comparison."""
+    from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
+    from ragspine_pipeline.warehouse.lexical_files import open_bm25_file
+
+    stack = open_bm25_file(stack_dir)
+    segs = stack.segments
+    out: dict = {"live": [int(np.count_nonzero(r >= 0)) for r in stack.rows], "docs": [s.n_docs for s in segs]}
+    for name, keep in (("none", 1.0), ("1%", 0.01)):
+        f = None if keep == 1.0 else PackedFilter.from_mask(np.random.default_rng(11).random(n_docs) < keep)
+        for q in queries if f is None else queries[:1]:
+            stack.search(q, 10, f)
+        spent = {m: [0.0] * len(segs) for m in ("search", "survivor_stats")}
+        for i, seg in enumerate(segs):
+            for m in spent:
+                setattr(seg, m, _timed(getattr(seg, m), spent[m], i))
+        t0 = time.perf_counter()
+        try:
+            for q in queries[1:]:
+                stack.search(q, 10, f)
+        finally:
+            for seg in segs:
+                for m in spent:
+                    delattr(seg, m)
+        n = len(queries) - 1
+        total = (time.perf_counter() - t0) * 1e3 / n
+        per = {m: [round(x * 1e3 / n, 4) for x in v] for m, v in spent.items()}
+        out[name] = {"total_ms": round(total, 4), "search_ms": per["search"], "stats_ms": per["survivor_stats"],
+                     "rest_ms": round(total - sum(per["search"]) - sum(per["survivor_stats"]), 4)}
+    return out
+
+
+def _timed(fn: Callable, acc: list[float], i: int) -> Callable:
+    """``fn`` adding its seconds to ``acc[i]``."""
+    def run(*a: object, **kw: object) -> object:
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            acc[i] += time.perf_counter() - t0
+    return run
+
+
+def depth(n_docs: int, layout: str, s: int, steps: int, fraction: float = FRACTION) -> dict:
     """Step ``s`` of the chain in this (fresh) process: its version, its single file, the queries."""
-    chain = Chain(n_docs, s)
-    vrow = ensure_version(chain, n_docs, layout, s)
-    stack = _folder(n_docs, layout) / f"v{s}"
-    single, frow = fold(chain, n_docs, layout, s)
+    chain = Chain(n_docs, s, fraction)
+    vrow = ensure_version(chain, n_docs, layout, s, fraction)
+    stack = _folder(n_docs, layout, fraction) / f"v{s}"
+    single, frow = fold(chain, n_docs, layout, s, fraction)
     with _refresh_paths(stack, single):
         q = refresh.stack_queries(n_docs, layout)
     assert q["segments"] == vrow["segments"] == s + 1, (q["segments"], vrow)
-    row = {"docs": n_docs, "layout": layout, "step": s, "steps": steps, **vrow, **frow,  # docs: the first corpus's
-           **{k: q[k] for k in ("open_stack_s", "open_single_s", "identical", "max_rel_diff")},
-           **{name: q[name] for name in FILTER_NAMES}, "first": {n: q[f"first_{n}"] for n in FILTER_NAMES[1:]},
-           "newest_alone": newest_alone(stack, n_docs), "peak_rss_mib": refresh._rss(),
-           "load": round(os.getloadavg()[0], 1)}
-    return row
+    queries = refresh.Feed(n_docs).queries()
+    queries = [x + ["unseen0"] if i % 20 == 0 else x for i, x in enumerate(queries)]  # as stack_queries
+    return {"docs": n_docs, "layout": layout, "fraction": fraction, "step": s, "steps": steps, **vrow, **frow,
+            **{k: q[k] for k in ("open_stack_s", "open_single_s", "identical", "max_rel_diff")},
+            **{name: q[name] for name in FILTER_NAMES}, "first": {n: q[f"first_{n}"] for n in FILTER_NAMES[1:]},
+            "newest_alone": newest_alone(stack, queries), "breakdown": breakdown(stack, queries, n_docs),
+            "peak_rss_mib": refresh._rss(), "load": round(os.getloadavg()[0], 1)}
 
 
 # --------------------------------------------------------------------------- results
+def _key(row: dict) -> tuple:
+    return row["docs"], row["layout"], row.get("fraction", FRACTION), row["step"]
+
+
 def _load() -> dict:
     path = RESULTS / f"{NAME}.json"
     return json.loads(path.read_text()) if path.exists() else {"commands": [], "rows": []}
@@ -214,9 +267,7 @@ def _load() -> dict:
 
 def save(row: dict, command: str) -> None:
     data = _load()
-    key = (row["docs"], row["layout"], row["step"])
-    data["rows"] = [r for r in data["rows"] if (r["docs"], r["layout"], r["step"]) != key] + [row]
-    data["rows"].sort(key=lambda r: (r["docs"], r["layout"], r["step"]))
+    data["rows"] = sorted([r for r in data["rows"] if _key(r) != _key(row)] + [row], key=_key)
     if command not in data["commands"]:
         data["commands"].append(command)
     data["machine"] = machine()
@@ -228,61 +279,87 @@ def save(row: dict, command: str) -> None:
 def markdown(data: dict) -> str:
     lines = ["# BM25 refresh stack: query cost by depth", "",
              "A chain of refreshes of the synthetic 1M corpus (`bench_bm25_refresh`'s old file as version 0),",
-             "each deleting 0.5%, editing 0.5% (new id, new tokens) and adding 0.5% of the documents, published",
-             "through `merge_bm25_file(..., stack=StackPolicy(max_segments=99, max_churn=1.0))` so every refresh",
-             "stacks one segment of ~1% of the corpus. At each depth (fresh process): `fold s`, the refresh of",
-             "the same step merged into one file (`stack=None`: what the policy publishes when it folds);",
-             "then `bench_bm25_refresh.stack_queries` on the stack against that file: 200 queries, top-10,",
-             "interleaved, unfiltered and reused `PackedFilter`s keeping 50% / 1%; `identical`: same ids,",
-             "scores within 1e-9 relative. `newest alone`: the query set unfiltered on the newest segment",
-             "file opened by itself (one delta's own postings work, no stack). `refresh s`: the stack",
-             "refresh (`merge_bm25_file` whole). `load`: 1-minute load average (2 cores, shared).", "",
+             "each deleting, editing (new id, new tokens) and adding `fraction` of the documents (0.005:",
+             "a 1% refresh, as `bench_bm25_refresh`'s), published through `merge_bm25_file(...,",
+             "stack=StackPolicy(max_segments=99, max_churn=1.0))` so every refresh stacks one segment of the",
+             "added and edited documents. At each depth (fresh process): `fold s`, the same refresh merged",
+             "into one file (`stack=None`: what the policy publishes when it folds); then",
+             "`bench_bm25_refresh.stack_queries` on the stack against that file: 200 queries, top-10,",
+             "interleaved, unfiltered and reused `PackedFilter`s keeping 50% / 1% (the filtered passes",
+             "include each token's first statistics call under the filter; the unfiltered pass runs after",
+             "a warm pass, its df memo full); `identical`: same ids, scores within 1e-9 relative.",
+             "`refresh s`: the stack refresh (`merge_bm25_file` whole). `load`: 1-minute load average",
+             "(2 cores, shared).", "",
              *[f"- `{c}`" for c in data["commands"]], "", f"Machine: {data.get('machine')}", "",
-             "| docs | layout | segments | churn | refresh s | bytes written | fold s | "
+             "| docs | layout | fraction | segments | churn | refresh s | bytes written | fold s | "
              + " | ".join(f"{f} p50 ms (stack / single) | {f} p50 ratio | {f} mean ms (stack / single) | "
                           f"{f} mean ratio" for f in FILTER_NAMES)
-             + " | newest alone p50 / mean ms | identical (max rel diff) | load |",
-             "|---:|---|---:|---:|---:|---:|---:|" + "---|---:|---|---:|" * len(FILTER_NAMES) + "---|---|---:|"]
+             + " | identical (max rel diff) | load |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|" + "---|---:|---|---:|" * len(FILTER_NAMES) + "---|---:|"]
     for r in data["rows"]:
-        cells = [f"{r['docs']:,}", r["layout"], str(r["segments"]), f"{r['churn']:.3f}", f"{r['refresh_s']:.2f}",
-                 f"{r['bytes_written']:,}", f"{r['fold_s']:.2f}"]
+        cells = [f"{r['docs']:,}", r["layout"], f"{r.get('fraction', FRACTION):g}", str(r["segments"]),
+                 f"{r['churn']:.3f}", f"{r['refresh_s']:.2f}", f"{r['bytes_written']:,}", f"{r['fold_s']:.2f}"]
         for f in FILTER_NAMES:
             q = r[f]
             cells += [f"{q['stack_p50_ms']:.3f} / {q['single_p50_ms']:.3f}", f"{q['p50_ratio']:.2f}",
                       f"{q['stack_mean_ms']:.3f} / {q['single_mean_ms']:.3f}", f"{q['mean_ratio']:.2f}"]
+        cells += [f"{r['identical']} ({r['max_rel_diff']:.1e})", str(r["load"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Where the stack's time goes (a separate pass, same queries, mean ms per query): each",
+              "segment's scoring call (`search`) and statistics call (`survivor_stats`), timed on the",
+              "instance; `rest`: the stack's own work (filters, summed statistics, top-k merge). `base`:",
+              "the old file (segment 0), `deltas`: the refreshes' segments summed, `per delta`: their mean.",
+              "Unfiltered after a warm pass (no statistics calls left); `1%`: a fresh 1% filter (statistics",
+              "included). `newest alone`: the query set unfiltered on the newest segment file opened by",
+              "itself (p50 / mean ms): one delta's whole search without the stack.", "",
+              "| docs | layout | fraction | segments | none: total | base | deltas | per delta | rest | "
+              "1%: total | base (search + stats) | deltas (search + stats) | per delta | rest | newest alone |",
+              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in data["rows"]:
+        bd = r.get("breakdown")
+        if not bd:
+            continue
+        cells = [f"{r['docs']:,}", r["layout"], f"{r.get('fraction', FRACTION):g}", str(r["segments"])]
+        for name in ("none", "1%"):
+            x = bd[name]
+            seg = [a + b for a, b in zip(x["search_ms"], x["stats_ms"], strict=True)]
+            deltas = sum(seg[1:])
+            cells += [f"{x['total_ms']:.3f}", f"{seg[0]:.3f}", f"{deltas:.3f}", f"{deltas / max(len(seg) - 1, 1):.3f}",
+                      f"{x['rest_ms']:.3f}"]
         alone = r["newest_alone"]
-        cells += [f"{alone['p50_ms']:.3f} / {alone['mean_ms']:.3f}", f"{r['identical']} ({r['max_rel_diff']:.1e})",
-                  str(r["load"])]
+        cells.append(f"{alone['p50_ms']:.3f} / {alone['mean_ms']:.3f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def run(n_docs: int, layouts: list[str], steps: int, force: bool, command: str, *, fresh: bool = True) -> None:
+def run(n_docs: int, layouts: list[str], steps: int, force: bool, command: str, *, fraction: float = FRACTION,
+        fresh: bool = True) -> None:
     """Every depth of every layout, each in a fresh process (``fresh``; in this one for tests);
     results saved after each."""
-    done = {(r["docs"], r["layout"], r["step"]) for r in _load()["rows"]}
+    done = {_key(r) for r in _load()["rows"]}
     generate(n_docs)
     for layout in layouts:
         if force:
-            shutil.rmtree(_folder(n_docs, layout), ignore_errors=True)
+            shutil.rmtree(_folder(n_docs, layout, fraction), ignore_errors=True)
         if not refresh._paths(n_docs, layout)["old"].exists():
             if fresh:
                 refresh._run(n_docs, layout, "old")
             else:
                 refresh.step(n_docs, layout, "old")
         for s in range(1, steps + 1):
-            if (n_docs, layout, s) in done and not force:
+            if (n_docs, layout, fraction, s) in done and not force:
                 continue
-            row = _run(n_docs, layout, s, steps) if fresh else depth(n_docs, layout, s, steps)
+            row = _run(n_docs, layout, s, steps, fraction) if fresh else depth(n_docs, layout, s, steps, fraction)
             save(row, command)
             print(json.dumps(row), flush=True)
             if row["identical"] is False:
                 raise SystemExit(f"step {s} {n_docs} {layout}: answers differ (recorded)")
 
 
-def _run(n_docs: int, layout: str, s: int, steps: int) -> dict:
+def _run(n_docs: int, layout: str, s: int, steps: int, fraction: float) -> dict:
     out = subprocess.run([sys.executable, __file__, "depth", "--docs", str(n_docs), "--layout", layout,
-                          "--step", str(s), "--steps", str(steps)], check=True, capture_output=True, text=True)
+                          "--step", str(s), "--steps", str(steps), "--fraction", str(fraction)],
+                         check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -299,13 +376,16 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--layout", required=True)
     o.add_argument("--step", type=int, required=True)
     o.add_argument("--steps", type=int, default=STEPS)
+    for p in (r, o):
+        p.add_argument("--fraction", type=float, default=FRACTION,
+                       help="share of the first corpus deleted, edited and added (each) per refresh")
     args = ap.parse_args(argv)
     if args.cmd == "depth":
-        print(json.dumps(depth(args.docs, args.layout, args.step, args.steps)))
+        print(json.dumps(depth(args.docs, args.layout, args.step, args.steps, args.fraction)))
         return 0
     command = "flock /tmp/heavy.lock nice -n 10 prlimit --as=14000000000 python benchmarks/bench_bm25_stack_depth.py " \
               + " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if a != "--force")
-    run(args.docs, args.layouts.split(","), args.steps, args.force, command)
+    run(args.docs, args.layouts.split(","), args.steps, args.force, command, fraction=args.fraction)
     return 0
 
 

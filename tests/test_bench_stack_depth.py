@@ -43,7 +43,8 @@ def test_chain_of_three_stacks_answers_as_one_file(bench, tmp_path):
         assert 0 < r["churn"] < 0.25 and r["bytes_written"] > 0 and r["fold_counted"] >= r["added"]
     assert rows[-1]["churn"] > rows[0]["churn"]
     md = (tmp_path / "results" / "bm25_stack_depth.md").read_text()
-    assert md.count("| 2,000 | packed |") == 3
+    assert md.count("| 2,000 | packed | 0.005 |") == 6  # the query table and the breakdown
+    assert [len(r["breakdown"]["none"]["search_ms"]) for r in rows] == [2, 3, 4]
     # A rerun resumes: nothing recorded again, the finished versions kept as they are.
     before = (bench.CACHE / f"{N_DOCS}_packed" / "v3" / "step.json").stat().st_mtime_ns
     bench.run(N_DOCS, ["packed"], 3, False, "test", fresh=False)

@@ -206,35 +206,24 @@ def breakdown(stack_dir: Path, queries: list[list[str]], n_docs: int) -> dict:
         f = None if keep == 1.0 else PackedFilter.from_mask(np.random.default_rng(11).random(n_docs) < keep)
         for q in queries if f is None else queries[:1]:
             stack.search(q, 10, f)
-        spent = {m: [0.0] * len(segs) for m in ("search", "survivor_stats")}
+        methods, spent = ("search", "survivor_stats"), {}
         for i, seg in enumerate(segs):
-            for m in spent:
-                setattr(seg, m, _timed(getattr(seg, m), spent[m], i))
+            for m in methods:
+                setattr(seg, m, refresh._timed(getattr(seg, m), (m, i), spent))
         t0 = time.perf_counter()
         try:
             for q in queries[1:]:
                 stack.search(q, 10, f)
         finally:
             for seg in segs:
-                for m in spent:
+                for m in methods:
                     delattr(seg, m)
         n = len(queries) - 1
         total = (time.perf_counter() - t0) * 1e3 / n
-        per = {m: [round(x * 1e3 / n, 4) for x in v] for m, v in spent.items()}
+        per = {m: [round(spent[m, i] * 1e3 / n, 4) for i in range(len(segs))] for m in methods}
         out[name] = {"total_ms": round(total, 4), "search_ms": per["search"], "stats_ms": per["survivor_stats"],
                      "rest_ms": round(total - sum(per["search"]) - sum(per["survivor_stats"]), 4)}
     return out
-
-
-def _timed(fn: Callable, acc: list[float], i: int) -> Callable:
-    """``fn`` adding its seconds to ``acc[i]``."""
-    def run(*a: object, **kw: object) -> object:
-        t0 = time.perf_counter()
-        try:
-            return fn(*a, **kw)
-        finally:
-            acc[i] += time.perf_counter() - t0
-    return run
 
 
 def depth(n_docs: int, layout: str, s: int, steps: int, fraction: float = FRACTION) -> dict:

@@ -4,7 +4,11 @@ and a shard whose filter survivors hold no query term answers empty instead of f
 import numpy as np
 
 from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
-from ragspine_pipeline.retrieval.lexical.bm25_segments import SurvivorStats, open_segments, write_segments
+from ragspine_pipeline.retrieval.lexical.bm25_segments import (
+    SurvivorStats,
+    open_segments,
+    write_segments,
+)
 from ragspine_pipeline.retrieval.lexical.bm25_topk import merge_top_k
 
 

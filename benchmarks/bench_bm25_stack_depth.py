@@ -283,8 +283,8 @@ def markdown(data: dict) -> str:
              "| docs | layout | fraction | segments | churn | refresh s | bytes written | fold s | "
              + " | ".join(f"{f} p50 ms (stack / single) | {f} p50 ratio | {f} mean ms (stack / single) | "
                           f"{f} mean ratio" for f in FILTER_NAMES)
-             + " | identical (max rel diff) | load |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|" + "---|---:|---|---:|" * len(FILTER_NAMES) + "---|---:|"]
+             + " | first 1% ms (stack / single) | identical (max rel diff) | load |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|" + "---|---:|---|---:|" * len(FILTER_NAMES) + "---|---|---:|"]
     for r in data["rows"]:
         cells = [f"{r['docs']:,}", r["layout"], f"{r.get('fraction', FRACTION):g}", str(r["segments"]),
                  f"{r['churn']:.3f}", f"{r['refresh_s']:.2f}", f"{r['bytes_written']:,}", f"{r['fold_s']:.2f}"]
@@ -292,7 +292,9 @@ def markdown(data: dict) -> str:
             q = r[f]
             cells += [f"{q['stack_p50_ms']:.3f} / {q['single_p50_ms']:.3f}", f"{q['p50_ratio']:.2f}",
                       f"{q['stack_mean_ms']:.3f} / {q['single_mean_ms']:.3f}", f"{q['mean_ratio']:.2f}"]
-        cells += [f"{r['identical']} ({r['max_rel_diff']:.1e})", str(r["load"])]
+        first = r["first"]["1%"]
+        cells += [f"{first['stack_ms']:.2f} / {first['single_ms']:.2f}", f"{r['identical']} ({r['max_rel_diff']:.1e})",
+                  str(r["load"])]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "Where the stack's time goes (a separate pass, same queries, mean ms per query): each",
               "segment's scoring call (`search`) and statistics call (`survivor_stats`), timed on the",
@@ -318,7 +320,25 @@ def markdown(data: dict) -> str:
         alone = r["newest_alone"]
         cells.append(f"{alone['p50_ms']:.3f} / {alone['mean_ms']:.3f}")
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + READING) + "\n"
+
+
+READING = ["", "Reading (1M, packed, the figures above): the stack's extra time is per segment, and",
+           "nearly constant per segment. The base (the old file) costs what the single file does while",
+           "its dead share is small (~0.6 ms mean unfiltered; it runs the filtered kernel by its live",
+           "rows); each delta adds one scoring call of ~0.035 ms (1k-document deltas), ~0.055 ms (10k)",
+           "or ~0.12 ms (50k): ~0.03 ms fixed per call plus ~0.002 ms per 1k documents, so at 1%",
+           "refreshes a little over half of a delta's cost is the call itself, not its postings (the",
+           "newest delta searched alone costs 0.02 / 0.035 / 0.065 ms). Under a reused filter each",
+           "token's first use adds a statistics call per segment (~0.015 ms per delta). The stack's own",
+           "work (per-segment filters, summed statistics, row mapping, top-k merge) grows ~0.007 ms",
+           "per segment. Against a median query of ~0.2 ms the fixed part dominates: the p50 ratio",
+           "rises ~0.25 per segment (1.3x at 2 segments, 3.1x at 8), the mean ratio ~0.1 per segment",
+           "(1.3x -> 2.0x); heavy queries are dominated by the base. Larger deltas also raise churn:",
+           "at 5% refreshes the base carries up to 30% dead rows and its own call costs ~1.1 ms mean",
+           "against the single file's ~0.64 ms.",
+           "The first query under a new filter pays its translation into per-segment filters (O(N):",
+           "`first 1%`, ~3-7 ms at 1M against ~0.3 ms on one file), once per reused filter."]
 
 
 def run(n_docs: int, layouts: list[str], steps: int, force: bool, command: str, *, fraction: float = FRACTION,

@@ -20,7 +20,7 @@ and checks 200 queries (the corpus's cached query set, top-10) give the same ids
 bit-identical scores, unfiltered and under a 10% candidate mask.
 
 ``stack`` (fresh process) publishes the same refresh as a Lucene-style stack on top of the
-old file (``lexical_files.merge_bm25_file(..., stack=StackPolicy())``: the old file hard-linked
+old file (``lexical_files.merge_bm25_file(..., stack=StackPolicy(min_docs=0))``: the old file hard-linked
 from a "previous version" folder, one new segment of the added/edited documents, rows per
 segment; tokens through a loader, as the warehouse reads them). ``stackq`` (fresh process)
 opens that stack and the ``merge`` step's single file of the same corpus and runs the query
@@ -230,7 +230,7 @@ def stack_step(ref: Refresh, ids: list[str], paths: dict[str, Path], layout: str
     t0 = time.perf_counter()
     arrow_ids = pa.array(ids)  # the Python ids as Arrow, as the merge step does (timed there too)
     arrow_s = time.perf_counter() - t0
-    meta = lexical_files.merge_bm25_file(paths["stack"], prev, arrow_ids, loader, stack=StackPolicy(),
+    meta = lexical_files.merge_bm25_file(paths["stack"], prev, arrow_ids, loader, stack=StackPolicy(min_docs=0),
                                          k1=K1, b=B, layout=layout)
     total = time.perf_counter() - t0
     assert meta["bm25_build"] == "stacked", meta  # not folded into one file
@@ -287,7 +287,7 @@ def _warm(layout: str, stack: bool = False) -> None:
             (Path(tmp) / "v1").mkdir()
             os.link(old, Path(tmp) / "v1" / BM25_FILE)
             merge_bm25_file(Path(tmp) / "v2", Path(tmp) / "v1", pa.array(["x", "z", "zz"]),
-                            pa.array([["a", "b"], ["c"], ["a", "e"]], LIST), stack=StackPolicy(max_churn=1.0),
+                            pa.array([["a", "b"], ["c"], ["a", "e"]], LIST), stack=StackPolicy(max_churn=1.0, min_docs=0),
                             k1=K1, b=B, layout=layout)
 
 
@@ -456,7 +456,7 @@ def _stack_markdown(rows: dict) -> list[str]:
     if not keys:
         return []
     lines = ["", "## Refresh as a stack of segments (Lucene-style)", "",
-             "`stack`: `lexical_files.merge_bm25_file(new_dir, prev_dir, ids, loader, stack=StackPolicy())` on",
+             "`stack`: `lexical_files.merge_bm25_file(new_dir, prev_dir, ids, loader, stack=StackPolicy(min_docs=0))` on",
              "the same refresh of the same old file (laid out as the previous version's `bm25.rsbm25`), in a",
              "fresh process of the same run as `full` and `merge`. The result is checked `stacked` (not folded",
              "by the policy: 2 segments, churn 0.02). A stack write costs the count of the changed documents",

@@ -3,9 +3,9 @@
     flock /tmp/heavy.lock nice -n 10 prlimit --as=14000000000 \\
         python benchmarks/bench_bm25_stack_depth.py run --docs 1000000 --layouts packed,plain
 
-Why: ``bench_bm25_refresh`` measured one refresh (a 2-segment stack); the default
-``StackPolicy(max_segments=8, max_churn=0.25)`` lets a stack grow to 8 segments before it
-folds, and the policy's default should be set on what queries pay at every depth.
+Why: ``bench_bm25_refresh`` measured one refresh (a 2-segment stack); the policy's
+defaults are set on what queries pay at every depth (the first policy let a stack grow to 8
+segments; these figures set it to 2, small segments folding, see ``StackPolicy``).
 
 The chain: ``bench_bm25_refresh``'s cached old file of the synthetic corpus (built by that
 module if missing) is version ``v0``; refresh ``s`` (1..R, default R=7) changes ~1% of the
@@ -14,7 +14,7 @@ deleted, 0.5% edited (the id leaves, ``<id>r<s>`` with new tokens comes), 0.5% a
 (``<id>a<s>``, sorting after ``<id>``); new tokens from the same Zipf law, an ``unseen<j>``
 term in every tenth new document (so the query set's ``unseen0`` is in every new
 segment). Each refresh goes through the warehouse's call, ``lexical_files.merge_bm25_file(
-v<s>, v<s-1>, ids, loader, stack=StackPolicy(max_segments=99, max_churn=1.0))``, so every
+v<s>, v<s-1>, ids, loader, stack=StackPolicy(max_segments=99, max_churn=1.0, min_docs=0))``, so every
 step stacks: ``v<s>`` holds ``s + 1`` segments. Version folders stay under
 ``benchmarks/.cache/stack_depth/`` (hard links: cheap), each with a ``step.json`` once
 finished, so a rerun resumes from the last finished one.
@@ -129,7 +129,7 @@ def ensure_version(chain: Chain, n_docs: int, layout: str, s: int, fraction: flo
         ids = pa.array(chain.ids[s])
         t0 = time.perf_counter()
         meta = merge_bm25_file(here, here.with_name(f"v{s - 1}"), ids, chain.loader(s, loaded),
-                               stack=StackPolicy(max_segments=99, max_churn=1.0), k1=refresh.K1, b=refresh.B,
+                               stack=StackPolicy(max_segments=99, max_churn=1.0, min_docs=0), k1=refresh.K1, b=refresh.B,
                                layout=layout)
         seconds = time.perf_counter() - t0
         assert meta["bm25_build"] == "stacked" and meta["bm25_segments"] == s + 1, meta
@@ -270,7 +270,7 @@ def markdown(data: dict) -> str:
              "A chain of refreshes of the synthetic 1M corpus (`bench_bm25_refresh`'s old file as version 0),",
              "each deleting, editing (new id, new tokens) and adding `fraction` of the documents (0.005:",
              "a 1% refresh, as `bench_bm25_refresh`'s), published through `merge_bm25_file(...,",
-             "stack=StackPolicy(max_segments=99, max_churn=1.0))` so every refresh stacks one segment of the",
+             "stack=StackPolicy(max_segments=99, max_churn=1.0, min_docs=0))` so every refresh stacks one segment of the",
              "added and edited documents. At each depth (fresh process): `fold s`, the same refresh merged",
              "into one file (`stack=None`: what the policy publishes when it folds); then",
              "`bench_bm25_refresh.stack_queries` on the stack against that file: 200 queries, top-10,",

@@ -18,6 +18,7 @@ from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
 from ragspine_pipeline.retrieval.lexical.bm25_format import CorruptIndexError, IndexFormatError
 from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
 from ragspine_pipeline.retrieval.lexical.bm25_stack import STACK_FILE, StackedBM25, open_stack
+from ragspine_pipeline.warehouse import served_refresh
 from ragspine_pipeline.warehouse.lexical_files import (
     BM25_FILE,
     merge_bm25_file,
@@ -25,6 +26,8 @@ from ragspine_pipeline.warehouse.lexical_files import (
     write_bm25_file,
 )
 from ragspine_pipeline.warehouse.lexical_stack import StackPolicy
+
+DEEP = StackPolicy(max_segments=8, max_churn=0.25, min_docs=0)  # stacks at any size, up to 8 deep
 
 QUERIES = [["t1"], ["t2", "t7"], ["t3", "t3", "t40"], ["only_new"], ["changed_term", "t5"], ["營收"],
            ["t11", "t12", "t13", "t14", "t150"], ["nosuchterm"], ["t0", "nosuchterm"]]
@@ -83,7 +86,7 @@ def test_refreshes_stack_segments_and_answer_as_one_index(tmp_path, layout):
     assert first["bm25_build"] == "full"
     for i in range(1, 4):
         corpus, changed = _refresh(corpus, seed=i)
-        meta = _publish(v[i], v[i - 1], corpus, changed=changed, layout=layout)
+        meta = _publish(v[i], v[i - 1], corpus, changed=changed, layout=layout, stack=DEEP)
         assert meta["bm25_build"] == "stacked", meta
         assert meta["bm25_segments"] == i + 1 and meta["bm25_docs"] == len(corpus)
         assert meta["bm25_bytes_written"] < meta["bm25_bytes"] / 4  # only what changed is written
@@ -99,7 +102,8 @@ def test_refreshes_stack_segments_and_answer_as_one_index(tmp_path, layout):
     assert open_bm25_file(v[3], sorted(corpus)[1:]) is None
     # Past max_segments the small segments fold into the new one: base + one segment.
     corpus, changed = _refresh(corpus, seed=9)
-    meta = _publish(v[4], v[3], corpus, changed=changed, layout=layout, stack=StackPolicy(max_segments=3))
+    meta = _publish(v[4], v[3], corpus, changed=changed, layout=layout, stack=StackPolicy(max_segments=3, max_churn=0.25,
+                                                                                      min_docs=0))
     assert meta["bm25_build"] == "stacked" and meta["bm25_stack_folded"] and meta["bm25_segments"] == 2, meta
     assert os.stat(v[4] / BM25_FILE).st_ino == os.stat(v[0] / BM25_FILE).st_ino  # the base stays linked
     ids = sorted(corpus)
@@ -107,7 +111,7 @@ def test_refreshes_stack_segments_and_answer_as_one_index(tmp_path, layout):
     fresh = open_index(tmp_path / "fresh4" / BM25_FILE)
     _assert_same(open_bm25_file(v[4], ids), fresh, len(corpus))
     # max_segments=1: the policy merges the stack back into one file, the one a fresh build writes.
-    meta = _publish(tmp_path / "v5", v[3], corpus, changed=changed, layout=layout, stack=StackPolicy(max_segments=1))
+    meta = _publish(tmp_path / "v5", v[3], corpus, changed=changed, layout=layout, stack=StackPolicy(max_segments=1, min_docs=0))
     assert meta["bm25_build"] == "merged" and "segments" in meta["bm25_merge_reason"]
     assert not (tmp_path / "v5" / STACK_FILE).exists()
     merged = open_index(tmp_path / "v5" / BM25_FILE)
@@ -120,8 +124,11 @@ def test_churn_past_the_policy_merges_and_a_deletion_only_refresh_stacks(tmp_pat
     corpus = _corpus(n=800)
     _publish(tmp_path / "a", None, corpus)
     big, changed = _refresh(corpus, seed=2, frac=0.2)
-    meta = _publish(tmp_path / "b", tmp_path / "a", big, changed=changed)
+    meta = _publish(tmp_path / "b", tmp_path / "a", big, changed=changed, stack=StackPolicy(min_docs=0))
     assert meta["bm25_build"] == "merged" and "churn" in meta["bm25_merge_reason"]
+    # Under the default policy's min_docs a refresh merges: one file queries fastest.
+    meta = _publish(tmp_path / "b2", tmp_path / "a", big, changed=changed)
+    assert meta["bm25_build"] == "merged" and "chunks <" in meta["bm25_merge_reason"], meta
     fewer = dict(corpus)
     for cid in sorted(corpus)[::50]:
         fewer.pop(cid)
@@ -129,7 +136,7 @@ def test_churn_past_the_policy_merges_and_a_deletion_only_refresh_stacks(tmp_pat
     assert same["bm25_build"] == "linked" and same["bm25_bytes_written"] == 0
     assert open_index(tmp_path / "s" / BM25_FILE).same_doc_ids(sorted(corpus))
     assert not (tmp_path / "s" / STACK_FILE).exists()
-    meta = _publish(tmp_path / "c", tmp_path / "a", fewer)
+    meta = _publish(tmp_path / "c", tmp_path / "a", fewer, stack=StackPolicy(min_docs=0))
     assert meta["bm25_build"] == "stacked" and meta["bm25_docs_added"] == 0 and meta["bm25_segments"] == 1
     ids = sorted(fewer)
     write_bm25_file(tmp_path / "fresh", ids, [fewer[c] for c in ids])
@@ -150,7 +157,7 @@ def test_damaged_stack_files_are_errors_naming_them(tmp_path):
     corpus = _corpus(n=400)
     _publish(tmp_path / "a", None, corpus)
     new, changed = _refresh(corpus, seed=3)
-    _publish(tmp_path / "b", tmp_path / "a", new, changed=changed)
+    _publish(tmp_path / "b", tmp_path / "a", new, changed=changed, stack=DEEP)
     good = tmp_path / "b"
 
     def damaged(name: str) -> Path:
@@ -207,13 +214,14 @@ def test_damaged_stack_files_are_errors_naming_them(tmp_path):
 
 
 # ----------------------------------------------------------------- pipeline
-def test_pipeline_refreshes_stack_and_a_restricted_relabel_merges_its_text_out(tmp_path):
+def test_pipeline_refreshes_stack_and_a_restricted_relabel_merges_its_text_out(tmp_path, monkeypatch):
     from test_bm25_merge import LIB, _write
     from test_bm25_merge import _refresh as refresh
 
     from ragspine_pipeline.warehouse import pipeline as P
     from ragspine_pipeline.warehouse.versioned import VersionedTables
 
+    monkeypatch.setattr(served_refresh, "DEFAULT_POLICY", DEEP)  # a small library that stacks
     corpus = tmp_path / "corpus"
     rng = np.random.default_rng(3)
     words = [f"w{i}" for i in range(80)]

@@ -80,7 +80,11 @@ def test_refreshed_records_are_the_full_write_byte_for_byte(tmp_path):
     assert {c.sensitivity for c in served if c.doc_id.endswith("/doc05")} == {"CONFIDENTIAL"}
 
 
-def test_the_token_loader_feeds_the_merge_what_a_full_build_counts(tmp_path):
+def test_the_token_loader_feeds_the_merge_what_a_full_build_counts(tmp_path, monkeypatch):
+    from ragspine_pipeline.warehouse import served_refresh
+    from ragspine_pipeline.warehouse.lexical_stack import StackPolicy
+
+    monkeypatch.setattr(served_refresh, "DEFAULT_POLICY", StackPolicy(max_churn=0.25, min_docs=0))  # a small library that stacks
     corpus = _corpus(tmp_path)
     wh = VersionedTables(tmp_path / "wh")
     _refresh(wh, corpus)

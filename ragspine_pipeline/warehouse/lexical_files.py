@@ -145,7 +145,8 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
                 if folded:  # the small segments into the new one: base + one segment
                     splan = splan.folded()
                     segs, churn = splan.churn(len(new_ids))
-                if segs <= stack.max_segments and churn <= stack.max_churn:
+                small = len(new_ids) < stack.min_docs and not splan.unchanged(len(new_ids))
+                if not small and segs <= stack.max_segments and churn <= stack.max_churn:
                     def added_batches() -> Iterator[Batch]:
                         at = order[splan.added]
                         return (_batches(docs_tokens(at), np.arange(len(at))) if callable(docs_tokens)
@@ -154,7 +155,8 @@ def merge_bm25_file(version_dir: str | Path, prev_version_dir: str | Path | None
                                          layout=layout)
                     return {**meta, "bm25_churn": round(churn, 4), "bm25_stack_folded": folded,
                             "bm25_seconds": round(time.perf_counter() - t0, 3)}
-                merge_why = (f"{segs} segments > {stack.max_segments}" if segs > stack.max_segments
+                merge_why = (f"{len(new_ids)} chunks < {stack.min_docs}: merged, one file" if small
+                             else f"{segs} segments > {stack.max_segments}" if segs > stack.max_segments
                              else f"churn {churn:.3f} > {stack.max_churn}")
             base = prev.base()
             base_ix = prev.segments[base]

@@ -35,12 +35,14 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -67,6 +69,7 @@ class Chain:
         p /= p.sum()
         ids = [refresh._old_id(i) for i in range(n_docs)]
         k = int(n_docs * fraction)
+        self.n_docs = n_docs
         self.ids: list[list[str]] = [ids]
         self.changes: list[dict[str, int]] = [{}]
         self.where: dict[str, int] = {}
@@ -108,35 +111,52 @@ def _folder(n_docs: int, layout: str, fraction: float = FRACTION) -> Path:
 
 
 def ensure_version(chain: Chain, n_docs: int, layout: str, s: int, fraction: float = FRACTION) -> dict:
-    """Version ``v<s>`` of the chain (made from ``v<s-1>`` if not finished); its step row."""
-    from ragspine_pipeline.warehouse.lexical_files import BM25_FILE, merge_bm25_file
+    """Version ``v<s>`` of the depth chain (every refresh stacks); its step row."""
     from ragspine_pipeline.warehouse.lexical_stack import StackPolicy
 
-    here = _folder(n_docs, layout, fraction) / f"v{s}"
+    row = _version(_folder(n_docs, layout, fraction), chain, s, layout, StackPolicy(max_segments=99, max_churn=1.0,
+                                                                                     min_docs=0))
+    assert row["segments"] == s + 1 and (s == 0 or row["added"] == chain.changes[s]["new_docs"]), row
+    return row
+
+
+def _version(root: Path, chain: Chain, s: int, layout: str, stack: Any, prefix: str = "v") -> dict:
+    """Version ``<prefix><s>`` under ``root``: refresh ``s`` of the chain published from
+    ``<prefix><s-1>`` (made first if not finished) through ``merge_bm25_file(..., stack=stack)``
+    (a ``StackPolicy``; None: always merge into one file); its step row (``step.json``)."""
+    from ragspine_pipeline.warehouse.lexical_files import BM25_FILE, merge_bm25_file
+
+    here = root / f"{prefix}{s}"
     done = here / "step.json"
     if done.exists():
         return json.loads(done.read_text())
     if s == 0:
         here.mkdir(parents=True, exist_ok=True)
         if not (here / BM25_FILE).exists():
-            os.link(refresh._paths(n_docs, layout)["old"], here / BM25_FILE)
-        row = {"segments": 1}
+            os.link(refresh._paths(chain.n_docs, layout)["old"], here / BM25_FILE)
+        row: dict = {"segments": 1}
     else:
-        ensure_version(chain, n_docs, layout, s - 1, fraction)
+        _version(root, chain, s - 1, layout, stack, prefix)
         shutil.rmtree(here, ignore_errors=True)  # an unfinished try
         refresh._warm(layout, stack=True)
         loaded: list[int] = []
         ids = pa.array(chain.ids[s])
         t0 = time.perf_counter()
-        meta = merge_bm25_file(here, here.with_name(f"v{s - 1}"), ids, chain.loader(s, loaded),
-                               stack=StackPolicy(max_segments=99, max_churn=1.0, min_docs=0), k1=refresh.K1, b=refresh.B,
-                               layout=layout)
+        meta = merge_bm25_file(here, here.with_name(f"{prefix}{s - 1}"), ids, chain.loader(s, loaded), stack=stack,
+                               k1=refresh.K1, b=refresh.B, layout=layout)
         seconds = time.perf_counter() - t0
-        assert meta["bm25_build"] == "stacked" and meta["bm25_segments"] == s + 1, meta
-        assert meta["bm25_docs_added"] == chain.changes[s]["new_docs"] == sum(loaded), (meta, loaded)
-        row = {"segments": meta["bm25_segments"], "churn": meta["bm25_churn"], "refresh_s": round(seconds, 3),
-               "bytes_written": meta["bm25_bytes_written"], "segments_bytes": meta["bm25_bytes"],
-               "version_docs": meta["bm25_docs"], "added": meta["bm25_docs_added"], "removed": meta["bm25_docs_removed"],
+        assert meta["bm25_build"] in ("stacked", "merged"), meta
+        assert sum(loaded) >= chain.changes[s]["new_docs"], (meta, loaded)
+        stacked = meta["bm25_build"] == "stacked"
+        reason = meta.get("bm25_merge_reason") or ""
+        churn = re.search(r"churn ([0-9.]+)", reason)
+        row = {"action": ("folded" if meta["bm25_stack_folded"] else "stacked") if stacked else "merged",
+               "segments": meta.get("bm25_segments", 1),
+               "churn": meta["bm25_churn"] if stacked else float(churn.group(1)) if churn else None,
+               "merge_reason": meta.get("bm25_merge_reason"), "refresh_s": round(seconds, 3),
+               "bytes_written": meta["bm25_bytes_written"] if stacked else meta["bm25_bytes"],
+               "segments_bytes": meta["bm25_bytes"], "version_docs": meta["bm25_docs"],
+               "added": meta["bm25_docs_added"], "removed": meta["bm25_docs_removed"], "counted": sum(loaded),
                "refresh_peak_rss_mib": refresh._rss(), "refresh_load": round(os.getloadavg()[0], 1)}
     done.write_text(json.dumps(row) + "\n")
     return row
@@ -159,11 +179,11 @@ def fold(chain: Chain, n_docs: int, layout: str, s: int, fraction: float = FRACT
 
 
 @contextlib.contextmanager
-def _refresh_paths(stack: Path, single: Path) -> Iterator[None]:
-    """``bench_bm25_refresh.stack_queries`` reads its two indexes from ``_paths``: point it
-    at this depth's stack and single file for the call (its measurement, not a copy of it)."""
+def _refresh_paths(**paths: Path) -> Iterator[None]:
+    """``bench_bm25_refresh.stack_queries`` (and ``compare``) read their indexes from ``_paths``:
+    point it at this step's stack and single file for the call (its measurement, not a copy)."""
     saved = refresh._paths
-    refresh._paths = lambda n_docs, layout: {"stack": stack, "merge": single}
+    refresh._paths = lambda n_docs, layout: paths
     try:
         yield
     finally:
@@ -232,7 +252,7 @@ def depth(n_docs: int, layout: str, s: int, steps: int, fraction: float = FRACTI
     vrow = ensure_version(chain, n_docs, layout, s, fraction)
     stack = _folder(n_docs, layout, fraction) / f"v{s}"
     single, frow = fold(chain, n_docs, layout, s, fraction)
-    with _refresh_paths(stack, single):
+    with _refresh_paths(stack=stack, merge=single):
         q = refresh.stack_queries(n_docs, layout)
     assert q["segments"] == vrow["segments"] == s + 1, (q["segments"], vrow)
     queries = refresh.Feed(n_docs).queries()
@@ -249,20 +269,22 @@ def _key(row: dict) -> tuple:
     return row["docs"], row["layout"], row.get("fraction", FRACTION), row["step"]
 
 
-def _load() -> dict:
-    path = RESULTS / f"{NAME}.json"
+def _load(name: str = NAME) -> dict:
+    path = RESULTS / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else {"commands": [], "rows": []}
 
 
-def save(row: dict, command: str) -> None:
-    data = _load()
-    data["rows"] = sorted([r for r in data["rows"] if _key(r) != _key(row)] + [row], key=_key)
+def save(row: dict, command: str, name: str = NAME, key: Callable[[dict], tuple] = _key,
+         md: Callable[[dict], str] | None = None) -> None:
+    """Add (or replace) ``row`` in ``results/<name>.json`` and rewrite its ``.md``."""
+    data = _load(name)
+    data["rows"] = sorted([r for r in data["rows"] if key(r) != key(row)] + [row], key=key)
     if command not in data["commands"]:
         data["commands"].append(command)
     data["machine"] = machine()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{NAME}.json").write_text(json.dumps(data, indent=1) + "\n")
-    (RESULTS / f"{NAME}.md").write_text(markdown(data))
+    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=1) + "\n")
+    (RESULTS / f"{name}.md").write_text((md or markdown)(data))
 
 
 def markdown(data: dict) -> str:
@@ -372,6 +394,174 @@ def _run(n_docs: int, layout: str, s: int, steps: int, fraction: float) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+
+# --------------------------------------------------------------------------- the policy series
+POLICY_CACHE = refresh.CACHE / "stack_policy"
+POLICY_NAME = "bm25_stack_policy"
+POLICY_STEPS = 10  # 1% refreshes add ~2% churn each: folds from step 2, a merge at step 6 (churn ~0.117 > 0.10)
+
+
+def _policy_folder(n_docs: int, layout: str, policy: Any, fraction: float = FRACTION) -> Path:
+    from ragspine_pipeline.warehouse.lexical_stack import StackPolicy
+
+    tag = "" if policy == StackPolicy() else f"_p{policy.max_segments}_{policy.max_churn:g}_{policy.min_docs}"
+    return POLICY_CACHE / (f"{n_docs}_{layout}" + ("" if fraction == FRACTION else f"_f{fraction:g}") + tag)
+
+
+def policy_step(n_docs: int, layout: str, s: int, steps: int, policy: Any, fraction: float = FRACTION) -> dict:
+    """Refresh ``s`` of the chain under ``policy`` (``v<s>`` from ``v<s-1>``) and under always-merge
+    (``m<s>`` from ``m<s-1>``, ``stack=None``: one file every time), each timed; then the published
+    ``v<s>`` against ``m<s>`` (the single file of the same corpus): ``stack_queries`` when it is a
+    stack; when the refresh merged, ``v<s>`` is one file itself (query ratio 1.0 by construction):
+    its bytes and ``compare``'s answers against ``m<s>`` are checked instead."""
+    import dataclasses
+    import filecmp
+
+    from ragspine_pipeline.warehouse.lexical_files import BM25_FILE
+
+    chain = Chain(n_docs, s, fraction)
+    root = _policy_folder(n_docs, layout, policy, fraction)
+    vrow = _version(root, chain, s, layout, policy)
+    mrow = _version(root, chain, s, layout, None, prefix="m")
+    for old in root.glob("m*"):  # the always-merge chain needs only its newest version
+        if old.name[1:].isdigit() and 0 < int(old.name[1:]) < s - 1:
+            shutil.rmtree(old)
+    here, single = root / f"v{s}", root / f"m{s}" / BM25_FILE
+    row: dict = {"docs": n_docs, "layout": layout, "fraction": fraction, "step": s, "steps": steps,
+                 "policy": dataclasses.asdict(policy), **vrow, "merge_s": mrow["refresh_s"],
+                 "merge_bytes": mrow["bytes_written"], "merge_counted": mrow["counted"]}
+    if vrow["action"] == "merged":
+        with _refresh_paths(full=here / BM25_FILE, merge=single):
+            c = refresh.compare(n_docs, layout)
+        row.update(same_bytes=filecmp.cmp(here / BM25_FILE, single, shallow=False), identical=c["identical"],
+                   max_rel_diff=0.0, **{name: None for name in FILTER_NAMES})
+    else:
+        with _refresh_paths(stack=here, merge=single):
+            q = refresh.stack_queries(n_docs, layout)
+        assert q["segments"] == vrow["segments"], (q["segments"], vrow)
+        row.update({k: q[k] for k in ("open_stack_s", "open_single_s", "identical", "max_rel_diff")},
+                   **{name: q[name] for name in FILTER_NAMES}, first={n: q[f"first_{n}"] for n in FILTER_NAMES[1:]})
+    return {**row, "peak_rss_mib": refresh._rss(), "load": round(os.getloadavg()[0], 1)}
+
+
+def _policy_key(row: dict) -> tuple:
+    return (*_key(row), *row["policy"].values())
+
+
+def run_policy(n_docs: int, layouts: list[str], steps: int, force: bool, command: str, *, policy: Any = None,
+               fraction: float = FRACTION, fresh: bool = True) -> None:
+    """The policy series (default ``StackPolicy()``) of every layout, each step in a fresh
+    process (``fresh``; in this one for tests); results saved after each step."""
+    import dataclasses
+
+    from ragspine_pipeline.warehouse.lexical_stack import StackPolicy
+
+    policy = policy or StackPolicy()
+    done = {_policy_key(r) for r in _load(POLICY_NAME)["rows"]}
+    generate(n_docs)
+    for layout in layouts:
+        if force:
+            shutil.rmtree(_policy_folder(n_docs, layout, policy, fraction), ignore_errors=True)
+        if not refresh._paths(n_docs, layout)["old"].exists():
+            refresh._run(n_docs, layout, "old") if fresh else refresh.step(n_docs, layout, "old")
+        for s in range(1, steps + 1):
+            if (n_docs, layout, fraction, s, *dataclasses.astuple(policy)) in done and not force:
+                continue
+            if fresh:
+                out = subprocess.run([sys.executable, __file__, "policy-step", "--docs", str(n_docs), "--layout", layout,
+                                      "--step", str(s), "--steps", str(steps), "--fraction", str(fraction),
+                                      "--max-segments", str(policy.max_segments), "--max-churn", str(policy.max_churn),
+                                      "--min-docs", str(policy.min_docs)], check=True, capture_output=True, text=True)
+                row = json.loads(out.stdout.strip().splitlines()[-1])
+            else:
+                row = policy_step(n_docs, layout, s, steps, policy, fraction)
+            save(row, command, POLICY_NAME, _policy_key, policy_markdown)
+            print(json.dumps(row), flush=True)
+            if row["identical"] is False:
+                raise SystemExit(f"step {s} {n_docs} {layout}: answers differ (recorded)")
+
+
+def policy_summary(rows: list[dict]) -> dict:
+    """Over one series' steps: refresh seconds and bytes summed (policy vs always-merge), and
+    the query ratios of the steps that published a stack (a merged step is one file: 1.0)."""
+    stacks = [r for r in rows if r["action"] != "merged"]
+    out: dict = {"steps": len(rows), "actions": {a: sum(r["action"] == a for r in rows)
+                                                 for a in ("stacked", "folded", "merged")},
+                 "policy_s": round(sum(r["refresh_s"] for r in rows), 3),
+                 "merge_s": round(sum(r["merge_s"] for r in rows), 3),
+                 "policy_bytes": sum(r["bytes_written"] for r in rows),
+                 "merge_bytes": sum(r["merge_bytes"] for r in rows)}
+    out["time_ratio"] = round(out["policy_s"] / out["merge_s"], 3) if out["merge_s"] else None
+    out["bytes_ratio"] = round(out["policy_bytes"] / out["merge_bytes"], 3) if out["merge_bytes"] else None
+    for f in FILTER_NAMES:
+        for stat in ("p50_ratio", "mean_ratio"):
+            v = [r[f][stat] for r in stacks]
+            out[f"{f} {stat}"] = {"worst": max(v), "median": float(np.median(v)),
+                                  "over_all_steps": round((sum(v) + len(rows) - len(stacks)) / len(rows), 2)} if v else None
+    return out
+
+
+def policy_markdown(data: dict) -> str:
+    lines = ["# BM25 refresh under the default merge policy: a chain of 1% refreshes", "",
+             "The chain of `bm25_stack_depth` (the synthetic 1M corpus, `bench_bm25_refresh`'s old file as",
+             "version 0; each refresh deletes, edits and adds `fraction` = 0.5% of the documents: a 1%",
+             "refresh), each published through `merge_bm25_file(..., stack=policy)` with the default",
+             "`StackPolicy()` (max 2 segments: the small ones fold into the new one; past 10% churn the",
+             "refresh merges into one file; at least 1M documents to stack). `action`: what the policy",
+             "did (`stacked`: a new segment on the base; `folded`: the previous delta's live documents",
+             "counted again into the new segment, `bm25_stack_folded`; `merged`: one file,",
+             "`bm25_merge_reason`). `counted`: documents whose tokens the refresh loaded and counted.",
+             "`always-merge s`: the same refresh in a parallel chain that merges every time",
+             "(`stack=None`, from the previous step's single file), timed in the same process; its file",
+             "is the single file the queries compare against. Queries: `bench_bm25_refresh.stack_queries`",
+             "(200 queries, top-10, interleaved, unfiltered and reused 50% / 1% `PackedFilter`s; answers",
+             "identical: same ids, scores within 1e-9 relative). A `merged` step publishes one file:",
+             "its ratio is 1.0 by construction (not timed); its file is compared byte for byte with",
+             "the always-merge file (`same bytes`) and by `compare`'s answers. Each step runs in a fresh",
+             "process; `load`: 1-minute load average (2 cores, shared).", "",
+             *[f"- `{c}`" for c in data["commands"]], "", f"Machine: {data.get('machine')}", "",
+             "| docs | layout | step | action | segments | churn | counted | refresh s | bytes written | "
+             "always-merge s | always-merge bytes | "
+             + " | ".join(f"{f} p50 ms (stack / single) | {f} p50 ratio | {f} mean ratio" for f in FILTER_NAMES)
+             + " | identical (max rel diff) | load |",
+             "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|" + "---|---:|---:|" * len(FILTER_NAMES) + "---|---:|"]
+    for r in data["rows"]:
+        churn = "" if r["churn"] is None else f"{r['churn']:.3f}"
+        cells = [f"{r['docs']:,}", r["layout"], str(r["step"]), r["action"] + (f" ({r['merge_reason']})"
+                 if r.get("merge_reason") else ""), str(r["segments"]), churn, f"{r['counted']:,}",
+                 f"{r['refresh_s']:.2f}", f"{r['bytes_written']:,}", f"{r['merge_s']:.2f}", f"{r['merge_bytes']:,}"]
+        for f in FILTER_NAMES:
+            q = r[f]
+            cells += (["one file", "1.0", "1.0"] if q is None else
+                      [f"{q['stack_p50_ms']:.3f} / {q['single_p50_ms']:.3f}", f"{q['p50_ratio']:.2f}",
+                       f"{q['mean_ratio']:.2f}"])
+        same = f"same bytes: {r['same_bytes']}, " if "same_bytes" in r else ""
+        cells += [f"{same}{r['identical']} ({r['max_rel_diff']:.1e})", str(r["load"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Over the steps (sums; query ratios over the steps that published a stack, and averaged",
+              "over all steps counting a merged step as 1.0):", "",
+              "| docs | layout | steps (stacked / folded / merged) | refresh s: policy / always-merge | ratio | "
+              "bytes written: policy / always-merge | ratio | "
+              + " | ".join(f"{f} p50 ratio worst / median / all | {f} mean ratio worst / median / all"
+                           for f in FILTER_NAMES) + " |",
+              "|---:|---|---|---:|---:|---:|---:|" + "---|---|" * len(FILTER_NAMES)]
+    groups: dict[tuple, list[dict]] = {}
+    for r in data["rows"]:
+        groups.setdefault((r["docs"], r["layout"]), []).append(r)
+    for (docs, layout), rows in groups.items():
+        x = policy_summary(rows)
+        a = x["actions"]
+        cells = [f"{docs:,}", layout, f"{x['steps']} ({a['stacked']} / {a['folded']} / {a['merged']})",
+                 f"{x['policy_s']:.2f} / {x['merge_s']:.2f}", f"{x['time_ratio']}",
+                 f"{x['policy_bytes']:,} / {x['merge_bytes']:,}", f"{x['bytes_ratio']}"]
+        for f in FILTER_NAMES:
+            for stat in ("p50_ratio", "mean_ratio"):
+                v = x[f"{f} {stat}"]
+                cells.append("" if v is None else f"{v['worst']:.2f} / {v['median']:.2f} / {v['over_all_steps']:.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -385,12 +575,39 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--layout", required=True)
     o.add_argument("--step", type=int, required=True)
     o.add_argument("--steps", type=int, default=STEPS)
-    for p in (r, o):
+    pr = sub.add_parser("policy", help="the chain under a merge policy (default StackPolicy()) against always-merge")
+    pr.add_argument("--docs", type=int, default=1_000_000)
+    pr.add_argument("--layouts", default="packed")
+    pr.add_argument("--steps", type=int, default=POLICY_STEPS)
+    pr.add_argument("--force", action="store_true", help="rebuild the chains and redo steps already recorded")
+    ps = sub.add_parser("policy-step", help="one step of the policy series in this process; prints its row")
+    ps.add_argument("--docs", type=int, required=True)
+    ps.add_argument("--layout", required=True)
+    ps.add_argument("--step", type=int, required=True)
+    ps.add_argument("--steps", type=int, default=POLICY_STEPS)
+    for p in (r, o, pr, ps):
         p.add_argument("--fraction", type=float, default=FRACTION,
                        help="share of the first corpus deleted, edited and added (each) per refresh")
+    from ragspine_pipeline.warehouse.lexical_stack import StackPolicy
+
+    for p in (pr, ps):
+        p.add_argument("--max-segments", type=int, default=StackPolicy.max_segments)
+        p.add_argument("--max-churn", type=float, default=StackPolicy.max_churn)
+        p.add_argument("--min-docs", type=int, default=StackPolicy.min_docs)
     args = ap.parse_args(argv)
     if args.cmd == "depth":
         print(json.dumps(depth(args.docs, args.layout, args.step, args.steps, args.fraction)))
+        return 0
+    if args.cmd in ("policy", "policy-step"):
+        policy = StackPolicy(args.max_segments, args.max_churn, args.min_docs)
+        if args.cmd == "policy-step":
+            print(json.dumps(policy_step(args.docs, args.layout, args.step, args.steps, policy, args.fraction)))
+            return 0
+        command = "flock /tmp/heavy.lock nice -n 10 prlimit --as=14000000000 python " \
+                  "benchmarks/bench_bm25_stack_depth.py " + " ".join(
+                      a for a in (argv if argv is not None else sys.argv[1:]) if a != "--force")
+        run_policy(args.docs, args.layouts.split(","), args.steps, args.force, command, policy=policy,
+                   fraction=args.fraction)
         return 0
     command = "flock /tmp/heavy.lock nice -n 10 prlimit --as=14000000000 python benchmarks/bench_bm25_stack_depth.py " \
               + " ".join(a for a in (argv if argv is not None else sys.argv[1:]) if a != "--force")

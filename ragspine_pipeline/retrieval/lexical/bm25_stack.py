@@ -44,6 +44,7 @@ from .bm25 import candidate_mask
 from .bm25_corpus_stats import CorpusStats
 from .bm25_filter import PackedFilter
 from .bm25_format import CorruptIndexError, IndexFormatError, id_digest, strings_to_blob
+from .bm25_kernel import fell_back
 from .bm25_mapped import open_index
 from .bm25_topk import ScoredDocs, empty_scored, merge_top_k
 
@@ -201,6 +202,7 @@ class StackedBM25:
         self._memo: dict[int, tuple[weakref.ref, list[Any], _Totals]] = {}
         self._live_totals = _Totals()
         self._memo_lock = threading.Lock()
+        self._translation: tuple[Any, list[Any]] | tuple[()] | None = None  # _plans: () = numpy path
 
     # ------------------------------------------------------------ ids
     has_doc_ids = True
@@ -293,11 +295,7 @@ class StackedBM25:
         if not isinstance(cand, PackedFilter) and cand.dtype != np.bool_:
             out = self._from_rows(cand)
         else:
-            mask = candidate_mask(cand, self.n_docs)
-            out = []
-            for rows in self.rows:
-                m = mask[np.maximum(rows, 0)] & (rows >= 0)
-                out.append(PackedFilter.from_mask(m) if m.any() else False)
+            out = self._from_bits(cand)
         if not isinstance(candidates, PackedFilter):
             return out, None
         totals = _Totals()
@@ -306,6 +304,32 @@ class StackedBM25:
                 self._memo.pop(next(iter(self._memo)), None)
             self._memo[id(candidates)] = (weakref.ref(candidates), out, totals)
         return out, totals
+
+    def _from_bits(self, cand: np.ndarray | PackedFilter) -> list[Any]:
+        """A bool mask or packed words over the rows: each segment's packed words, built by
+        the compiled translation (``bm25_stack_filters``) from the filter's words, without
+        a pass over N bools; the numpy translation where that is not loaded."""
+        bm25_filter.check(cand, self.n_docs)  # what candidate_mask raises, before any work
+        plans = self._plans()
+        if plans is None:
+            return mask_filters(cand, self.rows, self.n_docs)
+        translate, runs = plans
+        words = cand.words if isinstance(cand, PackedFilter) else PackedFilter.from_mask(cand).words
+        out: list[Any] = []
+        for rows, seg_runs in zip(self.rows, runs, strict=True):
+            seg_words, n = translate(words, rows, seg_runs)
+            out.append(PackedFilter(seg_words) if n else False)
+        return out
+
+    def _plans(self) -> tuple[Any, list[Any]] | None:
+        """The compiled translation and each segment's plan (its runs), made on the stack's
+        first filter (not at open: open time is a tracked figure); None for a stack whose
+        segments take the numpy path, or when the compiled translation cannot load."""
+        if self._translation is None:
+            with self._memo_lock:
+                if self._translation is None:
+                    self._translation = _load_translation(self.segments, self.rows)
+        return self._translation or None
 
     def _from_rows(self, rows_wanted: np.ndarray) -> list[Any]:
         """Rows given as integers: each segment gets its positions, O(their number)."""
@@ -329,3 +353,31 @@ class StackedBM25:
                 pos_of[rows[live]] = live
             self._row_seg = (seg_of, pos_of)
         return self._row_seg
+
+
+def mask_filters(cand: np.ndarray | PackedFilter, rows_of: Sequence[np.ndarray], n_docs: int) -> list[Any]:
+    """The numpy translation of a bool mask or packed words over the rows into per-segment
+    ``PackedFilter``s (False: no survivor there): unpack, gather through each segment's
+    rows, pack. The fallback without the compiled one, and the tests' oracle for it."""
+    mask = candidate_mask(cand, n_docs)
+    out: list[Any] = []
+    for rows in rows_of:
+        m = (mask[np.maximum(rows, 0)] & (rows >= 0)) if n_docs else np.zeros(len(rows), np.bool_)
+        out.append(PackedFilter.from_mask(m) if m.any() else False)
+    return out
+
+
+def _load_translation(segments: Sequence[Any], rows_of: Sequence[np.ndarray]) -> tuple[Any, list[Any]] | tuple[()]:
+    """(translate, per-segment plans) from ``bm25_stack_filters``, or () for the numpy path:
+    a segment on the numpy path (``kernel="numpy"``), or a translation that cannot load."""
+    if any(getattr(seg, "kernel", "numpy") == "numpy" for seg in segments):
+        return ()
+    try:
+        from . import bm25_stack_filters as sf
+
+        return sf.warm(), [sf.plan(r) for r in rows_of]
+    except ImportError:
+        return ()
+    except Exception as err:  # noqa: BLE001 - a compile failure: the numpy translation, said
+        fell_back(err)
+        return ()

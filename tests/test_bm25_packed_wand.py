@@ -86,7 +86,7 @@ def test_dispatch_sends_dense_queries_to_the_window_kernel(tmp_path):
         tids = np.array(packed._query_term_ids(q), np.int64)
         if not len(tids):
             continue
-        dense = route._window_suits(packed._pk[0], packed._idf, packed._w_max, tids, packed.n_docs)
+        dense = route._window_suits(packed._pk[0], packed._idf, packed._w_max, tids, packed.n_docs, 10)
         routed += dense
         for exhaustive in (0, 10**9):
             ids, sc = route.search_one(packed._pk, packed._idf, packed._w_max, tids, packed._weights(), 10,
@@ -101,8 +101,11 @@ def test_dispatch_sends_dense_queries_to_the_window_kernel(tmp_path):
     assert routed >= 3
     args = packed._pk[0], packed._idf, packed._w_max
     rare = np.array([packed.vocab.get("w399"), packed.vocab.get("w0")], np.int64)  # w399 carries the weight
-    assert packed.df[rare[0]] * route.RARE_DF_FRACTION < packed.n_docs and not route._window_suits(*args, rare, 2000)
-    assert not route._window_suits(*args, np.zeros(windows.MAX_TERMS + 1, np.int64), 2000)
+    assert packed.df[rare[0]] * route.RARE_DF_FRACTION < packed.n_docs
+    assert not route._window_suits(*args, rare, 2000, 1)
+    # Fewer than k documents in the rare terms: no early k-th score for term at a time.
+    assert route._window_suits(*args, rare, 2000, int(packed.df[rare[0]]) + 1)
+    assert not route._window_suits(*args, np.zeros(windows.MAX_TERMS + 1, np.int64), 2000, 10)
 
 
 def test_window_kernel_seeds_from_a_rare_term_and_stays_exact(tmp_path):
@@ -135,7 +138,7 @@ def test_routed_batch_equals_routed_single_queries(tmp_path):
     args, wt, n = (packed._pk, packed._idf, packed._w_max), packed._weights(), packed.n_docs
     tids = [[packed.vocab.get(t, -1) for t in q] for q in queries]
     dense = [q for q, t in zip(queries, tids, strict=True)
-             if -1 not in t and t and route._window_suits(args[0][0], *args[1:], np.array(t, np.int64), n)]
+             if -1 not in t and t and route._window_suits(args[0][0], *args[1:], np.array(t, np.int64), n, 10)]
     assert dense and len(dense) < len(queries)
     acc, touched = np.zeros(n, np.float64), np.empty(n, np.int32)
     for batch in (queries, dense, queries[::-1]):

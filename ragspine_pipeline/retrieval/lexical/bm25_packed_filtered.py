@@ -342,7 +342,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
                                                              k1, kb, bavg))
     order = np.argsort(-ub, kind="mergesort")
     if not few and nu <= MAX_TERMS and (windows == 2 or windows == 1 and windows_suit(pk[0], ut, dfs, ub, n,
-                                                                                   pk[13].shape[0])):
+                                                                                   pk[13].shape[0], k)):
         return from_plan(pk, bits, ut, dfs, scale, ub, order, k, grow, k1, kb, bavg, clen)
     # Tables for the scanned terms only (mode 0): gathered and ranked terms never read them.
     tab, trow = tf1_tables(np.where(mode == 0, pk[0][ut + 1] - pk[0][ut], 0), dfs, scale,

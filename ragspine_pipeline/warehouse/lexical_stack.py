@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from ..retrieval.lexical import bm25_format
 from ..retrieval.lexical.bm25_mapped import open_index
-from ..retrieval.lexical.bm25_merge import as_binary, index_in, recorded_ids
+from ..retrieval.lexical.bm25_merge import as_binary, id_buffers, index_in, recorded_ids
 from ..retrieval.lexical.bm25_stack import STACK_FILE, open_stack, rows_file_name, write_stack
 from ..retrieval.lexical.bm25_stream_build import Batch, build_index_file
 
@@ -85,11 +85,8 @@ class PreviousStack:
 
 def id_blob(ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(offsets from 0, bytes) of a large_binary array, as ``strings_to_blob`` gives them."""
-    ids = pa.concat_arrays([ids]) if ids.offset else ids
-    bufs = ids.buffers()
-    off = np.frombuffer(bufs[1], np.int64)[: len(ids) + 1] if len(ids) else np.zeros(1, np.int64)
-    blob = np.frombuffer(bufs[2], np.uint8)[int(off[0]): int(off[-1])] if len(ids) else np.zeros(0, np.uint8)
-    return off - off[0], blob
+    off, blob = id_buffers(ids)
+    return off - off[0], blob[int(off[0]): int(off[-1])]
 
 
 def open_previous(prev_path: Path) -> PreviousStack:

@@ -115,14 +115,15 @@ def index_in(values: pa.Array, value_set: pa.Array) -> np.ndarray:
         from .bm25_merge_numba import sorted_join
 
         out = np.empty(len(values), np.int64)
-        if sorted_join(*_off_blob(values), *_off_blob(value_set), out):
+        if sorted_join(*id_buffers(values), *id_buffers(value_set), out):
             return out
     return pc.index_in(values, value_set=value_set).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _off_blob(ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, bytes) of a large_binary array as they lie in its buffers (a slice's
-    offsets start where it does), for the compiled walk."""
+def id_buffers(ids: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, bytes) of a large_binary array as they lie in its buffers, no copy (a
+    slice's offsets start where it does, into the whole data buffer): what the compiled
+    walk reads, and what ``lexical_stack.id_blob`` rebases from 0."""
     bufs = ids.buffers()
     off = np.frombuffer(bufs[1], np.int64)[ids.offset: ids.offset + len(ids) + 1] if bufs[1] is not None else None
     if off is None or not len(off):

@@ -266,6 +266,14 @@ def _write(corpus: Path, name: str, text: str, label: str = "PUBLIC") -> None:
     (corpus / LIB / f"{name}.meta.json").write_text(json.dumps({"sensitivity": label}), encoding="utf-8")
 
 
+def _word_docs(corpus: Path, n: int, name: str = "doc{i}") -> None:
+    """``n`` documents of 60 random words from 80 (seed 3), each with its own ``marker<i>``."""
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(80)]
+    for i in range(n):
+        _write(corpus, name.format(i=i), f"# Doc {i}\n\n" + " ".join(rng.choice(words, 60)) + f" marker{i}\n")
+
+
 def _refresh(wh: VersionedTables, corpus: Path):
     P.build_raw_documents(wh, corpus, LIB)
     P.build_chunks(wh, LIB)
@@ -281,10 +289,7 @@ def _served_index(wh: VersionedTables):
 
 def test_a_refresh_merges_and_serves_what_a_fresh_build_serves(tmp_path):
     corpus = tmp_path / "corpus"
-    rng = np.random.default_rng(3)
-    words = [f"w{i}" for i in range(80)]
-    for i in range(12):
-        _write(corpus, f"doc{i}", f"# Doc {i}\n\n" + " ".join(rng.choice(words, 60)) + f" marker{i}\n")
+    _word_docs(corpus, 12)
     wh = VersionedTables(tmp_path / "wh")
     first = _refresh(wh, corpus)
     assert first.metadata["bm25_build"] == "full"

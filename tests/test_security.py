@@ -654,5 +654,7 @@ def test_unknown_language_metadata_is_a_parse_error_not_a_silent_rule(tmp_path):
     write_lib(corpus, {"a.md": "zebra", "a.meta.json": meta(language="englsh"), "b.md": "Привет мир",
                        "b.meta.json": meta(language="ru")})
     docs, errors = load_library(corpus / LIB)
-    assert [Path(e.path).name for e in errors] == ["a.md"] and "englsh" in errors[0].error
+    # Issue 42: the message names the key and the kind of problem, never the value.
+    assert [Path(e.path).name for e in errors] == ["a.md"] and "'language'" in errors[0].error
+    assert "englsh" not in errors[0].error
     assert [d.metadata["language"] for d in docs] == ["ru"]

@@ -33,11 +33,12 @@ from typing import Any
 from .. import settings
 from ..retrieval.lexical.analyzer import LanguageError, resolve_language
 from ..sensitivity import RESTRICTED_SENSITIVITY, resolve_label, strictest
-from .metadata_keys import SENSITIVITY_KEY, match_key
-from .parsers import ParsedFile, ParseError, StructureMark, check_size, parse_source
+from .label_scan import free_key_problem, written_label_problem
+from .metadata_keys import METADATA_KEYS_ENV, SENSITIVITY_KEY, declared_keys, match_key, plain_key
+from .parsers import SUFFIXES, ParsedFile, ParseError, StructureMark, check_size, parse_source
+from .sidecars import SIDECAR_SUFFIX, HardLinks, find_sidecars
 
 TITLE_MAX_CHARS = 300
-SIDECAR_SUFFIX = ".meta.json"
 DEFAULT_LABEL_ENV = "RAGSPINE_DEFAULT_SENSITIVITY"  # "required": a missing label counts as RESTRICTED
 DEFAULT_LABEL = "INTERNAL"
 
@@ -77,6 +78,16 @@ class Document:
     def content_hash(self) -> str:
         payload = json.dumps([self.title, self.text, self.metadata], ensure_ascii=False, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class MetaSource:
+    """Metadata from one place: ``where`` names it in messages, ``values`` holds every value
+    per key as written, ``closed``: a sidecar (only declared keys), not free-form."""
+
+    where: str
+    values: dict[str, list[Any]]
+    closed: bool = False
 
 
 @dataclass
@@ -150,7 +161,11 @@ def read_sidecar(path: Path) -> dict[str, Any]:
         raise CorpusError(f"{path.name}: cannot read metadata sidecar ({exc.strerror or type(exc).__name__})") from None
     try:
         meta = json.loads(data.decode("utf-8-sig"), parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
-    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as exc:
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{path.name}: invalid metadata sidecar (not UTF-8: {exc.reason})") from None
+    except json.JSONDecodeError as exc:  # its message is a position, never the text
+        raise CorpusError(f"{path.name}: invalid metadata sidecar ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:  # _reject_constant / _unique_keys: fixed wording
         raise CorpusError(f"{path.name}: invalid metadata sidecar ({exc})") from None
     if not isinstance(meta, dict):
         raise CorpusError(f"{path.name}: metadata sidecar must be a JSON object")
@@ -168,7 +183,7 @@ def _scalar(key: str, value: Any, where: str) -> str:
     return str(value)
 
 
-def merge_metadata(sources: list[tuple[str, dict[str, list[Any]]]], *, default: str | None,
+def merge_metadata(sources: list[MetaSource], *, default: str | None,
                    problems: tuple[str, ...] = ()) -> tuple[dict[str, Any], str]:
     """(metadata, label problem) from metadata sources, highest precedence first.
 
@@ -177,19 +192,30 @@ def merge_metadata(sources: list[tuple[str, dict[str, list[Any]]]], *, default: 
     other known key takes the first source's value, and two different values for it in
     one source are an error. A key that imitates a known key is dropped with its value
     and makes the document RESTRICTED (reported), as do ``problems`` (metadata a parser
-    saw but could not read as a key). Unknown keys are kept as written (first source wins).
+    saw but could not read as a key), a key a sidecar does not declare (sidecars are a
+    closed schema: ``declared_keys``), and a free-form key holding a label the reader
+    does not read (``label_scan.free_key_problem``). Other keys are kept as written
+    (first source wins). Messages name the place and the kind of problem, never a value.
     """
     known: dict[str, str] = {}
     labels: list[Any] = []
     extra: dict[str, Any] = {}
     key_problems: list[str] = list(problems)
-    for where, meta in sources:
-        seen: dict[str, str] = {}
-        for key, values in meta.items():
+    declared = declared_keys() if any(src.closed for src in sources) else frozenset()
+    for src in sources:
+        where, seen = src.where, {}
+        for pos, (key, values) in enumerate(src.values.items(), 1):
             match = match_key(key)
             fold = match.known
             if match.misspelt:
                 key_problems.append(f"{where}: metadata key {ascii(key)[:80]} is not written exactly as {fold!r}")
+                continue
+            if src.closed and not fold and plain_key(key) not in declared:
+                key_problems.append(f"{where}: metadata key #{pos} ({len(key)} characters) is not declared "
+                                    f"(known keys, or {METADATA_KEYS_ENV})")
+                continue
+            if not src.closed and not fold and (why := free_key_problem(key, values)):
+                key_problems.append(f"{where}: {why}")
                 continue
             if fold == SENSITIVITY_KEY:
                 labels.extend(values)
@@ -203,14 +229,15 @@ def merge_metadata(sources: list[tuple[str, dict[str, list[Any]]]], *, default: 
                 continue
             for v in values:
                 if isinstance(v, float) and not math.isfinite(v):
-                    raise CorpusError(f"{where}: metadata {key!r} is {v}")
+                    raise CorpusError(f"{where}: metadata key #{pos} has a value of {v}")
                 extra.setdefault(key, v if isinstance(v, str | int | float | bool) or v is None
                                  else json.loads(json.dumps(v, default=str)))
         if "language" in seen:  # the analyzer stems by it: a typo must not index silently
             try:
                 resolve_language(seen["language"])
-            except LanguageError as exc:
-                raise CorpusError(f"{where}: {exc}") from None
+            except LanguageError:  # its message quotes the value: name the key only
+                raise CorpusError(f"{where}: metadata 'language' is not a known language "
+                                  "(an ISO 639-1 code or a Snowball language name)") from None
         for k, v in seen.items():
             known.setdefault(k, v)
     verdict = resolve_label(labels, default=default)
@@ -243,14 +270,35 @@ def _has_sidecar(sidecar: Path) -> bool:
     return sidecar.is_symlink() or sidecar.exists()
 
 
-def _metadata_sources(sidecar: Path, where: str, in_file: dict[str, list[Any]]
-                      ) -> list[tuple[str, dict[str, list[Any]]]]:
-    sources: list[tuple[str, dict[str, list[Any]]]] = []
-    if _has_sidecar(sidecar):
-        sources.append((sidecar.name, {k: [v] for k, v in read_sidecar(sidecar).items()}))
-    if in_file:
-        sources.append((where, in_file))
-    return sources
+def _sidecar_sources(path: Path, root: Path | None, folder: Path | None, library: str
+                     ) -> tuple[list[MetaSource], list[str]]:
+    """The sidecar sources of document ``path`` (its ``<stem>.meta.json`` first, then every
+    file named as its sidecar some other way) and the problems those names are."""
+    found = find_sidecars(path)
+    sources, problems = [], []
+    for side in (found.canonical, *found.odd):
+        if not _has_sidecar(side):
+            continue
+        if root is not None or folder is not None:
+            _check_bounds(side, root, folder, library)
+        sources.append(MetaSource(side.name, {k: [v] for k, v in read_sidecar(side).items()}, closed=True))
+    for side in found.odd:
+        problems.append(f"{side.name}: a sidecar of {path.name} not named exactly {found.canonical.name}")
+    return sources, problems
+
+
+def _label_of(path: Path, parsed: ParsedFile, root: Path | None, folder: Path | None, library: str
+              ) -> tuple[dict[str, Any], str]:
+    """(metadata, label problem) of the file at ``path`` read with ``parsed``'s content."""
+    sources, problems = _sidecar_sources(path, root, folder, library)
+    if parsed.metadata:
+        sources.append(MetaSource(path.name, parsed.metadata))
+    meta, problem = merge_metadata(sources, default=default_label(), problems=(*problems, *parsed.metadata_problems))
+    written = written_label_problem(parsed.text, meta[SENSITIVITY_KEY])
+    if written:
+        meta[SENSITIVITY_KEY] = RESTRICTED_SENSITIVITY
+        problem = "; ".join(filter(None, [problem, f"{path.name}: {written}"]))
+    return meta, problem
 
 
 def _target_label(path: Path, parsed: ParsedFile, root: Path | None, folder: Path | None,
@@ -261,46 +309,67 @@ def _target_label(path: Path, parsed: ParsedFile, root: Path | None, folder: Pat
     target = path.resolve(strict=True)
     if target == path.parent.resolve() / path.name:
         return None
-    tside = sidecar_path(target)
-    _check_bounds(tside, root, folder, library)
-    meta, problem = merge_metadata(_metadata_sources(tside, target.name, parsed.metadata), default=default_label(),
-                                   problems=parsed.metadata_problems)
+    meta, problem = _label_of(target, parsed, root, folder, library)
     return meta[SENSITIVITY_KEY], (f"link target {target.name}: {problem}" if problem else "")
 
 
-def read_document(path: Path, library: str, *, root: Path | None = None, folder: Path | None = None
-                  ) -> Document:
+def _linked_labels(path: Path, parsed: ParsedFile, root: Path | None, folder: Path | None, library: str,
+                   links: HardLinks | None) -> tuple[list[str], list[str]]:
+    """Labels and problems of the other names (hard links) of ``path``'s file in the corpus.
+
+    A name in another library (or outside the library folder) is refused like a symlink
+    leaving it: one file would otherwise be published under two libraries' labels."""
+    if root is None and folder is None:
+        return [], []
+    links = links if links is not None else HardLinks(Path(root if root is not None else folder), SUFFIXES)
+    labels, problems = [], []
+    for other in links.names(path):
+        if folder is not None and not _inside(other.resolve(), folder):
+            raise CorpusError(f"{path.name}: hard link shares its file with a document outside the corpus "
+                              f"library {library!r}; refused")
+        meta, problem = _label_of(other, parsed, root, folder, library)
+        labels.append(meta[SENSITIVITY_KEY])
+        if problem:
+            problems.append(f"hard link {other.name}: {problem}")
+    return labels, problems
+
+
+def read_document(path: Path, library: str, *, root: Path | None = None, folder: Path | None = None,
+                  links: HardLinks | None = None) -> Document:
     """One document (.md .txt .html .pdf .docx) + its sidecar; CorpusError if it cannot be read.
 
     ``root`` (the corpus root) and ``folder`` (the library folder; ``root / library`` when
     only ``root`` is given) bound where the file and its sidecar may resolve: a symlink
-    leaving either is refused, never followed. Any OS error while reading is a
-    CorpusError for this document alone.
+    leaving either is refused, never followed, and so is a file hard-linked into another
+    library (``links``: the corpus's hard links, found once per library read; found here
+    when not given). Any OS error while reading is a CorpusError for this document alone.
     """
     path = Path(path)
     if folder is None and root is not None:
         folder = Path(root) / library
     try:
-        return _read_document(path, library, root, folder)
+        return _read_document(path, library, root, folder, links)
     except OSError as exc:
         raise CorpusError(f"{path.name}: cannot read ({exc.strerror or type(exc).__name__})") from None
 
 
-def _read_document(path: Path, library: str, root: Path | None, folder: Path | None) -> Document:
+def _read_document(path: Path, library: str, root: Path | None, folder: Path | None,
+                   links: HardLinks | None) -> Document:
     where = path.name
-    sidecar = sidecar_path(path)
     if root is not None or folder is not None:
-        for p in (path, sidecar):
-            _check_bounds(p, root, folder, library)
+        _check_bounds(path, root, folder, library)
     try:
         parsed = parse_source(path)
     except ParseError as exc:
         raise CorpusError(f"{where}: {exc}") from None
-    meta, problem = merge_metadata(_metadata_sources(sidecar, where, parsed.metadata), default=default_label(),
-                                   problems=parsed.metadata_problems)
+    meta, problem = _label_of(path, parsed, root, folder, library)
     linked = _target_label(path, parsed, root, folder, library)
     if linked is not None:
         meta[SENSITIVITY_KEY] = strictest([meta[SENSITIVITY_KEY], linked[0]])
         problem = "; ".join(filter(None, [problem, linked[1]]))
+    hard_labels, hard_problems = _linked_labels(path, parsed, root, folder, library, links)
+    if hard_labels:
+        meta[SENSITIVITY_KEY] = strictest([meta[SENSITIVITY_KEY], *hard_labels])
+        problem = "; ".join(filter(None, [problem, *hard_problems]))
     title = cap_title(meta.pop("title", "") or "") or title_from_text(parsed.text, path.stem)
     return Document(f"{library}/{path.stem}", title, parsed.text, meta, str(path), problem, parsed.structure)

@@ -29,6 +29,7 @@ from typing import Any
 from .. import settings
 from ..text_spans import line_spans, trim_span
 from .metadata_keys import match_key
+from .quiet import quiet_parser_logs
 
 
 class ParseError(ValueError):
@@ -230,11 +231,31 @@ def _unique_key_loader() -> type:
     return UniqueKeyLoader
 
 
-def split_front_matter(text: str) -> tuple[str, dict[str, Any]]:
-    """(body, metadata) of a markdown text that opens with a ``---`` YAML block."""
+# A line of three or more dashes (ASCII or any Unicode dash), as it may open front matter.
+_DASH_LINE = re.compile(r"[-\u2010-\u2015\u2212\ufe58\ufe63\uff0d]{3,}[ \t]*(?:\r\n|\r|\n|\Z)")
+# What may stand before front matter without hiding it from a person: whitespace and
+# invisible format characters (a BOM, a zero-width space).
+_LEAD = re.compile(r"[\s\u200b-\u200f\u2060-\u2064\ufeff\u00ad\u180e]*")
+
+
+def split_front_matter(text: str) -> tuple[str, dict[str, Any], tuple[str, ...]]:
+    """(body, metadata, problems) of a text that may open with a ``---`` YAML block.
+
+    Read only in its exact form: ``---`` as the very first line (``\\n`` or ``\\r\\n``
+    line ends) and a closing ``---`` or ``...`` line. A text that *looks* as if it opens
+    with front matter the reader cannot read — a first line of dashes after blank lines,
+    spaces or a BOM, ``----``, CR-only line ends, no closing line — is returned whole with
+    a problem (the document is then RESTRICTED and reported): read as body, its label
+    would be served as text and the document under the default label.
+    """
+    lead = _LEAD.match(text)
+    start = lead.end() if lead else 0
+    if not _DASH_LINE.match(text, start):
+        return text, {}, ()
     m = _FRONT_MATTER.match(text) if text.startswith("---") else None
-    if m is None:
-        return text, {}
+    if m is None or start:
+        return text, {}, ("the document opens with a line of dashes the reader cannot read as YAML front matter "
+                          "(it must be the first line, exactly ---, with \\n line ends and a closing --- line)",)
     block, body = m.group(1), text[m.end():]
     import yaml
 
@@ -246,12 +267,14 @@ def split_front_matter(text: str) -> tuple[str, dict[str, Any]]:
         meta = {}
     if not isinstance(meta, dict):
         raise ParseError("YAML front matter must be a mapping of keys to values")
-    return body, meta
+    return body, meta, ()
 
 
-def parse_markdown(path: Path) -> ParsedFile:
-    body, meta = split_front_matter(parse_text(path))
-    return ParsedFile(body, {str(k): [v] for k, v in meta.items()}, text_structure(body, markdown=True))
+def parse_markdown(path: Path, *, markdown: bool = True) -> ParsedFile:
+    """A ``.md`` or ``.txt`` file: front matter is read the same way in both (a label
+    written there in a ``.txt`` would otherwise be served as text)."""
+    body, meta, problems = split_front_matter(parse_text(path))
+    return ParsedFile(body, {str(k): [v] for k, v in meta.items()}, text_structure(body, markdown=markdown), problems)
 
 
 def parse_html(path: Path) -> ParsedFile:
@@ -259,7 +282,9 @@ def parse_html(path: Path) -> ParsedFile:
         from bs4 import BeautifulSoup
     except ImportError:
         raise ParseError("HTML parsing needs beautifulsoup4 (the [pipeline] extra)") from None
-    soup = BeautifulSoup(parse_text(path), "html.parser")
+    text = parse_text(path)
+    with quiet_parser_logs():
+        soup = BeautifulSoup(text, "html.parser", on_duplicate_attribute=_mark_duplicate)
     meta, problems = _html_meta(soup)
     for tag in soup(["script", "style", "noscript"]):
         tag.decompose()
@@ -288,6 +313,19 @@ _HTML_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 HTML_META_KEY_ATTRS = ("name", "property", "http-equiv", "itemprop")
 
 
+# An attribute name no HTML parser produces (they are lower-cased, and have no NUL): where
+# ``_mark_duplicate`` records that a tag repeats an attribute.
+_DUPLICATE_MARK = "\x00duplicate"
+
+
+def _mark_duplicate(attrs: dict[str, Any], key: str, value: Any) -> None:
+    """A tag repeats attribute ``key``: keep the first value (as browsers do) and mark the
+    tag. BeautifulSoup keeps the last by default, so ``content="RESTRICTED"
+    content="PUBLIC"`` would read as PUBLIC."""
+    del value
+    attrs[_DUPLICATE_MARK] = key
+
+
 def _html_meta(soup: Any) -> tuple[dict[str, list[Any]], tuple[str, ...]]:
     """Key -> values of the page's ``<meta>`` tags, in every key form, and the tags that
     name a known key some other way (``<meta nаme=…>`` with a Cyrillic ``а``,
@@ -297,6 +335,9 @@ def _html_meta(soup: Any) -> tuple[dict[str, list[Any]], tuple[str, ...]]:
     meta: dict[str, list[Any]] = {}
     problems: list[str] = []
     for tag in soup.find_all("meta"):
+        if _DUPLICATE_MARK in tag.attrs:
+            problems.append("a <meta> tag repeats an attribute (browsers keep the first value, parsers the last)")
+            continue
         keys = [tag.get(attr) for attr in HTML_META_KEY_ATTRS if isinstance(tag.get(attr), str)]
         for key in keys:
             if tag.has_attr("content"):
@@ -320,10 +361,14 @@ def parse_pdf(path: Path) -> ParsedFile:
         raise ParseError("PDF parsing needs pypdf (the [pipeline] extra)") from None
     check_size(path)
     try:
-        reader = PdfReader(str(path))
-        pages = [(p.extract_text() or "").strip() for p in reader.pages]
+        with quiet_parser_logs():
+            reader = PdfReader(str(path))
+            pages = [(p.extract_text() or "").strip() for p in reader.pages]
     except (PdfReadError, ValueError, KeyError, OSError) as exc:
-        raise ParseError(f"unreadable PDF: {exc}") from None
+        # pypdf's messages quote bytes of the file: the kind of error only.
+        raise ParseError(f"unreadable PDF ({type(exc).__name__})") from None
+    except Exception as exc:  # noqa: BLE001 - pypdf raises many kinds on a crafted file: one bad file
+        raise ParseError(f"unreadable PDF ({type(exc).__name__})") from None
     text = "\n\n".join(p for p in pages if p)
     if not text:
         raise ParseError("PDF has no extractable text (scanned image?)")
@@ -378,13 +423,15 @@ def parse_docx(path: Path) -> ParsedFile:
     import zipfile
 
     try:
-        document = docx.Document(str(path))
-        blocks = _docx_blocks(document)
-        title = (document.core_properties.title or "").strip()
+        with quiet_parser_logs():
+            document = docx.Document(str(path))
+            blocks = _docx_blocks(document)
+            title = (document.core_properties.title or "").strip()
     except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
-        raise ParseError(f"unreadable Word file: {exc}") from None
+        # lxml's and zipfile's messages quote the file (an entity name, a member name): the kind only.
+        raise ParseError(f"unreadable Word file ({type(exc).__name__})") from None
     except Exception as exc:  # noqa: BLE001 - lxml's XMLSyntaxError and kin: one bad file, never the library
-        raise ParseError(f"unreadable Word file ({type(exc).__name__}: {exc})") from None
+        raise ParseError(f"unreadable Word file ({type(exc).__name__})") from None
     if not blocks:
         raise ParseError("Word file has no text")
     parts, marks, pos = [], [], 0
@@ -403,15 +450,14 @@ def parse_source(path: Path) -> ParsedFile:
     if suffix == ".md":
         return parse_markdown(path)
     if suffix == ".txt":
-        text = parse_text(path)
-        return ParsedFile(text, {}, text_structure(text))
+        return parse_markdown(path, markdown=False)
     if suffix in (".html", ".htm"):
         return parse_html(path)
     if suffix == ".pdf":
         return parse_pdf(path)
     if suffix == ".docx":
         return parse_docx(path)
-    raise ParseError(f"unsupported file type {suffix!r}")
+    raise ParseError(f"unsupported file type ({ascii(suffix)[:20]})")
 
 
 def parse_file(path: Path) -> str:

@@ -217,6 +217,10 @@ SETTINGS: tuple[Setting, ...] = (
             default_doc="none", spec=PROJECT),
     # ---------------------------------------------------------------- warehouse
     Setting("RAGSPINE_WAREHOUSE", PATH, "Warehouse folder (versioned Parquet + DuckDB catalog).", "warehouse",
+    Setting("RAGSPINE_METADATA_KEYS", Names(),
+            "More metadata keys a .meta.json sidecar may hold (besides title, entity, period, geography, "
+            "topic, language, sensitivity); any other sidecar key makes the document RESTRICTED and reported.",
+            "security", default_doc="none", spec=PROJECT),
             default_doc="data/warehouse in a checkout, else ./ragspine-warehouse", spec=PROJECT),
     Setting("RAGSPINE_CORPUS_ROOT", PATH, "Corpus root: one folder per library.", "warehouse",
             default_doc="the packaged demo corpus (ragspine_pipeline/demo_corpus)", spec=PROJECT),

@@ -24,6 +24,7 @@ from .ingest.documents import (
     read_document,
 )
 from .ingest.parsers import SUFFIXES
+from .ingest.sidecars import HardLinks, orphan_sidecars
 from .paths import DEMO_ROOT  # the packaged demo corpus, re-exported here (the spec's path)
 from .retrieval.chunking.chunk_store import ChunkStore
 
@@ -55,19 +56,25 @@ def load_library(folder: str | os.PathLike[str], library: str | None = None
     """All readable documents of a library folder, plus the files that failed.
 
     Same bounds as the pipeline's ``raw_documents``: a file or sidecar that resolves
-    outside ``folder`` (another library) or outside its parent (the corpus root) is a
-    failure, never read."""
+    outside ``folder`` (another library) or outside its parent (the corpus root), or a
+    file hard-linked into another library, is a failure, never read. A file named like a
+    sidecar that belongs to no document (an orphan: its label would label nothing, most
+    likely a misnamed one) is reported as a failure too."""
     root = Path(folder)
     if not root.is_dir():
         raise CorpusError(f"library folder not found: {root}")
     lib = library or root.name
     docs: list[Document] = []
     errors: list[DocumentError] = []
-    for p in iter_library_files(root):
+    files = iter_library_files(root)
+    links = HardLinks(root.parent, SUFFIXES)  # walked once, and only if a file has several links
+    for p in files:
         try:
-            docs.append(read_document(p, lib, root=root.parent, folder=root))
+            docs.append(read_document(p, lib, root=root.parent, folder=root, links=links))
         except CorpusError as exc:
             errors.append(DocumentError(str(p), str(exc)))
+    for orphan in orphan_sidecars(root, files):
+        errors.append(DocumentError(str(orphan), f"{orphan.name}: metadata sidecar of no document (orphan)"))
     return docs, errors
 
 

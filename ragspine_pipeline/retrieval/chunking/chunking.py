@@ -6,7 +6,9 @@ offsets. The paragraph chunker packs whole paragraphs up to ``max_chars``; the n
 re-opens up to ``overlap_chars`` before the previous chunk's end (snapped forward to a
 word/sentence boundary). A paragraph longer than ``max_chars`` is split at sentence ends
 (。！？；.!?;) into sub-chunks packed greedily, and a sentence longer than ``max_chars`` is
-hard-cut; sub-chunks of one paragraph never overlap.
+hard-cut; sub-chunks of one paragraph never overlap. No chunk is a bare heading: a heading
+(or a piece under ``headings.MIN_CONTENT_CHARS`` letters and digits) is kept with the text
+it heads (``headings.absorb_bare``), within the same budget.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...sensitivity import effective_label
+from .headings import absorb_bare, is_bare
 
 DEFAULT_CHUNK_CHARS = 480
 DEFAULT_OVERLAP_CHARS = 80
@@ -172,7 +175,7 @@ def split_oversize(text: str, s: int, e: int, max_chars: int) -> list[tuple[int,
             cur = (ss, se)
     if cur:
         pieces.append(cur)
-    return pieces
+    return absorb_bare(text, pieces, max_chars)
 
 
 _BOUNDARY = re.compile(r"[\s。！？；，、,.!?;:：]")
@@ -195,33 +198,46 @@ def _overlap_start(text: str, prev_start: int, prev_end: int, next_start: int, n
 
 def chunk_spans(text: str, max_chars: int = DEFAULT_CHUNK_CHARS,
                 overlap_chars: int = DEFAULT_OVERLAP_CHARS) -> list[tuple[int, int]]:
-    """Character spans of the paragraph chunker (see module docstring)."""
+    """Character spans of the paragraph chunker (see module docstring).
+
+    A chunk that would close on a heading paragraph (or that is bare as a whole) does not:
+    the heading opens the next chunk, with the paragraph it heads (split by the oversize
+    rules when the two exceed ``max_chars``)."""
     check_chunk_params(max_chars, overlap_chars)
     spans: list[tuple[int, int]] = []
-    cur: tuple[int, int] | None = None  # (start, end) of the chunk being packed
+    start: int | None = None  # start of the chunk being packed (may reach back: overlap)
+    paras: list[tuple[int, int]] = []  # the paragraphs packed into it
 
-    def flush() -> None:
-        nonlocal cur
-        if cur is not None:
-            spans.append(cur)
-            cur = None
+    def close() -> tuple[tuple[int, int] | None, int | None]:
+        """Close the open chunk: (span emitted or None, start of a heading carried over)."""
+        end = paras[-1][1]
+        if is_bare(text[start:end]):
+            return None, start
+        if len(paras) > 1 and is_bare(text[paras[-1][0]:end]):
+            spans.append((start, paras[-2][1]))
+            return None, paras[-1][0]
+        spans.append((start, end))
+        return (start, end), None
 
     for ps, pe in paragraph_spans(text):
-        if pe - ps > max_chars:
-            flush()
+        if start is not None and pe - start <= max_chars:
+            paras.append((ps, pe))
+            continue
+        prev, carry = close() if start is not None else (None, None)
+        start, paras = None, []
+        first = carry if carry is not None else ps
+        if pe - first > max_chars:
             # Sub-chunks of an oversize paragraph overlap nothing, before or after.
-            spans.extend(split_oversize(text, ps, pe, max_chars))
+            spans.extend(split_oversize(text, first, pe, max_chars))
             continue
-        if cur is not None and pe - cur[0] <= max_chars:
-            cur = (cur[0], pe)
-            continue
-        if cur is not None:
-            prev = cur
-            flush()
-            cur = (_overlap_start(text, prev[0], prev[1], ps, pe, overlap_chars, max_chars), pe)
+        start = first if prev is None else _overlap_start(text, prev[0], prev[1], ps, pe, overlap_chars, max_chars)
+        paras = [(first, pe)] if carry is not None else [(ps, pe)]
+    if start is not None:
+        end = paras[-1][1]
+        if spans and is_bare(text[start:end]) and end - spans[-1][0] <= max_chars:
+            spans[-1] = (spans[-1][0], end)  # a trailing heading heads nothing: it joins the chunk before
         else:
-            cur = (ps, pe)
-    flush()
+            spans.append((start, end))
     return spans
 
 

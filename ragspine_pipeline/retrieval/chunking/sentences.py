@@ -31,6 +31,7 @@ from .chunking import (
     sentence_spans,
     split_oversize,
 )
+from .headings import MIN_SENTENCE_CONTENT_CHARS, absorb_bare
 from .structured import (
     ChunkerError,
     DocumentLike,
@@ -45,14 +46,16 @@ DEFAULT_SENTENCE_CHARS = DEFAULT_CHUNK_CHARS
 DEFAULT_PERCENTILE = 95.0
 
 
-def sentence_list(text: str, start: int, end: int, max_chars: int) -> list[tuple[int, int]]:
+def sentence_list(text: str, start: int, end: int, max_chars: int,
+                  min_content: int = MIN_SENTENCE_CONTENT_CHARS) -> list[tuple[int, int]]:
     """Sentences of ``text[start:end]`` paragraph by paragraph; one longer than
-    ``max_chars`` is cut by the paragraph chunker's oversize rules."""
+    ``max_chars`` is cut by the paragraph chunker's oversize rules; a heading (or a scrap
+    such as "3.") is joined to the sentence it heads (``headings.absorb_bare``)."""
     out: list[tuple[int, int]] = []
     for ps, pe in paragraph_spans(text[start:end]):
         for s, e in sentence_spans(text, start + ps, start + pe):
             out.extend([(s, e)] if e - s <= max_chars else split_oversize(text, s, e, max_chars))
-    return out
+    return absorb_bare(text, out, max_chars, min_content)
 
 
 @dataclass(frozen=True)
@@ -147,5 +150,6 @@ class SemanticChunker:
             for s, e in self._groups(text, sentence_list(text, 0, len(text), self.max_chars)):
                 spans.extend([(s, e)] if e - s <= self.max_chars
                              else [(s + a, s + c) for a, c in chunk_spans(text[s:e], self.max_chars, 0)])
+            spans = absorb_bare(text, spans, self.max_chars)  # a group that is only a heading
         return [build_chunk(doc, fields, i, s, e, chunker="semantic") for i, (s, e) in enumerate(spans)]
 

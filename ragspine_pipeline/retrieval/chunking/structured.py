@@ -45,6 +45,7 @@ from .chunking import (
     chunk_spans,
     make_chunk_id,
 )
+from .headings import is_bare
 
 WINDOW_FACTOR = 4  # layout: a split section up to 4 × max_chars is kept as the window
 DEFAULT_PARENT_CHARS = 1600
@@ -130,7 +131,8 @@ def sections(text: str, marks: Sequence[StructureMark], kinds: frozenset[str] = 
     """The document cut at every mark of ``kinds``, with heading paths.
 
     A section holding nothing but its heading line (a chapter title directly followed by
-    its first article) is merged into the next one, so no chunk is a bare title; page
+    its first article, or a heading line the marks did not record) is merged into the next
+    one, and one at the very end into the one before, so no chunk is a bare title; page
     marks cut but add nothing to the heading path.
     """
     use = sorted((m for m in marks if m.kind in kinds and 0 <= m.start <= len(text)),
@@ -162,10 +164,14 @@ def sections(text: str, marks: Sequence[StructureMark], kinds: frozenset[str] = 
         if e <= s:
             continue
         body_s, _ = trim_span(text, max(head_end, start), nxt)
-        if body_s >= e and i + 1 < len(cuts):  # heading only: open the next section here
+        bare = body_s >= e or is_bare(text[s:e], min_content=1)  # a heading the marks missed too
+        if bare and i + 1 < len(cuts):  # heading only: open the next section here
             carry = s if carry is None else carry
             continue
         carry = None
+        if bare and out:  # a heading at the very end heads nothing: the section before takes it
+            out[-1] = Section(out[-1].start, e, out[-1].heading, out[-1].ordinal)
+            continue
         out.append(Section(s, e, path, len(out)))
     return out
 

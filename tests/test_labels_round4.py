@@ -254,3 +254,18 @@ def test_the_cli_index_output_carries_no_restricted_byte(tmp_path, noisy_pypdf, 
     out, err = capsys.readouterr()
     assert "lang.md" in out + err or "broken.docx" in out + err  # the failures are named ...
     assert CANARY not in out + err and CANARY not in caplog.text  # ... never what they hold
+
+
+# ------------------------------------------------------------------ 8. non-interference, every ingest form
+def test_every_ingest_form_leaves_the_served_output_as_without_it(tmp_path):
+    """The hypothesis worlds of test_security draw these forms at random; here every one at
+    once, so each is exercised on every run."""
+    from test_security import FORMS, _served_outputs
+
+    words = ["revenue", "margin", "zebra", "plant", "tariff", "lyon", "union"]
+    docs = {f"d{i}": (" ".join(words[i:] + words[:i]), "PUBLIC", "AB"[i % 2]) for i in range(3)}
+    secret = {f"s{i}": (f"zebra plant {w} tariff lyon", "RESTRICTED", "A", form)
+              for i, (form, w) in enumerate(zip(FORMS, words * 3, strict=False))}
+    queries = ["zebra plant", "tariff lyon", "revenue margin"]
+    with_secret = _served_outputs(tmp_path / "w", {**docs, **secret}, queries)
+    assert with_secret == _served_outputs(tmp_path / "w", docs, queries)

@@ -198,8 +198,43 @@ def corpora(draw):
     for i in range(draw(st.integers(1, 3))):
         words = draw(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=40))
         label = draw(st.sampled_from(["RESTRICTED", "restricted", "RESTRI\u200bCTED", "PUBLlC", "[]"]))
-        secret[f"s{i}"] = (" ".join(words), label, draw(st.sampled_from(["A", "B"])))
+        # Issue 42: the hidden document is also written in each ingest form the reader
+        # must fail closed on (an open label beside the fault, wherever one fits).
+        secret[f"s{i}"] = (" ".join(words), label, draw(st.sampled_from(["A", "B"])), draw(st.sampled_from(FORMS)))
     return docs, secret
+
+
+FORMS = ("sidecar", "lookalike_key", "typo_key", "tag_key", "fm_broken", "fm_cr_only", "case_sidecar", "ext_sidecar",
+         "closed_schema", "html_dup", "html_namespace", "written_txt", "hard_link")
+_TAGS = "".join(chr(0xE0000 + ord(c)) for c in "sensitivity")
+
+
+def _form_files(d: str, text: str, label: str, ent: str, form: str) -> dict[str, str | tuple[str, str]]:
+    """The files of one document written in ``form`` (a ``("link", name)`` value: a hard link)."""
+    side = {f"{d}.meta.json": meta(sensitivity=label, entity=ent)}
+    fm = {"lookalike_key": "s\u1d07nsitivity", "typo_key": "sensitivty", "tag_key": _TAGS}
+    if form in fm:
+        return {f"{d}.md": f"---\n{json.dumps(fm[form])}: PUBLIC\nentity: {ent}\n---\n{text}"}
+    if form == "fm_broken":
+        return {f"{d}.md": f"----\nsensitivity: RESTRICTED\n----\n{text}"}
+    if form == "fm_cr_only":
+        return {f"{d}.md": f"---\rsensitivity: RESTRICTED\r---\r{text}"}
+    if form == "case_sidecar":
+        return {f"{d}.md": text, f"{d.upper()}.META.JSON": meta(sensitivity="PUBLIC", entity=ent)}
+    if form == "ext_sidecar":
+        return {f"{d}.md": text, f"{d}.md.meta.json": meta(sensitivity="PUBLIC", entity=ent)}
+    if form == "closed_schema":
+        return {f"{d}.md": text, f"{d}.meta.json": meta(sensitivity="PUBLIC", entity=ent, label="RESTRICTED")}
+    if form in ("html_dup", "html_namespace"):
+        tag = ('<meta name="sensitivity" content="RESTRICTED" content="PUBLIC">' if form == "html_dup"
+               else '<meta name="DC.sensitivity" content="RESTRICTED">')
+        return {f"{d}.html": f"<html><head>{tag}</head><body><p>{text}</p></body></html>"}
+    if form == "written_txt":
+        return {f"{d}.txt": f"Sensitivity: RESTRICTED\n\n{text}"}
+    if form == "hard_link":
+        return {f"{d}.md": text, **side, f"{d}_alias.md": ("link", f"{d}.md"),
+                f"{d}_alias.meta.json": meta(sensitivity="PUBLIC", entity=ent)}
+    return {f"{d}.md": text, **side}
 
 
 def _served_outputs(root: Path, docs: dict, queries: list[str]) -> str:
@@ -207,11 +242,13 @@ def _served_outputs(root: Path, docs: dict, queries: list[str]) -> str:
     worlds, so source paths in the snippets agree)."""
     shutil.rmtree(root, ignore_errors=True)
     corpus = root / "corpus"
-    files = {}
-    for d, (text, label, ent) in docs.items():
-        files[f"{d}.md"] = text
-        files[f"{d}.meta.json"] = meta(sensitivity=label, entity=ent)
-    write_lib(corpus, files)
+    files: dict[str, str | tuple[str, str]] = {}
+    for d, (text, label, ent, *form) in docs.items():
+        files.update(_form_files(d, text, label, ent, form[0] if form else "sidecar"))
+    folder = write_lib(corpus, {n: b for n, b in files.items() if not isinstance(b, tuple)})
+    for name, body in files.items():
+        if isinstance(body, tuple):
+            os.link(folder / body[1], folder / name)
     wh = VersionedTables(root / "wh")
     refresh(wh, corpus)
     r = served(wh)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,10 @@ import pytest
 
 from ragspine_pipeline.warehouse import pipeline as P
 from ragspine_pipeline.warehouse.versioned import VersionedTables
+
+# Haystack reports usage over the network unless this is off; it is read when haystack is first
+# imported, and every integration test module imports this one first.
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 # The canary: words no open document has, so any trace of them in an output is a leak.
 CANARY = "quokka zeppelin canarytoken"

@@ -261,8 +261,43 @@ SETTINGS: tuple[Setting, ...] = (
             "Browser origins allowed besides loopback (DNS-rebinding protection of /mcp and /v1).", "service",
             default_doc="loopback origins only", spec=PROJECT),
     Setting("RAGSPINE_SERVICE_ALLOWED_HOSTS", Names(),
-            "Host headers /mcp accepts besides loopback (the public name behind a reverse proxy).", "service",
+            "Host headers every route accepts besides loopback (the public name behind a reverse proxy); any "
+            "other Host is a 421 (DNS-rebinding protection).", "service",
             default_doc="loopback hosts only", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_MAX_CONNECTIONS", Integer(minimum=1),
+            "Open connections per worker process; past it a new connection is answered 503 and closed at "
+            "once, before it sends anything.", "service", "1000", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_KEEPALIVE_S", Integer(minimum=1),
+            "Seconds an idle keep-alive connection is kept open.", "service", "5", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_HEADER_TIMEOUT_S", Number(bounds=(0.05, 3600.0)),
+            "Seconds a connection may take to send a request's headers; past it (or silent) it is closed.",
+            "service", "10", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_BODY_TIMEOUT_S", Number(bounds=(0.05, 3600.0)),
+            "Seconds a request may take to send its body once its headers arrived (408 past it).", "service",
+            "10", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_STREAM_MAX_S", Number(bounds=(0.05, 86400.0)),
+            "Longest life of an event stream (GET /mcp); it is ended past it.", "service", "300", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_STREAM_HEARTBEAT_S", Number(bounds=(0.05, 3600.0)),
+            "Seconds between heartbeat comments on an open event stream.", "service", "15", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_WORKER_TIMEOUT_S", Integer(minimum=1),
+            "Seconds uvicorn's supervisor waits for a --workers process to answer its health ping before it "
+            "kills it (snapshot loading on a busy machine needs more than uvicorn's 5).", "service", "600",
+            spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_MAX_QUERY_TOKENS", Integer(minimum=1),
+            "Most tokens (words; a CJK character is one) a query may hold: it bounds the embedded text "
+            "(400 above).", "service", "256", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_MAX_FILTERS", Integer(minimum=1), "Most filter conditions a request may send "
+            "(400 above).", "service", "32", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_MAX_FILTER_VALUES", Integer(minimum=1),
+            "Most operand values (in/nin/between lists counted item by item) over a request's filters "
+            "(400 above).", "service", "256", spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_KEY_CONCURRENCY", Integer(minimum=0),
+            "Engine calls one API key may run at once per worker (a fair queue serves keys in turn); 0: half "
+            "the engine threads, at least 1. Without a key file there is no per-key cap.", "service", "0",
+            spec=PROJECT),
+    Setting("RAGSPINE_SERVICE_RUNTIME_DIR", PATH,
+            "Folder where --workers processes record that their snapshots are loaded (set by `ragspine serve`; "
+            "/readyz says ready once every worker is).", "service", default_doc="set by ragspine serve", spec=PROJECT),
     # ---------------------------------------------------------------- scale
     Setting("RAGSPINE_EXECUTOR", Choice(("local", "ray")),
             "Where the chunks and embeddings steps run: in this process, or as Ray Data pipelines (the [scale] "

@@ -30,7 +30,9 @@ where actors are started or described.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import logging
 import os
 import threading
 import time
@@ -42,14 +44,17 @@ import numpy as np
 
 from ..retrieval.lexical.bm25_segments import SurvivorStats, open_segments
 from ..retrieval.lexical.bm25_topk import ScoredDocs, empty_scored, merge_top_k
+from ..retrieval.lexical.dense_topk import dense_top
 from .config import require_ray, shard_timeout_s
 from .layout import index_token_batches, write_layout
 from .requests import _REQUEST, ShardRequest, ShardUnavailable, shard_request
 from .vectors import VectorSource
 from .wire import (
     Endpoint,
+    ShardRefused,
     WireClient,
     WireError,
+    WireLimits,
     WireServer,
     encode_frame,
     scored_frame,
@@ -59,6 +64,10 @@ from .wire import (
 NAMESPACE = "ragspine"
 SHARD_RESTARTS = -1  # a killed shard always comes back (it only maps files)
 SHARD_THREADS = 2  # concurrent calls a shard answers (numpy and the kernels release the GIL)
+SHARD_UNHEALTHY_EXIT = 75  # the exit status of a shard that ends itself to be restarted
+MAX_QUERY_VECTOR_BYTES = 8 << 20  # query vectors of one request (e.g. 512 variants x 4096 float32)
+
+log = logging.getLogger("ragspine.scale")
 
 
 def assign_buckets(buckets_total: int, shards: int) -> list[tuple[int, ...]]:
@@ -91,10 +100,38 @@ def unpack_mask(packed: np.ndarray | None, n_docs: int) -> np.ndarray | None:
     return None if packed is None else np.unpackbits(packed, count=n_docs).astype(bool)
 
 
-class BM25Shard:
-    """The body of one shard actor: its buckets' segments, mapped, and its vectors."""
+class ShardUnhealthy(RuntimeError):
+    """A shard whose listener cannot accept connections (Ray should replace it)."""
 
-    def __init__(self, folder: str, buckets: Sequence[int], vectors: VectorSource | None = None) -> None:
+
+def _exit_for_restart(reason: str) -> None:
+    """End this shard actor's process: Ray core calls no health method on an actor, it
+    restarts one whose process died (``max_restarts``), so a shard that can no longer
+    accept is replaced this way (an unexpected exit, not ``exit_actor``, which Ray would
+    take as final)."""
+    log.error("shard process %d exits so that Ray restarts it: %s", os.getpid(), reason)
+    logging.shutdown()
+    os._exit(SHARD_UNHEALTHY_EXIT)
+
+
+def _in_ray_actor() -> bool:
+    try:
+        import ray
+    except ImportError:
+        return False
+    return bool(ray.is_initialized() and ray.get_runtime_context().get_actor_id())
+
+
+class BM25Shard:
+    """The body of one shard actor: its buckets' segments, mapped, and its vectors.
+
+    ``limits``: its listener's (``WireLimits``; the frame size is this shard's packed
+    mask plus ``MAX_QUERY_VECTOR_BYTES``, whatever the limits say). Run as a Ray actor, a
+    shard whose listener can no longer accept ends its process so that Ray restarts it.
+    """
+
+    def __init__(self, folder: str, buckets: Sequence[int], vectors: VectorSource | None = None,
+                 limits: WireLimits | None = None) -> None:
         self.index = open_segments(folder, buckets)
         self.buckets = tuple(self.index.buckets)
         pos = np.concatenate([s._global_pos for s in self.index.segments]) if self.index.segments else np.zeros(0)
@@ -104,7 +141,10 @@ class BM25Shard:
         self.chunk_ids = [ids[i] for i in order.tolist()]
         self.vectors = vectors.rows(self.positions, self.chunk_ids) if vectors is not None else None
         self._warm()
-        self.wire = WireServer(self.answer, host=_node_host())
+        frame = -(-self.index.n_docs // 8) + MAX_QUERY_VECTOR_BYTES  # the packed mask and the query vectors
+        limits = dataclasses.replace(limits or WireLimits(), max_payload=frame)
+        self.wire = WireServer(self.answer, host=_node_host(), limits=limits,
+                               on_unhealthy=_exit_for_restart if _in_ray_actor() else None)
 
     def _warm(self) -> None:
         """Load the compiled kernels and verify a term now, not inside the first deadline."""
@@ -113,8 +153,18 @@ class BM25Shard:
                 self.index.search([seg.vocab.term(0)], 1)
                 return
 
+    def check_health(self) -> None:
+        """Raise ``ShardUnhealthy`` when the listener cannot accept (what Serve would call
+        on a deployment; the front calls it through ``describe`` and has Ray restart the
+        shard)."""
+        why = self.wire.health()
+        if why is not None:
+            raise ShardUnhealthy(f"shard {list(self.buckets)} cannot accept connections: {why}")
+
     def describe(self) -> dict[str, Any]:
-        """Which corpus positions this shard holds (and a digest of their chunk ids), its pid."""
+        """Which corpus positions this shard holds (and a digest of their chunk ids), its
+        pid; ``ShardUnhealthy`` when its listener cannot accept (no endpoint to hand out)."""
+        self.check_health()
         ep = self.wire.endpoint
         return {"pid": os.getpid(), "buckets": list(self.buckets), "positions": self.positions,
                 "ids_digest": ids_digest(self.chunk_ids), "n_docs": self.index.n_docs,
@@ -163,8 +213,8 @@ class BM25Shard:
         return self.index.search(query, k, mask, stats=stats)
 
     def dense(self, qv: np.ndarray, packed: np.ndarray | None, depth: int) -> list[ScoredDocs]:
-        """Per query row: this shard's top-``depth`` by (cosine desc, position asc), with the
-        single index's tie-safe cut (HybridRetriever._dense_rankings)."""
+        """Per query row: this shard's top-``depth`` by (cosine desc, position asc), the
+        exact float64 cosines the single index computes (``dense_topk``: the same bits)."""
         if self.vectors is None:
             raise RuntimeError(f"shard {self.buckets} holds no dense vectors")
         mask = unpack_mask(packed, self.index.n_docs)
@@ -173,16 +223,7 @@ class BM25Shard:
         if not len(positions):
             return [empty_scored() for _ in qv]
         mat = self.vectors if mask is None else self.vectors[keep]
-        out = []
-        for row in qv:
-            sims = (mat @ row).astype(np.float64)
-            sel = np.arange(len(sims))
-            if len(sims) > 4 * depth:
-                kth = sims[np.argpartition(-sims, depth - 1)[depth - 1]]
-                sel = np.flatnonzero(sims >= kth)
-            order = sel[np.lexsort((positions[sel], -sims[sel]))][:depth]
-            out.append(ScoredDocs(positions[order], sims[order]))
-        return out
+        return [dense_top(mat, positions, row, depth) for row in qv]
 
 
 def _node_host() -> str:
@@ -203,11 +244,12 @@ def shard_actor_class() -> Any:
 
 
 def start_shards(folder: str | os.PathLike[str], shards: int, *, vectors: VectorSource | None = None,
-                 name: str | None = None) -> list[Any]:
+                 name: str | None = None, limits: WireLimits | None = None) -> list[Any]:
     """S shard actors over the segment files in ``folder`` (bucket b on shard b % S).
 
     ``name``: make them named, detached actors (``{name}/{i}of{S}`` in the ragspine
     namespace), shared by every replica of a service and found again if they exist.
+    ``limits``: their listeners' (``WireLimits``; default ones otherwise).
     """
     total = segment_buckets(folder)
     if total == 0:
@@ -219,7 +261,7 @@ def start_shards(folder: str | os.PathLike[str], shards: int, *, vectors: Vector
         if name:
             opts = {"name": f"{name}/{i}of{shards}", "namespace": NAMESPACE, "lifetime": "detached",
                     "get_if_exists": True}
-        handles.append(cls.options(**opts).remote(str(folder), list(buckets), vectors))
+        handles.append(cls.options(**opts).remote(str(folder), list(buckets), vectors, limits))
     return handles
 
 
@@ -233,13 +275,14 @@ class ShardedBM25:
     listens now (a restarted shard listens elsewhere), within the same deadline.
     """
 
-    def __init__(self, shards: Sequence[Any], *, timeout_s: float | None = None, path: str | None = None) -> None:
+    def __init__(self, shards: Sequence[Any], *, timeout_s: float | None = None, path: str | None = None,
+                 infos: Sequence[dict[str, Any]] | None = None) -> None:
         self.shards = list(shards)
         self.timeout_s = shard_timeout_s(timeout_s)
         self.path = path
-        ray = require_ray()
-        infos = ray.get([s.describe.remote() for s in self.shards])  # opening waits for every shard
-        self.infos = list(infos)
+        if infos is None:  # opening waits for every shard
+            infos = require_ray().get([s.describe.remote() for s in self.shards])  # type: ignore[attr-defined]
+        self.infos = list(infos)  # given: shards built in this process (tests, benchmarks), no Ray
         counts = {int(x["n_docs"]) for x in self.infos}
         if len(counts) != 1:
             raise ValueError(f"shards disagree on the corpus size: {sorted(counts)}")
@@ -286,6 +329,8 @@ class ShardedBM25:
                 info = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - Ray says why the shard cannot be reached
                 out[i] = _unreachable(exc)
+                if isinstance(getattr(exc, "cause", None), ShardUnhealthy):  # alive but cannot accept:
+                    ray.kill(self.shards[i], no_restart=False)  # Ray restarts it (max_restarts)
                 continue
             if info["ids_digest"] != self.infos[i]["ids_digest"]:
                 out[i] = f"failed: it came back holding other chunks (buckets {info['buckets']})"
@@ -308,6 +353,8 @@ class ShardedBM25:
                     stale.append(i)
                 else:
                     sent[i] = (link, link.send(frame, max(deadline - time.monotonic(), 1e-3)))
+            except ShardRefused as exc:  # alive, at its connection cap: say so (the channel is fine)
+                missing[i] = f"failed: {exc}"
             except WireError:  # a channel to a shard that died since: renew it below
                 self._broken(i, link)
                 stale.append(i)
@@ -462,6 +509,6 @@ def attach(hybrid: Any, front: ShardedBM25) -> None:
         hybrid._vectors.have[:] = True
 
 
-__all__ = ["NAMESPACE", "BM25Shard", "ShardRequest", "ShardUnavailable", "ShardedBM25", "VectorSource",
+__all__ = ["NAMESPACE", "BM25Shard", "ShardRequest", "ShardUnavailable", "ShardUnhealthy", "ShardedBM25", "VectorSource",
            "assign_buckets", "attach", "ids_digest", "index_token_batches", "segment_buckets", "shard_actor_class",
            "shard_request", "start_shards", "write_layout"]

@@ -39,6 +39,7 @@ from .bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
 from .bm25_filter import PackedFilter, handover
 from .bm25_packed_index import PackedBM25Index
 from .bm25_stack import StackedBM25
+from .dense_topk import dense_top
 from .filter_codes import CachedFilter, FieldCodes, FilterCache, code_values, coded_mask, filter_key
 from .fusion import DEFAULT_RRF_K, FusionConfig, Run, fuse_runs, fusion_configured, fusion_from_env
 from .glossary import GlossaryQueryRewriter, query_variants
@@ -344,15 +345,10 @@ class HybridRetriever:
         qv = qv / np.where(qn == 0, 1, qn)
         out = []
         for row in qv:
-            sims = (mat @ row).astype(np.float64)
-            sel = np.arange(len(sims))
-            if len(sims) > 4 * depth:
-                # Tie-safe cut: keep everything scoring at least the depth-th best.
-                kth = sims[np.argpartition(-sims, depth - 1)[depth - 1]]
-                sel = np.flatnonzero(sims >= kth)
-            order = sel[np.lexsort((positions[sel], -sims[sel]))][:depth]
-            ranked = [int(positions[i]) for i in order]
-            out.append((ranked, {int(positions[i]): float(sims[i]) for i in order}))
+            # Exact float64 cosines, the same bits in any shard (dense_topk), ties by position.
+            top = dense_top(mat, positions, row, depth)
+            ranked = top.ids.tolist()
+            out.append((ranked, dict(zip(ranked, top.scores.tolist(), strict=True))))
         return out
 
     # ----------------------------------------------------------------- search

@@ -19,6 +19,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from service_fixtures import build_warehouse, running, wait_ready  # noqa: E402
 
 from ragspine_pipeline.service import keys as K  # noqa: E402
+from ragspine_pipeline.service import operations  # noqa: E402
 from ragspine_pipeline.service.app import create_app  # noqa: E402
 from ragspine_pipeline.service.limits import ServiceLimits  # noqa: E402
 from ragspine_pipeline.serving import open_published_retriever  # noqa: E402
@@ -71,7 +72,8 @@ def test_the_sdk_client_searches_within_its_scope(server, warehouse):
     assert "between" in described["search"].description and "ACME_CN" in json.dumps(described["search"].input_schema)
     body = tool_json(search)
     api = open_published_retriever(warehouse, "acme_reports", mode="bm25")
-    expected = api.retrieve("revenue 2023", filters={"entity": "ACME_CN"}, top_k=3)
+    # the Python API's snippets, source_path relative to the library (issue 44)
+    expected = operations.relative_paths(api.retrieve("revenue 2023", filters={"entity": "ACME_CN"}, top_k=3))
     assert json.dumps(body["snippets"], sort_keys=True, default=str) == json.dumps(expected, sort_keys=True, default=str)
     assert list(body["versions"]) == ["acme_reports"]
     assert [lib["id"] for lib in tool_json(libraries)["libraries"]] == ["acme_reports"]

@@ -8,7 +8,12 @@ itself; the memory-mapped index files are shared by the page cache.
 
 MCP is mounted as a plain ``Route("/mcp")`` around the SDK's session manager (not a
 ``Mount``, which answers ``/mcp`` with a redirect to ``/mcp/``), stateless with JSON
-responses, behind the same middleware (keys, scopes, Origin) as ``/v1/*``.
+responses, behind the same middleware (keys, scopes, Host, Origin) as ``/v1/*``.
+
+Bodies are strict JSON: ``top_k: true`` or ``"3"`` is a 422, not a coerced 1 or 3. Every
+error, a 404, 405 or 421 included, is the documented ``{error, message}`` object.
+``/readyz`` answers only ready or not (no generation number: it rose with every library's
+republish, in scope or not).
 """
 
 from __future__ import annotations
@@ -21,25 +26,35 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from .. import paths, settings
 from . import operations
-from .errors import InvalidBody, NotFound, ServiceError, Unavailable
+from .errors import (
+    InvalidBody,
+    MethodNotAllowed,
+    NotFound,
+    RequestTimeout,
+    ServiceError,
+    Unavailable,
+)
 from .keys import LOCAL, KeyRing, Principal
 from .limits import ServiceLimits, TokenBucket
 from .mcp_tools import build_mcp
 from .metrics import ServiceMetrics
-from .middleware import BodyTooLarge, Guard, ServiceMiddleware, too_large
-from .runner import new_limiter, run_limited
+from .middleware import BodyTimeout, BodyTooLarge, Guard, ServiceMiddleware, too_large
+from .readiness import Readiness
+from .runner import new_limiter, new_queue, run_limited
 from .served import ServedLibraries, ServingAssembly
 
 log = logging.getLogger("ragspine.service")
@@ -47,20 +62,20 @@ log = logging.getLogger("ragspine.service")
 
 class SearchBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    query: str = Field(description="The question.")
-    filters: dict[str, Any] | list[Any] | str | None = Field(None, description=operations.FILTER_HELP)
-    top_k: int = Field(5, description="Snippets to return (1 to RAGSPINE_SERVICE_MAX_TOP_K).")
-    libraries: list[str] | None = Field(None, description="Library ids; absent: every library the key may read.")
-    mode: str | None = Field(None, description="Retrieval mode (default: the service's); bm25 is always served.")
-    allow_partial: bool = Field(False, description="Accept an answer missing unreachable shards (sharded index).")
+    query: StrictStr = Field(description="The question.")
+    filters: dict[str, Any] | list[Any] | StrictStr | None = Field(None, description=operations.FILTER_HELP)
+    top_k: StrictInt = Field(5, description="Snippets to return (1 to RAGSPINE_SERVICE_MAX_TOP_K).")
+    libraries: list[StrictStr] | None = Field(None, description="Library ids; absent: every library the key may read.")
+    mode: StrictStr | None = Field(None, description="Retrieval mode (default: the service's); bm25 is always served.")
+    allow_partial: StrictBool = Field(False, description="Accept an answer missing unreachable shards (sharded index).")
 
 
 class GraphBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    entity: str = Field(description="Entity id, e.g. ACME_GROUP.")
-    metric: str = Field(description="Metric id, e.g. revenue, gross_margin.")
-    period: str = Field(description="Period, e.g. 2023, 2024H1.")
-    libraries: list[str] | None = Field(None, description="Library ids; absent: every library the key may read.")
+    entity: StrictStr = Field(description="Entity id, e.g. ACME_GROUP.")
+    metric: StrictStr = Field(description="Metric id, e.g. revenue, gross_margin.")
+    period: StrictStr = Field(description="Period, e.g. 2023, 2024H1.")
+    libraries: list[StrictStr] | None = Field(None, description="Library ids; absent: every library the key may read.")
 
 
 class JSONText(JSONResponse):
@@ -106,26 +121,30 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
                                        libraries)
     keyring = KeyRing(Path(keys_file)) if keys_file else None
     metrics = ServiceMetrics()
-    pool: dict[str, Any] = {}  # the thread limiter, made by the lifespan in the app's event loop
-    mcp = build_mcp(served, limits, limiter=lambda: pool.get("limiter"))
-    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", *allowed_hosts]
-    origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*", *allowed_origins]
+    readiness = Readiness.from_settings(served)
+    # The thread limiter and the fair queue, made by the lifespan in the app's event loop.
+    pool: dict[str, Any] = {}
+    mcp = build_mcp(served, limits, limiter=lambda: pool.get("limiter"), queue=lambda: pool.get("queue"),
+                    loaded=readiness.wait_loaded)
     mcp_http: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        # A fresh session manager per start: the SDK's can run only once.
+        # A fresh session manager per start: the SDK's can run only once. Host and Origin
+        # are the middleware's (every route, one allow-list), so the SDK's own check is off.
         mcp.streamable_http_app(stateless_http=True, json_response=True, max_request_body_size=limits.max_body_bytes,
-                                transport_security=TransportSecuritySettings(
-                                    enable_dns_rebinding_protection=True, allowed_hosts=hosts,
-                                    allowed_origins=origins))
+                                transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
         mcp_http["app"] = StreamableHTTPASGIApp(mcp.session_manager)
         pool["limiter"] = new_limiter()
+        pool["queue"] = new_queue(None if keyring is None else limits.key_concurrency)
         served.start(reload_s)
         try:
-            async with mcp.session_manager.run():
+            async with mcp.session_manager.run(), anyio.create_task_group() as tg:
+                tg.start_soon(readiness.mark_when_loaded)
                 yield
+                tg.cancel_scope.cancel()
         finally:
+            readiness.unmark()
             served.stop()
 
     app = FastAPIOffline(title="RAGSpine", version=_version(), redoc_url=None, lifespan=lifespan, redirect_slashes=False,
@@ -144,19 +163,26 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
         return _error_response(InvalidBody(_validation_message(exc)))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc.__cause__, BodyTooLarge):
             return _error_response(too_large(limits.max_body_bytes))
+        if isinstance(exc.__cause__, BodyTimeout):
+            return _error_response(RequestTimeout(f"the request body did not arrive within {limits.body_timeout_s:g} s "
+                                                  "(RAGSPINE_SERVICE_BODY_TIMEOUT_S)", headers={"Connection": "close"}))
         if exc.status_code == 404:
             return _error_response(NotFound("no such route"))
+        if exc.status_code == 405:
+            return _error_response(MethodNotAllowed(f"{request.method} is not allowed on this route",
+                                                    headers=dict(exc.headers or {})))
         err = ServiceError(str(exc.detail))
         err.status, err.error = exc.status_code, "http_error"
         return _error_response(err)
 
-    async def limited(fn: Any) -> JSONText:
+    async def limited(fn: Any, who: Principal) -> JSONText:
         # A Response is returned as it is: FastAPI's response validation and encoding of
         # the snippet dicts cost milliseconds per request; JSONText encodes them once.
-        return JSONText(await run_limited(fn, limits.timeout_s, pool.get("limiter")))
+        await readiness.wait_loaded(limits.timeout_s)
+        return JSONText(await run_limited(fn, limits.timeout_s, pool.get("limiter"), pool.get("queue"), who.key_id))
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
@@ -165,11 +191,12 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
 
     @app.get("/readyz", tags=["health"])
     async def readyz() -> dict[str, Any]:
-        """Snapshots and models loaded (503 until then)."""
-        gen = served.current
-        if gen is None:
+        """Snapshots and models loaded, by every worker (503 until then)."""
+        # With workers, readiness reads the runtime folder: off the event loop.
+        ready = await anyio.to_thread.run_sync(readiness.ready) if readiness.shared else readiness.ready()
+        if not ready:
             raise Unavailable("loading published snapshots")
-        return {"status": "ready", "generation": gen.number}
+        return {"status": "ready"}
 
     @app.post("/v1/search", tags=["retrieval"])
     async def search(body: SearchBody, request: Request) -> dict[str, Any]:
@@ -177,16 +204,18 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
         who = _principal(request)
         return await limited(lambda: operations.search(
             served, who, body.query, filters=body.filters, top_k=body.top_k, libraries=body.libraries,
-            mode=body.mode, allow_partial=body.allow_partial, max_top_k=limits.max_top_k))
+            mode=body.mode, allow_partial=body.allow_partial, limits=limits), who)
 
     @app.get("/v1/libraries", tags=["libraries"])
     async def libraries_list(request: Request) -> dict[str, Any]:
         """The published libraries this key may read: version and open document count."""
+        await readiness.wait_loaded(limits.timeout_s)
         return operations.list_libraries(served, _principal(request))
 
     @app.get("/v1/libraries/{library}", tags=["libraries"])
     async def library(library: str, request: Request) -> dict[str, Any]:
         """One library in the key's scope (403 outside it, whether it exists or not)."""
+        await readiness.wait_loaded(limits.timeout_s)
         return operations.library_info(served, _principal(request), library)
 
     @app.post("/v1/graph/{kind}", tags=["graph"])
@@ -195,7 +224,7 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
         """Cited graph rows: rollup, peers, trace or facts."""
         who = _principal(request)
         return await limited(lambda: operations.graph(served, who, kind, entity=body.entity, metric=body.metric,
-                                                      period=body.period, libraries=body.libraries))
+                                                      period=body.period, libraries=body.libraries), who)
 
     @app.get("/metrics", tags=["health"], response_class=Response)
     async def metrics_route(request: Request) -> Response:
@@ -203,10 +232,10 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
         data, ctype = metrics.render(served, _principal(request))
         return Response(data, media_type=ctype)
 
-    app.router.routes.append(Route("/mcp", endpoint=_Late(mcp_http), methods=["GET", "POST", "DELETE"],
-                                   include_in_schema=False))
+    # No DELETE: a stateless server has no session to end (405, the documented JSON).
+    app.router.routes.append(Route("/mcp", endpoint=_Late(mcp_http), methods=["GET", "POST"], include_in_schema=False))
     app.add_middleware(ServiceMiddleware, guard=Guard(keyring, limits, TokenBucket(limits.rate_per_s, limits.burst),
-                                                      metrics, tuple(allowed_origins)),
+                                                      metrics, tuple(allowed_origins), tuple(allowed_hosts)),
                        routes=lambda: app.routes)
     return app
 

@@ -56,6 +56,22 @@ class NotFound(ServiceError):
     status, error = 404, "not_found"
 
 
+class MethodNotAllowed(ServiceError):
+    status, error = 405, "method_not_allowed"
+
+
+class RequestTimeout(ServiceError):
+    """The body did not arrive within ``RAGSPINE_SERVICE_BODY_TIMEOUT_S``."""
+
+    status, error = 408, "request_timeout"
+
+
+class MisdirectedRequest(ServiceError):
+    """A ``Host`` header outside the allow-list (DNS rebinding)."""
+
+    status, error = 421, "misdirected_request"
+
+
 class PayloadTooLarge(ServiceError):
     status, error = 413, "payload_too_large"
 
@@ -83,5 +99,6 @@ def out_of_scope(library: str) -> Forbidden:
     return Forbidden(f"library {library!r} is not readable with this key")
 
 
-__all__ = ["BadRequest", "Forbidden", "InvalidBody", "NotFound", "PayloadTooLarge", "RateLimited", "ServiceError",
-           "Unauthorized", "Unavailable", "out_of_scope"]
+__all__ = ["BadRequest", "Forbidden", "InvalidBody", "MethodNotAllowed", "MisdirectedRequest", "NotFound",
+           "PayloadTooLarge", "RateLimited", "RequestTimeout", "ServiceError", "Unauthorized", "Unavailable",
+           "out_of_scope"]

@@ -5,22 +5,35 @@ hash is enough: no dictionary or brute force can reach it, and a slow KDF would 
 request milliseconds for nothing. A key reads ``rsk_<id>_<secret>``: the id picks the one
 entry to compare (in constant time), and appears in access logs where the key never does.
 
-``KeyRing`` re-reads the file when its size or mtime changes, so ``keys revoke`` /
-``rotate`` take effect on the next request without a restart. ``keys create`` never checks
-that a library exists: it would reveal which ones do.
+Every write (``create``, ``revoke``, ``rotate``) reads, changes and replaces the file under
+an exclusive ``flock`` on ``<file>.lock``, through a temp file that is fsynced before the
+rename: two commands at once never lose each other's change (measured before the lock: a
+revoke lost in 4 of 20 trials, 8 concurrent creates saved 6).
+
+``KeyRing`` keeps the SHA-256 of the file's content and re-parses it when the content
+changes (a same-size, same-mtime replacement included), so ``keys revoke`` / ``rotate`` take
+effect on the next request without a restart. The service reads it off the event loop
+(middleware.Guard, with a timeout), opened non-blocking and refused unless it is a regular
+file (a FIFO in its place cannot hang a request). Unreadable, unparsable or timed out:
+every key is refused until the file reads again. ``keys create`` never checks that a
+library exists: it would reveal which ones do.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import hmac
 import json
 import logging
 import os
 import secrets
+import stat
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +46,7 @@ log = logging.getLogger("ragspine.service")
 KEYS_FILE_ENV = "RAGSPINE_KEYS_FILE"
 PREFIX = "rsk_"
 FORMAT = 1
+MAX_FILE_BYTES = 16 * 1024 * 1024  # a key file is ~200 bytes a key: anything larger is not one
 
 
 class KeyFileError(ValueError):
@@ -84,38 +98,96 @@ def key_id_of(key: str) -> str | None:
     return kid if sep and kid and secret else None
 
 
-def read_entries(path: Path) -> list[KeyEntry]:
-    if not path.exists():
-        return []
+def read_bytes(path: Path) -> bytes | None:
+    """The file's bytes (None: no file). Opened non-blocking and refused unless a regular
+    file, so a FIFO or a device in its place answers at once instead of hanging."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise KeyFileError(f"key file {path}: unreadable ({type(exc).__name__}: {exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyFileError(f"key file {path}: not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise KeyFileError(f"key file {path}: over {MAX_FILE_BYTES} bytes")
+        parts = []
+        while chunk := os.read(fd, 1 << 16):
+            parts.append(chunk)
+            if sum(map(len, parts)) > MAX_FILE_BYTES:
+                raise KeyFileError(f"key file {path}: over {MAX_FILE_BYTES} bytes")
+        return b"".join(parts)
+    except OSError as exc:
+        raise KeyFileError(f"key file {path}: unreadable ({type(exc).__name__}: {exc})") from None
+    finally:
+        os.close(fd)
+
+
+def parse_entries(path: Path, data: bytes) -> list[KeyEntry]:
+    try:
+        raw = json.loads(data.decode("utf-8"))
         return [KeyEntry(id=str(e["id"]), hash=str(e["hash"]), libraries=[str(x) for x in e["libraries"]],
                          created=float(e.get("created", 0)), revoked=bool(e.get("revoked", False)))
-                for e in data["keys"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+                for e in raw["keys"]]
+    except (ValueError, KeyError, TypeError) as exc:
         raise KeyFileError(f"key file {path}: unreadable ({type(exc).__name__}: {exc})") from None
 
 
+def read_entries(path: Path) -> list[KeyEntry]:
+    data = read_bytes(path)
+    return [] if data is None else parse_entries(path, data)
+
+
 def write_entries(path: Path, entries: list[KeyEntry]) -> None:
-    """Atomic (temp file + rename), owner-only: a reader sees the old file or the new one."""
+    """Atomic and durable (temp file, fsync, rename, fsync of the folder), owner-only: a
+    reader sees the old file or the new one, and a crash leaves one of them. Call it
+    under ``locked(path)``: the rename alone does not stop two writers losing a change."""
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format": FORMAT, "keys": [{**e.public(), "hash": e.hash} for e in entries]}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(payload, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=2)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    dirfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``<file>.lock`` for one read-modify-write of the key file
+    (a separate file: the key file itself is replaced, so its inode changes under a lock)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
 
 
 def create_key(path: Path, libraries: list[str]) -> tuple[str, str]:
     """A new key scoped to ``libraries`` appended to the file: (id, key). The key is not stored."""
     if not libraries:
         raise KeyFileError("a key needs at least one --library")
-    entries = read_entries(path)
     kid, key = new_key()
-    entries.append(KeyEntry(kid, digest(key), sorted(set(libraries)), time.time()))
-    write_entries(path, entries)
+    with locked(path):
+        entries = read_entries(path)
+        entries.append(KeyEntry(kid, digest(key), sorted(set(libraries)), time.time()))
+        write_entries(path, entries)
     return kid, key
 
 
@@ -127,59 +199,80 @@ def _find(entries: list[KeyEntry], kid: str) -> KeyEntry:
 
 
 def revoke_key(path: Path, kid: str) -> None:
-    entries = read_entries(path)
-    _find(entries, kid).revoked = True
-    write_entries(path, entries)
+    with locked(path):
+        entries = read_entries(path)
+        _find(entries, kid).revoked = True
+        write_entries(path, entries)
 
 
 def rotate_key(path: Path, kid: str) -> tuple[str, str]:
     """Revoke ``kid`` and create a key with the same scope: (new id, new key)."""
-    entries = read_entries(path)
-    old = _find(entries, kid)
-    if old.revoked:
-        raise KeyFileError(f"key {kid!r} is revoked; create a new one")
-    old.revoked = True
     new_id, key = new_key()
-    entries.append(KeyEntry(new_id, digest(key), list(old.libraries), time.time()))
-    write_entries(path, entries)
+    with locked(path):
+        entries = read_entries(path)
+        old = _find(entries, kid)
+        if old.revoked:
+            raise KeyFileError(f"key {kid!r} is revoked; create a new one")
+        old.revoked = True
+        entries.append(KeyEntry(new_id, digest(key), list(old.libraries), time.time()))
+        write_entries(path, entries)
     return new_id, key
 
 
 class KeyRing:
-    """The key file as the service reads it: reloaded when it changes (size, mtime)."""
+    """The key file as the service reads it: re-parsed when its content (SHA-256) changes.
+
+    ``reload()`` blocks (the service runs it in a thread with a timeout); a reload started
+    later always wins over one that was stuck and finishes afterwards (``_ticket``), so a
+    slow read can never bring back a key a newer read saw revoked."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
+        self._digest: str | None = None
         self._by_id: dict[str, KeyEntry] = {}
-        self.reload_if_changed()
+        self._tickets = 0
+        self._installed = 0
+        self.reload()
 
-    def _current_stamp(self) -> tuple[int, int] | None:
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            return None
-        return (st.st_mtime_ns, st.st_size)
-
-    def reload_if_changed(self) -> None:
-        stamp = self._current_stamp()
-        if stamp == self._stamp and self._stamp is not None:
-            return
+    def _ticket(self) -> int:
         with self._lock:
-            try:
-                entries = read_entries(self.path) if stamp is not None else []
-            except KeyFileError as exc:  # fail closed: no key is valid until the file reads again
-                log.error("%s; every request is refused until it is fixed", exc)
-                entries = []
-            self._by_id = {e.id: e for e in entries if not e.revoked}
-            self._stamp = stamp
+            self._tickets += 1
+            return self._tickets
 
-    def authenticate(self, key: str | None) -> Principal | None:
-        """The key's principal, or None (absent, malformed, unknown, revoked)."""
+    def _install(self, ticket: int, content: str | None, by_id: dict[str, KeyEntry]) -> None:
+        with self._lock:
+            if ticket > self._installed:
+                self._installed, self._digest, self._by_id = ticket, content, by_id
+
+    def reload(self) -> None:
+        """Read the file; parse it only when its content changed. Fails closed."""
+        ticket = self._ticket()
+        try:
+            data = read_bytes(self.path)
+            content = "absent" if data is None else hashlib.sha256(data).hexdigest()
+            if content == self._digest:
+                self._install(ticket, content, self._by_id)
+                return
+            entries = [] if data is None else parse_entries(self.path, data)
+        except KeyFileError as exc:  # fail closed: no key is valid until the file reads again
+            log.error("%s; every request is refused until it is fixed", exc)
+            self._install(ticket, None, {})
+            return
+        self._install(ticket, content, {e.id: e for e in entries if not e.revoked})
+
+    def fail_closed(self, why: str) -> None:
+        """Refuse every key until a later read succeeds (a read that did not finish in time)."""
+        log.error("key file %s: %s; every request is refused until it reads again", self.path, why)
+        self._install(self._ticket(), None, {})
+
+    def authenticate(self, key: str | None, *, reload: bool = True) -> Principal | None:
+        """The key's principal, or None (absent, malformed, unknown, revoked). ``reload``:
+        read the file first (the service reloads off the event loop and passes False)."""
         if not key:
             return None
-        self.reload_if_changed()
+        if reload:
+            self.reload()
         kid = key_id_of(key)
         entry = self._by_id.get(kid or "")
         # Compare a digest even for an unknown id, so both answers take the same time.
@@ -242,4 +335,5 @@ def keys_main(argv: list[str] | None = None) -> int:
 
 
 __all__ = ["KEYS_FILE_ENV", "LOCAL", "KeyEntry", "KeyFileError", "KeyRing", "Principal", "bearer_key", "create_key",
-           "digest", "keys_main", "read_entries", "revoke_key", "rotate_key"]
+           "digest", "keys_main", "locked", "parse_entries", "read_bytes", "read_entries", "revoke_key", "rotate_key",
+           "write_entries"]

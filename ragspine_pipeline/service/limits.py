@@ -1,5 +1,6 @@
-"""Request limits of the service: body size, top_k cap, time per request, and a per-key
-token bucket.
+"""Request limits of the service: body size and read time, top_k cap, query and filter
+cost, event-stream life, time per request, per-key engine concurrency, and a per-key token
+bucket.
 
 The bucket lives in the worker process. With ``--workers N`` each worker keeps its own
 buckets and the kernel spreads connections over the workers, so one key gets at most
@@ -25,6 +26,13 @@ class ServiceLimits:
     timeout_s: float = 30.0
     rate_per_s: float = 20.0  # tokens per second per key; 0 turns the limit off
     burst: int = 40
+    body_timeout_s: float = 10.0  # headers arrived: the body within this (408)
+    stream_max_s: float = 300.0  # an event stream (GET /mcp) is ended past this
+    stream_heartbeat_s: float = 15.0  # a comment line this often on an open event stream
+    max_query_tokens: int = 256  # words (a CJK character is one): bounds the embedded text
+    max_filters: int = 32  # filter conditions per request
+    max_filter_values: int = 256  # operand values over all conditions (in/nin/between items)
+    key_concurrency: int = 0  # engine calls per key at once; 0: half the engine threads, at least 1
 
     @classmethod
     def from_settings(cls) -> ServiceLimits:
@@ -33,7 +41,14 @@ class ServiceLimits:
                    max_top_k=settings.get("RAGSPINE_SERVICE_MAX_TOP_K"),
                    timeout_s=settings.get("RAGSPINE_SERVICE_TIMEOUT_S"),
                    rate_per_s=settings.get("RAGSPINE_SERVICE_RATE"),
-                   burst=settings.get("RAGSPINE_SERVICE_BURST"))
+                   burst=settings.get("RAGSPINE_SERVICE_BURST"),
+                   body_timeout_s=settings.get("RAGSPINE_SERVICE_BODY_TIMEOUT_S"),
+                   stream_max_s=settings.get("RAGSPINE_SERVICE_STREAM_MAX_S"),
+                   stream_heartbeat_s=settings.get("RAGSPINE_SERVICE_STREAM_HEARTBEAT_S"),
+                   max_query_tokens=settings.get("RAGSPINE_SERVICE_MAX_QUERY_TOKENS"),
+                   max_filters=settings.get("RAGSPINE_SERVICE_MAX_FILTERS"),
+                   max_filter_values=settings.get("RAGSPINE_SERVICE_MAX_FILTER_VALUES"),
+                   key_concurrency=settings.get("RAGSPINE_SERVICE_KEY_CONCURRENCY"))
 
 
 class TokenBucket:

@@ -8,6 +8,10 @@ Errors have the CLI's one shape, ``ragspine: error: serve: <option>: <what>``
 overrides, loudly); on loopback without keys every library is readable and a warning says
 so. Its options reach every ``--workers`` process as ``RAGSPINE_*`` variables, read by
 ``app.app_from_env`` (uvicorn's factory), so one code path builds the app in each worker.
+uvicorn runs with the listener limits of ``connections.uvicorn_options`` (header and
+keep-alive timeouts, a connection cap, and a worker health-ping timeout long enough for
+snapshot loading on a busy machine); with ``--workers`` N > 1 a runtime folder makes
+``/readyz`` the service's readiness (readiness.py).
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ def serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--allowed-origin", action="append", default=None,
                    help="a browser Origin allowed besides loopback (RAGSPINE_SERVICE_ALLOWED_ORIGINS)")
     p.add_argument("--allowed-host", action="append", default=None,
-                   help="a Host header /mcp accepts besides loopback (RAGSPINE_SERVICE_ALLOWED_HOSTS)")
+                   help="a Host header every route accepts besides loopback (RAGSPINE_SERVICE_ALLOWED_HOSTS)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--ray", action="store_true", help="run on Ray Serve (the [scale] extra): replicas, and each "
                    "library as hash shards (RAY_ADDRESS joins a cluster, else a local one starts)")
@@ -138,20 +142,32 @@ def serve_main(argv: list[str] | None = None) -> int:
         return _serve_ray(prog, args, root, keys_file)
     import uvicorn
 
+    from .connections import uvicorn_options
     from .metrics import MULTIPROC_ENV
+    from .readiness import RUNTIME_ENV, prepare
 
     metrics_dir = None  # workers > 1: /metrics sums every worker (prometheus_client's multiprocess mode)
     if args.workers > 1 and not os.environ.get(MULTIPROC_ENV):
         metrics_dir = tempfile.mkdtemp(prefix="ragspine-metrics-")
         env[MULTIPROC_ENV] = metrics_dir
+    runtime_dir = None  # workers > 1: /readyz is ready once every worker has loaded
+    if args.workers > 1:
+        runtime_dir = tempfile.mkdtemp(prefix="ragspine-runtime-")
+        prepare(Path(runtime_dir), args.workers)
+        env[RUNTIME_ENV] = runtime_dir
+    try:
+        options = uvicorn_options()
+    except settings.SettingsError as exc:
+        return _fail(prog, str(exc))
     os.environ.update(env)  # every worker process reads them (uvicorn's factory: app.app_from_env)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
     try:
         uvicorn.run("ragspine_pipeline.service.app:app_from_env", factory=True, host=args.host, port=args.port,
-                    workers=args.workers, log_level=args.log_level, access_log=False)
+                    workers=args.workers, log_level=args.log_level, access_log=False, **options)
     finally:
-        if metrics_dir:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
+        for folder in (metrics_dir, runtime_dir):
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 

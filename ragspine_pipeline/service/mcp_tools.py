@@ -11,12 +11,12 @@ text stays on the server (the SDK reports only that the tool failed).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
+from pydantic import Field, StrictInt, StrictStr
 
 from . import operations
 from .errors import ServiceError
@@ -31,16 +31,17 @@ INSTRUCTIONS = (
     "title, source_locator with character offsets, chunk_id): cite them. For figures (revenue, margins, "
     "subsidiaries, peers) the graph tools return numbers with their citations.")
 
-Query = Annotated[str, Field(description="The question, in natural language (any language the corpus uses).")]
+# Strict, as the HTTP bodies: ``top_k: true`` or ``"3"`` is refused, not coerced.
+Query = Annotated[StrictStr, Field(description="The question, in natural language (any language the corpus uses).")]
 Filters = Annotated[dict[str, Any] | list[Any] | None, Field(description=operations.FILTER_HELP)]
-TopK = Annotated[int, Field(description="How many snippets to return (1 to the service's cap).", ge=1)]
-Libraries = Annotated[list[str] | None, Field(
+TopK = Annotated[StrictInt, Field(description="How many snippets to return (1 to the service's cap).", ge=1)]
+Libraries = Annotated[list[StrictStr] | None, Field(
     description="Library ids to search (see list_libraries); leave out to search every library you may read.")]
-Mode = Annotated[str | None, Field(
+Mode = Annotated[StrictStr | None, Field(
     description="Retrieval mode: leave out for the service default; bm25 is lexical only.")]
-Entity = Annotated[str, Field(description="Entity id, e.g. ACME_GROUP (a company or a subsidiary).")]
-Metric = Annotated[str, Field(description="Metric id, e.g. revenue, gross_margin, net_income.")]
-Period = Annotated[str, Field(description="Reporting period, e.g. 2023 or 2024H1.")]
+Entity = Annotated[StrictStr, Field(description="Entity id, e.g. ACME_GROUP (a company or a subsidiary).")]
+Metric = Annotated[StrictStr, Field(description="Metric id, e.g. revenue, gross_margin, net_income.")]
+Period = Annotated[StrictStr, Field(description="Reporting period, e.g. 2023 or 2024H1.")]
 
 GRAPH_TOOLS = {
     "rollup": "Sum a metric over an entity's subsidiaries, with every subsidiary figure cited and the reported "
@@ -52,11 +53,17 @@ GRAPH_TOOLS = {
 }
 
 
+async def _no_wait(timeout_s: float) -> None:
+    return None
+
+
 def build_mcp(served: ServedLibraries, limits: ServiceLimits, local: Principal | None = None,
-              limiter: Callable[[], Any] = lambda: None) -> MCPServer:
+              limiter: Callable[[], Any] = lambda: None, queue: Callable[[], Any] = lambda: None,
+              loaded: Callable[[float], Awaitable[None]] = _no_wait) -> MCPServer:
     """The MCP server over ``served``. ``local``: the principal of a transport without HTTP
     (stdio); over HTTP a request without an authenticated principal is refused.
-    ``limiter``: the app's thread limiter (runner.py), shared with the HTTP routes."""
+    ``limiter``, ``queue``: the app's thread limiter and fair queue (runner.py), shared
+    with the HTTP routes; ``loaded``: waits for a worker still loading (readiness.py)."""
     server = MCPServer("ragspine", instructions=INSTRUCTIONS, log_level="WARNING")
 
     def principal(ctx: Context) -> Principal:
@@ -70,9 +77,10 @@ def build_mcp(served: ServedLibraries, limits: ServiceLimits, local: Principal |
             raise ToolError("unauthorized: a valid API key is required")
         return found
 
-    async def call(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    async def call(fn: Callable[[], dict[str, Any]], who: Principal) -> dict[str, Any]:
         try:
-            return operations.jsonable(await run_limited(fn, limits.timeout_s, limiter()))
+            await loaded(limits.timeout_s)
+            return operations.jsonable(await run_limited(fn, limits.timeout_s, limiter(), queue(), who.key_id))
         except ServiceError as exc:
             raise ToolError(f"{exc.error}: {exc.message}") from None
 
@@ -80,11 +88,11 @@ def build_mcp(served: ServedLibraries, limits: ServiceLimits, local: Principal |
                      libraries: Libraries = None, mode: Mode = None) -> dict[str, Any]:
         who = principal(ctx)
         return await call(lambda: operations.search(served, who, query, filters=filters, top_k=top_k,
-                                                    libraries=libraries, mode=mode, max_top_k=limits.max_top_k))
+                                                    libraries=libraries, mode=mode, limits=limits), who)
 
     async def list_libraries(ctx: Context) -> dict[str, Any]:
         who = principal(ctx)
-        return await call(lambda: operations.list_libraries(served, who))
+        return await call(lambda: operations.list_libraries(served, who), who)
 
     server.add_tool(search, name="search", description=(
         "Search the document libraries you may read; returns cited snippets (text, doc_id, title, "
@@ -103,7 +111,7 @@ def _graph_tool(kind: str, served: ServedLibraries, principal: Callable[[Context
                    libraries: Libraries = None) -> dict[str, Any]:
         who = principal(ctx)
         return await call(lambda: operations.graph(served, who, kind, entity=entity, metric=metric, period=period,
-                                                   libraries=libraries))
+                                                   libraries=libraries), who)
     return tool
 
 

@@ -9,7 +9,9 @@ its counters to memory-mapped files there), and a scrape, whichever worker answe
 every worker's requests and latencies. The snapshot gauges are built per scrape from the
 answering worker's generation, never written to those files: one key's scrape must not
 reveal another scope's libraries, and after a swap every worker serves the new snapshot
-within ``RAGSPINE_SERVICE_RELOAD_S``.
+within ``RAGSPINE_SERVICE_RELOAD_S``. ``ragspine_generation`` counts the snapshot loads of
+the libraries *in scope* only (the process's own generation number rose with every
+library's republish, so it told a key that an out-of-scope library was republished).
 """
 
 from __future__ import annotations
@@ -44,14 +46,16 @@ class _ScopedSnapshots:
     def collect(self) -> Iterator[Metric]:
         snapshots = GaugeMetricFamily("ragspine_snapshot_served", "1 for each library snapshot version served now",
                                       labels=["library", "version", "snapshot_id"])
-        generation = GaugeMetricFamily("ragspine_generation", "Number of the snapshot generation served now "
-                                       "(by the worker that answered this scrape)")
+        generation = GaugeMetricFamily("ragspine_generation", "Snapshot loads of the libraries in this key's "
+                                       "scope (by the worker that answered this scrape); rises by one per swap")
         gen = self.served.current
         if gen is not None:
-            generation.add_metric([], gen.number)
+            loads = 0
             for lib, snap in sorted(gen.libraries.items()):
                 if self.principal.may_read(lib):
                     snapshots.add_metric([lib, snap.version, snap.snapshot_id], 1)
+                    loads += getattr(snap, "loads", 1)
+            generation.add_metric([], loads)
         yield snapshots
         yield generation
 

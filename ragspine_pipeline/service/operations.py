@@ -7,12 +7,16 @@ whether it exists or not; only a library in scope can be "not found".
 
 Filters use the ``--where`` language (filter_input): an object ``{field: value | {op:
 operand}}`` or a list of ``[field, op, operand]`` triples; the messages are the CLI's.
+What a request may cost (query tokens, filter size, valid text) is checked first
+(costs.py). A snippet's ``source_locator.source_path`` leaves the service relative to
+its library's folder: the server's absolute paths are not the caller's business.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import PurePath
 from typing import Any
 
 from ..filter_input import (
@@ -24,10 +28,12 @@ from ..filter_input import (
 )
 from ..modes import RetrievalModeError
 from ..retrieval.filters import FilterError
-from ..retrieval.limits import QueryTooLong, check_query
+from ..retrieval.limits import InvalidText, QueryTooLong, check_query
 from ..scale.shards import ShardUnavailable, shard_request
+from .costs import check_filter_cost, check_filter_size, check_query_tokens, check_texts
 from .errors import BadRequest, NotFound, Unavailable, out_of_scope
 from .keys import Principal
+from .limits import ServiceLimits
 from .served import Generation, ServedLibraries, mode_key
 
 GRAPH_KINDS = ("rollup", "peers", "trace", "facts")
@@ -71,9 +77,10 @@ def readable(gen: Generation, principal: Principal, wanted: Sequence[str] | None
     return libs
 
 
-def _triples(filters: Any) -> list[tuple[str, str, Any]]:
+def _triples(filters: Any, limits: ServiceLimits) -> list[tuple[str, str, Any]]:
     if filters is None:
         return []
+    check_texts(filters, "filters")
     if isinstance(filters, str):  # the --where text itself
         try:
             filters = json.loads(filters)
@@ -82,15 +89,40 @@ def _triples(filters: Any) -> list[tuple[str, str, Any]]:
                              "e.g. '{\"entity\": \"ACME_CN\"}'") from None
     if not isinstance(filters, (dict, list)):
         raise BadRequest("filters: expected a JSON object {field: value | {op: operand}} or a list of "
-                         f"[field, op, operand] triples, got {json.dumps(filters)}")
+                         f"[field, op, operand] triples, got {json.dumps(filters)[:200]}")
+    check_filter_size(filters, limits.max_filters)
     try:
         triples = as_triples(filters)
     except FilterError as exc:
         raise BadRequest(f"filters: {exc}") from None
+    check_filter_cost(triples, limits.max_filters, limits.max_filter_values)
     clash = conflicting(triples)
     if clash:
         raise BadRequest(f"filters: {clash}")
     return triples
+
+
+def library_relative(source_path: Any, library: str) -> Any:
+    """``source_path`` after its last folder named ``library`` (the library's own layout,
+    e.g. ``sub/report.md``); the file name alone when no such folder is in the path."""
+    if not isinstance(source_path, str) or not source_path:
+        return source_path
+    parts = PurePath(source_path).parts
+    folders = [i for i, part in enumerate(parts[:-1]) if part == library]
+    return "/".join(parts[folders[-1] + 1:]) if folders else parts[-1]
+
+
+def relative_paths(snippets: Sequence[Any]) -> list[Any]:
+    """The snippets with each ``source_locator.source_path`` relative to its library (new
+    dicts: the engine's cached ones are not touched)."""
+    out = []
+    for s in snippets:
+        loc = s.get("source_locator") if isinstance(s, dict) else None
+        if isinstance(loc, dict) and "source_path" in loc:
+            lib = str(s.get("library_id") or str(s.get("doc_id", "")).split("/", 1)[0])
+            s = {**s, "source_locator": {**loc, "source_path": library_relative(loc["source_path"], lib)}}
+        out.append(s)
+    return out
 
 
 def jsonable(value: Any) -> Any:
@@ -101,21 +133,28 @@ def jsonable(value: Any) -> Any:
 
 def search(served: ServedLibraries, principal: Principal, query: Any, *, filters: Any = None, top_k: int = 5,
            libraries: Sequence[str] | None = None, mode: str | None = None, allow_partial: bool = False,
-           max_top_k: int = 100) -> dict[str, Any]:
+           max_top_k: int | None = None, limits: ServiceLimits | None = None) -> dict[str, Any]:
     """Cited snippets of ``query`` over the libraries the caller may read, with the snapshot
     version of each library read. A sharded library (``serve --ray``) whose shard fails
     or misses its deadline is a 503 naming the shards, or, with ``allow_partial``, an
     answer from the shards that did answer, marked ``"partial": true`` with
-    ``missing_shards`` (a single-process index is never partial)."""
+    ``missing_shards`` (a single-process index is never partial). ``limits``: the caps
+    on top_k, query tokens and filters (default: ``ServiceLimits()``)."""
+    limits = limits or ServiceLimits()
+    max_top_k = limits.max_top_k if max_top_k is None else max_top_k
     try:
         query = check_query(query)
-    except (TypeError, QueryTooLong) as exc:
+    except (TypeError, QueryTooLong, InvalidText) as exc:
         raise BadRequest(f"query: {exc}") from None
     if not query.strip():
         raise BadRequest("query: empty query")
+    check_query_tokens(query, limits.max_query_tokens)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= max_top_k:
         raise BadRequest(f"top_k: must be a whole number from 1 to {max_top_k}, got {top_k!r}")
-    triples = _triples(filters)
+    if not isinstance(allow_partial, bool):
+        raise BadRequest(f"allow_partial: must be true or false, got {allow_partial!r}")
+    check_texts([libraries, mode], "libraries/mode")
+    triples = _triples(filters, limits)
     gen = generation(served)
     libs = readable(gen, principal, libraries)
     try:
@@ -134,12 +173,12 @@ def search(served: ServedLibraries, principal: Principal, query: Any, *, filters
     try:
         with shard_request(allow_partial) as shards:
             snippets = retriever.retrieve(query, filters=triples or None, top_k=top_k)
-    except (FilterError, QueryTooLong) as exc:
+    except (FilterError, QueryTooLong, InvalidText) as exc:
         raise BadRequest(str(exc)) from None
     except ShardUnavailable as exc:
         raise Unavailable(str(exc)) from None
     channels = sorted({ch for h in hybrid_retrievers(retriever) for ch in h.channels})
-    out = {"snippets": list(snippets), "versions": gen.versions(libs), "channels": channels, "mode": key}
+    out = {"snippets": relative_paths(snippets), "versions": gen.versions(libs), "channels": channels, "mode": key}
     if shards.partial:  # only ever with allow_partial: never a silently partial answer
         out["partial"] = True
         out["missing_shards"] = {str(i): why for i, why in sorted(shards.missing.items())}
@@ -174,6 +213,8 @@ def graph(served: ServedLibraries, principal: Principal, kind: str, *, entity: A
     for name, value in (("entity", entity), ("metric", metric), ("period", period)):
         if not isinstance(value, str) or not value.strip():
             raise BadRequest(f"{name}: a non-empty string is required")
+        check_texts(value, name)
+    check_texts(libraries, "libraries")
     gen = generation(served)
     libs = readable(gen, principal, libraries)
     rows: list[dict[str, Any]] = []
@@ -191,5 +232,5 @@ def graph(served: ServedLibraries, principal: Principal, kind: str, *, entity: A
     return {"rows": rows, "versions": gen.versions(with_graph)}
 
 
-__all__ = ["FILTER_HELP", "GRAPH_KINDS", "generation", "graph", "jsonable", "library_info", "list_libraries",
-           "readable", "search"]
+__all__ = ["FILTER_HELP", "GRAPH_KINDS", "generation", "graph", "jsonable", "library_info", "library_relative", "relative_paths",
+           "list_libraries", "readable", "search"]

@@ -58,6 +58,7 @@ class LibrarySnapshot:
     documents: int  # open documents served (the index holds no RESTRICTED chunk)
     chunks: int
     channels: tuple[str, ...]
+    loads: int = 1  # snapshots of this library this process has served, this one included
     _graph: Any = None
     _graph_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -188,7 +189,11 @@ class ServedLibraries:
             libs: dict[str, LibrarySnapshot] = {}
             for lib, version in latest.items():
                 old = cur.libraries.get(lib) if cur is not None else None
-                libs[lib] = old if old is not None and old.version == version else self.assembly.build_library(wh, lib)
+                if old is not None and old.version == version:
+                    libs[lib] = old
+                else:
+                    libs[lib] = self.assembly.build_library(wh, lib)
+                    libs[lib].loads = old.loads + 1 if old is not None else 1
             self._current = Generation((cur.number + 1) if cur else 1, libs, self.assembly)
             log.info("serving generation %d: %s", self._current.number,
                      ", ".join(f"{k}@{v.version}" for k, v in sorted(libs.items())) or "no library")

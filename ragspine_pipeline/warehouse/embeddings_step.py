@@ -5,7 +5,8 @@ evaluation table (``retrieval/vector/auto_policy.py``), over the library's whole
 non-RESTRICTED chunk set -- not over the chunks a refresh happens to embed, so an
 incremental run cannot switch models half-way. The concrete model key becomes the
 embeddings version's ``spec`` (so the snapshot rebuilds exactly that model for queries),
-and the choice (group, model, fusion, why) is stored in its metadata and the snapshot's.
+and the choice (group, model, fusion, why, and every language the library holds, per
+document) is stored in its metadata and the snapshot's.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def resolve_library_backend(backend: Any, spec: str, pub_chunks: Any) -> tuple[A
     # reach the manifest, the UI metadata and every served score, so hidden text must not vote.
     withheld = withheld_docs(pub_chunks)
     t = active_chunk_table(pub_chunks, columns=["doc_id", "text", "language", "sensitivity"])
-    items = [(txt, lang) for doc, txt, lang, sens in zip(
+    items = [(txt, lang, doc) for doc, txt, lang, sens in zip(
         t.column("doc_id").to_pylist(), t.column("text").to_pylist(), t.column("language").to_pylist(),
         t.column("sensitivity").to_pylist(), strict=True) if doc not in withheld and not is_restricted(sens)]
     choice = backend.resolve(items)

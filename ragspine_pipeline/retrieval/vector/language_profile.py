@@ -6,6 +6,13 @@ Latin-script languages; measured on German), ``cyrillic`` (Russian), ``arabic``,
 ``language`` metadata wins; without one, the dominant script of its letters decides, and
 Latin text counts as English when English function words make up a sizeable share of its
 words (German, French, ... use other ones).
+
+A library's *languages* are every group its documents are in (a document's declared
+``language``, else the group of a sample of its text), plus every non-Latin script group
+a single chunk is written in (a Japanese paragraph inside an English file): script is a
+reliable signal on a chunk, the English stop-word share is not (a table or a list of
+titles has none). ``auto`` never gives a library with a non-English language an
+English-only model (``auto_policy.choose``).
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..lexical.scripts import script_of
 from ..lexical.stopwords import stop_words_for
@@ -81,9 +88,13 @@ def chunk_group(text: str, language: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class LanguageProfile:
-    """Share of a library's chunks per group; ``dominant`` is the largest one."""
+    """Share of a library's chunks per group; ``dominant`` is the largest one.
+    ``documents``: documents per group; ``script_chunks``: chunks per non-Latin script
+    group (see the module docstring)."""
 
     counts: dict[str, int]
+    documents: dict[str, int] = field(default_factory=dict)
+    script_chunks: dict[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -99,12 +110,48 @@ class LanguageProfile:
     def dominant_share(self) -> float:
         return self.counts.get(self.dominant, 0) / self.total if self.total else 0.0
 
+    @property
+    def languages(self) -> list[str]:
+        """Every group the library holds text in (documents and non-Latin chunks)."""
+        return sorted(set(self.documents) | set(self.script_chunks))
+
+    def non_english(self) -> list[str]:
+        return [g for g in self.languages if g != "en"]
+
     def to_dict(self) -> dict[str, object]:
         return {"groups": dict(sorted(self.counts.items())), "dominant": self.dominant,
-                "dominant_share": round(self.dominant_share, 4)}
+                "dominant_share": round(self.dominant_share, 4), "languages": self.languages,
+                "documents": dict(sorted(self.documents.items())),
+                "script_chunks": dict(sorted(self.script_chunks.items()))}
 
 
-def profile(items: Iterable[tuple[str, str | None]]) -> LanguageProfile:
-    """Profile of ``(text, declared language)`` pairs."""
-    counts: Counter[str] = Counter(chunk_group(t, lang) for t, lang in items)
-    return LanguageProfile(dict(counts))
+def _has_letters(text: str) -> bool:
+    return any(ch.isalpha() for ch in text[:SAMPLE_CHARS])
+
+
+def profile(items: Iterable[tuple[str, str | None] | tuple[str, str | None, str]]) -> LanguageProfile:
+    """Profile of ``(text, declared language)`` or ``(text, declared language, doc_id)``
+    items (one per chunk). Without doc ids only the chunks' scripts name languages."""
+    counts: Counter[str] = Counter()
+    scripts: Counter[str] = Counter()
+    docs: dict[str, tuple[str | None, list[str], int]] = {}
+    for item in items:
+        text, lang = item[0], item[1]
+        g = chunk_group(text, lang)
+        counts[g] += 1
+        if _has_letters(text):
+            sg = text_group(text)  # the script the chunk is written in, whatever was declared
+            if sg not in ("en", "latin"):
+                scripts[sg] += 1
+        if len(item) > 2:
+            doc = str(item[2])  # type: ignore[misc]
+            declared, sample, size = docs.setdefault(doc, (lang, [], 0))
+            if size < SAMPLE_CHARS:
+                sample.append(text)
+                docs[doc] = (declared, sample, size + len(text))
+    documents: Counter[str] = Counter()
+    for declared, sample, _ in docs.values():
+        joined = "\n".join(sample)
+        if declared_group(declared) or _has_letters(joined):
+            documents[declared_group(declared) or text_group(joined)] += 1
+    return LanguageProfile(dict(counts), dict(documents), dict(scripts))

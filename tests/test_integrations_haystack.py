@@ -18,6 +18,7 @@ pytest.importorskip("fastapi")
 import integrations_fixtures as fixtures  # noqa: E402
 from haystack import Document, Pipeline  # noqa: E402
 from haystack.components.retrievers.types import TextRetriever  # noqa: E402
+from haystack.utils import Secret  # noqa: E402
 from integrations_fixtures import CANARY, DOORS, QUERY, assert_no_canary, door  # noqa: E402
 
 from ragspine_pipeline.integrations.filters import UnsupportedFilter  # noqa: E402
@@ -78,3 +79,19 @@ def test_restricted_canary_never_reaches_a_document(make):
     docs = [*retriever.run(CANARY)["documents"], *retriever.run(QUERY)["documents"]]
     assert docs and all(d.meta["sensitivity"] in ("PUBLIC", "INTERNAL") for d in docs)
     assert_no_canary(docs)
+
+
+def test_a_pipeline_round_trips_through_yaml_with_the_key_as_an_env_secret(service, monkeypatch):
+    url, key = service
+    monkeypatch.setenv("RAGSPINE_API_KEY", key)
+    pipe = Pipeline()
+    pipe.add_component("retriever", RagspineRetriever(base_url=url, api_key=Secret.from_env_var("RAGSPINE_API_KEY"),
+                                                      top_k=2, filters={"field": "meta.topic", "operator": "==",
+                                                                        "value": "maintenance"}))
+    text = pipe.dumps()
+    assert key not in text and "RAGSPINE_API_KEY" in text
+    again = Pipeline.loads(text, allowed_modules=["ragspine_pipeline.integrations.haystack"])
+    docs = again.run({"retriever": {"query": QUERY}})["retriever"]["documents"]
+    assert len(docs) == 2 and {d.meta["topic"] for d in docs} == {"maintenance"}
+    with pytest.raises(ValueError, match="plain-string api_key"):
+        RagspineRetriever(base_url=url, api_key=key).to_dict()

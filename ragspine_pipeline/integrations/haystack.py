@@ -25,9 +25,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from haystack import Document, component
+from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.document_stores.types import FilterPolicy
-from haystack.utils import Secret
+from haystack.utils import Secret, deserialize_secrets_inplace
 
 from .client import RagspineClient
 from .filters import Cmp, Logic, Node, Triple, UnsupportedFilter, engine_field, to_triples
@@ -84,11 +84,36 @@ class RagspineRetriever:
             raise ValueError(f"top_k must be a whole number > 0, got {top_k!r}")
         key = api_key.resolve_value() if isinstance(api_key, Secret) else api_key
         self._source = make_source(warehouse=warehouse, base_url=base_url, api_key=key, client=client, mode=mode)
+        self._init = {"warehouse": None if warehouse is None else os.fspath(warehouse), "base_url": base_url,
+                      "api_key": api_key, "client": client, "mode": mode}
         self.top_k = top_k
         self.filters = filters
         self._triples = filters_to_triples(filters)  # a bad filter fails here, not in the pipeline
         self.libraries = list(libraries) if libraries is not None else None
         self.filter_policy = FilterPolicy.from_str(filter_policy) if isinstance(filter_policy, str) else filter_policy
+
+    def to_dict(self) -> dict[str, Any]:
+        """Haystack serialization (``Pipeline.dumps``). The key is written only as a
+        ``Secret`` read from the environment (``Secret.from_env_var("RAGSPINE_API_KEY")``):
+        a plain-string key or a ready ``client`` would put a credential, or an object YAML
+        cannot hold, into the pipeline file, so either is refused."""
+        init = self._init
+        if init["client"] is not None:
+            raise ValueError("a RagspineRetriever built with client= cannot be serialized; build it with base_url= "
+                             "and api_key=Secret.from_env_var('RAGSPINE_API_KEY')")
+        if isinstance(init["api_key"], str):
+            raise ValueError("a plain-string api_key is never written into a pipeline file; pass "
+                             "api_key=Secret.from_env_var('RAGSPINE_API_KEY') to serialize this retriever")
+        api_key = init["api_key"].to_dict() if isinstance(init["api_key"], Secret) else None
+        return default_to_dict(self, warehouse=init["warehouse"], base_url=init["base_url"], api_key=api_key,
+                               top_k=self.top_k, filters=self.filters, libraries=self.libraries, mode=init["mode"],
+                               filter_policy=self.filter_policy.value)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RagspineRetriever:
+        """The retriever ``to_dict`` wrote (the key read again from its environment variable)."""
+        deserialize_secrets_inplace(data["init_parameters"], keys=["api_key"])
+        return default_from_dict(cls, data)
 
     def _call(self, filters: dict[str, Any] | None, top_k: int | None) -> dict[str, Any]:
         triples = self._triples

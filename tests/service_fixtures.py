@@ -67,12 +67,14 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running(app: Any) -> Iterator[str]:
-    """``app`` served by uvicorn on 127.0.0.1 (a free port) in a thread: its base URL."""
+def running(app: Any, **options: Any) -> Iterator[str]:
+    """``app`` served by uvicorn on 127.0.0.1 (a free port) in a thread: its base URL.
+    ``options``: more ``uvicorn.Config`` arguments (the listener limits of ``serve``)."""
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                                           **options))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -235,6 +235,7 @@ async def _streamed(app: ASGIApp, scope: Scope, receive: Receive, send: Send, li
     stream is ended after ``stream_max_s`` (the app is cancelled, the body closed)."""
     lock = anyio.Lock()
     stream = {"open": False, "ended": False}
+    failed: Exception | None = None
 
     async def heartbeat() -> None:
         while True:
@@ -262,13 +263,15 @@ async def _streamed(app: ASGIApp, scope: Scope, receive: Receive, send: Send, li
         try:
             with life:
                 await app(scope, receive, sending)
+        except Exception as exc:  # raised as itself below, not wrapped in the task group's ExceptionGroup
+            failed = exc
         finally:
             tg.cancel_scope.cancel()
-        if life.cancelled_caught and stream["open"]:
-            async with lock:
-                if not stream["ended"]:
-                    stream["ended"] = True
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    if failed is not None:
+        raise failed
+    if stream["open"] and not stream["ended"]:  # ended by its life: close the body
+        stream["ended"] = True
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _limited(receive: Receive, limit: int, deadline: float) -> Receive:

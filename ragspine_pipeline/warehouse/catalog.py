@@ -114,6 +114,17 @@ def redacted_doc_ids(wh: VersionedTables, lib: str, meta: dict[str, Any]) -> set
     (an as-of read must not show an older version of a now-restricted document, nor a
     restricted version of a now-public one), or when it is withheld.
     """
+    hidden = raw_hidden_doc_ids(wh, lib, meta)
+    chunks = wh.get(CHUNKS, lib, meta["chunks"])
+    t = read_segments(chunks, "chunks", columns=["doc_id", "sensitivity"])
+    hidden |= _restricted_doc_ids(t.column("doc_id"), t.column("sensitivity"))
+    hidden.update(withheld_docs(chunks))
+    return hidden
+
+
+def raw_hidden_doc_ids(wh: VersionedTables, lib: str, meta: dict[str, Any]) -> set[str]:
+    """Documents whose current raw row (of the snapshot ``meta`` describes) is RESTRICTED,
+    unparseable (its label is unknown) or has a label problem."""
     hidden: set[str] = set()
     if _has_raw(meta):
         cur = raw_state(wh.get(RAW, lib, meta["raw_documents"]),
@@ -123,10 +134,6 @@ def redacted_doc_ids(wh: VersionedTables, lib: str, meta: dict[str, Any]) -> set
         ids = cur.column("doc_id").to_pylist()
         hidden.update(d for d, err, problem in zip(ids, *cols, strict=True) if err or problem)
         hidden |= _restricted_doc_ids(cur.column("doc_id"), cur.column("sensitivity"))
-    chunks = wh.get(CHUNKS, lib, meta["chunks"])
-    t = read_segments(chunks, "chunks", columns=["doc_id", "sensitivity"])
-    hidden |= _restricted_doc_ids(t.column("doc_id"), t.column("sensitivity"))
-    hidden.update(withheld_docs(chunks))
     return hidden
 
 

@@ -56,6 +56,7 @@ from .chunk_tables import (
     restricted_probes,
     served_chunks,
     sorted_active_chunks,
+    withheld_docs,
 )
 from .common import (
     CHUNKS,
@@ -117,15 +118,20 @@ def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, s
     new: they are the only rows read (the refresh costs what changed, not the library).
     ``skip_restricted`` leaves RESTRICTED chunks out (their text must never reach a model,
     and the served index never holds them, so no published index table needs their tokens
-    or vectors). A chunk stored while open that is RESTRICTED now (a relabel keeps the
-    chunk id) asks for a purge: the appended table is compacted at once, without it, so
-    no segment keeps it (and nothing else is recomputed).
+    or vectors), and the chunks of withheld documents too (#42: a relabel whose sidecar
+    stops parsing must not leave the text it meant to restrict in a published table; they
+    are analyzed again when the file parses). A chunk stored while open that is RESTRICTED
+    or withheld now (a relabel keeps the chunk id) asks for a purge: the appended table is
+    compacted at once, without it, so no segment keeps it (and nothing else is recomputed).
     """
     fields = list(getattr(index_text, "fields", ()))
+    withheld = withheld_docs(pub_chunks) if skip_restricted else set()
 
     def as_dict(t: pa.Table) -> dict[str, tuple[str, str]]:
         if skip_restricted:
-            t = t.filter(pa.array([not is_restricted(x) for x in t.column("sensitivity").to_pylist()], pa.bool_()))
+            t = t.filter(pa.array([not is_restricted(x) and d not in withheld for x, d in
+                                   zip(t.column("sensitivity").to_pylist(), t.column("doc_id").to_pylist(),
+                                       strict=True)], pa.bool_()))
         texts = t.column("text").to_pylist()
         if fields:  # header fields from the chunk's own metadata columns
             meta = {f: t.column(f).to_pylist() for f in fields}
@@ -137,16 +143,24 @@ def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, s
     cols = ["text", "sensitivity", "language", *(f for f in fields if f not in ("text", "sensitivity", "language"))]
     if prev is None or not same_config:
         return as_dict(active_chunk_table(pub_chunks, columns=cols)), False, False
+    was_withheld, now_withheld = _withheld_change(pub_chunks, prev, withheld) if skip_restricted else (set(), set())
     paths = chunks_added_since(prev, pub_chunks)
     if paths is not None:
-        if not paths:
-            return {}, True, False
-        cand = pa.concat_tables([pq.read_table(p, columns=["chunk_id", "doc_id", "version", *cols]) for p in paths])
+        parts = [pq.read_table(p, columns=["chunk_id", "doc_id", "version", *cols]) for p in paths]
+        if was_withheld:  # served again: its stored chunks get their rows back (none were kept)
+            back = active_chunk_table(pub_chunks, columns=cols)
+            parts.append(back.filter(pc.is_in(back.column("doc_id"), value_set=pa.array(sorted(was_withheld),
+                                                                                       pa.string())))
+                         .select(parts[0].column_names if parts else back.column_names))
+        if not parts:
+            return {}, True, _stored_withheld(pub_chunks, now_withheld, prev, table)
+        cand = pa.concat_tables(parts, promote_options="permissive")
         state = doc_state(pub_chunks, set(cand.column("doc_id").to_pylist()), columns=["version", "withdrawn"])
         cand = cand.filter(active_mask(cand, state))
     else:
         cand = active_chunk_table(pub_chunks, columns=cols)
-    purge = skip_restricted and _stored_now_restricted(cand, prev, table)
+    purge = skip_restricted and (_stored_now_restricted(cand, prev, table)
+                                 or _stored_withheld(pub_chunks, now_withheld, prev, table))
     if fields:
         # The header comes from metadata a chunk id does not hash (a new title keeps the
         # ids): a row counts as present only with the same index-text hash.
@@ -167,6 +181,40 @@ def _stored_now_restricted(cand: pa.Table, prev: Published, table: str) -> bool:
     return bool(pc.any(pc.is_in(ids, value_set=have)).as_py())
 
 
+def _withheld_change(pub_chunks: Published, prev: Published, withheld: set[str]) -> tuple[set[str], set[str]]:
+    """(documents withheld when ``prev`` was built and served now, documents withheld now
+    but not then): an index table holds no row of a withheld document (its last good text
+    may be what a relabel with a typo meant to restrict), so the first come back and the
+    second leave. Fail closed: with the previous chunks version unknown, every withheld
+    document counts as newly withheld."""
+    version = prev.manifest["metadata"].get("chunks_version")
+    try:
+        before = withheld_docs(_sibling_version(pub_chunks, str(version))) if version else None
+    except WarehouseError:
+        before = None
+    if before is None:
+        return set(), set(withheld)
+    return before - withheld, withheld - before
+
+
+def _sibling_version(pub_chunks: Published, version: str) -> Published:
+    """Another version of ``pub_chunks``'s table (its warehouse root is three folders up)."""
+    return VersionedTables(pub_chunks.path.parent.parent.parent).get(pub_chunks.asset, pub_chunks.library, version)
+
+
+def _stored_withheld(pub_chunks: Published, docs: set[str], prev: Published, table: str) -> bool:
+    """Whether a chunk of a document in ``docs`` (newly withheld) has a row in ``prev``'s ``table``."""
+    if not docs:
+        return False
+    act = active_chunk_table(pub_chunks, columns=["doc_id"])
+    ids = pc.filter(act.column("chunk_id"), pc.is_in(act.column("doc_id"), value_set=pa.array(sorted(docs),
+                                                                                             pa.string())))
+    if not len(ids):
+        return False
+    have = read_segments(prev, table, columns=["chunk_id"]).column("chunk_id").combine_chunks()
+    return bool(pc.any(pc.is_in(ids, value_set=have)).as_py())
+
+
 def _index_spec(table: pa.Table, append: bool, purge: bool, pub_chunks: Published) -> pa.Table | Append:
     """How an index step writes its new rows: whole, or appended to the parent's segments
     (compacted now when ``purge``: a stored chunk turned RESTRICTED must leave)."""
@@ -174,10 +222,15 @@ def _index_spec(table: pa.Table, append: bool, purge: bool, pub_chunks: Publishe
 
 
 def _compact_to_active(pub_chunks: Published):
-    """A compaction filter: drop rows of chunks no longer active or RESTRICTED (and any repeats)."""
+    """A compaction filter: drop rows of chunks no longer active, RESTRICTED or withheld (and any repeats)."""
     def compact(t: pa.Table) -> pa.Table:
         act = active_chunk_table(pub_chunks, columns=["chunk_id", "sensitivity"])
-        ids = pc.filter(act.column("chunk_id"), pc.invert(restricted_mask(act.column("sensitivity"))))
+        keep = pc.invert(restricted_mask(act.column("sensitivity")))
+        withheld = withheld_docs(pub_chunks)
+        if withheld:
+            keep = pc.and_(keep, pc.invert(pc.is_in(act.column("doc_id"), value_set=pa.array(sorted(withheld),
+                                                                                            pa.string()))))
+        ids = pc.filter(act.column("chunk_id"), keep)
         t = t.filter(pc.is_in(t.column("chunk_id"), value_set=ids.combine_chunks()))
         return last_row_per_key(t, "chunk_id")
     return compact
@@ -296,7 +349,7 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
                                            index_text=index_text)
     todo = sorted(texts)
     t1 = time.perf_counter()
-    fresh, job = embed_for_step(backend, spec, [texts[c][0] for c in todo], library, log, executor)
+    fresh, job = embed_for_step(backend, spec, [texts[c][0] for c in todo], library, log, executor, ids=todo)
     embed_s = time.perf_counter() - t1
     dim = len(fresh[0]) if len(fresh) else int(prev.manifest["metadata"].get("dim", 0)) if append else 0
     table = pa.table({"chunk_id": pa.array(todo, pa.string()),

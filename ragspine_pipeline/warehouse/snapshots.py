@@ -20,6 +20,7 @@ from ..sensitivity import is_restricted
 from .catalog import redacted_doc_ids
 from .chunk_tables import active_chunk_table, doc_state, published_chunks, served_chunks
 from .common import CHUNKS, EMBEDDINGS, LEXICAL, RAPTOR, RAW, SNAPSHOT, StepResult
+from .purge import narrow_hidden_versions
 from .versioned import Published, VersionedTables, WarehouseError, library_step
 
 __all__ = ["chunker_name", "publish_snapshot", "published_chunkings", "published_libraries", "select_snapshot",
@@ -59,7 +60,9 @@ def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
         return StepResult(prev, {**payload, "snapshot_id": snap_id, "version": prev.version, "reused": True})
     pub = wh.write(SNAPSHOT, library, {"snapshot": pa.table({k: [str(v)] for k, v in payload.items()})},
                    {**payload, "snapshot_id": snap_id})
-    return StepResult(pub, {**payload, "snapshot_id": snap_id, "version": pub.version, "reused": False})
+    # A relabel purges: older versions holding a document hidden now become owner-only.
+    purge = narrow_hidden_versions(wh, library, pub).metadata()
+    return StepResult(pub, {**payload, "snapshot_id": snap_id, "version": pub.version, "reused": False, **purge})
 
 
 def chunker_name(key: str | None) -> str:

@@ -269,3 +269,28 @@ def test_every_ingest_form_leaves_the_served_output_as_without_it(tmp_path):
     queries = ["zebra plant", "tariff lyon", "revenue margin"]
     with_secret = _served_outputs(tmp_path / "w", {**docs, **secret}, queries)
     assert with_secret == _served_outputs(tmp_path / "w", docs, queries)
+
+
+# ------------------------------------------------------------------ incremental refreshes see every label source
+def test_a_refresh_sees_an_odd_sidecar_a_hard_link_sibling_and_an_orphan(tmp_path):
+    from test_security import refresh, served_doc_ids
+
+    from ragspine_pipeline.warehouse.versioned import VersionedTables
+
+    corpus = tmp_path / "corpus"
+    folder = write_lib(corpus, {**dict([OPEN, OPEN_META]), "k8.md": SECRET_TEXT,
+                                "a.md": SECRET_TEXT, "a.meta.json": meta(sensitivity="PUBLIC")})
+    os.link(folder / "a.md", folder / "b.md")
+    (folder / "b.meta.json").write_text(meta(sensitivity="PUBLIC"))
+    wh = VersionedTables(tmp_path / "wh")
+    refresh(wh, corpus)
+    assert served_doc_ids(wh) == {f"{LIB}/open", f"{LIB}/k8", f"{LIB}/a", f"{LIB}/b"}
+    # A sidecar added in another case, a relabel of one name of a linked file, an orphan.
+    (folder / "K8.META.JSON").write_text(meta(sensitivity="RESTRICTED"))
+    (folder / "a.meta.json").write_text(meta(sensitivity="RESTRICTED"))
+    (folder / "lost.meta.json").write_text(meta(sensitivity="RESTRICTED"))
+    raw = refresh(wh, corpus)
+    assert served_doc_ids(wh) == {f"{LIB}/open"}
+    assert failing_files(raw, "sensitivity_labels_valid") == ["k8.md"]
+    assert failing_files(raw, "parse_failures_zero") == ["lost.meta.json"]
+    assert_no_canary(raw, "")

@@ -33,16 +33,17 @@ SIDECAR_SUFFIX = ".meta.json"
 _STILL_NS = 2_000_000_000
 
 
-def _fold(name: str) -> str:
+def fold_name(name: str) -> str:
+    """How names are compared for sidecars: NFKC, casefolded."""
     return unicodedata.normalize("NFKC", name).casefold()
 
 
-_SUFFIX_FOLD = _fold(SIDECAR_SUFFIX)
+_SUFFIX_FOLD = fold_name(SIDECAR_SUFFIX)
 
 
 def is_sidecar_name(name: str) -> bool:
     """Whether ``name`` reads as a sidecar's (``.meta.json`` in any case or width)."""
-    return _fold(name).endswith(_SUFFIX_FOLD) and not name.startswith(".")
+    return fold_name(name).endswith(_SUFFIX_FOLD) and not name.startswith(".")
 
 
 @lru_cache(maxsize=64)
@@ -63,7 +64,7 @@ def folder_names(folder: Path) -> tuple[str, ...]:
 def sidecar_bases(path: Path) -> tuple[str, str]:
     """The two folded names a sidecar of ``path`` may have: ``<stem>.meta.json`` and
     ``<name>.meta.json``."""
-    return _fold(path.stem + SIDECAR_SUFFIX), _fold(path.name + SIDECAR_SUFFIX)
+    return fold_name(path.stem + SIDECAR_SUFFIX), fold_name(path.name + SIDECAR_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def find_sidecars(path: Path) -> Sidecars:
         names = folder_names(path.parent)
     except OSError:
         return Sidecars(canonical)
-    odd = tuple(path.with_name(n) for n in names if n != canonical.name and _fold(n) in bases)
+    odd = tuple(path.with_name(n) for n in names if n != canonical.name and fold_name(n) in bases)
     return Sidecars(canonical, odd)
 
 
@@ -96,7 +97,7 @@ def orphan_sidecars(folder: Path, documents: Iterable[Path]) -> list[Path]:
     out: list[Path] = []
     for d, dirs, files in os.walk(folder):
         dirs[:] = sorted(x for x in dirs if not x.startswith("."))
-        out.extend(Path(d) / n for n in sorted(files) if is_sidecar_name(n) and (d, _fold(n)) not in owned)
+        out.extend(Path(d) / n for n in sorted(files) if is_sidecar_name(n) and (d, fold_name(n)) not in owned)
     return out
 
 

@@ -40,6 +40,7 @@ from ..ingest.documents import (
     sidecar_path,
 )
 from ..ingest.parsers import SUFFIXES, max_file_bytes, structure_from_json, structure_to_json
+from ..ingest.sidecars import find_sidecars, fold_name, is_sidecar_name, sidecar_bases
 from ..sensitivity import is_restricted
 from .common import RAW, SNAPSHOT, CheckOutcome, StepResult, last_row_per_key
 from .versioned import (
@@ -134,10 +135,40 @@ def content_key(path: str, folder: Path) -> str:
     of its readability changes the key, so it is never skipped as unchanged."""
     side = str(sidecar_path(Path(path)))
     parts = [_link_note(path, folder), _bytes_digest(path), _link_note(side, folder), _sidecar_state(side)[1]]
+    # Issue 42: sidecars named in another case or as <file>.<ext>.meta.json, and the
+    # sidecars of the file's other names (hard links), label it too.
+    parts.extend(f"{o.name}={_sidecar_state(str(o))[1]}" for o in find_sidecars(Path(path)).odd)
+    parts.extend(_hard_link_notes(path, folder))
     if os.path.islink(path):
         target = os.path.realpath(path)
         parts.append(_sidecar_state(os.path.splitext(target)[0] + SIDECAR_SUFFIX)[1])
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]
+
+
+def _hard_link_notes(path: str, folder: Path) -> list[str]:
+    """For a file with several names: its link count and, for each other name in the
+    library, that name and its sidecars' state (the reader gives every name the strictest
+    label of all of them, and refuses a file linked from another library)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return []
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+        return []
+    notes = [f"nlink:{st.st_nlink}"]
+    for d, dirs, names in os.walk(folder):
+        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
+        for n in sorted(names):
+            other = os.path.join(d, n)
+            try:
+                ost = os.lstat(other)
+            except OSError:
+                continue
+            if other != path and (ost.st_dev, ost.st_ino) == (st.st_dev, st.st_ino):
+                found = find_sidecars(Path(other))
+                notes.extend(f"{relative_name(other, folder)}:{p.name}={_sidecar_state(str(p))[1]}"
+                             for p in (found.canonical, *found.odd))
+    return notes
 
 
 def _link_target_sig(path: str) -> str:
@@ -166,11 +197,12 @@ def scan_library(folder: Path, folder_errors: list[str] | None = None) -> dict[s
     if not folder.is_dir():
         raise WarehouseError(f"library folder not found: {folder}")
     found: dict[str, str] = {}
+    inodes: dict[tuple[int, int], list[str]] = {}
     suffixes = frozenset(SUFFIXES)
     stack = [str(folder)]
     while stack:
         d = stack.pop()
-        docs, sidecars = [], {}
+        docs, sidecars, odd_sidecars = [], {}, {}
         try:
             with os.scandir(d) as it:
                 entries = list(it)
@@ -191,13 +223,42 @@ def scan_library(folder: Path, folder_errors: list[str] | None = None) -> dict[s
                 docs.append((e, name[:dot]))
             elif ext == ".json" and name.endswith(SIDECAR_SUFFIX):
                 sidecars[name[: -len(SIDECAR_SUFFIX)]] = e
+            elif is_sidecar_name(name):  # K8.META.JSON: read as k8's sidecar, and reported
+                odd_sidecars[fold_name(name)] = e
             elif e.is_dir(follow_symlinks=False):
                 stack.append(e.path)
+        by_fold = dict(odd_sidecars)
+        by_fold.update({fold_name(stem + SIDECAR_SUFFIX): e for stem, e in sidecars.items()})
+        owned: set[str] = set()
         for e, stem in docs:
             side = sidecars.get(stem)
             sig = f"{_doc_sig(e)}|{_sidecar_sig(side.path) if side is not None else '-'}"
+            bases = sidecar_bases(Path(e.path))
+            owned.update(bases)
+            odd = [by_fold[b] for b in bases if b in by_fold and by_fold[b] is not side]
+            if odd:
+                sig += "|" + ",".join(f"{o.name}={_sidecar_sig(o.path)}" for o in odd)
             found[e.path] = f"{sig}|{_link_target_sig(e.path)}" if e.is_symlink() else sig
+            _note_inode(e, found, inodes)
+        if folder_errors is not None:
+            folder_errors.extend(f"{relative_name(x.path, folder)}: metadata sidecar of no document (orphan)"
+                                 for key, x in sorted(by_fold.items()) if key not in owned)
+    for names in inodes.values():  # one file, several names: each takes every name's label
+        if len(names) > 1:
+            joined = "|".join(f"{n}:{found[n]}" for n in sorted(names))
+            for n in names:
+                found[n] = f"{found[n]}|links:{hashlib.sha1(joined.encode()).hexdigest()[:16]}"
     return dict(sorted(found.items()))
+
+
+def _note_inode(e: os.DirEntry, found: dict[str, str], inodes: dict[tuple[int, int], list[str]]) -> None:
+    """Group the names of a multiply-linked file (the entry's cached stat: no extra call)."""
+    try:
+        st = e.stat(follow_symlinks=False)
+    except OSError:
+        return
+    if st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
+        inodes.setdefault((st.st_dev, st.st_ino), []).append(e.path)
 
 
 def raw_state(pub: Published | None, *, columns: list[str] | None = None) -> pa.Table | None:

@@ -71,6 +71,9 @@ def test_fields_and_call_arguments_in_process_and_over_http(warehouse, service):
         RagspineRetriever(base_url=url, api_key="rsk_nobody_secret").invoke(QUERY)
     with pytest.raises(ValueError, match="exactly one of"):
         RagspineRetriever(warehouse=warehouse, base_url=url)
+    with pytest.raises(ValueError, match="unknown filter field 'author'") as bad:  # at construction
+        RagspineRetriever(base_url=url, api_key=key, filters={"author": "x"})
+    assert key not in str(bad.value) and key not in repr(RagspineRetriever(base_url=url, api_key=key))
 
 
 async def test_restricted_canary_never_reaches_a_document(warehouse, service):

@@ -26,7 +26,7 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, SecretStr, model_validator
 
 from ..filter_input import as_triples
 from .client import RagspineClient
@@ -50,8 +50,9 @@ class RagspineRetriever(BaseRetriever):
     """A folder with published snapshots, searched in this process."""
     base_url: str | None = None
     """A ``ragspine serve`` base URL (``http://host:port``), searched over HTTP."""
-    api_key: str | None = Field(default=None, repr=False)
-    """The service key (``Authorization: Bearer``); None: ``RAGSPINE_API_KEY``."""
+    api_key: SecretStr | None = Field(default=None, repr=False)
+    """The service key (``Authorization: Bearer``); None: ``RAGSPINE_API_KEY``. A ``SecretStr``
+    (a plain string is accepted), so no repr, log or validation error shows it."""
     client: RagspineClient | None = None
     """A ready client (timeouts, retries) instead of ``base_url``/``api_key``."""
     k: int = Field(default=4, ge=1)
@@ -67,7 +68,8 @@ class RagspineRetriever(BaseRetriever):
 
     @model_validator(mode="after")
     def _open(self) -> RagspineRetriever:
-        self._source = make_source(warehouse=self.warehouse, base_url=self.base_url, api_key=self.api_key,
+        key = self.api_key.get_secret_value() if self.api_key is not None else None
+        self._source = make_source(warehouse=self.warehouse, base_url=self.base_url, api_key=key,
                                    client=self.client, mode=self.mode)
         as_triples(self.filters)  # a bad filter fails at construction, not at the first question
         return self

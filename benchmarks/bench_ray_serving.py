@@ -419,7 +419,7 @@ def run_faults(duration: float, clients: int, kill_at: float) -> dict[str, Any]:
         del os.environ["RAGSPINE_BM25_BUCKETS"]
     bodies = [{"query": q["query"], "filters": q["filters"], "top_k": 10, "mode": m} for q in queries
               for m in ("bm25", None)]
-    with TestClient(create_app(wh)) as single:
+    with TestClient(create_app(wh), base_url="http://127.0.0.1") as single:
         while single.get("/readyz").status_code != 200:
             time.sleep(0.05)
         expected = [single.post("/v1/search", json=b).json() for b in bodies]

@@ -294,3 +294,50 @@ def test_a_refresh_sees_an_odd_sidecar_a_hard_link_sibling_and_an_orphan(tmp_pat
     assert failing_files(raw, "sensitivity_labels_valid") == ["k8.md"]
     assert failing_files(raw, "parse_failures_zero") == ["lost.meta.json"]
     assert_no_canary(raw, "")
+
+
+def test_parser_errors_through_the_dagster_code_location(tmp_path, noisy_pypdf, monkeypatch, capfd, caplog):
+    """Each parser error path with a canary in the restricted document: the run succeeds,
+    the check names the files, and no event of the run storage, log line or output holds
+    the canary (pypdf's logger included)."""
+    dg = pytest.importorskip("dagster")
+    from test_security_pipeline import _all_event_text
+
+    import definitions
+    from resources import WarehouseResource
+
+    corpus = tmp_path / "corpus"
+    _canary_corpus(corpus)
+    write_lib(corpus, {"k8.md": SECRET_TEXT, "K8.meta.json": meta(sensitivity="RESTRICTED", topic=CANARY),
+                       "fm.md": f"----\nsensitivity: RESTRICTED\n----\n{SECRET_TEXT}"})
+    monkeypatch.setenv("RAGSPINE_EMBEDDING", "none")
+    monkeypatch.setenv("RAGSPINE_EMBEDDING_BACKEND", "none")
+    caplog.set_level(logging.DEBUG)
+    instance = dg.DagsterInstance.ephemeral()
+    wh = WarehouseResource(root=str(tmp_path / "wh"), corpus_root=str(corpus))
+    result = definitions.materialize_library(LIB, instance, wh)
+    assert result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    refused = sorted(f.split(":")[0] for f in checks["parse_failures_zero"].metadata["files"].value)
+    invalid = sorted(f.split(":")[0] for f in checks["sensitivity_labels_valid"].metadata["files"].value)
+    assert refused == ["bad.pdf", "broken.docx", "lang.md"] and invalid == ["fm.md", "k8.md"]
+    assert CANARY not in _all_event_text(instance) and CANARY not in caplog.text
+    out, err = capfd.readouterr()
+    assert CANARY not in out + err
+
+
+def test_linking_a_served_file_from_another_library_withholds_it_on_the_next_refresh(tmp_path):
+    from test_security import refresh, served_doc_ids
+
+    from ragspine_pipeline.warehouse.versioned import VersionedTables
+
+    corpus = tmp_path / "corpus"
+    pub = write_lib(corpus, {**dict([OPEN, OPEN_META]), "p.md": "plant tariff words"}, lib="pub")
+    sec = write_lib(corpus, {"x.meta.json": meta(sensitivity="RESTRICTED")}, lib="sec")
+    wh = VersionedTables(tmp_path / "wh")
+    refresh(wh, corpus, "pub")
+    assert served_doc_ids(wh, "pub") == {"pub/open", "pub/p"}
+    os.link(pub / "p.md", sec / "x.md")  # the same bytes now also carry sec's RESTRICTED label
+    raw = refresh(wh, corpus, "pub")
+    assert served_doc_ids(wh, "pub") == {"pub/open"}
+    assert failing_files(raw, "parse_failures_zero") == ["p.md"]

@@ -12,8 +12,9 @@ Every other spelling — a zero-width space, soft hyphen, BOM or NUL inside the 
 full-width letters, an NBSP or TAB around it, a Cyrillic ``Е``, a list, ``1``, ``True``,
 a missing label where one is required — counts as RESTRICTED and is reported: a typo (or
 a spelling made to look right) must never make a document *more* visible. Nothing is
-normalised into an open label; ``skeleton`` folds look-alikes only to *say* which label
-an odd spelling imitates, and to recognise misspelt metadata keys.
+normalised into an open label; ``skeleton`` folds look-alikes (Unicode's confusables
+data, UTS #39) only to *say* which label an odd spelling imitates, and to recognise
+misspelt metadata keys (with ``edit_distance`` / ``near_substring`` for typos).
 """
 
 from __future__ import annotations

@@ -10,13 +10,22 @@ oddly spelt or malformed label, or conflicting labels, give the most restrictive
 reading, and the reason is kept on the document for the ``sensitivity_labels_valid``
 check.
 
+Sidecars are a closed schema (``metadata_keys.declared_keys``); a file named as the
+document's sidecar in another case or as ``<file>.<ext>.meta.json`` is read and reported
+(``sidecars``); a label written where it is not read — a key that contains the label key,
+a line of the first lines, front matter the parser could not read — is found by
+``label_scan`` and reported. Every such problem makes the document RESTRICTED.
+
 A file is refused (``CorpusError``, reported as a parse failure, so the document is
 withheld and the rest of the library still builds) when it or its sidecar is a symlink
-that leaves its library folder (or the corpus root) or cannot be resolved, when the
+that leaves its library folder (or the corpus root) or cannot be resolved, when it is
+hard-linked from another library, when the
 sidecar cannot be read (a directory, a FIFO, an I/O or permission error), when it is
 larger than the configured limit, or when a metadata value cannot be read as written (a
 dict, list or NaN where a string is expected): nothing is coerced silently. A symlink
-followed inside its library takes the stricter of its own label and its target's.
+followed inside its library takes the stricter of its own label and its target's; a
+hard-linked file, the strictest label of all its names. Messages name the file and the
+kind of problem, never a value or the text.
 """
 
 from __future__ import annotations

@@ -2,9 +2,11 @@
 (python-docx, the ``[docx]`` extra).
 
 A parser returns the document text and the metadata the file itself declares (YAML front
-matter of a markdown file, ``<meta name|property|http-equiv|itemprop=… content=…>`` of
+matter of a ``.md`` or ``.txt`` file, ``<meta name|property|http-equiv|itemprop=… content=…>`` of
 an HTML page, the core title of a Word file); it raises ``ParseError`` with a reason for files it cannot read. Callers
-record the failure and carry on with the rest of the library.
+record the failure and carry on with the rest of the library. A ParseError names the kind
+of problem only (never the file's bytes, which third-party messages quote), and the
+parser libraries' loggers are detached while they run (``quiet``).
 
 Text files are UTF-8 (a UTF-8 byte-order mark is dropped); a UTF-16 or UTF-32 file is
 accepted when it starts with its byte-order mark, as editors on Windows write them.

@@ -56,7 +56,7 @@ async def test_retrieve_and_aretrieve(make):
     assert len(nodes) == 3 and all(isinstance(n, NodeWithScore) and n.score > 0 for n in nodes)
     for n in nodes:
         node = n.node
-        assert node.node_id == node.metadata["chunk_id"]
+        assert node.node_id == node.metadata["chunk_id"] and node.ref_doc_id == node.metadata["doc_id"]
         assert node.metadata["citation"] == f"{node.metadata['doc_id']} chars {node.start_char_idx}-{node.end_char_idx}"
         assert _source_text(node)[node.start_char_idx:node.end_char_idx] == node.text  # offsets from the locator
         llm_view = node.get_content(MetadataMode.LLM)

@@ -2,8 +2,8 @@
 
 ``RagspineRetriever(warehouse="data/warehouse")`` searches in this process through the
 one serving assembly; ``RagspineRetriever(base_url=..., api_key=...)`` a ``ragspine serve``.
-Each node is a ``TextNode`` whose id is the chunk id, text the chunk text,
-``start_char_idx``/``end_char_idx`` the snippet's offsets in its source document (its
+Each node is a ``TextNode`` whose id is the chunk id (``ref_doc_id`` the document id),
+text the chunk text, ``start_char_idx``/``end_char_idx`` the snippet's offsets in its source document (its
 locator), and metadata the flat snippet metadata with the ``citation`` (``doc_id chars
 start-end``); only ``citation`` and ``title`` are shown to an LLM or an embedder (the rest
 is lineage and scores). The score is the fused score.
@@ -23,7 +23,13 @@ from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import (
+    NodeRelationship,
+    NodeWithScore,
+    QueryBundle,
+    RelatedNodeInfo,
+    TextNode,
+)
 from llama_index.core.vector_stores.types import (
     FilterCondition,
     FilterOperator,
@@ -75,9 +81,11 @@ def to_node(snippet: Mapping[str, Any]) -> NodeWithScore:
     meta = snippet_metadata(snippet)
     start, end = char_span(snippet)
     hidden = [k for k in meta if k not in PROMPT_FIELDS]
+    # The source document as LlamaIndex's SOURCE relationship, so ``node.ref_doc_id`` is the doc id.
+    source = {NodeRelationship.SOURCE: RelatedNodeInfo(node_id=str(snippet["doc_id"]))} if snippet.get("doc_id") else {}
     node = TextNode(id_=str(snippet.get("chunk_id") or ""), text=str(snippet.get("text", "")), metadata=meta,
                     start_char_idx=start, end_char_idx=end, excluded_llm_metadata_keys=hidden,
-                    excluded_embed_metadata_keys=hidden)
+                    excluded_embed_metadata_keys=hidden, relationships=source)
     return NodeWithScore(node=node, score=score_of(snippet))
 
 

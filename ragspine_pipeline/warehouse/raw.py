@@ -40,7 +40,7 @@ from ..ingest.documents import (
     sidecar_path,
 )
 from ..ingest.parsers import SUFFIXES, max_file_bytes, structure_from_json, structure_to_json
-from ..ingest.sidecars import find_sidecars, fold_name, is_sidecar_name, sidecar_bases
+from ..ingest.sidecars import HardLinks, find_sidecars, fold_name, is_sidecar_name, sidecar_bases
 from ..sensitivity import is_restricted
 from .common import RAW, SNAPSHOT, CheckOutcome, StepResult, last_row_per_key
 from .versioned import (
@@ -127,7 +127,7 @@ def _bytes_digest(path: str) -> str:
     return h.hexdigest()
 
 
-def content_key(path: str, folder: Path) -> str:
+def content_key(path: str, folder: Path, links: str = "") -> str:
     """What a document's row is built from, as one hash: the document's bytes (front
     matter and HTML meta labels included), its sidecar's bytes, whether each could be
     read, where a link points and, for a link, its target's sidecar (the link takes the
@@ -138,37 +138,22 @@ def content_key(path: str, folder: Path) -> str:
     # Issue 42: sidecars named in another case or as <file>.<ext>.meta.json, and the
     # sidecars of the file's other names (hard links), label it too.
     parts.extend(f"{o.name}={_sidecar_state(str(o))[1]}" for o in find_sidecars(Path(path)).odd)
-    parts.extend(_hard_link_notes(path, folder))
+    parts.extend(_hard_link_notes(path, links))
     if os.path.islink(path):
         target = os.path.realpath(path)
         parts.append(_sidecar_state(os.path.splitext(target)[0] + SIDECAR_SUFFIX)[1])
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]
 
 
-def _hard_link_notes(path: str, folder: Path) -> list[str]:
-    """For a file with several names: its link count and, for each other name in the
-    library, that name and its sidecars' state (the reader gives every name the strictest
-    label of all of them, and refuses a file linked from another library)."""
+def _hard_link_notes(path: str, links: str) -> list[str]:
+    """For a file with several names: its link count and ``links``, the scan's digest of
+    its other names in the library and their sidecars (the reader gives every name the
+    strictest label of all of them, and refuses a file linked from another library)."""
     try:
         st = os.lstat(path)
     except OSError:
         return []
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
-        return []
-    notes = [f"nlink:{st.st_nlink}"]
-    for d, dirs, names in os.walk(folder):
-        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
-        for n in sorted(names):
-            other = os.path.join(d, n)
-            try:
-                ost = os.lstat(other)
-            except OSError:
-                continue
-            if other != path and (ost.st_dev, ost.st_ino) == (st.st_dev, st.st_ino):
-                found = find_sidecars(Path(other))
-                notes.extend(f"{relative_name(other, folder)}:{p.name}={_sidecar_state(str(p))[1]}"
-                             for p in (found.canonical, *found.odd))
-    return notes
+    return [f"nlink:{st.st_nlink}", links] if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 else []
 
 
 def _link_target_sig(path: str) -> str:
@@ -247,8 +232,11 @@ def scan_library(folder: Path, folder_errors: list[str] | None = None) -> dict[s
         if len(names) > 1:
             joined = "|".join(f"{n}:{found[n]}" for n in sorted(names))
             for n in names:
-                found[n] = f"{found[n]}|links:{hashlib.sha1(joined.encode()).hexdigest()[:16]}"
+                found[n] = f"{found[n]}{_LINKS}{hashlib.sha1(joined.encode()).hexdigest()[:16]}"
     return dict(sorted(found.items()))
+
+
+_LINKS = "|links:"  # the part of a scan signature that digests a file's other names
 
 
 def _note_inode(e: os.DirEntry, found: dict[str, str], inodes: dict[tuple[int, int], list[str]]) -> None:
@@ -358,7 +346,7 @@ def plan_refresh(folder: Path, known: dict[str, _Known]) -> RawPlan:
     folder_errors: list[str] = []
     files = scan_library(folder, folder_errors)
     stale = [p for p, sig in files.items() if p not in known or known[p].sig != sig]
-    keys = {p: content_key(p, folder) for p in stale}
+    keys = {p: content_key(p, folder, files[p].rpartition(_LINKS)[2] if _LINKS in files[p] else "") for p in stale}
     todo = [p for p in stale if p not in known or known[p].key is None or known[p].key != keys[p]]
     gone = [p for p in known if p not in files]
     return RawPlan(files, todo, gone, keys, len(stale) - len(todo), folder_errors)
@@ -401,6 +389,7 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
     owner = {v.doc_id: p for p, v in known.items() if not v.error and p not in gone}
     rows: list[dict] = []
     n_new = n_changed = 0
+    links = HardLinks(Path(corpus_root), SUFFIXES)  # the corpus walked once, if a file has several names
     for p in todo:
         path = Path(p)
         doc_id = f"{library}/{path.stem}"
@@ -408,7 +397,7 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
         n_new += p not in known
         cell = {"source_path": p, "sig": files[p], "key": plan.keys[p], "version": version_hint}
         try:
-            doc = read_document(path, library, root=Path(corpus_root), folder=folder)
+            doc = read_document(path, library, root=Path(corpus_root), folder=folder, links=links)
         except CorpusError as exc:
             rows.append(_row(None, DocumentError(p, str(exc)), doc_id=doc_id, **cell))
             continue

@@ -12,6 +12,7 @@ from pathlib import Path
 import dagster as dg
 
 from ragspine_pipeline import paths, settings
+from ragspine_pipeline.indexing import IndexInputError, validate_library_name
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine_pipeline.warehouse import pipeline as P
 from resources import WarehouseResource
@@ -27,7 +28,7 @@ DEMO = paths.DEMO_ROOT  # the demo corpus ships inside the package
 
 # Bump a code_version when the step's logic changes: the UI marks downstream assets stale
 # and a backfill over every library partition rebuilds them.
-CODE = {"raw_documents": "3", "chunks": "3", "lexical_index": "5", "embeddings": "3", "retrieval_snapshot": "4",
+CODE = {"raw_documents": "3", "chunks": "4", "lexical_index": "5", "embeddings": "3", "retrieval_snapshot": "4",
         "catalog": "4"}
 
 
@@ -89,6 +90,10 @@ def _prune(wh_res: WarehouseResource, asset: str, library: str, protect: set[str
 )
 def raw_documents(context: dg.AssetExecutionContext, config: RawConfig, warehouse: WarehouseResource) -> dg.MaterializeResult:
     lib = context.partition_key
+    try:  # the README's library-name rule holds at this door too (a sensor adds any folder)
+        validate_library_name(lib, warehouse.corpus_path() / lib)
+    except IndexInputError as exc:
+        raise dg.Failure(description=str(exc)) from None
     wh = warehouse.tables()
     with wh.lock(lib):
         res = P.build_raw_documents(wh, warehouse.corpus_path(), lib, rescan=config.rescan)

@@ -4,15 +4,25 @@ door module stays small).
 In a checkout the libraries are materialized through the Dagster code location
 (``definitions.index_libraries``, loaded by file path: the engine never imports Dagster);
 otherwise, or with ``--in-process``, ``indexing.index_in_process`` runs the same engine
-steps here and the output says why. Both print one ``LibraryReport`` per library as it
-finishes, then the summary.
+steps here and the output says why. Both print the embedding step's progress while it
+runs (counts, rate, ETA, at most ``PROGRESS_EVERY_S`` apart; through the code location
+from the ``ragspine.progress`` logger, its Dagster console being quiet), one
+``LibraryReport`` per library as it finishes, then the summary.
+
+Exit codes (``indexing.EXIT_*``, README): 0 every library built and every check passed;
+1 a library failed (the others were built); 2 an input error, nothing indexed (no such
+folder, a library name outside the documented rule); 3 every library built but a check
+failed (an unreadable file withheld included).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +56,28 @@ def _dagster_root(sources: list[indexing.LibrarySource]) -> Path | None:
     return None
 
 
+class _PrintLines(logging.Handler):
+    """Prints each record's message on stdout (resolved per line, as ``print`` does)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(record.getMessage(), flush=True)
+
+
+@contextmanager
+def printed_progress() -> Iterator[None]:
+    """While the code location runs: the steps' ``ragspine.progress`` lines on stdout."""
+    from .warehouse.embeddings_step import PROGRESS_LOG
+
+    handler, level = _PrintLines(logging.INFO), PROGRESS_LOG.level
+    PROGRESS_LOG.addHandler(handler)
+    PROGRESS_LOG.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        PROGRESS_LOG.removeHandler(handler)
+        PROGRESS_LOG.setLevel(level)
+
+
 def _dagster_index(warehouse: Path, sources: list[indexing.LibrarySource]
                    ) -> tuple[list[indexing.LibraryReport] | None, str]:
     """Materialize the libraries through the code location, printing each library as its
@@ -63,14 +95,17 @@ def _dagster_index(warehouse: Path, sources: list[indexing.LibrarySource]
         print(f"materializing every asset of {_libraries(len(sources))} through the Dagster code location"
               + (f"; runs recorded in DAGSTER_HOME={home}" if home else ""))
         reports = []
-        for lib, mats, checks, error in module.index_libraries(str(root), [s.name for s in sources],
-                                                               str(warehouse.resolve())):
-            spec = str(mats.get("embeddings", {}).get("spec", ""))
-            report = (indexing.LibraryReport(lib, error=error) if error
-                      else indexing.report_from_metadata(lib, mats, checks, spec))
-            reports.append(report)
-            for line in report.lines():
-                print(line)
+        with printed_progress():
+            runs = iter(module.index_libraries(str(root), [s.name for s in sources], str(warehouse.resolve())))
+            for source in sources:  # one run per library, in this order
+                print(indexing.building_line(source.name))
+                lib, mats, checks, error = next(runs)
+                spec = str(mats.get("embeddings", {}).get("spec", ""))
+                report = (indexing.LibraryReport(lib, error=error) if error
+                          else indexing.report_from_metadata(lib, mats, checks, spec))
+                reports.append(report)
+                for line in report.lines():
+                    print(line)
         return reports, ""
 
 
@@ -79,7 +114,9 @@ def _libraries(n: int) -> str:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    """``ragspine index PATH``: build a folder's libraries into the warehouse, then summarize."""
+    """``ragspine index PATH``: build a folder's libraries into the warehouse, then summarize;
+    the exit code says what failed (module docstring). An input error raises
+    ``indexing.IndexInputError`` before anything is built (``cli.main``: one line, exit 2)."""
     sources = indexing.plan_libraries(args.path, args.library)
     warehouse = Path(args.warehouse)
     if args.library is None:
@@ -104,7 +141,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     for line in indexing.summary_lines(reports, warehouse):
         print(line)
     print(f"ask it: ragspine query --warehouse {warehouse} \"your question\"")
-    return 1 if indexing.any_failed(reports) else 0
+    return indexing.exit_code(reports)
 
 
-__all__ = ["cmd_index", "code_location"]
+__all__ = ["cmd_index", "code_location", "printed_progress"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,6 +39,16 @@ KEEP_VERSIONS = 5  # as WarehouseResource.keep_versions
 _DAGSTER_INVALID = ("...", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
 _PATH_INVALID = ("/", "\\")
 MAX_NAME_CHARS = 200
+# The documented library name (README): letters and digits of any script, "_", "-", "." and
+# single inner spaces. One name is then a Dagster partition key, a warehouse folder, a URL
+# path segment and an API-key scope alike, with nothing to quote or escape in a shell.
+_NAME_CHARS = re.compile(r"[^\W_]|[_\-.]|(?<! ) (?! )")
+
+# ``ragspine index`` exit codes (README, docs/pipeline.md).
+EXIT_OK = 0
+EXIT_LIBRARY_FAILED = 1  # a library could not be built; the others were built
+EXIT_INPUT_ERROR = 2  # nothing was indexed: no such folder, a library name that is not allowed
+EXIT_CHECK_FAILED = 3  # every library was built, but an asset check failed (an unreadable file included)
 
 Progress = Callable[[str], None]
 
@@ -95,19 +106,23 @@ class LibraryReport:
 
 
 def validate_library_name(name: str, folder: Path) -> str:
-    """``name`` when Dagster and the warehouse accept it as a library, else an
-    IndexInputError naming the folder (and, for a subfolder, ``--library`` as the way out)."""
+    """``name`` when it is a documented library name (see ``_NAME_CHARS``), else an
+    IndexInputError naming the folder (and, for a subfolder, ``--library`` as the way out).
+    Both doors call it: ``ragspine index`` before anything is built, the code location's
+    ``raw_documents`` asset for a partition a sensor or a user added."""
     bad = [s for s in (*_DAGSTER_INVALID, *_PATH_INVALID) if s in name]
+    other = sorted({c for i, c in enumerate(name) if not _NAME_CHARS.match(name, i)} - set("".join(bad)))
     why = ("is empty" if not name.strip() else
            f"contains {', '.join(repr(s) for s in bad)}" if bad else
            "starts with '.'" if name.startswith(".") else
            "has leading or trailing spaces" if name != name.strip() else
            "has control characters" if any(ord(c) < 32 or ord(c) == 127 for c in name) else
-           f"is longer than {MAX_NAME_CHARS} characters" if len(name) > MAX_NAME_CHARS else "")
+           f"is longer than {MAX_NAME_CHARS} characters" if len(name) > MAX_NAME_CHARS else
+           f"contains {', '.join(repr(c) for c in other)}" if other else "")
     if why:
-        raise IndexInputError(f"library name {name!r} of folder {folder} {why}: a library (a Dagster partition "
-                              "key and a warehouse folder) cannot be named so; rename the folder or pass "
-                              "--library NAME")
+        raise IndexInputError(f"library name {name!r} of folder {folder} {why}: a library name is letters, digits, "
+                              "'_', '-', '.' and single inner spaces (a Dagster partition key, a warehouse folder "
+                              "and an API-key scope); rename the folder or pass --library NAME")
     return name
 
 
@@ -347,6 +362,11 @@ def index_library(wh: VersionedTables, source: LibrarySource, *, progress: Progr
     return report_from_metadata(lib, md, checks, spec)
 
 
+def building_line(library: str) -> str:
+    """The line either door prints as a library starts (its progress lines follow)."""
+    return f"  {library}: building (raw_documents, chunks, lexical_index, embeddings, snapshot) ..."
+
+
 def index_in_process(warehouse: str | os.PathLike[str], sources: list[LibrarySource], *,
                      progress: Progress | None = None) -> list[LibraryReport]:
     """Index ``sources`` into ``warehouse`` without Dagster, then refresh the catalog over
@@ -357,6 +377,8 @@ def index_in_process(warehouse: str | os.PathLike[str], sources: list[LibrarySou
     wh = VersionedTables(Path(warehouse))
     reports = []
     for source in sources:
+        if progress is not None:
+            progress(building_line(source.name))
         try:
             report = index_library(wh, source, progress=progress)
         except Exception as exc:  # noqa: BLE001 - reported per library, the others still build
@@ -369,12 +391,23 @@ def index_in_process(warehouse: str | os.PathLike[str], sources: list[LibrarySou
 
 
 REPORTED_CHECKS = frozenset({"parse_failures_zero", "sensitivity_labels_valid"})
-"""Checks whose failures are files the summary names one by one (withheld, not fatal)."""
+"""Checks whose failures are files the summary names one by one (withheld until they parse)."""
+
+
+def exit_code(reports: list[LibraryReport]) -> int:
+    """``EXIT_LIBRARY_FAILED`` when a library failed, else ``EXIT_CHECK_FAILED`` when any
+    check did not pass (the per-file ones included: a withheld file is not served), else 0.
+    Decided after every library ran: one failure never stops the rest."""
+    if any(r.error for r in reports):
+        return EXIT_LIBRARY_FAILED
+    if any(not ok for r in reports for ok in r.checks.values()):
+        return EXIT_CHECK_FAILED
+    return EXIT_OK
 
 
 def any_failed(reports: list[LibraryReport]) -> bool:
-    """A library that failed, or a check other than the per-file ones that did not pass."""
-    return any(r.error or any(not ok for k, ok in r.checks.items() if k not in REPORTED_CHECKS) for r in reports)
+    """A library that failed, or a check that did not pass."""
+    return exit_code(reports) != EXIT_OK
 
 
 def summary_lines(reports: list[LibraryReport], warehouse: str | os.PathLike[str]) -> list[str]:
@@ -392,9 +425,16 @@ def summary_lines(reports: list[LibraryReport], warehouse: str | os.PathLike[str
     failed = [r.name for r in reports if r.error]
     if failed:
         out.append(f"libraries that failed: {', '.join(failed)}")
+    bad = [f"{r.name}/{k}" for r in ok for k, v in sorted(r.checks.items()) if not v]
+    if bad:
+        out.append(f"checks that failed: {', '.join(bad)}")
+    code = exit_code(reports)
+    if code:
+        out.append(f"exit code {code}: " + ("a library failed" if code == EXIT_LIBRARY_FAILED else
+                                            "a check failed") + " (the rest was built)")
     return out
 
 
-__all__ = ["REPORTED_CHECKS", "SOURCES_FILE", "WAREHOUSE_GLOSSARY", "IndexInputError", "LibraryReport",
-           "LibrarySource", "any_failed", "corpus_settings", "prior_glossary", "environment", "index_in_process", "index_library", "loose_files", "plan_libraries",
+__all__ = ["EXIT_CHECK_FAILED", "EXIT_INPUT_ERROR", "EXIT_LIBRARY_FAILED", "EXIT_OK", "REPORTED_CHECKS", "SOURCES_FILE", "WAREHOUSE_GLOSSARY", "IndexInputError", "LibraryReport",
+           "LibrarySource", "any_failed", "corpus_settings", "exit_code", "building_line", "prior_glossary", "environment", "index_in_process", "index_library", "loose_files", "plan_libraries",
            "record_corpus_if_indexed", "record_sources", "report_from_metadata", "summary_lines", "validate_library_name", "warehouse_glossary"]

@@ -19,6 +19,7 @@ from ragspine_pipeline.retrieval.link.assembly import default_glossary_path
 from tests.chunker_docs import multipage_pdf
 
 docx = pytest.importorskip("docx")
+CHECK_FAILED = indexing.EXIT_CHECK_FAILED  # make_corpus holds an unreadable PDF: parse_failures_zero fails
 
 
 @pytest.fixture(autouse=True)
@@ -69,13 +70,14 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_index_in_process_then_query_then_rerun_writes_nothing(tmp_path, capsys):
     corpus, wh = make_corpus(tmp_path / "corpus"), tmp_path / "wh"
     rc, out, err = run(capsys, "index", str(corpus), "--warehouse", str(wh), "--in-process")
-    assert rc == 0, out + err
+    assert rc == CHECK_FAILED, out + err
     assert "running the same engine steps in-process (--in-process given)" in out
     assert "policies: documents 3 (4 parsed this run, 1 unreadable)" in out  # progress per library
     assert "reports: documents 2 (2 parsed this run, 0 unreadable)" in out
     assert "policies: chunks 3 active (3 new, 0 changed" in out
     assert "policies:   ! broken.pdf: unreadable PDF" in out  # named once, and the rest still built
     assert "unreadable files (1), withheld until they parse: policies/broken.pdf: unreadable PDF" in out
+    assert "checks that failed: policies/parse_failures_zero" in out and "exit code 3: a check failed" in out
     assert "policies: embeddings off" in out
     assert "summary: 2/2 libraries indexed" in out and "2 published a new snapshot" in out
     assert f"ragspine query --warehouse {wh}" in out
@@ -87,7 +89,7 @@ def test_index_in_process_then_query_then_rerun_writes_nothing(tmp_path, capsys)
         assert json.loads(out)[0]["doc_id"] == doc, question
     before = tree(wh)
     rc, out, _ = run(capsys, "index", str(corpus), "--warehouse", str(wh), "--in-process")
-    assert rc == 0 and "0 published a new snapshot, 2 unchanged" in out
+    assert rc == CHECK_FAILED and "0 published a new snapshot, 2 unchanged" in out
     assert tree(wh) == before  # nothing published, no data file written or touched
 
 
@@ -96,7 +98,7 @@ def test_without_a_code_location_the_engine_steps_run_in_process_and_say_so(tmp_
     monkeypatch.setattr(paths, "definitions_file", lambda: None)
     corpus, wh = make_corpus(tmp_path / "corpus"), tmp_path / "wh"
     rc, out, err = run(capsys, "index", str(corpus), "--warehouse", str(wh))
-    assert rc == 0, out + err
+    assert rc == CHECK_FAILED, out + err
     assert "running the same engine steps in-process (no Dagster code location: a plain install has no " \
            "definitions.py" in out
     assert "summary: 2/2 libraries indexed" in out
@@ -106,7 +108,7 @@ def test_index_reports_embedding_throughput(tmp_path, capsys):
     corpus, wh = make_corpus(tmp_path / "corpus"), tmp_path / "wh"
     rc, out, err = run(capsys, "index", str(corpus), "--warehouse", str(wh), "--in-process",
                        "--embedding", "deterministic:32")
-    assert rc == 0, out + err
+    assert rc == CHECK_FAILED, out + err
     assert "embeddings[policies]" in out  # live progress of the embedding step
     assert re.search(r"policies: embeddings 3 embedded at [0-9.]+ items/s", out), out
     rc, out, _ = run(capsys, "index", str(corpus), "--warehouse", str(wh), "--in-process",
@@ -120,12 +122,12 @@ def test_index_through_the_code_location_and_a_second_folder_leaves_others_untou
         pytest.skip("not a checkout: no Dagster code location")
     corpus, wh = make_corpus(tmp_path / "corpus"), tmp_path / "wh"
     rc, out, err = run(capsys, "index", str(corpus), "--warehouse", str(wh))
-    assert rc == 0, out + err
+    assert rc == CHECK_FAILED, out + err
     assert "through the Dagster code location" in out and "in-process" not in out
     assert "policies: documents 3" in out and "1 unreadable" in out
     before = tree(wh)
     rc, out, _ = run(capsys, "index", str(corpus), "--warehouse", str(wh))
-    assert rc == 0 and "0 published a new snapshot" in out
+    assert rc == CHECK_FAILED and "0 published a new snapshot" in out
     assert tree(wh) == before
     # A second folder, as one library, into the same warehouse: the first two stay as they were.
     other = tmp_path / "Field notes"
@@ -142,7 +144,7 @@ def test_index_through_the_code_location_and_a_second_folder_leaves_others_untou
     assert json.loads(out)[0]["doc_id"] == "reports/q3"
 
 
-@pytest.mark.parametrize("name", ["a...b", "tab\tname", ".hidden", "a/b", " padded"])
+@pytest.mark.parametrize("name", ["a...b", "tab\tname", ".hidden", "a/b", " padded", "bad name!", "a$b", "two  spaces"])
 def test_library_names_dagster_rejects_are_clear_errors_naming_the_folder(tmp_path, capsys, name):
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -206,7 +208,7 @@ def test_corpus_glossary_and_dimensions_are_its_own_or_none(tmp_path, monkeypatc
 
 def test_a_corpus_without_a_glossary_queries_with_none(tmp_path, capsys):
     corpus, wh = make_corpus(tmp_path / "corpus"), tmp_path / "wh"
-    assert run(capsys, "index", str(corpus), "--warehouse", str(wh), "--in-process")[0] == 0
+    assert run(capsys, "index", str(corpus), "--warehouse", str(wh), "--in-process")[0] == CHECK_FAILED
     assert indexing.warehouse_glossary(wh) is False
     assert not (wh / "glossary.json").exists()
     rec = json.loads((wh / "libraries.json").read_text())["libraries"]
@@ -219,7 +221,7 @@ def test_a_warehouse_shared_with_the_demo_keeps_the_demo_glossary_for_the_demo(t
     if paths.definitions_file() is None:
         pytest.skip("not a checkout: no Dagster code location")
     corpus, wh = make_corpus(tmp_path / "corpus"), tmp_path / "wh"
-    assert run(capsys, "index", str(corpus), "--warehouse", str(wh), "--in-process")[0] == 0
+    assert run(capsys, "index", str(corpus), "--warehouse", str(wh), "--in-process")[0] == CHECK_FAILED
     assert indexing.warehouse_glossary(wh) is False  # the user corpus has none
     rc, out, err = run(capsys, "demo", "--questions", "0", "--warehouse", str(wh))
     assert rc == 0, out + err

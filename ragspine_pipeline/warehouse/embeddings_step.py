@@ -1,5 +1,14 @@
 """The embeddings step's model choice and progress (kept out of pipeline.py on purpose).
 
+Progress (issue 43: a 34-minute index printed nothing until each library ended): after
+each batch ``EmbedProgress`` counts the texts embedded and, at most ``PROGRESS_EVERY_S``
+seconds apart (and after the first and the last batch), logs ``embeddings[LIB]: done/total
+texts (p%), R texts/s, ETA …``; a document with more than ``LARGE_FILE_CHUNKS`` chunks to
+embed is announced with its expected time when the embedding reaches it. Every line goes
+to the step's ``log`` (the Dagster asset passes ``context.log.info``, ``ragspine index
+--in-process`` prints) and to the ``ragspine.progress`` logger, which ``ragspine index``
+prints while the code location runs (its Dagster console is quiet).
+
 With ``RAGSPINE_EMBEDDING_BACKEND=auto`` the model is chosen per library from the
 evaluation table (``retrieval/vector/auto_policy.py``), over the library's whole active,
 non-RESTRICTED chunk set -- not over the chunks a refresh happens to embed, so an
@@ -12,15 +21,23 @@ document) is stored in its metadata and the snapshot's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..retrieval.lexical.fusion import fusion_configured, fusion_from_env
-from ..retrieval.vector.batching import ProgressHook, embed_in_batches, log_progress
+from ..retrieval.vector.batching import DEFAULT_STREAM_BATCH, embed_in_batches
 from ..sensitivity import is_restricted
 from .chunk_tables import active_chunk_table, withheld_docs
 
 LOG = logging.getLogger("ragspine.warehouse.embeddings")
+PROGRESS_LOG = logging.getLogger("ragspine.progress")
+PROGRESS_EVERY_S = 10.0
+"""Longest wait between two progress lines while a step embeds (docs/pipeline.md)."""
+LARGE_FILE_CHUNKS = 2000
+"""A document with more chunks than this to embed is announced with its expected time."""
 
 
 def resolve_library_backend(backend: Any, spec: str, pub_chunks: Any) -> tuple[Any, str, dict[str, Any]]:
@@ -42,14 +59,16 @@ def resolve_library_backend(backend: Any, spec: str, pub_chunks: Any) -> tuple[A
 
 
 def embed_for_step(backend: Any, spec: str, texts: list[str], library: str, log: Callable[[str], None] | None,
-                   executor: str | None) -> tuple[Any, dict[str, Any]]:
+                   executor: str | None, ids: Sequence[str] | None = None) -> tuple[Any, dict[str, Any]]:
     """(vectors of ``texts``, the Ray job's metadata or {}): embedded here in bounded
     batches, or with ``executor="ray"`` on a Ray actor pool that builds ``spec`` per actor
-    (it must build the same model id as ``backend``: a mismatch fails the step)."""
+    (it must build the same model id as ``backend``: a mismatch fails the step).
+    ``ids``: the chunk ids of ``texts`` (``doc#ordinal-hash``), so that a large document is
+    announced by name."""
     from ..scale.config import executor as executor_name
 
     if executor_name(executor) != "ray":
-        return embed_with_progress(backend, texts, library, log), {}
+        return embed_with_progress(backend, texts, library, log, ids=ids), {}
     if not texts:  # nothing new to embed: no cluster to start
         return [], {"executor": "ray", "ray_batches": 0}
     from ..retrieval.vector.embedding_backends import backend_model_id
@@ -58,8 +77,88 @@ def embed_for_step(backend: Any, spec: str, texts: list[str], library: str, log:
     return embed_on_ray(spec, backend_model_id(backend), texts, log=log or LOG.info, desc=f"embeddings[{library}]")
 
 
-def embed_with_progress(backend: Any, texts: list[str], library: str,
-                        log: Callable[[str], None] | None = None) -> list:
-    """Embed in bounded batches, logging progress (the Dagster step passes its logger)."""
-    hook: ProgressHook = log_progress(log or LOG.info, f"embeddings[{library}]")
-    return embed_in_batches(backend, texts, progress=hook) if texts else []
+def progress_line(log: Callable[[str], None] | None) -> Callable[[str], None]:
+    """A line sink: the step's ``log`` (else this module's logger) and ``ragspine.progress``."""
+    def say(line: str) -> None:
+        (log or LOG.info)(line)
+        PROGRESS_LOG.info(line)
+
+    return say
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def large_documents(ids: Sequence[str] | None, threshold: int | None = None) -> list[tuple[str, int, int]]:
+    """(doc id, index of its first text, texts) of each document over ``threshold`` texts
+    (default ``LARGE_FILE_CHUNKS``)."""
+    if not ids:
+        return []
+    threshold = LARGE_FILE_CHUNKS if threshold is None else threshold
+    docs = [cid.rpartition("#")[0] or cid for cid in ids]
+    counts = Counter(docs)
+    first: dict[str, int] = {}
+    for i, d in enumerate(docs):
+        first.setdefault(d, i)
+    return sorted(((d, first[d], n) for d, n in counts.items() if n > threshold), key=lambda x: x[1])
+
+
+@dataclass
+class EmbedProgress:
+    """The progress hook of one embedding step (``progress(done, total)`` after each
+    batch): counts, rate and ETA at most ``every_s`` apart, large documents announced."""
+
+    desc: str
+    say: Callable[[str], None]
+    every_s: float = PROGRESS_EVERY_S
+    batch: int = DEFAULT_STREAM_BATCH
+    large: list[tuple[str, int, int]] = field(default_factory=list)
+    clock: Callable[[], float] = time.monotonic
+    calls: int = 0
+    lines: int = 0
+    _t0: float = field(default=0.0, init=False)
+    _last_line: float = field(default=0.0, init=False)
+    _last_call: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        self._t0 = self._last_line = self._last_call = self.clock()
+
+    def _emit(self, line: str) -> None:
+        self.lines += 1
+        self.say(line)
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        self.calls += 1
+        batch_s, self._last_call = now - self._last_call, now
+        elapsed = max(now - self._t0, 1e-9)
+        rate = done / elapsed
+        while self.large and self.large[0][1] < done + self.batch:  # reached by the next batch
+            doc, _, n = self.large.pop(0)
+            self._emit(f"{self.desc}: {doc} has {n:,} chunks to embed (over {LARGE_FILE_CHUNKS:,}): "
+                       f"about {_duration(n / rate)} at {rate:,.1f} texts/s")
+        if done >= total:
+            self._emit(f"{self.desc}: {done:,}/{total:,} texts in {_duration(elapsed)}, {rate:,.1f} texts/s (100%)")
+        elif self.calls == 1 or now - self._last_line + batch_s >= self.every_s:
+            # The next line would come a batch later: write it now so no gap passes every_s.
+            eta = (total - done) / rate if rate > 0 else 0.0
+            self._emit(f"{self.desc}: {done:,}/{total:,} texts ({100 * done / total:.0f}%), {rate:,.1f} texts/s, "
+                       f"ETA {_duration(eta)}")
+        else:
+            return
+        self._last_line = now
+
+
+def embed_with_progress(backend: Any, texts: list[str], library: str, log: Callable[[str], None] | None = None,
+                        *, ids: Sequence[str] | None = None, batch: int = DEFAULT_STREAM_BATCH,
+                        clock: Callable[[], float] = time.monotonic) -> list:
+    """Embed in bounded batches, reporting progress (see ``EmbedProgress``)."""
+    if not texts:
+        return []
+    say = progress_line(log)
+    desc = f"embeddings[{library}]"
+    say(f"{desc}: {len(texts):,} texts to embed in batches of {batch}")
+    hook = EmbedProgress(desc, say, batch=batch, large=large_documents(ids), clock=clock)
+    return embed_in_batches(backend, texts, batch=batch, progress=hook)

@@ -15,7 +15,10 @@ import json
 import os
 import stat
 from pathlib import Path
+from types import SimpleNamespace
 
+import duckdb
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -27,6 +30,7 @@ from ragspine_pipeline.warehouse import pipeline as P
 from ragspine_pipeline.warehouse import served_refresh
 from ragspine_pipeline.warehouse.lexical_stack import StackPolicy
 from ragspine_pipeline.warehouse.raptor_tables import build_raptor_step
+from ragspine_pipeline.warehouse.rerank_vectors import open_for_refresh, refresh_document_vectors
 from ragspine_pipeline.warehouse.versioned import OWNER_ONLY_ASSETS, VersionedTables
 
 LIB = "lib"
@@ -185,3 +189,44 @@ def test_a_stacked_bm25_segment_from_an_older_version_is_narrowed(tmp_path, monk
     cur = wh.latest(P.LEXICAL, LIB).path
     assert not any(p.parent == cur for p in holders)
     assert _served(wh, "brandnew rewritten")[0]["doc_id"].endswith("/d5")
+
+
+def test_the_reranker_vector_store_keeps_no_byte_of_a_dropped_row(tmp_path):
+    """DuckDB keeps a deleted row's bytes in its free blocks: a refresh that drops rows (a
+    chunk relabelled RESTRICTED) writes the rows left into a new file."""
+    def chunk(cid: str, text: str, label: str = "PUBLIC"):
+        return SimpleNamespace(chunk_id=cid, text=text, sensitivity=label)
+
+    def encode(texts):
+        return [np.full((2, 3), len(t), np.float32) for t in texts]
+
+    path = tmp_path / "rerank_vectors" / f"{LIB}.duckdb"
+    chunks = [chunk(f"{LIB}/d{i}#{i}", f"open text {i}") for i in range(300)]
+    memo = [chunk(f"{LIB}/{CANARY}#{i}", f"memo {i}") for i in range(300)]
+    with open_for_refresh(path) as st:
+        refresh_document_vectors(st, "m", encode, chunks + memo)
+    assert CANARY.encode() in path.read_bytes()
+    with open_for_refresh(path) as st:
+        report = refresh_document_vectors(st, "m", encode, chunks + [chunk(c.chunk_id, c.text, "RESTRICTED")
+                                                                     for c in memo])
+    assert report.removed == 300 and report.rows == 300
+    assert CANARY.encode() not in path.read_bytes()
+    with open_for_refresh(path) as st:
+        assert len(st.keys("m")) == 300
+
+
+def test_the_unredacted_catalog_is_owner_only(tmp_path):
+    folder = _library(tmp_path)
+    wh = VersionedTables(tmp_path / "wh")
+    _refresh(wh, folder.parent, extras=False)
+    out = tmp_path / "restricted" / "catalog_restricted.duckdb"
+    out.parent.mkdir()
+    P.build_catalog(wh, [LIB], out, include_restricted=True)
+    con = duckdb.connect(str(out), read_only=True)
+    try:
+        assert con.execute(f"SELECT count(*) FROM chunks_{LIB} WHERE text LIKE '%{CANARY}%'").fetchone()[0]
+    finally:
+        con.close()
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert stat.S_IMODE(out.with_suffix(".json").stat().st_mode) == 0o600
+    assert sorted(p.name for p in out.parent.iterdir()) == ["catalog_restricted.duckdb", "catalog_restricted.json"]

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -268,23 +270,32 @@ def _build_catalog(wh: VersionedTables, libraries: list[str], path: Path, includ
         if old.get("format") == CATALOG_FORMAT and old.get("snapshots") == snaps \
                 and old.get("redacted", True) == redact and not old.get("errors"):
             return {"views": old["views"], "path": str(path), "rebuilt": False, "errors": {}, "redacted": redact}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    # The unredacted catalog holds restricted rows: it is built in a private (0700) folder
+    # and published mode 0600, so no moment leaves it (or its WAL) readable by others.
+    private = None if redact else Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    tmp = (private or path.parent) / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     con = duckdb.connect(str(tmp))
     try:
-        views, rows, errors = _fill_catalog(con, wh, libraries, redact)
-        con.execute("CHECKPOINT")
-    except BaseException:
+        try:
+            views, rows, errors = _fill_catalog(con, wh, libraries, redact)
+            con.execute("CHECKPOINT")
+        except BaseException:
+            con.close()
+            tmp.unlink(missing_ok=True)
+            raise
         con.close()
-        tmp.unlink(missing_ok=True)
-        raise
-    con.close()
-    try:
-        fail_before_publish("catalog", str(path))
-        os.replace(tmp, path)
+        if private is not None:
+            os.chmod(tmp, 0o600)
+        try:
+            fail_before_publish("catalog", str(path))
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
     finally:
-        tmp.unlink(missing_ok=True)
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
     write_json_atomic(index, {"format": CATALOG_FORMAT, "views": views, "libraries": libraries, "snapshots": snaps,
-                              "redacted": redact, "errors": errors})
+                              "redacted": redact, "errors": errors}, private=not redact)
     return {"views": views, "path": str(path), "rebuilt": True, "errors": errors, "redacted": redact}
 
 

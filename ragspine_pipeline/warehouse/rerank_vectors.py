@@ -89,6 +89,7 @@ class RerankVectorStore:
         self.read_only = read_only
         self._lock = threading.Lock()
         self._con: Any = None
+        self.deleted = 0  # rows deleted through this object (their bytes stay in free blocks)
 
     @contextmanager
     def _connection(self) -> Iterator[Any]:
@@ -173,6 +174,7 @@ class RerankVectorStore:
         if drop:
             self._query("DELETE FROM rerank_vectors WHERE model_id = ? AND text_key IN "
                         "(SELECT unnest(?::VARCHAR[]))", [model_id, drop])
+            self.deleted += len(drop)
         return len(drop)
 
     def restricted_rows(self) -> int:
@@ -199,10 +201,34 @@ def open_for_refresh(path: str | Path) -> Iterator[RerankVectorStore]:
             yield store
         finally:
             store.close()
+        if store.deleted:  # DuckDB keeps a deleted row's bytes in free blocks: copy the rows left
+            _rewrite_compact(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
         Path(str(tmp) + ".wal").unlink(missing_ok=True)
+
+
+def _rewrite_compact(path: Path) -> None:
+    """Replace the store at ``path`` by a new file holding only its live rows (#42: a row
+    dropped because its chunk became RESTRICTED or withheld leaves no byte behind)."""
+    packed = path.with_name(path.name + ".packed")
+    packed.unlink(missing_ok=True)
+    fresh = RerankVectorStore(packed)
+    try:
+        with fresh._lock, fresh._connection() as con:
+            con.execute("ATTACH '{}' AS src (READ_ONLY)".format(str(path).replace("'", "''")))
+            try:
+                con.execute("INSERT INTO rerank_vectors SELECT * FROM src.rerank_vectors")
+            finally:
+                con.execute("DETACH src")
+            con.execute("CHECKPOINT")
+        fresh.close()
+        os.replace(packed, path)
+    finally:
+        fresh.close()
+        packed.unlink(missing_ok=True)
+        Path(str(packed) + ".wal").unlink(missing_ok=True)
 
 
 def attach_library_vectors(reranker: Any, warehouse_root: str | Path, libraries: Sequence[str]) -> list[Path]:

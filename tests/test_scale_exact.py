@@ -50,7 +50,7 @@ def synthetic_chunks(n: int = 1500) -> list[Any]:
     return _synthetic(n)[0]
 
 
-def in_process_front(folder: Path, shards: int, vectors: Any = None) -> tuple[Any, list[Any]]:
+def in_process_front(folder: Path, shards: int, vectors: Any = None, limits: Any = None) -> tuple[Any, list[Any]]:
     """``ShardedBM25`` over ``shards`` in-process shards of the layout in ``folder``."""
     from ragspine_pipeline.scale.shards import (
         BM25Shard,
@@ -59,7 +59,7 @@ def in_process_front(folder: Path, shards: int, vectors: Any = None) -> tuple[An
         segment_buckets,
     )
 
-    bodies = [BM25Shard(str(folder), b, vectors) for b in assign_buckets(segment_buckets(folder), shards)]
+    bodies = [BM25Shard(str(folder), b, vectors, limits) for b in assign_buckets(segment_buckets(folder), shards)]
     return ShardedBM25([None] * shards, infos=[b.describe() for b in bodies], timeout_s=30.0), bodies
 
 

@@ -150,6 +150,34 @@ def test_a_shard_bounds_its_frames_by_its_own_mask_and_query_vectors(tmp_path: P
     shard.wire.close()
 
 
+def test_a_front_names_a_shard_at_its_cap_or_gone_as_missing(tmp_path: Path) -> None:
+    """The front's view: a shard refusing at its connection cap, then a shard whose channel
+    broke, are missing shards with their reason (503, or partial with allow_partial)."""
+    from test_scale_exact import in_process_front, synthetic_chunks
+
+    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+    from ragspine_pipeline.scale.requests import ShardUnavailable, shard_request
+    from ragspine_pipeline.scale.shards import write_layout
+
+    single = HybridRetriever(synthetic_chunks(300))
+    write_layout(tmp_path, single.index, [c.chunk_id for c in single.chunks], 2)
+    front, bodies = in_process_front(tmp_path, 2, limits=W.WireLimits(max_connections=1))
+    assert len(front.search(["w1"], 5).ids) == 5  # one pooled connection to each shard
+    front._links[1].close()  # the front's pooled one is gone: its next request needs a new one
+    _until(lambda: bodies[1].wire.connections == 0, "the front's connection was never released")
+    hog = _raw(bodies[1].wire.endpoint)  # ... and shard 1's one connection is taken
+    _until(lambda: bodies[1].wire.connections == 1, "the hog was never accepted")
+    with pytest.raises(ShardUnavailable, match="shard 1: failed: refused: the shard serves its maximum of 1"):
+        front.search(["w1"], 5)
+    with shard_request(allow_partial=True) as req:
+        assert len(front.search(["w1"], 5).ids) > 0 and 1 in req.missing
+    hog.close()
+    bodies[0].wire.close()
+    with pytest.raises(ShardUnavailable, match="shard 0: .*in-process shard"):
+        front.search(["w1"], 5)
+    bodies[1].wire.close()
+
+
 # ------------------------------------------------------------------ accept errors
 def test_the_accept_loop_survives_aborted_and_exhausted_accepts(
         server_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -316,11 +316,15 @@ class ShardedBM25:
         """Where the shards whose channel broke listen now (a restarted shard listens
         elsewhere): asked over Ray all at once, within the deadline; a shard is used again
         only if it still holds the same chunks. The reason instead of a channel when not."""
+        out: dict[int, WireClient | str] = {i: "its channel broke (an in-process shard: no Ray to ask)"
+                                            for i in stale if self.shards[i] is None}
+        stale = [i for i in stale if i not in out]
+        if not stale:
+            return out
         ray = require_ray()
         refs = {i: self.shards[i].describe.remote() for i in stale}
         ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=max(deadline - time.monotonic(), 1e-3))
         done = set(ready)
-        out: dict[int, WireClient | str] = {}
         for i, ref in refs.items():
             if ref not in done:
                 out[i] = "no answer within the deadline (the shard is restarting)"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -177,6 +178,17 @@ def skeleton(text: str) -> str:
     Two strings with the same skeleton read the same to a person. Used only to *detect*
     a spelling that imitates a known label or key — never to accept one.
     """
+    if text.isascii():  # every step maps ASCII one character at a time: one C-level pass
+        return text.translate(_ascii_skeletons())
+    return _full_skeleton(text)
+
+
+@lru_cache(maxsize=1)
+def _ascii_skeletons() -> dict[int, str]:
+    return {i: _full_skeleton(chr(i)) for i in range(128)}
+
+
+def _full_skeleton(text: str) -> str:
     table = confusables_map()
     first = _visible(unicodedata.normalize("NFKD", text)).translate(_EXTRA)
     mapped = "".join(table.get(ch, ch) for ch in first)
@@ -185,10 +197,15 @@ def skeleton(text: str) -> str:
     return _visible(unicodedata.normalize("NFKD", again)).casefold().translate(_EXTRA)
 
 
+_TAG_CHAR = re.compile("[\U000e0020-\U000e007e]")
+
+
 def untag(text: str) -> str:
     """``text`` with Unicode tag characters (U+E0020-E007E, invisible) read as the ASCII they
     encode: a key spelt in tag characters is empty to ``skeleton`` but says its name."""
-    return "".join(chr(ord(ch) - 0xE0000) if 0xE0020 <= ord(ch) <= 0xE007E else ch for ch in text)
+    if not _TAG_CHAR.search(text):
+        return text
+    return _TAG_CHAR.sub(lambda m: chr(ord(m.group()) - 0xE0000), text)
 
 
 def _osa(a: str, b: str, *, anywhere: bool, limit: int) -> int:
@@ -216,8 +233,31 @@ def edit_distance(a: str, b: str, limit: int) -> int:
 
 def near_substring(text: str, pattern: str, limit: int) -> bool:
     """Whether some substring of ``text`` is within ``limit`` edits (insert, delete,
-    substitute, swap of neighbours) of ``pattern``."""
-    return not pattern or _osa(pattern, text, anywhere=True, limit=limit) <= limit
+    substitute, swap of neighbours) of ``pattern``.
+
+    Filtered first (the pigeonhole rule of approximate search): cut ``pattern`` into
+    ``limit + 1`` pieces; a match within ``limit`` edits holds one piece exactly (a swap
+    touches at most two pieces but counts one edit, so pieces are cut ``2 * limit + 1``
+    when the pattern is long enough). Only windows around a piece's occurrences are
+    searched, so a long text without any piece costs a few ``str.find`` calls.
+    """
+    if not pattern:
+        return True
+    n = min(len(pattern), 2 * limit + 1)
+    if len(pattern) < 2 * n:  # pieces this short find everything: search the whole text
+        return _osa(pattern, text, anywhere=True, limit=limit) <= limit
+    step = len(pattern) / n
+    cuts = [round(i * step) for i in range(n + 1)]
+    for k in range(n):
+        piece, off = pattern[cuts[k]:cuts[k + 1]], cuts[k]
+        pos = text.find(piece)
+        while pos >= 0:
+            lo = max(0, pos - off - limit)
+            window = text[lo:pos - off + len(pattern) + limit]
+            if _osa(pattern, window, anywhere=True, limit=limit) <= limit:
+                return True
+            pos = text.find(piece, pos + 1)
+    return False
 
 
 @dataclass(frozen=True)

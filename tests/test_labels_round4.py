@@ -16,6 +16,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_security import meta, write_lib
 from test_security_labels_round3 import (
     CANARY,
@@ -341,3 +343,13 @@ def test_linking_a_served_file_from_another_library_withholds_it_on_the_next_ref
     raw = refresh(wh, corpus, "pub")
     assert served_doc_ids(wh, "pub") == {"pub/open"}
     assert failing_files(raw, "parse_failures_zero") == ["p.md"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="sensitivyrcdpublabc", max_size=30), st.sampled_from(["sensitivity", "pubiic", "restricted"]),
+       st.integers(1, 2))
+def test_the_filtered_approximate_search_answers_as_the_full_one(text, pattern, limit):
+    from ragspine_pipeline.sensitivity import _osa, near_substring
+
+    assert near_substring(text, pattern, limit) == (_osa(pattern, text, anywhere=True, limit=limit) <= limit)
+    assert skeleton(text) == skeleton(text + "\u200b")  # invisible characters change nothing

@@ -29,6 +29,8 @@ from .metadata_keys import SENSITIVITY_KEY, label_word_in, match_key, plain_key
 FIRST_LINES = 20
 FIRST_CHARS = 4000
 LABEL_VALUE_DISTANCE = 1
+MAX_KEY_CHARS = 60  # a key before a separator: longer is prose with a colon
+MAX_LABEL_LINE = 120  # a line holding a label without a separator: longer is prose
 _LINES = re.compile(r"\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]")
 # What separates a key from its value on a written line: colon, equals, their full-width
 # and look-alike forms, a dash or bar with spaces around it.
@@ -85,24 +87,26 @@ def first_lines(text: str) -> list[str]:
 def written_label_problem(text: str, label: str) -> str:
     """Why ``text``'s first lines hold a label the reader did not read, or "".
 
-    A line is a written label when a word reading as ``sensitivity`` stands before a
-    key separator (``Sensitivity: …``, ``**Sensitivity level** = …``), or when the line
-    holds such a word and a label look-alike (``Sensitivity RESTRICTED``). It is
-    consistent — no problem — only when written plainly as ``sensitivity: <LABEL>`` with
-    a known label no stricter than ``label``, the one the document already has (a
-    printed header that agrees with its sidecar).
+    A line is a written label when a word reading as ``sensitivity`` stands in the key
+    before a key separator (``Sensitivity: …``, ``**Sensitivity level** = …``; a key of at
+    most ``MAX_KEY_CHARS``), or when a short line (at most ``MAX_LABEL_LINE`` characters:
+    a header, not prose) holds such a word and a label look-alike (``Sensitivity
+    RESTRICTED``). It is consistent — no problem — only when written plainly as
+    ``sensitivity: <LABEL>`` with a known label no stricter than ``label``, the one the
+    document already has (a printed header that agrees with its sidecar).
     """
     for line in first_lines(text):
-        if not label_word_in(line):
-            continue
-        m = _SEPARATOR.search(line)
-        keyed = m is not None and bool(label_word_in(line[:m.start()]))
-        if not keyed and not looks_like_label(line):
-            continue
-        if m is not None and _agrees(line[:m.start()], line[m.end():], label):
-            continue
-        return "a sensitivity label is written in the document's first lines, where it is not read"
+        m = _SEPARATOR.search(line, 0, MAX_KEY_CHARS + 2)
+        if m is not None and m.start() <= MAX_KEY_CHARS and label_word_in(line[:m.start()]):
+            if _agrees(line[:m.start()], line[m.end():], label):
+                continue
+            return _WRITTEN
+        if len(line) <= MAX_LABEL_LINE and label_word_in(line) and looks_like_label(line):
+            return _WRITTEN
     return ""
+
+
+_WRITTEN = "a sensitivity label is written in the document's first lines, where it is not read"
 
 
 def _agrees(key: str, value: str, label: str) -> bool:

@@ -124,6 +124,31 @@ def test_sharded_hybrid_equals_one_process(tmp_path: Path, fusion: str) -> None:
             b.wire.close()
 
 
+def test_the_front_takes_outside_statistics_as_the_segments_do(tmp_path: Path) -> None:
+    """A ranking across libraries sums survivor statistics over every library and scores
+    each with the sum: the shards' front answers both calls as the published segments
+    (``SegmentedBM25``, what one process serves) do."""
+    from ragspine_pipeline.retrieval.lexical.bm25_segments import SurvivorStats, open_segments
+    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+    from ragspine_pipeline.scale.shards import write_layout
+
+    single = HybridRetriever(synthetic_chunks(600))
+    write_layout(tmp_path, single.index, [c.chunk_id for c in single.chunks], 3)
+    segments = open_segments(tmp_path)
+    front, bodies = in_process_front(tmp_path, 2)
+    mask = np.zeros(600, bool)
+    mask[::4] = True
+    for q in (["w1", "w7"], ["w3", "w3", "nothing"], ["w140"]):
+        want, got = segments.survivor_stats(q, mask), front.survivor_stats(q, mask)
+        assert (got.n, got.total_len, got.df.tolist()) == (want.n, want.total_len, want.df.tolist())
+        wider = SurvivorStats(3 * want.n, 3 * want.total_len, 2 * want.df)  # as if other libraries added theirs
+        for stats in (None, wider):
+            a, b = segments.search(q, 9, mask, stats=stats), front.search(q, 9, mask, stats=stats)
+            assert a.ids.tolist() == b.ids.tolist() and np.allclose(a.scores, b.scores, rtol=1e-12, atol=0)
+    for body in bodies:
+        body.wire.close()
+
+
 def test_demo_golden_queries_from_two_shards_equal_one_process(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo published in 2 hash buckets with stored (deterministic) vectors; the shards

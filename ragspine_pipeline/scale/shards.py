@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from ..retrieval.lexical.bm25 import candidate_mask
 from ..retrieval.lexical.bm25_segments import SurvivorStats, open_segments
 from ..retrieval.lexical.bm25_topk import ScoredDocs, empty_scored, merge_top_k
 from ..retrieval.lexical.dense_topk import dense_top
@@ -411,33 +412,50 @@ class ShardedBM25:
             req.missing.update(missing)
         return out
 
-    def search(self, query_tokens: Sequence[str], k: int = 10, candidates: np.ndarray | None = None) -> ScoredDocs:
+    def _phase1(self, q: list[str], packed: bytes) -> dict[int, dict[str, Any]]:
+        got = self._gather("statistics", {i: ({"op": "stats", "qs": [q], "mask": True}, packed)
+                                          for i in range(len(self.shards))})
+        return {i: head["stats"][0] for i, (head, _) in got.items()}
+
+    def survivor_stats(self, query_tokens: Sequence[str], candidates: Any) -> SurvivorStats:
+        """The statistics phase alone, summed over the shards: what ``SegmentedBM25``
+        answers over all its segments (a ranking across libraries sums them further)."""
+        mask = candidate_mask(candidates, self.n_docs)
+        per = self._phase1(list(query_tokens), np.packbits(mask).tobytes())
+        return SurvivorStats(sum(int(x["n"]) for x in per.values()), sum(int(x["total_len"]) for x in per.values()),
+                             np.sum([np.asarray(x["df"], np.int64) for x in per.values()], axis=0)
+                             if per else np.zeros(len(query_tokens), np.int64))
+
+    def search(self, query_tokens: Sequence[str], k: int = 10, candidates: Any = None, *,
+               stats: Any = None) -> ScoredDocs:
         """Top-k by (score desc, position asc) over every shard: one phase unfiltered, two
-        (global survivor statistics, then scoring) with ``candidates``."""
+        (global survivor statistics, then scoring) with ``candidates``; with ``stats`` (N,
+        summed length, df: a caller's sum over more than this corpus) one, as
+        ``SegmentedBM25.search`` (which, like this, ignores them without candidates)."""
         if k <= 0:
             return empty_scored()
         q = list(query_tokens)
         if candidates is None:
             req = {"op": "search", "q": q, "k": k, "stats": None, "mask": False}
             parts = self._gather("search", {i: (req, b"") for i in range(len(self.shards))})
+            return _merge([scored_parts(*p)[0] for p in parts.values()], k)
+        mask = candidate_mask(candidates, self.n_docs)
+        if not mask.any():
+            return empty_scored()
+        packed = np.packbits(mask).tobytes()
+        if stats is None:
+            per = self._phase1(q, packed)
+            total = {"n": sum(int(x["n"]) for x in per.values()),
+                     "total_len": sum(int(x["total_len"]) for x in per.values()),
+                     "df": np.sum([np.asarray(x["df"], np.int64) for x in per.values()], axis=0).tolist()}
+            targets = [i for i in sorted(per) if any(per[i]["df"])]  # no survivor holds a token: nothing to score
         else:
-            mask = np.asarray(candidates)
-            if mask.dtype != bool:
-                full = np.zeros(self.n_docs, bool)
-                full[mask.astype(np.int64)] = True
-                mask = full
-            if not mask.any():
-                return empty_scored()
-            packed = np.packbits(mask).tobytes()
-            got = self._gather("statistics", {i: ({"op": "stats", "qs": [q], "mask": True}, packed)
-                                              for i in range(len(self.shards))})
-            stats = {i: head["stats"][0] for i, (head, _) in got.items()}
-            total = {"n": sum(int(x["n"]) for x in stats.values()),
-                     "total_len": sum(int(x["total_len"]) for x in stats.values()),
-                     "df": np.sum([np.asarray(x["df"], np.int64) for x in stats.values()], axis=0).tolist()}
-            # A shard none of whose survivors holds a query token has nothing to score.
-            req = {"op": "search", "q": q, "k": k, "stats": total, "mask": True}
-            parts = self._gather("search", {i: (req, packed) for i in sorted(stats) if any(stats[i]["df"])})
+            length = getattr(stats, "total_len", None)
+            total = {"n": int(stats.n), "total_len": int(stats.total if length is None else length),
+                     "df": np.asarray(stats.df, np.int64).tolist()}
+            targets = list(range(len(self.shards)))
+        req = {"op": "search", "q": q, "k": k, "stats": total, "mask": True}
+        parts = self._gather("search", {i: (req, packed) for i in targets})
         return _merge([scored_parts(*p)[0] for p in parts.values()], k)
 
     def dense_rankings(self, backend: Any, queries: Sequence[str], positions: np.ndarray,

@@ -24,7 +24,7 @@ from .ingest.documents import (
     read_document,
 )
 from .ingest.parsers import SUFFIXES
-from .ingest.sidecars import HardLinks, orphan_sidecars
+from .ingest.sidecars import CorpusView, orphan_sidecars
 from .paths import DEMO_ROOT  # the packaged demo corpus, re-exported here (the spec's path)
 from .retrieval.chunking.chunk_store import ChunkStore
 
@@ -67,10 +67,10 @@ def load_library(folder: str | os.PathLike[str], library: str | None = None
     docs: list[Document] = []
     errors: list[DocumentError] = []
     files = iter_library_files(root)
-    links = HardLinks(root.parent, SUFFIXES)  # walked once, and only if a file has several links
+    view = CorpusView(root.parent, SUFFIXES)  # folders listed once; hard links walked once, if any
     for p in files:
         try:
-            docs.append(read_document(p, lib, root=root.parent, folder=root, links=links))
+            docs.append(read_document(p, lib, root=root.parent, folder=root, view=view))
         except CorpusError as exc:
             errors.append(DocumentError(str(p), str(exc)))
     for orphan in orphan_sidecars(root, files):

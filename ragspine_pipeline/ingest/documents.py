@@ -45,7 +45,7 @@ from ..sensitivity import RESTRICTED_SENSITIVITY, resolve_label, strictest
 from .label_scan import free_key_problem, written_label_problem
 from .metadata_keys import METADATA_KEYS_ENV, SENSITIVITY_KEY, declared_keys, match_key, plain_key
 from .parsers import SUFFIXES, ParsedFile, ParseError, StructureMark, check_size, parse_source
-from .sidecars import SIDECAR_SUFFIX, HardLinks, find_sidecars
+from .sidecars import SIDECAR_SUFFIX, CorpusView, find_sidecars
 
 TITLE_MAX_CHARS = 300
 DEFAULT_LABEL_ENV = "RAGSPINE_DEFAULT_SENSITIVITY"  # "required": a missing label counts as RESTRICTED
@@ -279,27 +279,41 @@ def _has_sidecar(sidecar: Path) -> bool:
     return sidecar.is_symlink() or sidecar.exists()
 
 
-def _sidecar_sources(path: Path, root: Path | None, folder: Path | None, library: str
-                     ) -> tuple[list[MetaSource], list[str]]:
+@dataclass(frozen=True)
+class _Reading:
+    """Where one document is read: the bounds a file may resolve within (``root``, the
+    corpus root; ``folder``, the library folder; either may be None) and the view of the
+    library read (sidecar listings, hard links), or None for an unbounded read."""
+
+    library: str
+    root: Path | None
+    folder: Path | None
+    view: CorpusView | None
+
+    @property
+    def bounded(self) -> bool:
+        return self.root is not None or self.folder is not None
+
+
+def _sidecar_sources(path: Path, at: _Reading) -> tuple[list[MetaSource], list[str]]:
     """The sidecar sources of document ``path`` (its ``<stem>.meta.json`` first, then every
     file named as its sidecar some other way) and the problems those names are."""
-    found = find_sidecars(path)
+    found = find_sidecars(path, at.view)
     sources, problems = [], []
     for side in (found.canonical, *found.odd):
         if not _has_sidecar(side):
             continue
-        if root is not None or folder is not None:
-            _check_bounds(side, root, folder, library)
+        if at.bounded:
+            _check_bounds(side, at.root, at.folder, at.library)
         sources.append(MetaSource(side.name, {k: [v] for k, v in read_sidecar(side).items()}, closed=True))
     for side in found.odd:
         problems.append(f"{side.name}: a sidecar of {path.name} not named exactly {found.canonical.name}")
     return sources, problems
 
 
-def _label_of(path: Path, parsed: ParsedFile, root: Path | None, folder: Path | None, library: str
-              ) -> tuple[dict[str, Any], str]:
+def _label_of(path: Path, parsed: ParsedFile, at: _Reading) -> tuple[dict[str, Any], str]:
     """(metadata, label problem) of the file at ``path`` read with ``parsed``'s content."""
-    sources, problems = _sidecar_sources(path, root, folder, library)
+    sources, problems = _sidecar_sources(path, at)
     if parsed.metadata:
         sources.append(MetaSource(path.name, parsed.metadata))
     meta, problem = merge_metadata(sources, default=default_label(), problems=(*problems, *parsed.metadata_problems))
@@ -310,33 +324,30 @@ def _label_of(path: Path, parsed: ParsedFile, root: Path | None, folder: Path | 
     return meta, problem
 
 
-def _target_label(path: Path, parsed: ParsedFile, root: Path | None, folder: Path | None,
-                  library: str) -> tuple[str, str] | None:
+def _target_label(path: Path, parsed: ParsedFile, at: _Reading) -> tuple[str, str] | None:
     """(label, problem) the target of symlink ``path`` has on its own (its sidecar and its
     in-file metadata), or None when ``path`` is not a link. A link must never be more
     visible than what it points at."""
     target = path.resolve(strict=True)
     if target == path.parent.resolve() / path.name:
         return None
-    meta, problem = _label_of(target, parsed, root, folder, library)
+    meta, problem = _label_of(target, parsed, at)
     return meta[SENSITIVITY_KEY], (f"link target {target.name}: {problem}" if problem else "")
 
 
-def _linked_labels(path: Path, parsed: ParsedFile, root: Path | None, folder: Path | None, library: str,
-                   links: HardLinks | None) -> tuple[list[str], list[str]]:
+def _linked_labels(path: Path, parsed: ParsedFile, at: _Reading) -> tuple[list[str], list[str]]:
     """Labels and problems of the other names (hard links) of ``path``'s file in the corpus.
 
     A name in another library (or outside the library folder) is refused like a symlink
     leaving it: one file would otherwise be published under two libraries' labels."""
-    if root is None and folder is None:
+    if at.view is None:
         return [], []
-    links = links if links is not None else HardLinks(Path(root if root is not None else folder), SUFFIXES)
     labels, problems = [], []
-    for other in links.names(path):
-        if folder is not None and not _inside(other.resolve(), folder):
+    for other in at.view.names(path):
+        if at.folder is not None and not _inside(other.resolve(), at.folder):
             raise CorpusError(f"{path.name}: hard link shares its file with a document outside the corpus "
-                              f"library {library!r}; refused")
-        meta, problem = _label_of(other, parsed, root, folder, library)
+                              f"library {at.library!r}; refused")
+        meta, problem = _label_of(other, parsed, at)
         labels.append(meta[SENSITIVITY_KEY])
         if problem:
             problems.append(f"hard link {other.name}: {problem}")
@@ -344,41 +355,43 @@ def _linked_labels(path: Path, parsed: ParsedFile, root: Path | None, folder: Pa
 
 
 def read_document(path: Path, library: str, *, root: Path | None = None, folder: Path | None = None,
-                  links: HardLinks | None = None) -> Document:
+                  view: CorpusView | None = None) -> Document:
     """One document (.md .txt .html .pdf .docx) + its sidecar; CorpusError if it cannot be read.
 
     ``root`` (the corpus root) and ``folder`` (the library folder; ``root / library`` when
     only ``root`` is given) bound where the file and its sidecar may resolve: a symlink
     leaving either is refused, never followed, and so is a file hard-linked into another
-    library (``links``: the corpus's hard links, found once per library read; found here
-    when not given). Any OS error while reading is a CorpusError for this document alone.
+    library. ``view``: the library read's folder listings and hard links, taken once per
+    read of a library (built here for this document when not given). Any OS error while
+    reading is a CorpusError for this document alone.
     """
     path = Path(path)
     if folder is None and root is not None:
         folder = Path(root) / library
+    if view is None and (root is not None or folder is not None):
+        view = CorpusView(Path(root if root is not None else folder), SUFFIXES)
     try:
-        return _read_document(path, library, root, folder, links)
+        return _read_document(path, _Reading(library, root, folder, view))
     except OSError as exc:
         raise CorpusError(f"{path.name}: cannot read ({exc.strerror or type(exc).__name__})") from None
 
 
-def _read_document(path: Path, library: str, root: Path | None, folder: Path | None,
-                   links: HardLinks | None) -> Document:
+def _read_document(path: Path, at: _Reading) -> Document:
     where = path.name
-    if root is not None or folder is not None:
-        _check_bounds(path, root, folder, library)
+    if at.bounded:
+        _check_bounds(path, at.root, at.folder, at.library)
     try:
         parsed = parse_source(path)
     except ParseError as exc:
         raise CorpusError(f"{where}: {exc}") from None
-    meta, problem = _label_of(path, parsed, root, folder, library)
-    linked = _target_label(path, parsed, root, folder, library)
+    meta, problem = _label_of(path, parsed, at)
+    linked = _target_label(path, parsed, at)
     if linked is not None:
         meta[SENSITIVITY_KEY] = strictest([meta[SENSITIVITY_KEY], linked[0]])
         problem = "; ".join(filter(None, [problem, linked[1]]))
-    hard_labels, hard_problems = _linked_labels(path, parsed, root, folder, library, links)
+    hard_labels, hard_problems = _linked_labels(path, parsed, at)
     if hard_labels:
         meta[SENSITIVITY_KEY] = strictest([meta[SENSITIVITY_KEY], *hard_labels])
         problem = "; ".join(filter(None, [problem, *hard_problems]))
     title = cap_title(meta.pop("title", "") or "") or title_from_text(parsed.text, path.stem)
-    return Document(f"{library}/{path.stem}", title, parsed.text, meta, str(path), problem, parsed.structure)
+    return Document(f"{at.library}/{path.stem}", title, parsed.text, meta, str(path), problem, parsed.structure)

@@ -46,19 +46,28 @@ def is_sidecar_name(name: str) -> bool:
     return fold_name(name).endswith(_SUFFIX_FOLD) and not name.startswith(".")
 
 
+def sidecar_index(names: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Folded name -> the names in a folder listing that read as a sidecar's."""
+    index: dict[str, list[str]] = {}
+    for n in names:
+        if is_sidecar_name(n):
+            index.setdefault(fold_name(n), []).append(n)
+    return {k: tuple(sorted(v)) for k, v in index.items()}
+
+
 @lru_cache(maxsize=64)
-def _cached_listing(folder: str, key: tuple[int, int, int]) -> tuple[str, ...]:
+def _cached_index(folder: str, key: tuple[int, int, int]) -> dict[str, tuple[str, ...]]:
     del key  # part of the cache key only
-    return tuple(sorted(os.listdir(folder)))
+    return sidecar_index(os.listdir(folder))
 
 
-def folder_names(folder: Path) -> tuple[str, ...]:
-    """The entry names of ``folder`` (cached while it is unchanged and has been still)."""
+def folder_sidecars(folder: Path) -> dict[str, tuple[str, ...]]:
+    """``sidecar_index`` of ``folder`` (cached while it is unchanged and has been still)."""
     st = os.stat(folder)
     key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
     if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < _STILL_NS:
-        return tuple(sorted(os.listdir(folder)))
-    return _cached_listing(str(folder), key)
+        return sidecar_index(os.listdir(folder))
+    return _cached_index(str(folder), key)
 
 
 def sidecar_bases(path: Path) -> tuple[str, str]:
@@ -76,16 +85,16 @@ class Sidecars:
     odd: tuple[Path, ...] = ()
 
 
-def find_sidecars(path: Path) -> Sidecars:
-    """The sidecar of document ``path`` and every other file named as its sidecar."""
+def find_sidecars(path: Path, view: CorpusView | None = None) -> Sidecars:
+    """The sidecar of document ``path`` and every other file named as its sidecar
+    (``view``: the listings of this read of the library, taken once per folder)."""
     canonical = path.with_name(path.stem + SIDECAR_SUFFIX)
-    bases = set(sidecar_bases(path))
     try:
-        names = folder_names(path.parent)
+        index = view.sidecar_index(path.parent) if view is not None else folder_sidecars(path.parent)
     except OSError:
         return Sidecars(canonical)
-    odd = tuple(path.with_name(n) for n in names if n != canonical.name and fold_name(n) in bases)
-    return Sidecars(canonical, odd)
+    odd = {path.with_name(n) for base in sidecar_bases(path) for n in index.get(base, ()) if n != canonical.name}
+    return Sidecars(canonical, tuple(sorted(odd)))
 
 
 def orphan_sidecars(folder: Path, documents: Iterable[Path]) -> list[Path]:
@@ -110,17 +119,26 @@ def file_id(path: Path) -> tuple[int, int, int] | None:
     return (st.st_dev, st.st_ino, st.st_nlink) if stat.S_ISREG(st.st_mode) else None
 
 
-class HardLinks:
-    """Every name of every multiply-linked regular file under a corpus root, by inode.
+class CorpusView:
+    """What one read of a library needs to know beyond each file: the sidecar names of each
+    folder (listed once) and every name of every multiply-linked regular file under the
+    corpus root, by inode (walked once, and only if a file has several links; only files
+    with ``st_nlink > 1`` are recorded).
 
-    Built once per read of a library (``corpus.load_library``) or, lazily, per document
-    that has more than one link. Only files with ``st_nlink > 1`` are recorded.
+    Built once per read of a library (``corpus.load_library``, ``raw_documents``); a
+    document read on its own builds its own.
     """
 
     def __init__(self, root: Path, suffixes: Iterable[str]):
         self.root = Path(root)
         self._suffixes = tuple(s.lower() for s in suffixes)
         self._by_inode: dict[tuple[int, int], list[Path]] | None = None
+        self._indexes: dict[Path, dict[str, tuple[str, ...]]] = {}
+
+    def sidecar_index(self, folder: Path) -> dict[str, tuple[str, ...]]:
+        if folder not in self._indexes:
+            self._indexes[folder] = sidecar_index(os.listdir(folder))
+        return self._indexes[folder]
 
     def _walk(self) -> dict[tuple[int, int], list[Path]]:
         by_inode: dict[tuple[int, int], list[Path]] = {}

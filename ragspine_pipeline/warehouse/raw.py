@@ -40,7 +40,7 @@ from ..ingest.documents import (
     sidecar_path,
 )
 from ..ingest.parsers import SUFFIXES, max_file_bytes, structure_from_json, structure_to_json
-from ..ingest.sidecars import HardLinks, find_sidecars, fold_name, is_sidecar_name, sidecar_bases
+from ..ingest.sidecars import CorpusView, find_sidecars, fold_name, is_sidecar_name, sidecar_bases
 from ..sensitivity import is_restricted
 from .common import RAW, SNAPSHOT, CheckOutcome, StepResult, last_row_per_key
 from .versioned import (
@@ -127,7 +127,7 @@ def _bytes_digest(path: str) -> str:
     return h.hexdigest()
 
 
-def content_key(path: str, folder: Path, links: str = "") -> str:
+def content_key(path: str, folder: Path, links: str = "", view: CorpusView | None = None) -> str:
     """What a document's row is built from, as one hash: the document's bytes (front
     matter and HTML meta labels included), its sidecar's bytes, whether each could be
     read, where a link points and, for a link, its target's sidecar (the link takes the
@@ -137,7 +137,7 @@ def content_key(path: str, folder: Path, links: str = "") -> str:
     parts = [_link_note(path, folder), _bytes_digest(path), _link_note(side, folder), _sidecar_state(side)[1]]
     # Issue 42: sidecars named in another case or as <file>.<ext>.meta.json, and the
     # sidecars of the file's other names (hard links), label it too.
-    parts.extend(f"{o.name}={_sidecar_state(str(o))[1]}" for o in find_sidecars(Path(path)).odd)
+    parts.extend(f"{o.name}={_sidecar_state(str(o))[1]}" for o in find_sidecars(Path(path), view).odd)
     parts.extend(_hard_link_notes(path, links))
     if os.path.islink(path):
         target = os.path.realpath(path)
@@ -346,7 +346,9 @@ def plan_refresh(folder: Path, known: dict[str, _Known]) -> RawPlan:
     folder_errors: list[str] = []
     files = scan_library(folder, folder_errors)
     stale = [p for p, sig in files.items() if p not in known or known[p].sig != sig]
-    keys = {p: content_key(p, folder, files[p].rpartition(_LINKS)[2] if _LINKS in files[p] else "") for p in stale}
+    view = CorpusView(folder, SUFFIXES)  # each folder listed once for the odd sidecars
+    keys = {p: content_key(p, folder, files[p].rpartition(_LINKS)[2] if _LINKS in files[p] else "", view)
+            for p in stale}
     todo = [p for p in stale if p not in known or known[p].key is None or known[p].key != keys[p]]
     gone = [p for p in known if p not in files]
     return RawPlan(files, todo, gone, keys, len(stale) - len(todo), folder_errors)
@@ -389,7 +391,7 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
     owner = {v.doc_id: p for p, v in known.items() if not v.error and p not in gone}
     rows: list[dict] = []
     n_new = n_changed = 0
-    links = HardLinks(Path(corpus_root), SUFFIXES)  # the corpus walked once, if a file has several names
+    view = CorpusView(Path(corpus_root), SUFFIXES)  # folders listed once; the corpus walked once if a file has several names
     for p in todo:
         path = Path(p)
         doc_id = f"{library}/{path.stem}"
@@ -397,7 +399,7 @@ def build_raw_documents(wh: VersionedTables, corpus_root: Path, library: str, *,
         n_new += p not in known
         cell = {"source_path": p, "sig": files[p], "key": plan.keys[p], "version": version_hint}
         try:
-            doc = read_document(path, library, root=Path(corpus_root), folder=folder, links=links)
+            doc = read_document(path, library, root=Path(corpus_root), folder=folder, view=view)
         except CorpusError as exc:
             rows.append(_row(None, DocumentError(p, str(exc)), doc_id=doc_id, **cell))
             continue

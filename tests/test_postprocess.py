@@ -41,9 +41,10 @@ CORPUS = [
 ]
 
 
-def retriever(postprocessor=None, exclude_restricted=True):
+def retriever(postprocessor=None, exclude_restricted=True, collapse_duplicates=False):
+    """Collapsing duplicates is off by default here: the MMR tests need both near-copies."""
     index = NarrativeIndex.from_chunks(CORPUS, exclude_restricted=exclude_restricted)
-    return NarrativeIndexRetriever(index, postprocessor=postprocessor)
+    return NarrativeIndexRetriever(index, postprocessor=postprocessor, collapse_duplicates=collapse_duplicates)
 
 
 def test_off_is_byte_identical(monkeypatch):
@@ -211,3 +212,38 @@ def test_make_query_layers_gives_mmr_the_index_vectors():
     out = layered.retrieve("revenue fell tariffs 2023", top_k=5)
     mmr = layered.postprocessor.steps[0]
     assert out and mmr.similarity(list(out))[1] == "dense"
+
+
+# ------------------------------------------------------------------ duplicates collapse (issue 43)
+def test_duplicates_collapse_to_the_best_with_the_others_listed():
+    from ragspine_pipeline.retrieval.postprocess.dedup import collapse
+
+    out = retriever(collapse_duplicates=True).retrieve("revenue fell tariffs 2023", top_k=5)
+    ids = [s["chunk_id"] for s in out]
+    assert len({"a#0", "b#0"} & set(ids)) == 1 and len(out) == 3  # a#0 and b#0 differ in punctuation only
+    kept = next(s for s in out if s["chunk_id"] in ("a#0", "b#0"))
+    other = "b" if kept["doc_id"] == "a" else "a"
+    assert kept["duplicates"] == [{"doc_id": other, "chunk_id": f"{other}#0",
+                                   "source_locator": SourceLocator(other, 0, len(CORPUS[0].text)).to_dict()}]
+    assert all("duplicates" not in s for s in out if s is not kept)
+    # The rules: equal after normalising; near-identical from 0.9 Jaccard of word 3-grams, so short texts
+    # that differ in a word stay apart while a long passage with one word changed collapses.
+    long = " ".join(f"word{i}" for i in range(120))
+    texts = ["Policy number 1", "policy  NUMBER 1", "Policy number 2", long, long.replace("word60", "other")]
+    groups = collapse(texts, str)
+    assert [(g.kept, g.copies) for g in groups] == [("Policy number 1", ["policy  NUMBER 1"]),
+                                                    ("Policy number 2", []), (long, [texts[4]])]
+    assert len(collapse(texts, str, threshold=1.01)) == 4  # exact rule only
+
+
+def test_restricted_duplicate_is_never_listed():
+    """A RESTRICTED copy of a public passage (kept in the index's statistics here) must not
+    appear in a duplicates list: only chunks past both exits are compared."""
+    text = CORPUS[2].text
+    chunks = [chunk("p#0", text), chunk("q#0", text), chunk("r#0", text, sensitivity="RESTRICTED"),
+              chunk("z#0", "unrelated words")]
+    r = NarrativeIndexRetriever(NarrativeIndex.from_chunks(chunks, exclude_restricted=False))
+    out = r.retrieve("revenue europe smart home", top_k=3)
+    assert [s["chunk_id"] for s in out] == ["p#0"]
+    assert [d["chunk_id"] for d in out[0]["duplicates"]] == ["q#0"]
+    assert "r#0" not in json.dumps(out)

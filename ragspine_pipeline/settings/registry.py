@@ -89,6 +89,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Opt-in strength gate of the multi-library search: leave out a library whose best BM25 score "
             "is below this fraction of the strongest one's (0: every selected library is fused).",
             "retrieval", "0", spec=f"{S_PRESET} (MultiIndexRetriever; the gate is a project opt-in)"),
+    Setting("RAGSPINE_MULTI_FUSION", Choice(("global", "rrf")),
+            "How several libraries are ranked together: global (one ranking over the union: BM25 with the "
+            "union's statistics, raw cosine across libraries of one model, one fusion) or rrf (each library "
+            "ranked alone, the lists fused by rank: the spec's rule).", "retrieval", "global",
+            spec=f"{S_PRESET} (the spec fuses per-library lists with RRF; global is a project default)",
+            noun="multi-library fusion"),
     Setting("RAGSPINE_MAX_QUERY_CHARS", Integer(),
             "Longest query accepted; a longer one is refused, never cut.", "retrieval", "4000", spec=PROJECT),
     Setting("RAGSPINE_VISUAL_EMBEDDER",

@@ -21,7 +21,7 @@ They live apart so the layer assembly (``link/assembly.py``) can wrap an index w
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any
@@ -39,11 +39,17 @@ from ..lexical.glossary import GlossaryQueryRewriter
 from ..lexical.hybrid import HybridRetriever, RetrievalHit
 from ..limits import check_query
 from ..postprocess.base import Postprocessor
+from ..postprocess.dedup import Group, collapse, duplicate_ref
 from ..rerank.base import Reranker, annotate_snippet, guarded_rerank
 from ..rerank.listwise_rerank import require_reranker
 from ..vector.base import EmbeddingBackend
 
 DEFAULT_TOP_K = 50
+REFILL_ROUNDS = 4  # deeper fetches when collapsing duplicates left fewer than top_k
+# Extra candidates fetched when collapsing: copies tie in score, so the copies of a passage
+# ranked near the cut sit just past it, and the duplicates list should name them.
+DUPLICATE_MARGIN = 5
+Candidate = RetrievalHit | dict[str, Any]  # a hit, or its candidate dict when a reranker ran
 # Both exits use the one constant (and ``is_restricted``) from ``ragspine_pipeline.sensitivity``.
 __all__ = ["DEFAULT_TOP_K", "RESTRICTED_SENSITIVITY", "NarrativeIndex", "NarrativeIndexRetriever",
            "Postprocessor", "build_snippet"]
@@ -202,6 +208,63 @@ def build_snippet(hit: RetrievalHit, rank: int, *, library_id: str = "",
     return snip
 
 
+def hit_of(c: Candidate) -> RetrievalHit:
+    return c if isinstance(c, RetrievalHit) else c["_hit"]
+
+
+def open_ranked(query: str, hits: Sequence[RetrievalHit], reranker: Reranker | None, rerank_depth: int,
+                restricted: Callable[[object], bool], *, limit: int | None = None) -> list[Candidate]:
+    """Exits #1 and #2 over ranked ``hits``: reranked (the first ``rerank_depth``, when a
+    reranker is set), then every RESTRICTED record dropped before any snippet exists.
+    Without a reranker the open hits themselves (the first ``limit`` of them)."""
+    if reranker is None:
+        open_hits = []
+        for h in hits:
+            if not restricted(h.chunk.sensitivity):
+                open_hits.append(h)
+                if len(open_hits) == limit:
+                    break
+        return open_hits
+    cands = [_candidate(h) for h in hits]
+    head, tail = cands[:rerank_depth], cands[rerank_depth:]
+    cands = guarded_rerank(query, head, reranker) + tail  # exit #1
+    return [c for c in cands if not restricted(c["sensitivity"]) and not restricted(c["_hit"].chunk.sensitivity)]
+
+
+def group_candidates(cands: Sequence[Candidate], collapse_duplicates: bool,
+                     top_k: int | None = None) -> list[Group[Candidate]]:
+    """Open candidates (best first) as groups of duplicates (``postprocess.dedup``; the
+    first ``top_k`` groups), or one group each when collapsing is off. Only open
+    candidates reach here, so a duplicates list never names a RESTRICTED chunk."""
+    if not collapse_duplicates:
+        return [Group(c) for c in cands[:top_k]]
+    return collapse(cands, lambda c: hit_of(c).chunk.text, limit=top_k)
+
+
+def cited_snippets(query: str, groups: Sequence[Group[Candidate]], *, relaxed: bool,
+                   library_of: Callable[[RetrievalHit], str],
+                   postprocessor: Postprocessor | None = None) -> list[dict[str, Any]]:
+    """Snippet dicts of ranked groups: the kept candidate's snippet, ranks from 1, with
+    ``duplicates`` (where else the same passage is) when the group has copies; prompt
+    text expanded; then the optional post-processor (its output re-checked by exit #2)."""
+    snippets = []
+    for rank, g in enumerate(groups, start=1):
+        c = g.kept if isinstance(g.kept, dict) else _candidate(g.kept)
+        # annotate_snippet: scores.rerank + reranker name when a reranker ran
+        s = annotate_snippet(build_snippet(c["_hit"], rank, library_id=library_of(c["_hit"]),
+                                           filters_relaxed=relaxed), c)
+        if g.copies:
+            s["duplicates"] = [duplicate_ref(hit_of(d).chunk, library_of(hit_of(d))) for d in g.copies]
+        snippets.append(s)
+    chunks = [hit_of(g.kept).chunk for g in groups]
+    # Parent / window chunkers: prompt_text for generation (text and citations unchanged).
+    snippets = expand_prompt_text(snippets, chunks)
+    if postprocessor is not None:
+        snippets = [s for s in postprocessor.process(query, snippets) if not is_restricted(s.get("sensitivity"))]
+        snippets = settle_prompt_refs(snippets, {c.chunk_id: c for c in chunks})
+    return snippets
+
+
 class NarrativeIndexRetriever:
     """Cited retrieval over one NarrativeIndex (the read-only query path)."""
 
@@ -213,6 +276,7 @@ class NarrativeIndexRetriever:
         reranker: Reranker | None = None,
         postprocessor: Postprocessor | None = None,
         rerank_depth: int | None = None,
+        collapse_duplicates: bool = True,
     ) -> None:
         if not isinstance(index, NarrativeIndex):
             raise TypeError(f"NarrativeIndexRetriever needs a NarrativeIndex (got {type(index).__name__})")
@@ -221,48 +285,50 @@ class NarrativeIndexRetriever:
                             "process(query, snippets) -> list[dict]")
         self.index = index
         self.retry_without_filters = retry_without_filters
+        # Identical / near-identical passages appear once (postprocess.dedup); off: every copy.
+        self.collapse_duplicates = collapse_duplicates
         # A ListwiseJudge is wrapped; anything that is neither is a TypeError here.
         self.reranker = require_reranker(reranker) if reranker is not None else None
         self.postprocessor = postprocessor
         # Default depth: the reranker's own window (the model rerankers: top_n, 100), else 20.
         self.rerank_depth = rerank_depth if rerank_depth is not None else int(getattr(self.reranker, "rerank_depth", 20))
 
-    def _ranked_hits(self, query: str, filters: Any, top_k: int) -> list[RetrievalHit]:
+    def _ranked_hits(self, query: str, filters: Any, top_k: int) -> tuple[list[RetrievalHit], bool]:
+        """The first ``top_k`` open-to-be hits and whether the index may hold more."""
         r = self.index.retriever
         mask = r.candidate_mask(filters)
         # Fetch enough that top_k open results survive exit #2.
         in_scope = r.restricted if mask is None else (r.restricted & mask)
-        return r.search(query, top_k=top_k + int(in_scope.sum()), mask=mask)
+        want = top_k + int(in_scope.sum())
+        hits = r.search(query, top_k=want, mask=mask)
+        return hits, len(hits) >= want
 
     def _open_candidates(self, query: str, filters: Any,
-                         top_k: int) -> tuple[list[dict[str, Any]] | list[RetrievalHit], bool]:
+                         top_k: int) -> tuple[list[Group[Candidate]], bool]:
         """The first ``top_k`` ranked open candidates (filters relaxed if needed, reranked,
-        exit #2 applied) and whether filters were relaxed. Without a reranker these are
-        the hits themselves (no dict at all); with one, candidate dicts for its window."""
+        exit #2 applied, duplicates collapsed: ``postprocess.dedup``) and whether filters
+        were relaxed. Each is a group: the kept candidate and its copies. Without a
+        reranker the candidates are the hits themselves (no dict at all); with one,
+        candidate dicts for its window. When collapsing leaves fewer than ``top_k``, a
+        deeper list is fetched (doubling, at most ``REFILL_ROUNDS`` times)."""
         restricted = _LabelCheck()
         relaxed = False
         # With a reranker, fetch its whole window (top-N in), so top_k out is reranked.
         depth = max(top_k, self.rerank_depth) if self.reranker is not None else top_k
-        hits = self._ranked_hits(query, filters, depth)
+        depth += DUPLICATE_MARGIN if self.collapse_duplicates else 0
+        hits, more = self._ranked_hits(query, filters, depth)
         if filters and self.retry_without_filters and not any(not restricted(h.chunk.sensitivity) for h in hits):
-            hits = self._ranked_hits(query, None, depth)
-            relaxed = True
-        if self.reranker is None:
-            # Exit #2: restricted records are dropped before any snippet exists.
-            open_hits = []
-            for h in hits:
-                if not restricted(h.chunk.sensitivity):
-                    open_hits.append(h)
-                    if len(open_hits) == top_k:
-                        break
-            return open_hits, relaxed
-        cands = [_candidate(h) for h in hits]
-        head, tail = cands[: self.rerank_depth], cands[self.rerank_depth :]
-        cands = guarded_rerank(query, head, self.reranker) + tail  # exit #1
-        # Exit #2: restricted records are dropped before any snippet exists.
-        open_cands = [c for c in cands if not restricted(c["sensitivity"])
-                      and not restricted(c["_hit"].chunk.sensitivity)]
-        return open_cands[:top_k], relaxed
+            filters, relaxed = None, True
+            hits, more = self._ranked_hits(query, None, depth)
+        for _ in range(REFILL_ROUNDS):
+            groups = group_candidates(open_ranked(query, hits, self.reranker, self.rerank_depth, restricted,
+                                                  limit=None if self.collapse_duplicates else top_k),
+                                      self.collapse_duplicates, top_k)
+            if len(groups) >= top_k or not more:
+                break
+            depth *= 2
+            hits, more = self._ranked_hits(query, filters, depth)
+        return groups[:top_k], relaxed
 
     def ranked_hits(self, query: str, *, filters: Mapping[str, Any] | Sequence[Any] | None = None,
                     top_k: int = DEFAULT_TOP_K) -> list[RetrievalHit]:
@@ -273,8 +339,8 @@ class NarrativeIndexRetriever:
         check_query(query)
         if top_k <= 0:
             return []
-        open_cands, _relaxed = self._open_candidates(query, filters, top_k)
-        return [c if isinstance(c, RetrievalHit) else c["_hit"] for c in open_cands]
+        groups, _relaxed = self._open_candidates(query, filters, top_k)
+        return [hit_of(g.kept) for g in groups]
 
     def ranked_chunks(self, query: str, *, top_k: int = DEFAULT_TOP_K) -> list[Chunk]:
         """The chunks ``retrieve(query, top_k=top_k)`` cites, in order, with no snippet
@@ -327,17 +393,7 @@ class NarrativeIndexRetriever:
         check_query(query)  # a clear error for a non-string or a query past the length limit
         if top_k <= 0:
             return []
-        open_cands, relaxed = self._open_candidates(query, filters, top_k)
-        open_cands = [_candidate(c) if isinstance(c, RetrievalHit) else c for c in open_cands]
-        snippets = [  # annotate_snippet: scores.rerank + reranker name when a reranker ran
-            annotate_snippet(build_snippet(c["_hit"], rank, library_id=self.index.library_id,
-                                           filters_relaxed=relaxed), c)
-            for rank, c in enumerate(open_cands, start=1)
-        ]
-        # Parent / window chunkers: prompt_text for generation (text and citations unchanged).
-        snippets = expand_prompt_text(snippets, [c["_hit"].chunk for c in open_cands])
-        if self.postprocessor is not None:
-            snippets = [s for s in self.postprocessor.process(query, snippets)
-                        if not is_restricted(s.get("sensitivity"))]
-            snippets = settle_prompt_refs(snippets, {c["chunk_id"]: c["_hit"].chunk for c in open_cands})
-        return snippets
+        groups, relaxed = self._open_candidates(query, filters, top_k)
+        lib = self.index.library_id
+        return cited_snippets(query, groups, relaxed=relaxed, library_of=lambda _hit: lib,
+                              postprocessor=self.postprocessor)

@@ -1,0 +1,223 @@
+"""One collection split into libraries must rank as the collection does (issue 43, item 1).
+
+For each shared eval set: the set as ONE library (the reference line), then the same
+documents split into 2 and 4 libraries by a hash of the doc id, and the 2-way split with
+two unrelated eval sets added as extra libraries (their documents are noise for every
+query). Each multi-library setup is asked through ``MultiIndexRetriever`` (router
+``none``: every library) under each ``RAGSPINE_MULTI_FUSION`` mode:
+
+* ``rrf``: each library ranked alone, the lists fused by rank (the spec's rule; the only
+  behaviour before issue 43, so a run on older code measures it whatever the variable says);
+* ``global``: one ranking over the union (BM25 with the union's statistics, raw cosine
+  across libraries, one fusion).
+
+nDCG@10 at document level (a document at its best chunk) over every judged query, with
+``retrieve(top_k=100)``, the product's default analyzer and whole-document chunks (as
+``ragspine eval``). The target: every split within 0.005 of the one-library line.
+
+``bm25`` runs on every set; ``hybrid`` (BM25 + the ``minilm`` dense backend, RRF) on the
+sets named by ``--hybrid-sets`` (default the two English ones, where MiniLM is the model
+``auto`` picks); passage and query vectors are cached under ``benchmarks/.cache/vectors``
+(git-ignored), so a rerun embeds nothing.
+
+Resumable: each finished (set, channels, setup, mode) cell is written to the JSON at once,
+and a rerun skips the cells already there (``--fresh`` starts over).
+
+    python benchmarks/bench_multi_library.py --out benchmarks/results --label after
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.common import add_io_args, out_dir, require_sets, say_written, use_data  # noqa: E402
+from ragspine_pipeline.corpus import ingest_documents  # noqa: E402
+from ragspine_pipeline.eval.beir import load_beir  # noqa: E402
+from ragspine_pipeline.eval.metrics import dedupe_keep_best, ndcg_at_k  # noqa: E402
+from ragspine_pipeline.eval.runner import EvalConfig, _chunker, beir_documents  # noqa: E402
+from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore  # noqa: E402
+from ragspine_pipeline.retrieval.link.multi_index import MultiIndexRetriever  # noqa: E402
+from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever  # noqa: E402
+
+SETS = ("scifact", "cranfield", "cmrc2018-trial", "xquad-de", "xquad-ru", "xquad-ar", "xquad-th")
+# Extra (unrelated) libraries per set: two other sets, English ones first (they share the
+# most vocabulary with the English sets, so they are the harder noise).
+NOISE_POOL = ("cranfield", "scifact", "xquad-de")
+MODES = ("rrf", "global")
+DEPTH = 100
+TOLERANCE = 0.005
+CACHE = Path(__file__).resolve().parent / ".cache" / "vectors"
+MULTI_FUSION_ENV = "RAGSPINE_MULTI_FUSION"
+
+
+def bucket(doc_id: str, n: int) -> int:
+    """A stable library for a document: the doc id's hash, mod ``n``."""
+    return int.from_bytes(hashlib.blake2b(doc_id.encode(), digest_size=8).digest(), "big") % n
+
+
+def set_chunks(root: Path, name: str, prefix: str = "") -> tuple[list[Any], Any]:
+    """A set's chunks (whole-document chunker) and its dataset; ``prefix`` renames doc ids."""
+    ds = load_beir(root / name)
+    docs = beir_documents(ds)
+    if prefix:
+        docs = [dataclasses.replace(d, doc_id=f"{prefix}{d.doc_id}") for d in docs]
+    with ChunkStore(":memory:") as store:
+        ingest_documents(store, docs, scope_prefix="", chunker=_chunker(EvalConfig()))
+        return list(store.iter_chunks()), ds
+
+
+_BACKEND: dict[str, Any] = {}
+
+
+def backend(channels: str) -> Any:
+    if channels == "bm25":
+        return None
+    if "minilm" not in _BACKEND:
+        from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend
+        from ragspine_pipeline.vector_cache import CachingEmbeddingBackend
+
+        _BACKEND["minilm"] = CachingEmbeddingBackend(make_embedding_backend("minilm"), CACHE)
+    return _BACKEND["minilm"]
+
+
+def library(chunks: Sequence[Any], name: str, channels: str) -> NarrativeIndexRetriever:
+    be = backend(channels)
+    idx = NarrativeIndex.from_chunks(list(chunks), embedding_backend=be, library_id=name,
+                                     channels=("bm25", "dense") if be is not None else ("bm25",))
+    if be is not None:
+        import numpy as np
+
+        idx.retriever._ensure_vectors(np.arange(len(idx.retriever.chunks)))  # embed (or read the cache) now
+    return NarrativeIndexRetriever(idx)
+
+
+def score(retriever: Any, queries: list[tuple[str, dict[str, float]]]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    total = 0.0
+    for text, qrels in queries:
+        out = retriever.retrieve(text, top_k=DEPTH)
+        total += ndcg_at_k(dedupe_keep_best([s["doc_id"] for s in out]), qrels, 10)
+    n = len(queries)
+    return {"ndcg@10": round(total / n, 4), "queries": n,
+            "ms_per_query": round((time.perf_counter() - t0) * 1000 / n, 2)}
+
+
+def setups(chunks: list[Any], name: str, root: Path, channels: str) -> dict[str, dict[str, list[Any]]]:
+    """Setup name -> {library: chunks}."""
+    out: dict[str, dict[str, list[Any]]] = {}
+    for n in (2, 4):
+        libs: dict[str, list[Any]] = {}
+        for c in chunks:
+            libs.setdefault(f"part{bucket(c.doc_id, n)}", []).append(c)
+        out[f"split{n}"] = libs
+    noise = [s for s in NOISE_POOL if s != name][:2]
+    plus = dict(out["split2"])
+    for s in noise:
+        plus[f"noise-{s}"] = set_chunks(root, s, prefix=f"noise-{s}/")[0]
+    out["split2+" + "+".join(noise)] = plus
+    return out
+
+
+def git_head() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).resolve().parents[1], check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+def write_md(path: Path, data: dict[str, Any]) -> None:
+    lines = [f"# Multi-library ranking: a split collection against the same set as one library ({data['label']})",
+             "", f"Command: `{data['command']}`  ", f"Code: {data['code']}; machine: {data['machine']}", "",
+             "nDCG@10 (document level, all judged queries, `retrieve(top_k=100)`, router none). Setups: the set "
+             "hashed into 2 or 4 libraries by doc id; `split2+A+B`: the 2-way split plus sets A and B as extra "
+             "libraries. Δ = split − one library; the target is |Δ| ≤ 0.005 "
+             "(`rrf`: per-library ranking fused by rank, the spec's rule; `global`: one ranking over the union).",
+             "", "| set | channels | one library | setup | mode | nDCG@10 | Δ | within 0.005 | ms/query |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for key, cell in data["cells"].items():
+        s, ch, setup, mode = key.split("|")
+        if setup == "one":
+            continue
+        one = data["cells"].get(f"{s}|{ch}|one|-")
+        if one is None:
+            continue
+        d = cell["ndcg@10"] - one["ndcg@10"]
+        lines.append(f"| {s} | {ch} | {one['ndcg@10']:.4f} | {setup} | {mode} | {cell['ndcg@10']:.4f} | "
+                     f"{d:+.4f} | {'yes' if abs(d) <= TOLERANCE else 'no'} | {cell['ms_per_query']} |")
+    if data.get("notes"):
+        lines += ["", *data["notes"]]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_io_args(ap)
+    ap.add_argument("--sets", nargs="*", default=list(SETS))
+    ap.add_argument("--hybrid-sets", nargs="*", default=["cranfield", "scifact"])
+    ap.add_argument("--modes", nargs="*", default=list(MODES))
+    ap.add_argument("--label", default="after", help="results file suffix: multi_library[_LABEL].json")
+    ap.add_argument("--limit", type=int, default=None, help="first N judged queries per set (smoke runs)")
+    ap.add_argument("--fresh", action="store_true")
+    args = ap.parse_args(argv)
+    root = use_data(args.data)
+    require_sets(root, set(args.sets) | set(NOISE_POOL))
+    out = out_dir(args.out)
+    stem = "multi_library" if args.label == "after" else f"multi_library_{args.label}"
+    jpath, mpath = out / f"{stem}.json", out / f"{stem}.md"
+    data: dict[str, Any] = {} if args.fresh or not jpath.exists() else json.loads(jpath.read_text())
+    data.update({"label": args.label, "code": git_head(), "command": "python " + " ".join(sys.argv),
+                 "machine": {"cpu_count": os.cpu_count(), "loadavg_at_start": list(os.getloadavg())}})
+    data.setdefault("cells", {})
+
+    def save() -> None:
+        jpath.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        write_md(mpath, data)
+
+    plan = [(s, "bm25") for s in args.sets] + [(s, "hybrid") for s in args.sets if s in args.hybrid_sets]
+    for name, channels in plan:
+        chunks, ds = set_chunks(root, name)
+        qids = ds.judged_queries[: args.limit] if args.limit else ds.judged_queries
+        queries = [(ds.queries[q], {d: float(g) for d, g in ds.qrels[q].items()}) for q in qids]
+        key = f"{name}|{channels}|one|-"
+        if key not in data["cells"]:
+            data["cells"][key] = score(library(chunks, name, channels), queries)
+            save()
+            print(key, data["cells"][key], file=sys.stderr, flush=True)
+        todo = [(setup, mode) for setup in ("split2", "split4", "split2+") for mode in args.modes]
+        if all(any(k.startswith(f"{name}|{channels}|{s}") and k.endswith(f"|{m}") for k in data["cells"])
+               for s, m in todo):
+            continue
+        for setup, libs in setups(chunks, name, root, channels).items():
+            retrievers = {lib: library(cs, lib, channels) for lib, cs in sorted(libs.items())}
+            for mode in args.modes:
+                key = f"{name}|{channels}|{setup}|{mode}"
+                if key in data["cells"]:
+                    continue
+                os.environ[MULTI_FUSION_ENV] = mode
+                try:
+                    multi = MultiIndexRetriever(retrievers, router=None)
+                finally:
+                    os.environ.pop(MULTI_FUSION_ENV, None)
+                data["cells"][key] = score(multi, queries)
+                save()
+                print(key, data["cells"][key], file=sys.stderr, flush=True)
+    save()
+    say_written([jpath, mpath])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,200 @@
+"""Several libraries ranked as ONE collection (``RAGSPINE_MULTI_FUSION=global``, issue 43).
+
+Why: ranking each library alone and fusing the lists by rank gives every library's best
+hit the same credit, so a library with nothing relevant placed its best weak match at
+rank 2 (a chunk with ``bm25=0.0`` did), and the answer was ordered by library, not by
+relevance. Here the selected libraries are scored as the union of their chunks:
+
+* BM25 with the union's statistics: each library reports its part (N, summed length and
+  df of every query token, over its filtered survivors: ``survivor_stats``), the parts are
+  summed, and each library scores its postings with the sum (``search(stats=...)``), the
+  two-phase statistics of refresh stacks and shards. With the same analyzer everywhere the
+  scores are those of one index over the union, so the per-library lists merge by score.
+  An index that cannot take outside statistics (a refresh stack, the sharded front) scores
+  with its own and the response says so (``fusion.bm25_stats: "per_library"``).
+* Dense: raw cosine (each library's cached unit vectors against one query vector per
+  model), merged by score across the libraries embedded with the same model. Libraries
+  with different models cannot share scores: each model's merged list is its own ranking,
+  fused by rank (``fusion.dense: "rank_per_model"``; convex fusion then falls back to RRF,
+  since min-max over scores of different models is not comparable either).
+* One fusion (``fusion.py``'s ``fuse_runs``) over the union: the libraries' common
+  fusion config, else the spec's RRF.
+
+A glossary variant is run in every library whose rewriter gives it (variants are keyed by
+text and weight). Ids are ``(library, position)``; ties fall by (library, position).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..lexical.bm25_corpus_stats import CorpusStats
+from ..lexical.fusion import DEFAULT_RRF_K, FusionConfig, Run, fuse_runs
+from ..lexical.glossary import query_variants
+from ..lexical.hybrid import HybridRetriever, RetrievalHit
+from ..vector.base import backend_model_id
+
+Key = tuple[str, int]  # (library id, position in that library's index)
+
+
+@dataclass(frozen=True)
+class GlobalHit:
+    """One hit of the union ranking: its library and the hit (position in that library)."""
+
+    library_id: str
+    hit: RetrievalHit
+
+
+def takes_stats(index: Any) -> bool:
+    """Whether ``index`` scores with outside statistics (``survivor_stats`` + ``search(stats=)``)."""
+    if not callable(getattr(index, "survivor_stats", None)):
+        return False
+    try:
+        return "stats" in inspect.signature(index.search).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def common_fusion(parts: Mapping[str, HybridRetriever], rrf_k: int) -> FusionConfig:
+    """The libraries' fusion when they all agree, else the spec's RRF."""
+    configs = {p.fusion for p in parts.values() if p.embedding_backend is not None}
+    return configs.pop() if len(configs) == 1 else FusionConfig(k=rrf_k)
+
+
+def _merge(per_lib: list[tuple[str, np.ndarray, np.ndarray]], depth: int) -> tuple[list[Key], list[float]]:
+    """Per-library (positions, scores) merged by score (ties: library, position), cut at depth."""
+    rows = [(-float(s), lib, int(p)) for lib, ids, sc in per_lib for p, s in zip(ids.tolist(), sc.tolist(),
+                                                                                  strict=True)]
+    rows.sort()
+    rows = rows[:depth]
+    return [(lib, p) for _, lib, p in rows], [-s for s, _, _ in rows]
+
+
+def _bm25_runs(parts: Mapping[str, HybridRetriever], variants: Mapping[tuple[str, float], list[str]],
+               cand: Mapping[str, Any], depth: int, best: dict[Key, float]) -> tuple[list[Run], bool]:
+    """One merged BM25 run per variant; whether every library scored with the union's statistics."""
+    runs: list[Run] = []
+    exact = True
+    for (text, weight), libs in variants.items():
+        libs = [lib for lib in libs if "bm25" in parts[lib].channels]
+        if not libs:
+            continue
+        toks = {lib: list(parts[lib].analyzer.analyze_query(text, parts[lib]._languages)) for lib in libs}
+        shared = [lib for lib in libs if takes_stats(parts[lib].index)]
+        exact = exact and len(shared) == len(libs)
+        union = list(dict.fromkeys(t for lib in libs for t in toks[lib]))
+        total: CorpusStats | None = None
+        for lib in shared:
+            part = parts[lib].index.survivor_stats(union, cand[lib])
+            total = part if total is None else total + part
+        where = {t: i for i, t in enumerate(union)}
+        per_lib = []
+        for lib in libs:
+            ix = parts[lib].index
+            if lib in shared and total is not None and total.n > 0 and total.total > 0:
+                df = total.df[[where[t] for t in toks[lib]]] if toks[lib] else np.zeros(0, np.int64)
+                got = ix.search(toks[lib], k=depth, candidates=cand[lib],
+                                stats=CorpusStats(total.n, total.total, np.asarray(df, np.int64)))
+            else:
+                got = ix.search(toks[lib], k=depth, candidates=cand[lib])
+            per_lib.append((lib, got.ids, got.scores))
+        ids, scores = _merge(per_lib, depth)
+        runs.append(Run(ids, scores, weight))
+        for key, s in zip(ids, scores, strict=True):
+            if s > best.get(key, 0.0):
+                best[key] = s
+    return runs, exact
+
+
+def _dense_runs(parts: Mapping[str, HybridRetriever], variants: Mapping[tuple[str, float], list[str]],
+                positions: Mapping[str, np.ndarray | None], depth: int,
+                best: dict[Key, float]) -> tuple[list[Run], int]:
+    """Per variant and per model, one run merged by raw cosine; how many models there were."""
+    groups: dict[str, list[str]] = {}
+    for lib, p in parts.items():
+        if positions.get(lib) is not None:
+            groups.setdefault(backend_model_id(p.embedding_backend), []).append(lib)
+    runs: list[Run] = []
+    for model_libs in groups.values():
+        be = parts[model_libs[0]].embedding_backend
+        embed_q = getattr(be, "embed_queries", None) or be.embed_texts
+        wanted = [(v, [lib for lib in libs if lib in model_libs]) for v, libs in variants.items()]
+        wanted = [(v, libs) for v, libs in wanted if libs]
+        qv = np.asarray(embed_q([v[0] for v, _ in wanted]), dtype=np.float32)
+        qv = qv / np.where((n := np.linalg.norm(qv, axis=1, keepdims=True)) == 0, 1, n)
+        for row, ((_, weight), libs) in zip(qv, wanted, strict=True):
+            per_lib = []
+            for lib in libs:
+                pos = positions[lib]
+                if pos is None or not len(pos):
+                    continue
+                sims = (parts[lib]._ensure_vectors(pos) @ row).astype(np.float64)
+                sel = np.arange(len(sims))
+                if len(sims) > 4 * depth:  # tie-safe cut, as the library's own dense channel
+                    kth = sims[np.argpartition(-sims, depth - 1)[depth - 1]]
+                    sel = np.flatnonzero(sims >= kth)
+                per_lib.append((lib, pos[sel], sims[sel]))
+            ids, scores = _merge(per_lib, depth)
+            runs.append(Run(ids, scores, weight))
+            for key, s in zip(ids, scores, strict=True):
+                if key not in best or s > best[key]:
+                    best[key] = s
+    return runs, len(groups)
+
+
+def rank_union(parts: Mapping[str, HybridRetriever], query: str, filters: Any, top_k: int, *,
+               rrf_k: int = DEFAULT_RRF_K) -> list[GlobalHit]:
+    """The first ``top_k`` hits of the libraries ``parts`` ranked as one collection under
+    ``filters`` (RESTRICTED chunks included, as ``HybridRetriever.search``; the exits
+    remove them)."""
+    if top_k <= 0 or not parts:
+        return []
+    depth = max(top_k, *(p.candidate_k for p in parts.values()))
+    fusion = common_fusion(parts, rrf_k)
+    variants: dict[tuple[str, float], list[str]] = {}
+    for lib, p in parts.items():
+        for v in query_variants(p.rewriter, query):
+            variants.setdefault((v.text, float(v.weight)), []).append(lib)
+    dense_on = {lib: p.embedding_backend is not None and "dense" in p.channels
+                and ("bm25" not in p.channels or fusion.dense_weight > 0) for lib, p in parts.items()}
+    positions, cand = {}, {}
+    for lib, p in parts.items():
+        positions[lib], cand[lib] = p._filtered(filters, None, dense_on[lib])
+    bm25_best: dict[Key, float] = {}
+    vec_best: dict[Key, float] = {}
+    bm25, exact = _bm25_runs(parts, variants, cand, depth, bm25_best)
+    dense, models = _dense_runs(parts, variants, positions, depth, vec_best)
+    if models > 1 and fusion.method == "convex":
+        fusion = FusionConfig(k=fusion.k, source=fusion.source)  # scores of different models: ranks only
+    fused: list[tuple[Hashable, float]] = fuse_runs(bm25, dense, fusion, top_k=top_k, rrf_k=rrf_k)
+    info = None
+    if any(p.embedding_backend is not None for p in parts.values()):
+        info = {**fusion.to_dict(), "channels": sorted({c for p in parts.values() for c in p.channels}),
+                "scope": "global", "bm25_stats": "union" if exact else "per_library",
+                "dense": "raw_cosine" if models <= 1 else "rank_per_model"}
+    out = []
+    for key, score in fused:
+        lib, pos = key  # type: ignore[misc]
+        p = parts[lib]
+        has_dense = p.embedding_backend is not None and "dense" in p.channels
+        out.append(GlobalHit(lib, RetrievalHit(position=pos, chunk=p.chunks[pos], bm25=bm25_best.get(key, 0.0),
+                                               vector=vec_best.get(key) if has_dense else None, fused=score,
+                                               fusion=info)))
+    return out
+
+
+def union_hits(parts: Mapping[str, HybridRetriever], query: str, filters: Any, top_k: int,
+               restricted_budget: Sequence[int] = (), *, rrf_k: int = DEFAULT_RRF_K) -> tuple[list[GlobalHit], bool]:
+    """``rank_union`` asked for ``top_k`` plus the restricted chunks the libraries hold (so
+    ``top_k`` open hits survive exit #2), and whether more may exist past them."""
+    want = top_k + int(sum(restricted_budget))
+    hits = rank_union(parts, query, filters, want, rrf_k=rrf_k)
+    return hits, len(hits) >= want
+
+
+__all__ = ["GlobalHit", "common_fusion", "rank_union", "takes_stats", "union_hits"]

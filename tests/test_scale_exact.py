@@ -128,6 +128,7 @@ def test_the_front_takes_outside_statistics_as_the_segments_do(tmp_path: Path) -
     """A ranking across libraries sums survivor statistics over every library and scores
     each with the sum: the shards' front answers both calls as the published segments
     (``SegmentedBM25``, what one process serves) do."""
+    from ragspine_pipeline.retrieval.lexical.bm25_corpus_stats import CorpusStats
     from ragspine_pipeline.retrieval.lexical.bm25_segments import SurvivorStats, open_segments
     from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
     from ragspine_pipeline.scale.shards import write_layout
@@ -138,13 +139,22 @@ def test_the_front_takes_outside_statistics_as_the_segments_do(tmp_path: Path) -
     front, bodies = in_process_front(tmp_path, 2)
     mask = np.zeros(600, bool)
     mask[::4] = True
+    everything = np.ones(600, bool)
     for q in (["w1", "w7"], ["w3", "w3", "nothing"], ["w140"]):
-        want, got = segments.survivor_stats(q, mask), front.survivor_stats(q, mask)
-        assert (got.n, got.total_len, got.df.tolist()) == (want.n, want.total_len, want.df.tolist())
+        for m in (mask, everything):
+            want, got = segments.survivor_stats(q, m), front.survivor_stats(q, m)
+            assert (got.n, got.total, got.df.tolist()) == (want.n, want.total_len, want.df.tolist())
+        alls = front.survivor_stats(q)  # None: every document (BM25Index's convention)
+        assert (alls.n, alls.total, alls.df.tolist()) == (600, single.index.total_len,
+                                                          segments.survivor_stats(q, everything).df.tolist())
+        want = segments.survivor_stats(q, mask)
         wider = SurvivorStats(3 * want.n, 3 * want.total_len, 2 * want.df)  # as if other libraries added theirs
-        for stats in (None, wider):
-            a, b = segments.search(q, 9, mask, stats=stats), front.search(q, 9, mask, stats=stats)
+        for stats in (None, wider, CorpusStats(wider.n, wider.total_len, wider.df)):  # either kind of sum
+            a = segments.search(q, 9, mask, stats=None if stats is None else wider)
+            b = front.search(q, 9, mask, stats=stats)
             assert a.ids.tolist() == b.ids.tolist() and np.allclose(a.scores, b.scores, rtol=1e-12, atol=0)
+        a, b = segments.search(q, 9, everything, stats=wider), front.search(q, 9, None, stats=wider)
+        assert a.ids.tolist() == b.ids.tolist() and np.allclose(a.scores, b.scores, rtol=1e-12, atol=0)
     for body in bodies:
         body.wire.close()
 

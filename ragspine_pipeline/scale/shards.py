@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..retrieval.lexical.bm25 import candidate_mask
+from ..retrieval.lexical.bm25_corpus_stats import CorpusStats
 from ..retrieval.lexical.bm25_segments import SurvivorStats, open_segments
 from ..retrieval.lexical.bm25_topk import ScoredDocs, empty_scored, merge_top_k
 from ..retrieval.lexical.dense_topk import dense_top
@@ -417,29 +418,30 @@ class ShardedBM25:
                                           for i in range(len(self.shards))})
         return {i: head["stats"][0] for i, (head, _) in got.items()}
 
-    def survivor_stats(self, query_tokens: Sequence[str], candidates: Any) -> SurvivorStats:
-        """The statistics phase alone, summed over the shards: what ``SegmentedBM25``
-        answers over all its segments (a ranking across libraries sums them further)."""
-        mask = candidate_mask(candidates, self.n_docs)
+    def survivor_stats(self, query_tokens: Sequence[str], candidates: Any = None) -> CorpusStats:
+        """The statistics phase alone, summed over the shards (``candidates`` None: every
+        document): this corpus's part of a sum across libraries, as ``BM25Index.survivor_stats``."""
+        mask = np.ones(self.n_docs, bool) if candidates is None else candidate_mask(candidates, self.n_docs)
         per = self._phase1(list(query_tokens), np.packbits(mask).tobytes())
-        return SurvivorStats(sum(int(x["n"]) for x in per.values()), sum(int(x["total_len"]) for x in per.values()),
-                             np.sum([np.asarray(x["df"], np.int64) for x in per.values()], axis=0)
-                             if per else np.zeros(len(query_tokens), np.int64))
+        return CorpusStats(sum(int(x["n"]) for x in per.values()), sum(int(x["total_len"]) for x in per.values()),
+                           np.sum([np.asarray(x["df"], np.int64) for x in per.values()], axis=0)
+                           if per else np.zeros(len(query_tokens), np.int64))
 
     def search(self, query_tokens: Sequence[str], k: int = 10, candidates: Any = None, *,
                stats: Any = None) -> ScoredDocs:
         """Top-k by (score desc, position asc) over every shard: one phase unfiltered, two
         (global survivor statistics, then scoring) with ``candidates``; with ``stats`` (N,
-        summed length, df: a caller's sum over more than this corpus) one, as
-        ``SegmentedBM25.search`` (which, like this, ignores them without candidates)."""
+        summed length, df per token: a caller's sum over more than this corpus,
+        ``CorpusStats`` or ``SurvivorStats``) one scoring phase with them, over
+        ``candidates`` or every document."""
         if k <= 0:
             return empty_scored()
         q = list(query_tokens)
-        if candidates is None:
+        if candidates is None and stats is None:
             req = {"op": "search", "q": q, "k": k, "stats": None, "mask": False}
             parts = self._gather("search", {i: (req, b"") for i in range(len(self.shards))})
             return _merge([scored_parts(*p)[0] for p in parts.values()], k)
-        mask = candidate_mask(candidates, self.n_docs)
+        mask = np.ones(self.n_docs, bool) if candidates is None else candidate_mask(candidates, self.n_docs)
         if not mask.any():
             return empty_scored()
         packed = np.packbits(mask).tobytes()

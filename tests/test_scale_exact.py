@@ -153,8 +153,11 @@ def test_the_front_takes_outside_statistics_as_the_segments_do(tmp_path: Path) -
             a = segments.search(q, 9, mask, stats=None if stats is None else wider)
             b = front.search(q, 9, mask, stats=stats)
             assert a.ids.tolist() == b.ids.tolist() and np.allclose(a.scores, b.scores, rtol=1e-12, atol=0)
-        a, b = segments.search(q, 9, everything, stats=wider), front.search(q, 9, None, stats=wider)
-        assert a.ids.tolist() == b.ids.tolist() and np.allclose(a.scores, b.scores, rtol=1e-12, atol=0)
+        for a in (segments.search(q, 9, everything, stats=wider), segments.search(q, 9, None, stats=wider)):
+            b = front.search(q, 9, None, stats=CorpusStats(wider.n, wider.total_len, wider.df))
+            assert a.ids.tolist() == b.ids.tolist() and np.allclose(a.scores, b.scores, rtol=1e-12, atol=0)
+        seg_all = segments.survivor_stats(q) + front.survivor_stats(q)  # None: every document; sums mix kinds
+        assert (seg_all.n, seg_all.total) == (1200, 2 * single.index.total_len)
     for body in bodies:
         body.wire.close()
 
@@ -202,3 +205,15 @@ def test_demo_golden_queries_from_two_shards_equal_one_process(tmp_path: Path,
         for body in bodies:
             body.wire.close()
     assert compared >= 2 * len(golden)
+    # One process serving these bucketed libraries answers a search across them (the global
+    # ranking sums each library's statistics: it was a 500 on SegmentedBM25).
+    from fastapi.testclient import TestClient
+    from service_fixtures import wait_ready
+
+    from ragspine_pipeline.service.app import create_app
+
+    with TestClient(create_app(wh.root), base_url="http://127.0.0.1") as client:
+        wait_ready(client.get)
+        for body in ({"query": "revenue", "top_k": 5}, {"query": "revenue", "top_k": 5, "mode": "bm25"}):
+            r = client.post("/v1/search", json=body)
+            assert r.status_code == 200 and r.json()["snippets"], r.text

@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -110,8 +111,20 @@ class SurvivorStats:
     total_len: int
     df: np.ndarray  # int64, one per query token
 
-    def __add__(self, other: SurvivorStats) -> SurvivorStats:
+    def __add__(self, other: Any) -> SurvivorStats:
+        other = SurvivorStats.of(other)
         return SurvivorStats(self.n + other.n, self.total_len + other.total_len, self.df + other.df)
+
+    @property
+    def total(self) -> int:
+        """``CorpusStats``'s name for the summed length (a ranking across libraries reads either)."""
+        return self.total_len
+
+    @staticmethod
+    def of(stats: Any) -> SurvivorStats:
+        """Statistics of either kind (``CorpusStats`` names the summed length ``total``)."""
+        return stats if isinstance(stats, SurvivorStats) else SurvivorStats(int(stats.n), int(stats.total),
+                                                                           np.asarray(stats.df, np.int64))
 
 
 class SegmentedBM25:
@@ -193,15 +206,19 @@ class SegmentedBM25:
 
         ``candidates``: a bool mask over the corpus positions, or corpus positions; then
         the survivors' statistics are the corpus's (summed over all segments, or ``stats``).
+        ``stats`` without candidates: every document scored with them (a ranking across
+        libraries passes the union's; ``CorpusStats`` or ``SurvivorStats``).
         """
         if k <= 0:
             return empty_scored()
-        if candidates is None:
+        if candidates is None and stats is None:
             parts = [seg.search(query_tokens, k) for seg in self.segments]
             ids = np.concatenate([seg._global_pos[p.ids] for seg, p in zip(self.segments, parts, strict=True)])
             return merge_top_k(ids, np.concatenate([p.scores for p in parts]), k)
         mask = self._mask(candidates)
-        if stats is None:
+        if stats is not None:
+            stats = SurvivorStats.of(stats)
+        else:
             if len(self.segments) != self.buckets_total:
                 missing = sorted(set(range(self.buckets_total)) - set(self.buckets))
                 raise ValueError(f"a filtered query needs every segment's survivor statistics; this shard lacks "
@@ -209,8 +226,9 @@ class SegmentedBM25:
             stats = self.survivor_stats(query_tokens, mask)
         return self._filtered(query_tokens, k, mask, stats)
 
-    def survivor_stats(self, query_tokens: Sequence[str], candidates: np.ndarray) -> SurvivorStats:
-        """This shard's part of a filter's statistics (summed across shards by the caller)."""
+    def survivor_stats(self, query_tokens: Sequence[str], candidates: np.ndarray | None = None) -> SurvivorStats:
+        """This shard's part of a filter's statistics (summed across shards by the caller;
+        None: every document, as ``BM25Index.survivor_stats``)."""
         mask = self._mask(candidates)
         total = SurvivorStats(0, 0, np.zeros(len(query_tokens), np.int64))
         for seg in self.segments:
@@ -256,8 +274,9 @@ class SegmentedBM25:
         vals = np.concatenate([c for _, c in contrib])[order]
         return top_k(si[starts], np.add.reduceat(vals, starts), k)
 
-    def _mask(self, candidates: np.ndarray) -> np.ndarray:
-        return candidate_mask(candidates, self.n_docs)
+    def _mask(self, candidates: np.ndarray | None) -> np.ndarray:
+        """None: every document (as ``BM25Index.survivor_stats`` reads it)."""
+        return np.ones(self.n_docs, bool) if candidates is None else candidate_mask(candidates, self.n_docs)
 
 
 def open_segments(folder: str | os.PathLike[str], buckets: Iterable[int] | None = None, *,

@@ -22,6 +22,7 @@ from assets import (  # noqa: E402
     refresh_job,
 )
 from resources import RetrievalResource, WarehouseResource  # noqa: E402
+from resources.instance_storage import secure_instance_storage  # noqa: E402
 
 defs = dg.Definitions(
     assets=[*LIBRARY_ASSETS, *RERANK_ASSETS],
@@ -35,12 +36,17 @@ defs = dg.Definitions(
 
 def materialize_library(library: str, instance: dg.DagsterInstance, warehouse: WarehouseResource | None = None,
                         run_config: dict | None = None) -> dg.ExecuteInProcessResult:
-    """Materialize every asset of one library partition in-process (registers the partition)."""
+    """Materialize every asset of one library partition in-process (registers the partition).
+    The instance's run storage and compute logs are owner-only before and after the run."""
+    secure_instance_storage(instance)
     if library not in instance.get_dynamic_partitions(library_partitions.name):
         instance.add_dynamic_partitions(library_partitions.name, [library])
-    return dg.materialize(LIBRARY_ASSETS, partition_key=library, instance=instance,
-                          resources={"warehouse": warehouse or WarehouseResource()}, run_config=run_config,
-                          raise_on_error=True)
+    try:
+        return dg.materialize(LIBRARY_ASSETS, partition_key=library, instance=instance,
+                              resources={"warehouse": warehouse or WarehouseResource()}, run_config=run_config,
+                              raise_on_error=True)
+    finally:
+        secure_instance_storage(instance)  # what the run wrote at its end
 
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}

@@ -42,6 +42,7 @@ from ragspine_pipeline.retrieval.rerank.cross_encoder import RERANKER_ENV
 from ragspine_pipeline.warehouse.pipeline import SNAPSHOT, published_libraries, select_snapshot
 from ragspine_pipeline.warehouse.versioned import VersionedTables, WarehouseError
 
+from .instance_storage import secure_instance_storage
 from .warehouse import default_warehouse_root
 
 LAYER_FIELDS = LAYER_KEYS  # the make_query_layers keywords, as fields of the same names
@@ -72,6 +73,10 @@ class RetrievalResource(dg.ConfigurableResource):
 
     _cache: dict = PrivateAttr(default_factory=dict)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """The ``ask`` job's runs keep the instance's run storage owner-only too (#42 item 6)."""
+        secure_instance_storage(context.instance)
 
     def _tables(self) -> VersionedTables:
         return VersionedTables(self.warehouse_root or default_warehouse_root())

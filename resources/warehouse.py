@@ -7,6 +7,8 @@ import dagster as dg
 from ragspine_pipeline import paths, settings
 from ragspine_pipeline.warehouse.versioned import VersionedTables
 
+from .instance_storage import secure_instance_storage
+
 
 def default_warehouse_root() -> str:
     """``paths.default_warehouse()``, the one definition the CLI shares: RAGSPINE_WAREHOUSE,
@@ -41,6 +43,11 @@ class WarehouseResource(dg.ConfigurableResource):
     # pipelines on the cluster at RAY_ADDRESS, else a local one; the [scale] extra).
     # Empty: RAGSPINE_EXECUTOR (default local).
     executor: str = ""
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Where every run of the library assets starts: the instance's run storage and
+        compute logs become owner-only (``instance_storage``, #42 item 6)."""
+        secure_instance_storage(context.instance)
 
     def executor_name(self) -> str:
         """``executor``, else ``RAGSPINE_EXECUTOR``; an unknown value fails here, naming it."""

@@ -24,6 +24,10 @@ class ShardUnavailable(RuntimeError):
                          "retry, or send allow_partial=true to accept an answer without them")
 
 
+class ShardUnhealthy(RuntimeError):
+    """A shard whose listener cannot accept connections (Ray should replace it)."""
+
+
 @dataclass
 class ShardRequest:
     """One request's tolerance for missing shards, and the shards it went without."""
@@ -52,4 +56,4 @@ def shard_request(allow_partial: bool = False) -> Iterator[ShardRequest]:
         _REQUEST.reset(token)
 
 
-__all__ = ["ShardRequest", "ShardUnavailable", "shard_request"]
+__all__ = ["ShardRequest", "ShardUnavailable", "ShardUnhealthy", "shard_request"]

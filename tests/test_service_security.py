@@ -7,6 +7,7 @@ tests/test_security.py to the service's two doors.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -19,7 +20,7 @@ pytest.importorskip("mcp")
 
 from fastapi.testclient import TestClient  # noqa: E402
 from service_fixtures import wait_ready  # noqa: E402
-from test_security import VOCAB, corpora  # noqa: E402  (the same worlds as the engine's property test)
+from test_security import VOCAB, _form_files, corpora, write_lib  # noqa: E402  (the engine's worlds)
 
 from ragspine_pipeline.service.app import create_app  # noqa: E402
 from ragspine_pipeline.service.limits import ServiceLimits  # noqa: E402
@@ -31,12 +32,16 @@ MCP_HEADERS = {"accept": "application/json, text/event-stream"}
 
 
 def publish(root: Path, docs: dict) -> Path:
+    """The library of ``docs`` published under ``root``; a hidden document is written in its
+    ingest form (test_security's ``_form_files``: sidecar, look-alike keys, hard links...)."""
     shutil.rmtree(root, ignore_errors=True)
-    folder = root / "corpus" / LIB
-    folder.mkdir(parents=True)
-    for d, (text, label, entity) in docs.items():
-        (folder / f"{d}.md").write_text(text, encoding="utf-8")
-        (folder / f"{d}.meta.json").write_text(json.dumps({"sensitivity": label, "entity": entity}), encoding="utf-8")
+    files: dict[str, str | tuple[str, str]] = {}
+    for d, (text, label, entity, *form) in docs.items():
+        files.update(_form_files(d, text, label, entity, form[0] if form else "sidecar"))
+    folder = write_lib(root / "corpus", {n: b for n, b in files.items() if not isinstance(b, tuple)}, LIB)
+    for name, body in files.items():
+        if isinstance(body, tuple):
+            os.link(folder / body[1], folder / name)
     wh = VersionedTables(root / "wh")
     P.build_raw_documents(wh, root / "corpus", LIB)
     P.build_chunks(wh, LIB)

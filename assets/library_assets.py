@@ -12,9 +12,10 @@ from pathlib import Path
 import dagster as dg
 
 from ragspine_pipeline import paths, settings
-from ragspine_pipeline.indexing import IndexInputError, validate_library_name
+from ragspine_pipeline.indexing import IndexInputError, step_line, validate_library_name
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine_pipeline.warehouse import pipeline as P
+from ragspine_pipeline.warehouse.embeddings_step import progress_line
 from resources import WarehouseResource
 
 from .graph_assets import relation_graph
@@ -58,6 +59,11 @@ class LexicalConfig(dg.Config):
     contextual: str = ""  # as EmbeddingsConfig.contextual: the header BM25 indexes; empty: RAGSPINE_CONTEXTUAL
 
 
+def _step_done(context: dg.AssetExecutionContext, step: str, md: dict) -> None:
+    """The step's progress line: the run's log and ``ragspine.progress`` (``ragspine index``)."""
+    progress_line(context.log.info)(step_line(context.partition_key, step, md))
+
+
 def _prune(wh_res: WarehouseResource, asset: str, library: str, protect: set[str] | None = None) -> list[str]:
     # Never the versions a published snapshot names, nor those of the newest snapshot of
     # each other chunking (``ragspine query --chunker`` serves them).
@@ -97,6 +103,7 @@ def raw_documents(context: dg.AssetExecutionContext, config: RawConfig, warehous
     wh = warehouse.tables()
     with wh.lock(lib):
         res = P.build_raw_documents(wh, warehouse.corpus_path(), lib, rescan=config.rescan)
+        _step_done(context, "raw_documents", res.metadata)
         snap = wh.latest(P.SNAPSHOT, lib)
         _prune(warehouse, P.RAW, lib, {snap.manifest["metadata"]["raw_documents"]} if snap else set())
     md = res.metadata
@@ -140,6 +147,7 @@ def chunks(context: dg.AssetExecutionContext, config: ChunksConfig, warehouse: W
         protect = {snap.manifest["metadata"]["chunks"]} if snap else set()
         _prune(warehouse, P.CHUNKS, lib, protect)
     md = res.metadata
+    _step_done(context, "chunks", md)
     return dg.MaterializeResult(
         metadata={k: md[k] for k in ("new", "changed", "unchanged", "withdrawn", "rows_written", "segments",
                                       "bytes_written", "active_chunks", "rows_total", "version", "chunker", "reused",
@@ -189,6 +197,7 @@ def lexical_index(context: dg.AssetExecutionContext, config: LexicalConfig, ware
         res = P.build_lexical_index(wh, lib, config.analyzer or None, contextual=_contextual(config.contextual))
         snap = wh.latest(P.SNAPSHOT, lib)
         _prune(warehouse, P.LEXICAL, lib, {snap.manifest["metadata"]["lexical_index"]} if snap else set())
+    _step_done(context, "lexical_index", res.metadata)
     return dg.MaterializeResult(metadata=res.metadata)
 
 
@@ -223,6 +232,7 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, ware
         snap = wh.latest(P.SNAPSHOT, lib)
         keep = snap.manifest["metadata"].get("embeddings") if snap else None
         _prune(warehouse, P.EMBEDDINGS, lib, {keep} if keep else set())
+    _step_done(context, "embeddings", res.metadata)
     return dg.MaterializeResult(metadata={k: v for k, v in res.metadata.items() if v is not None},
                                 check_results=_check_results(res.checks))
 
@@ -247,6 +257,7 @@ def retrieval_snapshot(context: dg.AssetExecutionContext, warehouse: WarehouseRe
     with wh.lock(lib):
         res = P.publish_snapshot(wh, lib)
         _prune(warehouse, P.SNAPSHOT, lib)
+    _step_done(context, "retrieval_snapshot", res.metadata)
     # The checks query the served index; it is built only when there is something to ask
     # (golden questions about this library, or RESTRICTED chunks to probe for leaks).
     golden_path = DEMO / "golden_queries.json"

@@ -327,17 +327,21 @@ def index_library(wh: VersionedTables, source: LibrarySource, *, progress: Progr
         _prune(wh, P.RAW, lib, _snapshot_named(wh, lib, "raw_documents"))
         md["raw_documents"] = raw.metadata
         _checks(checks, raw)
+        say(step_line(lib, "raw_documents", raw.metadata))
         chunks = P.build_chunks(wh, lib, None)
         _prune(wh, P.CHUNKS, lib, _snapshot_named(wh, lib, "chunks"))
         md["chunks"] = chunks.metadata
         _checks(checks, chunks)
-        P.build_lexical_index(wh, lib, None)
+        say(step_line(lib, "chunks", chunks.metadata))
+        lex = P.build_lexical_index(wh, lib, None)
         _prune(wh, P.LEXICAL, lib, _snapshot_named(wh, lib, "lexical_index"))
+        say(step_line(lib, "lexical_index", lex.metadata))
         spec = embedding_spec_from_env("auto")
         emb = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec, log=say)
         if emb is not None:
             _prune(wh, P.EMBEDDINGS, lib, _snapshot_named(wh, lib, "embeddings"))
             md["embeddings"] = emb.metadata
+            say(step_line(lib, "embeddings", emb.metadata))
         checks["restricted_never_embedded"] = emb is None or bool(emb.checks["restricted_never_embedded"].passed)
         if raptor_enabled(None):
             _, depth, threshold = raptor_settings(None, None, None)
@@ -353,6 +357,7 @@ def index_library(wh: VersionedTables, source: LibrarySource, *, progress: Progr
         snap = P.publish_snapshot(wh, lib)
         _prune(wh, P.SNAPSHOT, lib, set())
         md["retrieval_snapshot"] = snap.metadata
+        say(step_line(lib, "retrieval_snapshot", snap.metadata))
         served = P.snapshot_summary(wh, lib)
         if served["restricted_chunks"]:  # probe every RESTRICTED chunk by its own words, as the asset does
             retriever = NarrativeIndexRetriever(P.load_snapshot_index(wh, lib))
@@ -360,6 +365,22 @@ def index_library(wh: VersionedTables, source: LibrarySource, *, progress: Progr
         else:
             checks["restricted_never_served"] = True
     return report_from_metadata(lib, md, checks, spec)
+
+
+_STEP_COUNTS = {"raw_documents": ("documents", "parsed", "parse_failures"),
+                "chunks": ("active_chunks", "new", "changed", "unchanged", "withdrawn"),
+                "lexical_index": ("chunks_indexed", "chunks_analyzed"),
+                "embeddings": ("embedded", "count", "sentences_per_s"),
+                "retrieval_snapshot": ("version",)}
+
+
+def step_line(library: str, step: str, md: dict[str, Any] | None) -> str:
+    """``  LIB: STEP done in S s: count, count`` -- the line either door prints as a step ends."""
+    md = md or {}
+    parts = [f"{k.replace('_', ' ')} {md[k]}" for k in _STEP_COUNTS.get(step, ()) if md.get(k) is not None]
+    secs = md.get("seconds")
+    return (f"  {library}: {step} done" + (f" in {secs:.1f} s" if isinstance(secs, int | float) else "")
+            + (f": {', '.join(parts)}" if parts else ""))
 
 
 def building_line(library: str) -> str:
@@ -436,5 +457,5 @@ def summary_lines(reports: list[LibraryReport], warehouse: str | os.PathLike[str
 
 
 __all__ = ["EXIT_CHECK_FAILED", "EXIT_INPUT_ERROR", "EXIT_LIBRARY_FAILED", "EXIT_OK", "REPORTED_CHECKS", "SOURCES_FILE", "WAREHOUSE_GLOSSARY", "IndexInputError", "LibraryReport",
-           "LibrarySource", "any_failed", "corpus_settings", "exit_code", "building_line", "prior_glossary", "environment", "index_in_process", "index_library", "loose_files", "plan_libraries",
+           "LibrarySource", "any_failed", "corpus_settings", "exit_code", "building_line", "step_line", "prior_glossary", "environment", "index_in_process", "index_library", "loose_files", "plan_libraries",
            "record_corpus_if_indexed", "record_sources", "report_from_metadata", "summary_lines", "validate_library_name", "warehouse_glossary"]

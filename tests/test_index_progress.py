@@ -145,6 +145,10 @@ def test_in_process_index_prints_building_and_embedding_progress(tmp_path, capsy
     assert rc == 0, out
     assert indexing.building_line("alpha") in out
     assert "embeddings[alpha]: 1 texts to embed" in out and "embeddings[alpha]: 1/1 texts in" in out
+    assert re.search(r"alpha: raw_documents done in [0-9.]+ s: documents 1, parsed 1", out), out
+    assert re.search(r"alpha: chunks done in [0-9.]+ s: active chunks 1, new 1", out), out
+    assert out.index("alpha: lexical_index done") < out.index("embeddings[alpha]: 1/1") \
+        < out.index("alpha: embeddings done") < out.index("alpha: retrieval_snapshot done")
 
 
 def _checkout() -> None:
@@ -161,8 +165,9 @@ def test_code_location_index_prints_embedding_progress(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "through the Dagster code location" in out and "in-process" not in out
-    assert out.index(indexing.building_line("alpha")) < out.index("embeddings[alpha]: 1/1 texts in") \
-        < out.index("alpha: documents 1")
+    assert out.index(indexing.building_line("alpha")) < out.index("alpha: raw_documents done") \
+        < out.index("alpha: chunks done") < out.index("embeddings[alpha]: 1/1 texts in") \
+        < out.index("alpha: retrieval_snapshot done") < out.index("alpha: documents 1")
     assert "embeddings[beta]: 1/1 texts in" in out
 
 

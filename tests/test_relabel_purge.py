@@ -155,13 +155,21 @@ def test_a_label_problem_and_a_parse_error_purge_like_a_relabel(tmp_path):
     corpus = folder.parent
     wh = VersionedTables(tmp_path / "wh")
     _refresh(wh, corpus, extras=False)
-    (folder / "memo.meta.json").write_text(json.dumps({"sensitivity": "PUBL1C"}), encoding="utf-8")
     (folder / "memo2.meta.json").write_text('{"sensitivity": "RESTRICTED", ', encoding="utf-8")
+    meta = _refresh(wh, corpus, extras=False)  # withheld alone: its rows leave the current tables too
+    assert meta["purge_hidden_documents"] == 1 and meta["purge_versions_narrowed"] >= 1, meta
+    assert not any(f"{CANARY}two".lower() in _readable_text(p).lower()
+                   for p in wh.latest(P.LEXICAL, LIB).path.iterdir() if p.is_file())
+    (folder / "memo.meta.json").write_text(json.dumps({"sensitivity": "PUBL1C"}), encoding="utf-8")
     meta = _refresh(wh, corpus, extras=False)
     assert meta["purge_hidden_documents"] == 2 and meta["purge_versions_narrowed"] >= 1, meta
     holders = _assert_only_owner_only_files_hold_the_canary(wh.root)
     assert any(p.relative_to(wh.root).parts[0] == P.LEXICAL for p in holders)
-    assert not any("memo" in h["doc_id"] for h in _served(wh, f"{CANARY} zebra plan"))
+    # Fixed, the withheld document serves again: its chunks are analyzed again.
+    (folder / "memo2.meta.json").write_text(json.dumps({"sensitivity": "PUBLIC"}), encoding="utf-8")
+    _refresh(wh, corpus, extras=False)
+    assert any(h["doc_id"].endswith("/memo2") for h in _served(wh, f"{CANARY}two zebra"))
+    assert not any(h["doc_id"] == f"{LIB}/memo" for h in _served(wh, f"{CANARY} zebra plan"))
 
 
 def test_a_stacked_bm25_segment_from_an_older_version_is_narrowed(tmp_path, monkeypatch):
@@ -230,3 +238,24 @@ def test_the_unredacted_catalog_is_owner_only(tmp_path):
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     assert stat.S_IMODE(out.with_suffix(".json").stat().st_mode) == 0o600
     assert sorted(p.name for p in out.parent.iterdir()) == ["catalog_restricted.duckdb", "catalog_restricted.json"]
+
+
+def test_a_deleted_document_back_as_restricted_leaves_no_old_row_in_the_current_tables(tmp_path):
+    """A deleted document's tokens stay in an appended-to segment until a compaction; when
+    it comes back RESTRICTED (another text: other chunk ids), its old rows must leave the
+    current tables at once, and the older versions holding them become owner-only."""
+    folder = _library(tmp_path)
+    corpus = folder.parent
+    wh = VersionedTables(tmp_path / "wh")
+    _refresh(wh, corpus)
+    for suffix in (".md", ".meta.json"):
+        (folder / f"memo{suffix}").unlink()
+    _refresh(wh, corpus)
+    assert any(CANARY.lower() in _readable_text(p).lower() for p in wh.latest(P.LEXICAL, LIB).table_paths("tokens"))
+    _write(folder, "memo", "# Memo\n\nan entirely new text about the canteen.\n", label="RESTRICTED")
+    meta = _refresh(wh, corpus)
+    assert meta["purge_current_shared"] == 0, meta
+    _assert_only_owner_only_files_hold_the_canary(wh.root)
+    for asset, table in ((P.LEXICAL, "tokens"), (P.EMBEDDINGS, "vectors")):
+        rows = [r for p in wh.latest(asset, LIB).table_paths(table) for r in pq.read_table(p).to_pylist()]
+        assert rows and not any(r["chunk_id"].startswith(f"{LIB}/memo#") for r in rows), asset

@@ -16,8 +16,9 @@ superseded when the document's next version was ingested. So publishing a new ve
 never rewrites an old row, and an old version's tables still read exactly as they did.
 
 A document whose file or sidecar stopped parsing is *withheld*: its last good version
-stays stored and indexed (so it serves again, free, once it parses), but ``doc_state``
-marks it and the served index leaves it out — a relabel that failed to parse must not
+stays stored (so it serves again, with no re-chunking, once it parses; the index tables
+drop its rows meanwhile and analyze it again then), but ``doc_state`` marks it and the
+served index leaves it out — a relabel that failed to parse must not
 keep serving the old, less restricted version. ``on_parse_error="serve_last_good"``
 is the explicit opt-out for libraries that prefer availability.
 """

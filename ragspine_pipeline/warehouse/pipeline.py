@@ -56,6 +56,7 @@ from .chunk_tables import (
     restricted_probes,
     served_chunks,
     sorted_active_chunks,
+    unserved_docs,
     withheld_docs,
 )
 from .common import (
@@ -143,7 +144,7 @@ def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, s
     cols = ["text", "sensitivity", "language", *(f for f in fields if f not in ("text", "sensitivity", "language"))]
     if prev is None or not same_config:
         return as_dict(active_chunk_table(pub_chunks, columns=cols)), False, False
-    was_withheld, now_withheld = _withheld_change(pub_chunks, prev, withheld) if skip_restricted else (set(), set())
+    was_withheld, newly_hidden = _withheld_change(pub_chunks, prev, withheld) if skip_restricted else (set(), set())
     paths = chunks_added_since(prev, pub_chunks)
     if paths is not None:
         parts = [pq.read_table(p, columns=["chunk_id", "doc_id", "version", *cols]) for p in paths]
@@ -153,14 +154,14 @@ def _missing_chunks(pub_chunks: Published, prev: Published | None, table: str, s
                                                                                        pa.string())))
                          .select(parts[0].column_names if parts else back.column_names))
         if not parts:
-            return {}, True, _stored_withheld(pub_chunks, now_withheld, prev, table)
+            return {}, True, _stored_hidden(pub_chunks, newly_hidden, prev, table)
         cand = pa.concat_tables(parts, promote_options="permissive")
         state = doc_state(pub_chunks, set(cand.column("doc_id").to_pylist()), columns=["version", "withdrawn"])
         cand = cand.filter(active_mask(cand, state))
     else:
         cand = active_chunk_table(pub_chunks, columns=cols)
     purge = skip_restricted and (_stored_now_restricted(cand, prev, table)
-                                 or _stored_withheld(pub_chunks, now_withheld, prev, table))
+                                 or _stored_hidden(pub_chunks, newly_hidden, prev, table))
     if fields:
         # The header comes from metadata a chunk id does not hash (a new title keeps the
         # ids): a row counts as present only with the same index-text hash.
@@ -182,37 +183,36 @@ def _stored_now_restricted(cand: pa.Table, prev: Published, table: str) -> bool:
 
 
 def _withheld_change(pub_chunks: Published, prev: Published, withheld: set[str]) -> tuple[set[str], set[str]]:
-    """(documents withheld when ``prev`` was built and served now, documents withheld now
-    but not then): an index table holds no row of a withheld document (its last good text
-    may be what a relabel with a typo meant to restrict), so the first come back and the
-    second leave. Fail closed: with the previous chunks version unknown, every withheld
-    document counts as newly withheld."""
+    """(documents withheld when ``prev`` was built and served now, documents hidden now —
+    RESTRICTED or withheld — but not then). An index table holds no row of a withheld
+    document (its last good text may be what a relabel with a typo meant to restrict): the
+    first come back, and a row of the second in ``prev`` asks for a purge. Fail closed:
+    with the previous chunks version unknown, every hidden document counts as new."""
+    root = VersionedTables(pub_chunks.path.parent.parent.parent)  # <root>/chunks/<library>/<version>
+    hidden = unserved_docs(root, pub_chunks.library, pub_chunks.version)
     version = prev.manifest["metadata"].get("chunks_version")
     try:
-        before = withheld_docs(_sibling_version(pub_chunks, str(version))) if version else None
+        before = root.get(pub_chunks.asset, pub_chunks.library, str(version)) if version else None
     except WarehouseError:
         before = None
     if before is None:
-        return set(), set(withheld)
-    return before - withheld, withheld - before
+        return set(), hidden
+    return withheld_docs(before) - withheld, hidden - unserved_docs(root, pub_chunks.library, before.version)
 
 
-def _sibling_version(pub_chunks: Published, version: str) -> Published:
-    """Another version of ``pub_chunks``'s table (its warehouse root is three folders up)."""
-    return VersionedTables(pub_chunks.path.parent.parent.parent).get(pub_chunks.asset, pub_chunks.library, version)
-
-
-def _stored_withheld(pub_chunks: Published, docs: set[str], prev: Published, table: str) -> bool:
-    """Whether a chunk of a document in ``docs`` (newly withheld) has a row in ``prev``'s ``table``."""
+def _stored_hidden(pub_chunks: Published, docs: set[str], prev: Published, table: str) -> bool:
+    """Whether any chunk ever stored for a document in ``docs`` (newly hidden; any version,
+    so also an old text a deleted and re-added document no longer has) has a row in
+    ``prev``'s ``table``."""
     if not docs:
         return False
-    act = active_chunk_table(pub_chunks, columns=["doc_id"])
-    ids = pc.filter(act.column("chunk_id"), pc.is_in(act.column("doc_id"), value_set=pa.array(sorted(docs),
-                                                                                             pa.string())))
+    hist = read_segments(pub_chunks, "chunks", columns=["chunk_id", "doc_id"])
+    ids = pc.filter(hist.column("chunk_id"), pc.is_in(hist.column("doc_id"), value_set=pa.array(sorted(docs),
+                                                                                               pa.string())))
     if not len(ids):
         return False
     have = read_segments(prev, table, columns=["chunk_id"]).column("chunk_id").combine_chunks()
-    return bool(pc.any(pc.is_in(ids, value_set=have)).as_py())
+    return bool(pc.any(pc.is_in(ids.combine_chunks(), value_set=have)).as_py())
 
 
 def _index_spec(table: pa.Table, append: bool, purge: bool, pub_chunks: Published) -> pa.Table | Append:

@@ -205,15 +205,55 @@ def test_demo_golden_queries_from_two_shards_equal_one_process(tmp_path: Path,
         for body in bodies:
             body.wire.close()
     assert compared >= 2 * len(golden)
-    # One process serving these bucketed libraries answers a search across them (the global
-    # ranking sums each library's statistics: it was a 500 on SegmentedBM25).
+    _service_answers_equal(wh.root, golden)
+
+
+def _service_answers_equal(root: Path, golden: list[dict[str, Any]]) -> None:
+    """The whole service, one process against 2 in-process shards per library (the Ray
+    service's ``ShardedAssembly`` with its shards built here): every golden query and a
+    search across libraries (the global ranking sums each library's statistics and merges
+    raw cosines) answer the same JSON, scores to 1e-9; BM25 and hybrid. Across libraries,
+    one process over bucketed libraries was a 500 (SegmentedBM25), and the sharded one
+    failed on the released vector matrix (global_rank read it directly)."""
+    import dataclasses
+
     from fastapi.testclient import TestClient
     from service_fixtures import wait_ready
+    from test_scale_serving import _differences
 
+    from ragspine_pipeline.scale.serve import ShardedAssembly, published_segments
+    from ragspine_pipeline.scale.shards import VectorSource
     from ragspine_pipeline.service.app import create_app
+    from ragspine_pipeline.service.served import ServedLibraries
+    from ragspine_pipeline.warehouse.common import LEXICAL, SNAPSHOT
 
-    with TestClient(create_app(wh.root), base_url="http://127.0.0.1") as client:
-        wait_ready(client.get)
-        for body in ({"query": "revenue", "top_k": 5}, {"query": "revenue", "top_k": 5, "mode": "bm25"}):
-            r = client.post("/v1/search", json=body)
-            assert r.status_code == 200 and r.json()["snippets"], r.text
+    bodies: list[Any] = []
+
+    @dataclasses.dataclass
+    class InProcessShards(ShardedAssembly):
+        def _front(self, wh: Any, library: str, version: str, hybrids: list[Any]) -> Any:
+            meta = wh.get(SNAPSHOT, library, version).manifest["metadata"]
+            folder = published_segments(Path(wh.get(LEXICAL, library, meta["lexical_index"]).path))
+            vectors = VectorSource(warehouse=str(wh.root), library=library, version=str(meta["embeddings"]))
+            front, made = in_process_front(folder, self.shards, vectors)
+            bodies.extend(made)
+            return front
+
+    sharded_app = create_app(root, served=ServedLibraries(dataclasses.replace(InProcessShards.resolve(root),
+                                                                              shards=2)))
+    loopback = "http://127.0.0.1"
+    with TestClient(create_app(root), base_url=loopback) as single, TestClient(sharded_app,
+                                                                               base_url=loopback) as sharded:
+        wait_ready(single.get)
+        wait_ready(sharded.get)
+        queries = [(g["query"], g.get("filters")) for g in golden] + [("revenue", None), ("risk supply", None)]
+        for query, filters in queries:
+            for mode in (None, "bm25"):
+                body = {"query": query, "filters": filters, "top_k": 8, "mode": mode}
+                want, got = single.post("/v1/search", json=body), sharded.post("/v1/search", json=body)
+                assert want.status_code == got.status_code == 200, (body, want.text, got.text)
+                assert want.json()["snippets"] or filters, body
+                assert not _differences(want.json(), got.json()), (body, _differences(want.json(), got.json()))
+    assert bodies, "the sharded service built no shards"
+    for body in bodies:
+        body.wire.close()

@@ -227,16 +227,13 @@ class ShardedBM25:
         parts = self._gather("search", {i: (req, packed) for i in targets})
         return _merge([scored_parts(*p)[0] for p in parts.values()], k)
 
-    def dense_rankings(self, backend: Any, queries: Sequence[str], positions: np.ndarray,
-                       depth: int) -> list[tuple[list[int], dict[int, float]]]:
-        """``HybridRetriever._dense_rankings`` over the shards: the queries are embedded
-        here once, each shard ranks its vectors, the merge keeps the top ``depth``."""
+    def dense_top_vectors(self, qv: np.ndarray, positions: np.ndarray, depth: int) -> list[ScoredDocs]:
+        """``HybridRetriever.dense_top_vectors`` over the shards: per unit query vector,
+        each shard ranks its vectors (exact float64 cosines), the merge keeps the top
+        ``depth`` by (cosine desc, position asc)."""
         if len(positions) == 0:
-            return [([], {}) for _ in queries]
-        embed_q = getattr(backend, "embed_queries", None) or backend.embed_texts
-        qv = np.asarray(embed_q(list(queries)), dtype=np.float32)
-        qn = np.linalg.norm(qv, axis=1, keepdims=True)
-        qv = np.ascontiguousarray(qv / np.where(qn == 0, 1, qn), np.float32)
+            return [empty_scored() for _ in qv]
+        qv = np.ascontiguousarray(qv, np.float32)
         packed = b""
         if len(positions) != self.n_docs:
             mask = np.zeros(self.n_docs, bool)
@@ -245,12 +242,7 @@ class ShardedBM25:
         head = {"op": "dense", "rows": len(qv), "depth": depth, "qv_bytes": qv.nbytes, "mask": bool(packed)}
         got = self._gather("dense", {i: (head, qv.tobytes() + packed) for i in range(len(self.shards))})
         parts = [scored_parts(*p) for p in got.values()]
-        out = []
-        for row in range(len(queries)):
-            merged = _merge([p[row] for p in parts], depth, positive=False)
-            ranked = merged.ids.tolist()
-            out.append((ranked, dict(zip(ranked, merged.scores.tolist(), strict=True))))
-        return out
+        return [_merge([p[row] for p in parts], depth, positive=False) for row in range(len(qv))]
 
 
 def _unreachable(exc: BaseException) -> str:
@@ -289,13 +281,9 @@ def attach(hybrid: Any, front: ShardedBM25) -> None:
     if hybrid.embedding_backend is not None and "dense" in hybrid.channels:
         if not front.dense:
             raise ValueError("the retriever has a dense channel but its shards hold no vectors")
-        backend = hybrid.embedding_backend
-
-        def dense_rankings(queries: Sequence[str], positions: np.ndarray,
-                           depth: int) -> list[tuple[list[int], dict[int, float]]]:
-            return front.dense_rankings(backend, queries, positions, depth)
-
-        hybrid._dense_rankings = dense_rankings  # the instance's dense step, now scatter-gather
+        # The instance's dense step, now scatter-gather (queries are still embedded by the
+        # retriever, the same code and bits as one process).
+        hybrid.dense_top_vectors = front.dense_top_vectors
         hybrid._vectors.mat = None
         hybrid._vectors.have[:] = True
 

@@ -39,6 +39,7 @@ from .bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
 from .bm25_filter import PackedFilter, handover
 from .bm25_packed_index import PackedBM25Index
 from .bm25_stack import StackedBM25
+from .bm25_topk import ScoredDocs, empty_scored
 from .dense_topk import dense_top
 from .filter_codes import CachedFilter, FieldCodes, FilterCache, code_values, coded_mask, filter_key
 from .fusion import DEFAULT_RRF_K, FusionConfig, Run, fuse_runs, fusion_configured, fusion_from_env
@@ -336,7 +337,6 @@ class HybridRetriever:
     ) -> list[tuple[list[int], dict[int, float]]]:
         if len(positions) == 0:
             return [([], {}) for _ in queries]
-        mat = self._ensure_vectors(positions)
         # Backends with asymmetric encoders (e5 prefixes) expose embed_queries.
         backend = self.embedding_backend
         embed_q = getattr(backend, "embed_queries", None) or backend.embed_texts  # type: ignore[union-attr]
@@ -344,12 +344,20 @@ class HybridRetriever:
         qn = np.linalg.norm(qv, axis=1, keepdims=True)
         qv = qv / np.where(qn == 0, 1, qn)
         out = []
-        for row in qv:
-            # Exact float64 cosines, the same bits in any shard (dense_topk), ties by position.
-            top = dense_top(mat, positions, row, depth)
+        for top in self.dense_top_vectors(qv, positions, depth):
             ranked = top.ids.tolist()
             out.append((ranked, dict(zip(ranked, top.scores.tolist(), strict=True))))
         return out
+
+    def dense_top_vectors(self, qv: np.ndarray, positions: np.ndarray, depth: int) -> list[ScoredDocs]:
+        """Per unit query vector (a row of ``qv``): the top ``depth`` of ``positions`` by
+        (cosine desc, position asc), exact float64 cosines (``dense_topk``: the same bits in
+        any shard). The one dense step: a ranking across libraries calls it with vectors it
+        embedded once, and a sharded retriever's is its shards' (``scale.front.attach``)."""
+        if len(positions) == 0:
+            return [empty_scored() for _ in qv]
+        mat = self._ensure_vectors(positions)
+        return [dense_top(mat, positions, row, depth) for row in qv]
 
     # ----------------------------------------------------------------- search
     def search(

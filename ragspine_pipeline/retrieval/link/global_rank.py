@@ -133,12 +133,9 @@ def _dense_runs(parts: Mapping[str, HybridRetriever], variants: Mapping[tuple[st
                 pos = positions[lib]
                 if pos is None or not len(pos):
                     continue
-                sims = (parts[lib]._ensure_vectors(pos) @ row).astype(np.float64)
-                sel = np.arange(len(sims))
-                if len(sims) > 4 * depth:  # tie-safe cut, as the library's own dense channel
-                    kth = sims[np.argpartition(-sims, depth - 1)[depth - 1]]
-                    sel = np.flatnonzero(sims >= kth)
-                per_lib.append((lib, pos[sel], sims[sel]))
+                # The library's own dense step (exact cosines; a sharded library's shards answer it).
+                top = parts[lib].dense_top_vectors(row[None, :], pos, depth)[0]
+                per_lib.append((lib, top.ids, top.scores))
             ids, scores = _merge(per_lib, depth)
             runs.append(Run(ids, scores, weight))
             for key, s in zip(ids, scores, strict=True):

@@ -113,6 +113,13 @@ def test_a_silent_connection_is_closed_and_one_past_the_cap_gets_json_503(wareho
             s.sendall(b"GET /healthz HTTP/1.1\r\nHo")
             assert _read_all(s) == b""
             s.close()
+            # not HTTP at all: the documented JSON 400, not uvicorn's plain text
+            s = _connect(base)
+            s.sendall(b"\x16\x03\x01 not http\r\n\r\n")
+            answer = _read_all(s)
+            s.close()
+            assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+            assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"] == "bad_request"
     finally:
         listener_limits.cache_clear()
 

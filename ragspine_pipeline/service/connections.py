@@ -13,7 +13,8 @@ never counted against the cap. Measured before this module: 20,000 such sockets 
   a request), and
 - answers a connection past ``RAGSPINE_SERVICE_MAX_CONNECTIONS`` of this worker with the
   documented JSON 503 and closes it at once, before it sends a byte, so descriptors are
-  freed at the rate they are taken.
+  freed at the rate they are taken, and
+- answers a request that is not HTTP with the documented JSON 400 (uvicorn's is plain text).
 
 The class is named by module path, so ``--workers`` processes (spawned, the config
 pickled) use it too; its two numbers are read from the settings once per process.
@@ -40,6 +41,12 @@ _BODY = json.dumps({"error": "unavailable", "message": "too many open connection
 BUSY_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
                  b"content-length: " + str(len(_BODY)).encode() + b"\r\nretry-after: 1\r\nconnection: close\r\n\r\n"
                  + _BODY)
+
+
+def bad_request_response(message: str) -> bytes:
+    body = json.dumps({"error": "bad_request", "message": message}).encode()
+    return (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: "
+            + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
 
 
 @functools.lru_cache(maxsize=1)
@@ -91,6 +98,11 @@ class _Guarded:
         self._disarm()
         super().connection_lost(exc)  # type: ignore[misc]
 
+    def send_400_response(self, msg: str) -> None:
+        """Not HTTP (a malformed request line, oversized headers): the documented JSON."""
+        self.transport.write(bad_request_response(msg))
+        self.transport.close()
+
 
 class GuardedH11Protocol(_Guarded, H11Protocol):
     pass
@@ -112,4 +124,5 @@ def uvicorn_options() -> dict[str, Any]:
             "h11_max_incomplete_event_size": 16 * 1024, "limit_concurrency": None}
 
 
-__all__ = ["BUSY_RESPONSE", "GuardedH11Protocol", "PROTOCOL", "listener_limits", "uvicorn_options"]
+__all__ = ["BUSY_RESPONSE", "GuardedH11Protocol", "PROTOCOL", "bad_request_response", "listener_limits",
+           "uvicorn_options"]

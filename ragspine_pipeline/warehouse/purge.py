@@ -108,12 +108,13 @@ def open_doc_history(wh: VersionedTables, library: str, chunks_version: str, amo
     return set(pc.unique(t.column("doc_id")).to_pylist())
 
 
-def narrow_hidden_versions(wh: VersionedTables, library: str, snap: Published) -> PurgeReport:
-    """Make every older derived version that may hold a document hidden by ``snap`` owner-only.
+def narrow_hidden_versions(wh: VersionedTables, library: str, meta: dict[str, Any]) -> PurgeReport:
+    """Make every older derived version that may hold a document hidden by the snapshot
+    ``meta`` describes owner-only.
 
-    Call it under the library's writer lock, at the publish of ``snap``; idempotent (a
-    folder already owner-only is not read again)."""
-    meta = snap.manifest["metadata"]
+    Call it under the library's writer lock, just before that snapshot is published (a
+    crash before the publish leaves the work to the next run, which repeats it);
+    idempotent (a folder already owner-only is not read again)."""
     hidden = hidden_now(wh, library, meta)
     report = PurgeReport(hidden=len(hidden))
     if not hidden:
@@ -133,22 +134,18 @@ def narrow_hidden_versions(wh: VersionedTables, library: str, snap: Published) -
 
 
 def _current_versions(wh: VersionedTables, library: str, meta: dict[str, Any]) -> dict[str, set[str]]:
-    """asset -> versions the current snapshot serves (for an asset it does not name: the
-    latest version; the latest lexical version always, the parent every refresh links from)."""
+    """asset -> versions never narrowed: those the snapshot serves, and the latest lexical
+    version (the parent whose BM25 segments the next refresh links). Any other latest
+    version (page images, a stale embeddings version) holding a hidden document is
+    narrowed too: the next build writes its table whole or purges it, so no version to
+    come references its files (and one that did would be owner-only: fail closed)."""
     out: dict[str, set[str]] = {}
     for key, asset in SNAPSHOT_KEYS.items():
         if meta.get(key) not in (None, "None"):
             out.setdefault(asset, set()).add(str(meta[key]))
-    for asset_dir in wh.root.iterdir():
-        asset = asset_dir.name
-        if not asset_dir.is_dir() or asset.startswith(".") or (asset in out and asset != LEXICAL):
-            continue
-        try:
-            latest = wh.latest(asset, library)
-        except WarehouseError:
-            continue
-        if latest is not None and (asset not in SNAPSHOT_KEYS.values() or asset == LEXICAL):
-            out.setdefault(asset, set()).add(latest.version)
+    latest = wh.latest(LEXICAL, library)
+    if latest is not None:
+        out.setdefault(LEXICAL, set()).add(latest.version)
     return out
 
 

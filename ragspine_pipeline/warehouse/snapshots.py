@@ -58,10 +58,11 @@ def publish_snapshot(wh: VersionedTables, library: str) -> StepResult:
     prev = wh.latest(SNAPSHOT, library)
     if prev is not None and prev.manifest["metadata"].get("snapshot_id") == snap_id:
         return StepResult(prev, {**payload, "snapshot_id": snap_id, "version": prev.version, "reused": True})
+    # A relabel purges: older versions holding a document hidden now become owner-only
+    # (before the publish: a crash in between leaves the work to the next run).
+    purge = narrow_hidden_versions(wh, library, payload).metadata()
     pub = wh.write(SNAPSHOT, library, {"snapshot": pa.table({k: [str(v)] for k, v in payload.items()})},
                    {**payload, "snapshot_id": snap_id})
-    # A relabel purges: older versions holding a document hidden now become owner-only.
-    purge = narrow_hidden_versions(wh, library, pub).metadata()
     return StepResult(pub, {**payload, "snapshot_id": snap_id, "version": pub.version, "reused": False, **purge})
 
 

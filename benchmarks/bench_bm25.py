@@ -730,31 +730,37 @@ def _batches(arrs: dict[str, np.ndarray], vocab: list[str], lo: int = 0, hi: int
 
 
 def _docs_text(n: int, arrs: dict[str, np.ndarray]) -> Path:
-    """Lucene's input (one document per line, ``w<id>`` tokens), written once, streaming.
+    """Lucene's input (one document per line, ``w<id>`` tokens), written once, streaming."""
+    path = CACHE / f"lucene_docs_{n}_7.txt"
+    if not path.exists():
+        write_token_lines(path, np.asarray(arrs["lens"]), arrs["toks"], VOCAB)
+    return path
 
-    Each token becomes a fixed 8-byte row (``w<id>`` + a space, zero-padded) taken from a
+
+def write_token_lines(path: Path, lens: np.ndarray, toks: np.ndarray, vocab: int) -> None:
+    """``w<id>`` tokens of consecutive documents of lengths ``lens``, one document a line,
+    under a temporary name then renamed (a file at ``path`` is always whole).
+
+    Each token becomes a fixed-width row (``w<id>`` + a space, zero-padded) taken from a
     table; a document's last separator becomes a newline and the padding is dropped.
     """
-    path = CACHE / f"lucene_docs_{n}_7.txt"
-    if path.exists():
-        return path
-    tab = np.array([f"w{i} ".encode() for i in range(VOCAB)], dtype="S8").view(np.uint8).reshape(VOCAB, 8)
+    width = len(f"w{vocab - 1} ")
+    tab = np.array([f"w{i} ".encode() for i in range(vocab)], dtype=f"S{width}").view(np.uint8).reshape(vocab, width)
     sep = (tab != 0).sum(axis=1) - 1
-    lens = np.asarray(arrs["lens"])
-    ends = np.cumsum(lens)
+    ends = np.cumsum(lens, dtype=np.int64)
+    n = len(lens)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "wb") as f:
         for d0 in range(0, n, DOC_STEP):
             d1 = min(n, d0 + DOC_STEP)
             t0 = int(ends[d0 - 1]) if d0 else 0
-            t = np.asarray(arrs["toks"][t0:int(ends[d1 - 1])])
+            t = np.asarray(toks[t0:int(ends[d1 - 1])])
             rows = tab[t]
             last = ends[d0:d1] - 1 - t0
             rows[last, sep[t[last]]] = ord("\n")
             flat = rows.ravel()
             f.write(flat[flat != 0].tobytes())
     os.replace(tmp, path)
-    return path
 
 
 def _large_queries(arrs: dict[str, np.ndarray]) -> list[list[str]]:

@@ -27,6 +27,7 @@ from .bm25_packed_windows import MAX_TERMS, window_top_k
 
 RARE_DF_FRACTION = 100  # a term is rare when df x this < the documents
 RARE_WEIGHT = 2.0  # TAAT when the rare terms' bounds sum to at least this x the others'
+LEAD_REST = 0.9  # TAAT when the largest bound is a rare term's and the others' sum to under this x it
 
 
 @njit(cache=True, nogil=True)
@@ -41,16 +42,25 @@ def _window_suits(indptr, idf, wmax, qtids, n_docs, k):
     rare = 0.0
     other = 0.0
     rare_postings = 0
+    top = 0.0  # the largest bound, and its term's df
+    top_df = 0
     for x in range(qtids.shape[0]):
         t = qtids[x]
         ub = idf[t] * wmax[t]
         df = indptr[t + 1] - indptr[t]
+        if ub > top:
+            top = ub
+            top_df = df
         if df * RARE_DF_FRACTION < n_docs:
             rare += ub
             rare_postings += df
         else:
             other += ub
-    return rare == 0.0 or rare < RARE_WEIGHT * other or (rare_postings < k and other > 0.0)
+    if rare == 0.0 or (rare_postings < k and other > 0.0):
+        return True
+    if top_df * RARE_DF_FRACTION < n_docs and top_df >= k and rare + other - top < LEAD_REST * top:
+        return False  # the rare lead term: term at a time reads it, then looks the others up
+    return rare < RARE_WEIGHT * other
 
 
 @njit(cache=True, nogil=True)

@@ -29,6 +29,7 @@ pytest.importorskip("mcp")
 import httpx2  # noqa: E402
 from service_fixtures import build_warehouse, free_port, running, wait_ready  # noqa: E402
 
+from benchmarks.bench_service import stop_server  # noqa: E402
 from ragspine_pipeline.service import keys as K  # noqa: E402
 from ragspine_pipeline.service import operations  # noqa: E402
 from ragspine_pipeline.service.app import create_app  # noqa: E402
@@ -135,16 +136,6 @@ sys.exit(serve_main(sys.argv[2:]))
 
 def _clean_env(**extra: str) -> dict[str, str]:
     return {**{k: v for k, v in os.environ.items() if not k.startswith("RAGSPINE_")}, **extra}
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, 15)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        proc.wait(timeout=30)
 
 
 def test_half_open_sockets_cannot_exhaust_the_descriptors(warehouse):

@@ -172,3 +172,36 @@ def test_same_passage_in_two_libraries_appears_once_and_top_k_is_filled(fusion):
     assert listed == {"a/LICENSE", "a/COPY", "b/LICENSE"}  # b/COPY is RESTRICTED: never listed
     assert all(set(d) >= {"doc_id", "source_locator"} for d in dup["duplicates"])
     assert "b/COPY" not in repr(out)
+
+
+def test_refresh_stack_scores_with_the_union_statistics(tmp_path):
+    """A library served from a refresh stack takes the union's statistics too: its scores
+    are those of one index over its live rows and the other library's documents."""
+    import numpy as np
+
+    from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
+    from ragspine_pipeline.retrieval.lexical.bm25_stack import StackedBM25
+    from ragspine_pipeline.retrieval.link.global_rank import takes_stats
+    from ragspine_pipeline.warehouse.lexical_files import open_bm25_file
+    from tests.test_bm25_stack import DEEP, _corpus, _publish, _refresh
+
+    corpus = _corpus(n=400)
+    _publish(tmp_path / "v0", None, corpus)
+    corpus, changed = _refresh(corpus, seed=1)
+    _publish(tmp_path / "v1", tmp_path / "v0", corpus, changed=changed, stack=DEEP)
+    ids = sorted(corpus)
+    stack = open_bm25_file(tmp_path / "v1", ids)
+    assert isinstance(stack, StackedBM25) and takes_stats(stack)
+    other_docs = [["t1", "t2", "t9"], ["t2"] * 3, ["t40", "t1"], ["zz"]]
+    other = BM25Index(other_docs)
+    union = BM25Index([corpus[c] for c in ids] + other_docs)
+    mask = np.random.default_rng(3).random(len(ids)) < 0.5
+    for q in (["t1"], ["t2", "t40"], ["t3", "t3", "t9"]):
+        for cand in (None, mask):
+            ref_mask = None if cand is None else np.concatenate([cand, np.ones(len(other_docs), bool)])
+            total = stack.survivor_stats(q, cand) + other.survivor_stats(q)
+            got = stack.search(q, 10, candidates=cand, stats=total)
+            ref = union.search(q, len(ids) + len(other_docs), candidates=ref_mask)
+            want = {int(i): s for i, s in zip(ref.ids, ref.scores, strict=True) if i < len(ids)}
+            assert len(got.ids) and all(want[int(i)] == pytest.approx(s, rel=1e-9)
+                                        for i, s in zip(got.ids, got.scores, strict=True))

@@ -226,20 +226,23 @@ class StackedBM25:
             seg.verify()
 
     # ------------------------------------------------------------ search
-    def search(self, query_tokens: Sequence[str], k: int = 10, candidates: Any = None) -> ScoredDocs:
+    def search(self, query_tokens: Sequence[str], k: int = 10, candidates: Any = None, *,
+               stats: CorpusStats | None = None) -> ScoredDocs:
         """Top-k rows by (score desc, row asc) with the stack's live (surviving) statistics.
 
         ``candidates``: a bool mask over the rows, rows (any order), or a ``PackedFilter``
-        over the rows, as ``BM25Index.search`` takes them."""
-        if len(self.segments) == 1 and self._live[0] is None:
-            return self.segments[0].search(query_tokens, k, candidates)  # rows are 0..N-1: the file itself
+        over the rows, as ``BM25Index.search`` takes them. ``stats``: statistics of a larger
+        corpus this stack is one part of (``survivor_stats`` summed; several libraries
+        ranked as one), used instead of the stack's own."""
+        if len(self.segments) == 1 and self._live[0] is None:  # rows are 0..N-1: the file itself
+            return self.segments[0].search(query_tokens, k, candidates, **({"stats": stats} if stats else {}))
         if k <= 0:
             if candidates is not None:
                 candidate_mask(candidates, self.n_docs)  # a malformed filter is still an error
             return empty_scored()
         filters, totals = (self._live, self._live_totals) if candidates is None else self._segment_filters(candidates)
         tokens = list(query_tokens)
-        stats = self._stats(tokens, filters, totals)
+        stats = self._stats(tokens, filters, totals) if stats is None else stats
         if stats.n == 0 or stats.total == 0 or not stats.df.any():
             return empty_scored()
         ids, scores = [], []
@@ -250,6 +253,15 @@ class StackedBM25:
             ids.append(rows[part.ids])
             scores.append(part.scores)
         return merge_top_k(np.concatenate(ids), np.concatenate(scores), k)
+
+    def survivor_stats(self, query_tokens: Sequence[str], candidates: Any = None) -> CorpusStats:
+        """The stack's live rows under ``candidates`` (None: every live row): their count,
+        summed length and df per query token, this stack's part of a larger corpus's
+        statistics (as ``BM25Index.survivor_stats``)."""
+        if len(self.segments) == 1 and self._live[0] is None:
+            return self.segments[0].survivor_stats(query_tokens, candidates)
+        filters, totals = (self._live, self._live_totals) if candidates is None else self._segment_filters(candidates)
+        return self._stats(list(query_tokens), filters, totals)
 
     def _stats(self, tokens: list[str], filters: list[Any], totals: _Totals | None) -> CorpusStats:
         """The stack's statistics of ``tokens`` under per-segment ``filters``: the segments'

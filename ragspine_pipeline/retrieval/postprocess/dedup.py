@@ -12,7 +12,7 @@ Two chunks are duplicates when
 * their normalised texts are equal (Unicode NFKC, case-folded, runs of white space as one
   space, trimmed), or
 * near-identical: the Jaccard similarity of their sets of word 3-grams (shingles of the
-  normalised text, split at white space; a CJK character counts as a word) is at least
+  normalised text: runs of letters and digits; a CJK character counts as a word) is at least
   ``NEAR_DUPLICATE_JACCARD`` = 0.9. One changed word changes up to three shingles, so
   near-identical needs long texts: a one-word difference collapses only from about 77
   words, and short texts collapse only when equal ("policy number 1" and "policy
@@ -29,7 +29,6 @@ of a group (the caller's order: best-scored first) is the one kept.
 from __future__ import annotations
 
 import re
-import string
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,9 +39,7 @@ import numpy as np
 NEAR_DUPLICATE_JACCARD = 0.9
 SHINGLE_WORDS = 3
 _CJK_CHARS = "\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\uac00-\ud7af"
-_PUNCT = str.maketrans({c: " " for c in string.punctuation})
-_CJK = re.compile(f"[{_CJK_CHARS}]")
-_WORD = re.compile(f"[{_CJK_CHARS}]|[^\\s{_CJK_CHARS}]+")
+_WORD = re.compile(f"[{_CJK_CHARS}]|[^\\W{_CJK_CHARS}]+")
 _SIGNATURE = 64
 _SCREEN = 0.75  # MinHash estimate that sends a pair to the exact check (64 hashes: sd ~0.04 at 0.9)
 _rng = np.random.default_rng(20240143)
@@ -59,14 +56,13 @@ def normalised(text: str) -> str:
 
 
 def _words(norm: str) -> list[str]:
-    flat = norm.translate(_PUNCT)
-    return _WORD.findall(flat) if _CJK.search(flat) else flat.split()
+    return _WORD.findall(norm)
 
 
 def shingles(norm: str) -> np.ndarray:
     """Sorted unique 64-bit hashes of the word 3-grams of a normalised text (fewer than 3
-    words: one gram); words split at white space and ASCII punctuation, a CJK character
-    counts as a word. Hashes are compared within one process only."""
+    words: one gram); words are runs of letters and digits, a CJK character counts as a
+    word. Hashes are compared within one process only."""
     return _grams(_words(norm))
 
 
@@ -122,8 +118,8 @@ class _Sketch:
 
 
 def near_duplicate(a: _Sketch, b: _Sketch, threshold: float = NEAR_DUPLICATE_JACCARD) -> bool:
-    """The near rule: shingle counts within the threshold's ratio, MinHash estimate >=
-    0.75, exact Jaccard >= ``threshold``."""
+    """The near rule for one pair: shingle counts within the threshold's ratio, MinHash
+    estimate >= 0.75, exact Jaccard >= ``threshold``."""
     if min(a.n, b.n) < threshold * max(a.n, b.n):
         return False
     if (a.sig() == b.sig()).mean() < min(_SCREEN, threshold):
@@ -138,12 +134,15 @@ def collapse(items: Sequence[T], text: Callable[[T], str], *, threshold: float =
     (first) member. ``threshold`` > 1 keeps only the exact (normalised) rule. ``limit``:
     once that many groups exist, later items only join them as exact copies (the near
     rule's cost is paid for the items that can still be shown). Shingles and signatures
-    are computed only for pairs whose lengths allow the threshold."""
+    are computed only for texts that have a kept text of a fitting length; each new text
+    is screened against all fitting kept texts in one array comparison."""
     groups: list[Group[T]] = []
     by_text: dict[str, int] = {}
     near = threshold <= 1.0
     kept: list[_Sketch] = []
     sizes = np.zeros(len(items), np.float64)
+    sigs = np.zeros((len(items), _SIGNATURE), np.uint64) if near else np.zeros((0, _SIGNATURE), np.uint64)
+    signed = np.zeros(len(items), np.bool_)
     for item in items:
         norm = normalised(text(item))
         g = by_text.get(norm)
@@ -153,7 +152,15 @@ def collapse(items: Sequence[T], text: Callable[[T], str], *, threshold: float =
         if g is None and sk is not None and groups:
             n = len(groups)
             fits = np.flatnonzero(np.minimum(sizes[:n], sk.n) >= threshold * np.maximum(sizes[:n], sk.n))
-            g = next((i for i in fits.tolist() if near_duplicate(kept[i], sk, threshold)), None)
+            if len(fits):
+                for i in fits[~signed[fits]].tolist():
+                    sigs[i], signed[i] = kept[i].sig(), True
+                est = (sigs[fits] == sk.sig()).mean(axis=1)
+                for i in fits[est >= min(_SCREEN, threshold)].tolist():
+                    assert kept[i].grams is not None and sk.grams is not None
+                    if jaccard(kept[i].grams, sk.grams) >= threshold:
+                        g = i
+                        break
         if g is not None:
             groups[g].copies.append(item)
             by_text.setdefault(norm, g)

@@ -216,6 +216,19 @@ def test_a_listener_that_keeps_failing_to_accept_reports_unhealthy(
     assert server.health() == "the listener is closed"
 
 
+def test_an_unexpected_failure_of_the_accept_loop_is_unhealthy(
+        server_factory: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: W.WireServer, conn: socket.socket) -> None:
+        conn.close()
+        raise MemoryError("injected")
+
+    monkeypatch.setattr(W.WireServer, "_admit", broken)
+    server = server_factory()
+    _raw(server.endpoint).close()
+    _until(lambda: server.health() is not None, "a failed accept loop still reported healthy")
+    assert "the accept loop failed (MemoryError: injected)" in str(server.health())
+
+
 EMFILE_SERVER = textwrap.dedent("""
     import logging, resource, sys, threading
     from ragspine_pipeline.scale.wire import WireLimits, WireServer

@@ -203,6 +203,12 @@ class WireServer:
         return self._sock.accept()[0]
 
     def _accept_loop(self) -> None:
+        try:
+            self._accept_until_closed()
+        except Exception as exc:  # noqa: BLE001 - a bug, not a network event: replace the listener
+            self._mark_unhealthy(f"the accept loop failed ({type(exc).__name__}: {exc})")
+
+    def _accept_until_closed(self) -> None:
         """Accept until closed. An ``accept()`` error (out of descriptors, an aborted
         handshake, ...) is logged and retried after a growing pause, never the end of the
         loop; only a listening socket that is gone ends it (unhealthy)."""

@@ -178,7 +178,7 @@ def test_invalid_text_is_400_at_every_door(local):
 def test_query_tokens_and_filters_are_capped(local):
     r = local.post("/v1/search", json={"query": "revenue " * 300})
     assert r.status_code == 400 and "RAGSPINE_SERVICE_MAX_QUERY_TOKENS" in r.json()["message"]
-    r = local.post("/v1/search", json={"query": "x" * 3000})  # one run of letters counts per 10 characters
+    r = local.post("/v1/search", json={"query": "x" * 3000})  # one run of letters counts once per 4 characters
     assert r.status_code == 400 and "RAGSPINE_SERVICE_MAX_QUERY_TOKENS" in r.json()["message"]
     triples = [["entity", "ne", f"E{i}"] for i in range(33)]
     r = local.post("/v1/search", json={"query": "revenue", "filters": triples})

@@ -7,9 +7,10 @@ request over one is a 400 naming the setting (never cut silently: a truncated qu
 would be answered as if it were the whole one).
 
 Tokens are counted the way a subword model at least splits text: every CJK character, every
-punctuation mark, and every run of letters or digits, a run counting once per 10
-characters. ``RAGSPINE_SERVICE_MAX_QUERY_TOKENS`` (default 256) bounds what the embedding
-model sees; a question a person types is 5-50 such tokens.
+punctuation mark, and every run of letters or digits, a run counting once per 4 characters
+(a subword vocabulary's English average). ``RAGSPINE_SERVICE_MAX_QUERY_TOKENS`` (default
+256: about 1,000 characters of English) bounds what the embedding model sees; a question a
+person types is 5-50 such tokens.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from ..retrieval.limits import InvalidText, check_text
 from .errors import BadRequest
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_TOKEN = re.compile(rf"[{_CJK}]|[^\W{_CJK}]{{1,10}}|[^\w\s]")
-RUN_CHARS = 10
+RUN_CHARS = 4
+_TOKEN = re.compile(rf"[{_CJK}]|[^\W{_CJK}]{{1,{RUN_CHARS}}}|[^\w\s]")
 
 
 def query_tokens(query: str) -> int:

@@ -30,7 +30,11 @@ from ragspine_pipeline.warehouse import pipeline as P
 from ragspine_pipeline.warehouse import served_refresh
 from ragspine_pipeline.warehouse.lexical_stack import StackPolicy
 from ragspine_pipeline.warehouse.raptor_tables import build_raptor_step
-from ragspine_pipeline.warehouse.rerank_vectors import open_for_refresh, refresh_document_vectors
+from ragspine_pipeline.warehouse.rerank_vectors import (
+    open_for_refresh,
+    refresh_document_vectors,
+    store_path,
+)
 from ragspine_pipeline.warehouse.versioned import OWNER_ONLY_ASSETS, VersionedTables
 
 LIB = "lib"
@@ -259,3 +263,24 @@ def test_a_deleted_document_back_as_restricted_leaves_no_old_row_in_the_current_
     for asset, table in ((P.LEXICAL, "tokens"), (P.EMBEDDINGS, "vectors")):
         rows = [r for p in wh.latest(asset, LIB).table_paths(table) for r in pq.read_table(p).to_pylist()]
         assert rows and not any(r["chunk_id"].startswith(f"{LIB}/memo#") for r in rows), asset
+
+
+def test_the_reranker_store_is_narrowed_at_the_publish_and_reopened_by_its_refresh(tmp_path):
+    folder = _library(tmp_path)
+    corpus = folder.parent
+    wh = VersionedTables(tmp_path / "wh")
+    _refresh(wh, corpus, extras=False)
+    path = store_path(wh.root, LIB)
+
+    def refresh_store() -> None:
+        served = P.served_chunks(wh, LIB, wh.latest(P.SNAPSHOT, LIB).manifest["metadata"]["chunks"])
+        with open_for_refresh(path) as st:
+            refresh_document_vectors(st, "m", lambda texts: [np.ones((2, 3), np.float32) for _ in texts], served)
+
+    refresh_store()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 and f"{LIB}/memo#".encode() in path.read_bytes()
+    (folder / "memo.meta.json").write_text(json.dumps({"sensitivity": "RESTRICTED"}), encoding="utf-8")
+    meta = _refresh(wh, corpus, extras=False)
+    assert meta["purge_stores_narrowed"] == 1 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    refresh_store()  # drops the document's rows: a new, compact file, readable again
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644 and f"{LIB}/memo#".encode() not in path.read_bytes()

@@ -196,13 +196,16 @@ def open_for_refresh(path: str | Path) -> Iterator[RerankVectorStore]:
     try:
         if path.is_file():
             shutil.copyfile(path, tmp)
+            os.chmod(tmp, 0o600)  # it may hold rows this refresh drops: nobody else reads it meanwhile
         store = RerankVectorStore(tmp)
         try:
             yield store
         finally:
             store.close()
         if store.deleted:  # DuckDB keeps a deleted row's bytes in free blocks: copy the rows left
-            _rewrite_compact(tmp)
+            _rewrite_compact(tmp)  # a new file, as the umask says: it holds served rows only
+        elif path.is_file():
+            shutil.copymode(path, tmp)  # nothing dropped: the store keeps its mode (0600 after a purge)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

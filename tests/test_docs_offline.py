@@ -28,8 +28,9 @@ def test_built_site_fetches_no_remote_asset(tmp_path):
     mkdocs = Path(sys.executable).with_name("mkdocs")
     cmd = [str(mkdocs)] if mkdocs.exists() else [sys.executable, "-m", "mkdocs"]
     site = tmp_path / "site"
-    r = subprocess.run([*cmd, "build", "--strict", "--site-dir", str(site)], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+    # --no-strict (mkdocs.yml sets strict): a broken link is test_docs' failure; this one's is a remote asset.
+    r = subprocess.run([*cmd, "build", "--no-strict", "--site-dir", str(site)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     pages = list(site.rglob("*.html"))
     assert pages and 'class="codehilite"' in (site / "integrations" / "langchain" / "index.html").read_text()

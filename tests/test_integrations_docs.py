@@ -57,7 +57,7 @@ def test_integration_page_examples_run(page, published_demo, demo_service, monke
         pytest.importorskip(NEEDS[page])
     url, key = demo_service
     monkeypatch.setenv("RAGSPINE_RETRIEVAL_MODE", "bm25")  # the demo warehouse's vectors are test doubles
-    monkeypatch.setenv("RAGSPINE_API_KEY", key)
+    monkeypatch.setenv("SEARCH_API_KEY", key)
     for i, code in enumerate(python_blocks(PAGES / page)):
         code = (code.replace('"data/warehouse"', repr(str(published_demo)))
                 .replace('"http://127.0.0.1:8080"', repr(url)).replace('"rsk_..."', repr(key)))

@@ -83,13 +83,13 @@ def test_restricted_canary_never_reaches_a_document(make):
 
 def test_a_pipeline_round_trips_through_yaml_with_the_key_as_an_env_secret(service, monkeypatch):
     url, key = service
-    monkeypatch.setenv("RAGSPINE_API_KEY", key)
+    monkeypatch.setenv("SEARCH_API_KEY", key)
     pipe = Pipeline()
-    pipe.add_component("retriever", RagspineRetriever(base_url=url, api_key=Secret.from_env_var("RAGSPINE_API_KEY"),
+    pipe.add_component("retriever", RagspineRetriever(base_url=url, api_key=Secret.from_env_var("SEARCH_API_KEY"),
                                                       top_k=2, filters={"field": "meta.topic", "operator": "==",
                                                                         "value": "maintenance"}))
     text = pipe.dumps()
-    assert key not in text and "RAGSPINE_API_KEY" in text
+    assert key not in text and "SEARCH_API_KEY" in text
     again = Pipeline.loads(text, allowed_modules=["ragspine_pipeline.integrations.haystack"])
     docs = again.run({"retriever": {"query": QUERY}})["retriever"]["documents"]
     assert len(docs) == 2 and {d.meta["topic"] for d in docs} == {"maintenance"}

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
-import os
 import time
 import urllib.error
 import urllib.parse
@@ -32,7 +31,6 @@ from typing import Any
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_RETRY_WAIT_S = 30.0
-API_KEY_ENV = "RAGSPINE_API_KEY"
 
 
 class RagspineError(Exception):
@@ -155,8 +153,8 @@ class SearchResult:
 
 class RagspineClient:
     """The HTTP API of one ``ragspine serve``: ``base_url`` (e.g. ``http://127.0.0.1:8080``)
-    and ``api_key`` (None: the ``RAGSPINE_API_KEY`` variable, else no key, which a service
-    without a key file accepts on loopback)."""
+    and ``api_key`` (None: no key, which a service without a key file accepts on loopback).
+    The client never reads the environment: the caller passes the key it holds."""
 
     def __init__(self, base_url: str, api_key: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                  max_retries: int = 0, max_retry_wait_s: float = DEFAULT_MAX_RETRY_WAIT_S,
@@ -167,8 +165,6 @@ class RagspineClient:
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}")
         self.base_url = base_url.rstrip("/")
-        if api_key is None:
-            api_key = os.environ.get(API_KEY_ENV) or None
         self._api_key = api_key
         self.timeout_s = timeout_s
         self.max_retries = max_retries
@@ -255,6 +251,6 @@ class RagspineClient:
             return False
 
 
-__all__ = ["API_KEY_ENV", "BadRequest", "Forbidden", "NotFound", "PayloadTooLarge", "RagspineClient",
+__all__ = ["BadRequest", "Forbidden", "NotFound", "PayloadTooLarge", "RagspineClient",
            "RagspineError", "RateLimited", "SearchResult", "ServiceUnreachable", "Unauthorized", "Unavailable",
            "error_from_response", "parse_retry_after"]

@@ -94,16 +94,16 @@ class RagspineRetriever:
 
     def to_dict(self) -> dict[str, Any]:
         """Haystack serialization (``Pipeline.dumps``). The key is written only as a
-        ``Secret`` read from the environment (``Secret.from_env_var("RAGSPINE_API_KEY")``):
+        ``Secret`` read from an environment variable (``Secret.from_env_var("SEARCH_API_KEY")``):
         a plain-string key or a ready ``client`` would put a credential, or an object YAML
         cannot hold, into the pipeline file, so either is refused."""
         init = self._init
         if init["client"] is not None:
             raise ValueError("a RagspineRetriever built with client= cannot be serialized; build it with base_url= "
-                             "and api_key=Secret.from_env_var('RAGSPINE_API_KEY')")
+                             "and api_key=Secret.from_env_var(<the variable holding the key>)")
         if isinstance(init["api_key"], str):
             raise ValueError("a plain-string api_key is never written into a pipeline file; pass "
-                             "api_key=Secret.from_env_var('RAGSPINE_API_KEY') to serialize this retriever")
+                             "api_key=Secret.from_env_var(<the variable holding the key>) to serialize this retriever")
         api_key = init["api_key"].to_dict() if isinstance(init["api_key"], Secret) else None
         return default_to_dict(self, warehouse=init["warehouse"], base_url=init["base_url"], api_key=api_key,
                                top_k=self.top_k, filters=self.filters, libraries=self.libraries, mode=init["mode"],

@@ -51,7 +51,7 @@ class RagspineRetriever(BaseRetriever):
     base_url: str | None = None
     """A ``ragspine serve`` base URL (``http://host:port``), searched over HTTP."""
     api_key: SecretStr | None = Field(default=None, repr=False)
-    """The service key (``Authorization: Bearer``); None: ``RAGSPINE_API_KEY``. A ``SecretStr``
+    """The service key (``Authorization: Bearer``); None: no key. A ``SecretStr``
     (a plain string is accepted), so no repr, log or validation error shows it."""
     client: RagspineClient | None = None
     """A ready client (timeouts, retries) instead of ``base_url``/``api_key``."""

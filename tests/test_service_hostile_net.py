@@ -317,3 +317,16 @@ def test_errors_of_a_request_accepting_a_stream_keep_their_status(warehouse):
         r = httpx2.post(base + "/mcp", content=chunks(), headers={"accept": "application/json, text/event-stream",
                                                                   "content-type": "application/json"})
         assert r.status_code == 413 and r.json()["error"] == "payload_too_large", r.text
+
+
+def test_a_bad_listener_setting_fails_the_start(warehouse, monkeypatch, capsys):
+    from ragspine_pipeline.service import serve_main
+
+    monkeypatch.setenv("RAGSPINE_SERVICE_HEADER_TIMEOUT_S", "soon")
+    try:
+        assert serve_main(["--warehouse", str(warehouse), "--mode", "bm25"]) == 2
+    finally:
+        for name in ("RAGSPINE_WAREHOUSE", "RAGSPINE_RETRIEVAL_MODE"):
+            os.environ.pop(name, None)
+        listener_limits.cache_clear()
+    assert "RAGSPINE_SERVICE_HEADER_TIMEOUT_S" in capsys.readouterr().err

@@ -118,7 +118,10 @@ else:  # pragma: no cover
 
 
 def uvicorn_options() -> dict[str, Any]:
-    """What ``serve`` passes to ``uvicorn.run`` besides the app, host, port and workers."""
+    """What ``serve`` passes to ``uvicorn.run`` besides the app, host, port and workers
+    (a bad listener setting fails here, at start, not in every connection)."""
+    listener_limits.cache_clear()
+    listener_limits()
     return {"http": PROTOCOL, "timeout_keep_alive": settings.get("RAGSPINE_SERVICE_KEEPALIVE_S"),
             "timeout_worker_healthcheck": settings.get("RAGSPINE_SERVICE_WORKER_TIMEOUT_S"),
             "h11_max_incomplete_event_size": 16 * 1024, "limit_concurrency": None}

@@ -330,3 +330,61 @@ def test_a_bad_listener_setting_fails_the_start(warehouse, monkeypatch, capsys):
             os.environ.pop(name, None)
         listener_limits.cache_clear()
     assert "RAGSPINE_SERVICE_HEADER_TIMEOUT_S" in capsys.readouterr().err
+
+
+SITECUSTOMIZE = '''
+import os
+if os.environ.get("HOLD_GIL_WHILE_LOADING_S"):
+    import ctypes
+
+    from ragspine_pipeline.service import served
+
+    _load = served.ServingAssembly.build_library
+
+    def build_library(self, wh, library):
+        # libc sleep through PyDLL keeps the GIL: the worker's ping thread cannot answer,
+        # as on a busy machine where loading starves it
+        ctypes.PyDLL(None).sleep(int(os.environ["HOLD_GIL_WHILE_LOADING_S"]))
+        return _load(self, wh, library)
+
+    served.ServingAssembly.build_library = build_library
+'''
+
+
+@pytest.mark.slow
+def test_workers_are_not_killed_while_they_load(tmp_path):
+    """A worker whose snapshot loading keeps the GIL for 7 s (longer than uvicorn's 5 s
+    health ping): before, uvicorn killed and restarted it on every start (3 of 3); now it
+    loads and the service becomes ready with the same two workers."""
+    warehouse = build_warehouse(tmp_path)[0]
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
+    port = free_port()
+    env = _clean_env(HOLD_GIL_WHILE_LOADING_S="7",
+                     PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from ragspine_pipeline.service import serve_main; "
+         "sys.exit(serve_main(sys.argv[1:]))", "--warehouse", str(warehouse), "--port", str(port),
+         "--workers", "2", "--mode", "bm25", "--library", "acme_reports", "--log-level", "warning"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def workers() -> set[int]:
+        with open(f"/proc/{proc.pid}/task/{proc.pid}/children", encoding="ascii") as fh:
+            return {int(p) for p in fh.read().split()}
+    try:
+        deadline = time.monotonic() + 60
+        first: set[int] = set()
+        while len(first) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "workers did not start"
+            first = workers()
+            time.sleep(0.05)
+        while True:
+            with contextlib.suppress(httpx2.TransportError):
+                if httpx2.get(base + "/readyz", timeout=5).status_code == 200:
+                    break
+            assert proc.poll() is None and time.monotonic() < deadline, "never ready: workers killed while loading?"
+            time.sleep(0.2)
+        assert workers() == first  # no worker was killed and replaced
+    finally:
+        stop_server(proc)

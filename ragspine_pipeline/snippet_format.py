@@ -33,8 +33,15 @@ def snippet_channels(s: dict[str, Any]) -> str:
     return "+".join(used) or "none"
 
 
+def also_in(s: dict[str, Any]) -> str:
+    """The other documents holding the same passage (``duplicates``), as one short list."""
+    docs = list(dict.fromkeys(d["doc_id"] for d in s.get("duplicates") or ()))
+    return ", ".join(docs[:5]) + (f" (+{len(docs) - 5} more)" if len(docs) > 5 else "")
+
+
 def format_snippet(s: dict[str, Any], width: int = 220) -> str:
-    """A snippet as four lines of plain text: rank and title, citation, scores, preview."""
+    """A snippet as four lines of plain text: rank and title, citation, scores, preview
+    (and a fifth naming the other documents with the same passage, when there are some)."""
     loc = s["source_locator"]
     sc = s["scores"]
     vec = "" if sc["vector"] is None else f" vector={sc['vector']:.3f}"
@@ -42,8 +49,10 @@ def format_snippet(s: dict[str, Any], width: int = 220) -> str:
     return (f"[{s['rank']}] {s['title']}\n"
             f"    cite: {s['doc_id']} chars {loc['start']}-{loc['end']} (v{s['version']}, {s['sensitivity']}; {meta})\n"
             f"    score: fused={sc['fused']:.4f} bm25={sc['bm25']:.3f}{vec}  channels={snippet_channels(s)}"
-            f"{'  [filters relaxed: no match under the filter]' if s.get('filters_relaxed') else ''}\n"
-            f"    {preview(s['text'], width)}")
+            f"{'  [filters relaxed: no match under the filter]' if s.get('filters_relaxed') else ''}"
+            f"{'  [every library searched: the routed ones had no match]' if s.get('route_widened') else ''}\n"
+            f"    {preview(s['text'], width)}"
+            f"{chr(10) + '    also in: ' + also_in(s) if s.get('duplicates') else ''}")
 
 
 def snippet_markdown(s: dict[str, Any], width: int = 300) -> str:
@@ -51,8 +60,9 @@ def snippet_markdown(s: dict[str, Any], width: int = 300) -> str:
     loc = s["source_locator"]
     return (f"{s['rank']}. **{s['title']}** — `{s['doc_id']}` chars {loc['start']}–{loc['end']} "
             f"(v{s['version']}, {s['sensitivity']}, fused {s['scores']['fused']:.4f}, "
-            f"{snippet_channels(s)}{', filters relaxed' if s.get('filters_relaxed') else ''})  \n"
+            f"{snippet_channels(s)}{', filters relaxed' if s.get('filters_relaxed') else ''}"
+            f"{', also in ' + also_in(s) if s.get('duplicates') else ''})  \n"
             f"   {preview(s['text'], width)}")
 
 
-__all__ = ["format_snippet", "preview", "snippet_channels", "snippet_markdown"]
+__all__ = ["also_in", "format_snippet", "preview", "snippet_channels", "snippet_markdown"]

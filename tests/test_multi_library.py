@@ -172,6 +172,9 @@ def test_same_passage_in_two_libraries_appears_once_and_top_k_is_filled(fusion):
     assert listed == {"a/LICENSE", "a/COPY", "b/LICENSE"}  # b/COPY is RESTRICTED: never listed
     assert all(set(d) >= {"doc_id", "source_locator"} for d in dup["duplicates"])
     assert "b/COPY" not in repr(out)
+    from ragspine_pipeline.snippet_format import format_snippet
+
+    assert "also in: " in format_snippet(dup) and "b/COPY" not in format_snippet(dup)
 
 
 def test_refresh_stack_scores_with_the_union_statistics(tmp_path):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...sensitivity import effective_label
-from .headings import absorb_bare, is_bare
+from .headings import absorb_bare, bare_span, rebalance
 
 DEFAULT_CHUNK_CHARS = 480
 DEFAULT_OVERLAP_CHARS = 80
@@ -144,9 +144,14 @@ def sentence_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
 
 
 def _hard_cut(text: str, s: int, e: int, max_chars: int) -> list[tuple[int, int]]:
+    """Pieces of at most ``max_chars``, cut at the last space of the second half of each
+    window when there is one (no "P" / "URPOSE." scraps), else exactly at the budget."""
     out = []
     while s < e:
         cut = min(s + max_chars, e)
+        if cut < e:
+            space = next((i for i in range(cut, s + max_chars // 2, -1) if text[i].isspace()), None)
+            cut = space if space is not None else cut
         a, b = _strip_span(text, s, cut)
         if b > a:
             out.append((a, b))
@@ -211,31 +216,39 @@ def chunk_spans(text: str, max_chars: int = DEFAULT_CHUNK_CHARS,
     def close() -> tuple[tuple[int, int] | None, int | None]:
         """Close the open chunk: (span emitted or None, start of a heading carried over)."""
         end = paras[-1][1]
-        if is_bare(text[start:end]):
+        if bare_span(text, start, end):
             return None, start
-        if len(paras) > 1 and is_bare(text[paras[-1][0]:end]):
+        if len(paras) > 1 and bare_span(text, paras[-1][0], end):
             spans.append((start, paras[-2][1]))
             return None, paras[-1][0]
         spans.append((start, end))
         return (start, end), None
 
+    tail: tuple[int, int] | None = None  # a bare last piece of an oversize split, for the next paragraph
     for ps, pe in paragraph_spans(text):
         if start is not None and pe - start <= max_chars:
             paras.append((ps, pe))
             continue
-        prev, carry = close() if start is not None else (None, None)
-        start, paras = None, []
+        prev, carry = close() if start is not None else (None, tail[0] if tail else None)
+        start, paras, tail = None, [], None
         first = carry if carry is not None else ps
         if pe - first > max_chars:
             # Sub-chunks of an oversize paragraph overlap nothing, before or after.
-            spans.extend(split_oversize(text, first, pe, max_chars))
+            pieces = split_oversize(text, first, pe, max_chars)
+            if len(pieces) > 1 and bare_span(text, *pieces[-1]):
+                tail = pieces.pop()  # a scrap the split left: it joins the next paragraph
+            spans.extend(pieces)
             continue
         start = first if prev is None else _overlap_start(text, prev[0], prev[1], ps, pe, overlap_chars, max_chars)
         paras = [(first, pe)] if carry is not None else [(ps, pe)]
+    if tail is not None:
+        start, paras = tail[0], [tail]
     if start is not None:
         end = paras[-1][1]
-        if spans and is_bare(text[start:end]) and end - spans[-1][0] <= max_chars:
-            spans[-1] = (spans[-1][0], end)  # a trailing heading heads nothing: it joins the chunk before
+        if spans and bare_span(text, start, end):  # a trailing heading heads nothing: it joins the chunk before
+            a = spans[-1][0]
+            spans[-1:] = ([(a, end)] if end - a <= max_chars else
+                          rebalance(text, a, start, end, max_chars) or [spans[-1], (start, end)])
         else:
             spans.append((start, end))
     return spans

@@ -45,7 +45,7 @@ from .chunking import (
     chunk_spans,
     make_chunk_id,
 )
-from .headings import is_bare
+from .headings import bare_span
 
 WINDOW_FACTOR = 4  # layout: a split section up to 4 × max_chars is kept as the window
 DEFAULT_PARENT_CHARS = 1600
@@ -164,7 +164,7 @@ def sections(text: str, marks: Sequence[StructureMark], kinds: frozenset[str] = 
         if e <= s:
             continue
         body_s, _ = trim_span(text, max(head_end, start), nxt)
-        bare = body_s >= e or is_bare(text[s:e], min_content=1)  # a heading the marks missed too
+        bare = body_s >= e or bare_span(text, s, e, min_content=1)  # a heading the marks missed too
         if bare and i + 1 < len(cuts):  # heading only: open the next section here
             carry = s if carry is None else carry
             continue

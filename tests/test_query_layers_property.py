@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from ragspine_pipeline.llm.provider import ScriptedProvider
 from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
 from ragspine_pipeline.retrieval.lexical.glossary import GlossaryGroup, GlossaryQueryRewriter
+from ragspine_pipeline.retrieval.limits import InvalidText
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever
 from ragspine_pipeline.retrieval.query import SecurityGate, make_query_layers
 from ragspine_pipeline.sensitivity import is_restricted
@@ -25,6 +26,11 @@ GLOSSARY = GlossaryQueryRewriter(groups=[GlossaryGroup(("revenue", "营收", "sa
                                          GlossaryGroup(("acme china", "ACME_CN"), "entity")])
 
 text_st = st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join)
+NOT_TEXT = ["\x00", "\ud800", "\udfff"]  # NUL and lone surrogates: retrieval.limits.check_query refuses them
+# The user's query: mostly valid text, sometimes with a character that is not text (the
+# property then is that the stack refuses it with InvalidText, before any layer runs).
+query_st = st.one_of(text_st, st.tuples(text_st, st.sampled_from(NOT_TEXT), st.integers(0, 60)).map(
+    lambda t: t[0][:t[2]] + t[1] + t[0][t[2]:]))
 doc_st = st.tuples(text_st, st.sampled_from(LABELS), st.sampled_from(["ACME_CN", "ACME_EU", ""]),
                    st.sampled_from(["2023", "2024", ""]))
 
@@ -61,7 +67,7 @@ stack_st = st.fixed_dictionaries({
 
 
 @settings(max_examples=1000, deadline=None)
-@given(docs=st.lists(doc_st, min_size=1, max_size=7), stack=stack_st, query=text_st,
+@given(docs=st.lists(doc_st, min_size=1, max_size=7), stack=stack_st, query=query_st,
        kind=st.sampled_from(["raise", "none", "garbage", "huge", "json", "dict", "verdict", "list"]),
        words=st.lists(st.sampled_from(WORDS), min_size=0, max_size=3),
        exclude=st.booleans(), use_filter=st.booleans(), competitors=st.booleans())
@@ -77,6 +83,11 @@ def test_layers_never_leak_or_cite_synthesis(docs, stack, query, kind, words, ex
     provider = hostile(kind, words)
     layered = make_query_layers(base, provider=provider,
                                 gate=SecurityGate(["globex"] if competitors else []), **stack)
+    if any(bad in query for bad in NOT_TEXT):
+        with pytest.raises(InvalidText):
+            layered.retrieve(query, filters={"entity": "ACME_CN"} if use_filter else None, top_k=5)
+        assert not provider.calls  # refused before any layer asked the provider
+        return
     out = layered.retrieve(query, filters={"entity": "ACME_CN"} if use_filter else None, top_k=5)
     real = {c.chunk_id: c for c in chunks}
     for s in out:
@@ -96,7 +107,7 @@ def test_layers_never_leak_or_cite_synthesis(docs, stack, query, kind, words, ex
 
 @pytest.mark.slow
 @settings(max_examples=5000, deadline=None)
-@given(docs=st.lists(doc_st, min_size=1, max_size=7), stack=stack_st, query=text_st,
+@given(docs=st.lists(doc_st, min_size=1, max_size=7), stack=stack_st, query=query_st,
        kind=st.sampled_from(["raise", "none", "garbage", "huge", "json", "dict", "verdict", "list"]),
        words=st.lists(st.sampled_from(WORDS), min_size=0, max_size=3),
        exclude=st.booleans(), use_filter=st.booleans(), competitors=st.booleans())

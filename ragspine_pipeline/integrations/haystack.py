@@ -25,6 +25,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# Haystack posts anonymous usage telemetry (a network call) when it is imported unless
+# this is "False"; RAGSpine makes no network call at run time, so it is off before the
+# import below. A value the user set (even "True") is kept: their choice, not ours.
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.document_stores.types import FilterPolicy
 from haystack.utils import Secret, deserialize_secrets_inplace

@@ -36,7 +36,7 @@ from ..filters import FilterError, compile_filters
 from ..lexical.analyzer import normalize
 from ..lexical.glossary import QueryVariant, query_variants
 from ..lexical.hybrid import FILTER_FIELDS
-from ..limits import QueryTooLong, check_query
+from ..limits import InvalidText, QueryTooLong, check_query
 from .result import CURRENT_PROBE, CURRENT_REPORT, Refusal
 
 SECURITY_CONFIG_ENV = "RAGSPINE_SECURITY_CONFIG"
@@ -147,6 +147,8 @@ class SecurityGate:
             check_query(variant)
         except QueryTooLong as exc:
             return Refusal(variant[:200], f"too long: {exc}", kind)
+        except InvalidText as exc:  # a provider's NUL or lone surrogate: refused, never raised
+            return Refusal(repr(variant)[:200], f"not text: {exc}", kind)
         hit = self.competitor_in(variant)
         if hit is not None:
             return Refusal(variant, f"names competitor entity {hit!r}", kind)

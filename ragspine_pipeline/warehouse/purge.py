@@ -166,7 +166,7 @@ def _narrow_asset(wh: VersionedTables, asset: str, library: str, lib_dir: Path, 
                 continue
             files = _version_files(wh, asset, library, lib_dir, v)
         elif _dangling_may_hold(vdir, hidden):  # a pruned version's segments, still referenced
-            files = {p for p in vdir.iterdir() if p.is_file()}
+            files = _own_files(vdir)
         else:
             continue
         narrowed = 0
@@ -180,15 +180,15 @@ def _narrow_asset(wh: VersionedTables, asset: str, library: str, lib_dir: Path, 
                 os.chmod(f, 0o600)
                 narrowed += 1
         report.files += narrowed
-        if not any((f in keep_open or _inode(f) in keep_inodes) for f in vdir.iterdir()):
-            os.chmod(vdir, 0o700)
+        if not any((f in keep_open or _inode(f) in keep_inodes) for f in _own_files(vdir)):
+            for d in [vdir, *(p for p in vdir.rglob("*") if p.is_dir())]:  # a segments folder too
+                os.chmod(d, 0o700)
         report.narrowed.setdefault(asset, []).append(v)
 
 
 def _version_files(wh: VersionedTables, asset: str, library: str, lib_dir: Path, version: str) -> set[Path]:
     """Every file of a version: its own folder's files and the segments its manifest names."""
-    vdir = lib_dir / version
-    files = {p for p in vdir.iterdir() if p.is_file()} if vdir.is_dir() else set()
+    files = _own_files(lib_dir / version)
     try:
         pub = wh.get(asset, library, version)
     except WarehouseError:
@@ -196,6 +196,11 @@ def _version_files(wh: VersionedTables, asset: str, library: str, lib_dir: Path,
     for name in pub.manifest.get("tables", {}):
         files.update(lib_dir / s for s in pub.segments(name))
     return files
+
+
+def _own_files(vdir: Path) -> set[Path]:
+    """The files in a version folder, those of a nested folder (``bm25-segments/``) included."""
+    return {p for p in vdir.rglob("*") if p.is_file()} if vdir.is_dir() else set()
 
 
 def _may_hold(wh: VersionedTables, library: str, pub: Published, hidden: set[str],

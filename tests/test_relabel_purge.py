@@ -284,3 +284,16 @@ def test_the_reranker_store_is_narrowed_at_the_publish_and_reopened_by_its_refre
     assert meta["purge_stores_narrowed"] == 1 and stat.S_IMODE(path.stat().st_mode) == 0o600
     refresh_store()  # drops the document's rows: a new, compact file, readable again
     assert stat.S_IMODE(path.stat().st_mode) == 0o644 and f"{LIB}/memo#".encode() not in path.read_bytes()
+
+
+def test_a_bucketed_bm25_index_folder_is_narrowed_with_its_version(tmp_path, monkeypatch):
+    """``RAGSPINE_BM25_BUCKETS`` > 1 writes the index as segment files in a nested folder."""
+    monkeypatch.setenv("RAGSPINE_BM25_BUCKETS", "2")
+    folder = _library(tmp_path)
+    wh = VersionedTables(tmp_path / "wh")
+    _refresh(wh, folder.parent, extras=False)
+    assert any(wh.latest(P.LEXICAL, LIB).path.glob("bm25-segments/*.rsbm25"))
+    (folder / "memo.meta.json").write_text(json.dumps({"sensitivity": "RESTRICTED"}), encoding="utf-8")
+    _refresh(wh, folder.parent, extras=False)
+    holders = _assert_only_owner_only_files_hold_the_canary(wh.root)
+    assert any(p.parent.name == "bm25-segments" for p in holders)

@@ -217,16 +217,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("RAGSPINE_DEFAULT_SENSITIVITY",
             Text(kind="label", accepted="a label, or required (a missing label then counts as RESTRICTED)"),
             "Label of a document that declares none.", "security", "INTERNAL", spec=PROJECT),
+    Setting("RAGSPINE_METADATA_KEYS", Names(),
+            "More metadata keys a .meta.json sidecar may hold (besides title, entity, period, geography, "
+            "topic, language, sensitivity); any other sidecar key makes the document RESTRICTED and reported.",
+            "security", default_doc="none", spec=PROJECT),
     Setting("RAGSPINE_SECURITY_CONFIG", PATH, "JSON file of competitors the query security gate refuses.",
             "security", spec=PROJECT),
     Setting("RAGSPINE_COMPETITORS", Names(), "More competitor names for the security gate.", "security",
             default_doc="none", spec=PROJECT),
     # ---------------------------------------------------------------- warehouse
     Setting("RAGSPINE_WAREHOUSE", PATH, "Warehouse folder (versioned Parquet + DuckDB catalog).", "warehouse",
-    Setting("RAGSPINE_METADATA_KEYS", Names(),
-            "More metadata keys a .meta.json sidecar may hold (besides title, entity, period, geography, "
-            "topic, language, sensitivity); any other sidecar key makes the document RESTRICTED and reported.",
-            "security", default_doc="none", spec=PROJECT),
             default_doc="data/warehouse in a checkout, else ./ragspine-warehouse", spec=PROJECT),
     Setting("RAGSPINE_CORPUS_ROOT", PATH, "Corpus root: one folder per library.", "warehouse",
             default_doc="the packaged demo corpus (ragspine_pipeline/demo_corpus)", spec=PROJECT),

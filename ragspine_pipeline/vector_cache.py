@@ -18,6 +18,9 @@ import hashlib
 import os
 import re
 import tempfile
+import threading
+import unicodedata
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -193,3 +196,142 @@ class CachingEmbeddingBackend:
         """The vectors of ``texts`` as one float32 matrix (embedding what is missing)."""
         rows = self._embed(kind, texts)
         return np.asarray(rows, dtype=np.float32).reshape(len(texts), -1)
+
+
+# --------------------------------------------------------------------------------------------
+# Vector reuse by (model id, normalised text): within a step, across libraries and versions
+# --------------------------------------------------------------------------------------------
+
+_WS = re.compile(r"\s+")
+REUSE_MAX_BYTES = 256 << 20
+"""Bytes of vectors the process-wide store keeps (~170k 384-d float32 vectors); oldest go first."""
+
+
+def normalise_text(text: str) -> str:
+    """The text as the reuse key sees it: Unicode NFC, whitespace runs as one space, stripped.
+
+    Every shipped tokenizer splits on whitespace and normalises Unicode itself, so two texts
+    equal under this function get the same tokens and the same vector; the vector stored is
+    the one of the first spelling seen.
+    """
+    return _WS.sub(" ", unicodedata.normalize("NFC", text)).strip()
+
+
+def reuse_key(model_id: str, text: str) -> str:
+    return hashlib.sha256(f"{model_id}\0{normalise_text(text)}".encode()).hexdigest()
+
+
+class VectorReuse:
+    """Vectors keyed by (model id, normalised text hash), so a text is embedded once.
+
+    One store per process (``shared_reuse``) serves every library and every version the
+    process builds: a chunk that moved (new id, same text), a boilerplate paragraph in many
+    documents, a document copied into another library -- each is embedded once. Memory is
+    bounded (``max_bytes``, oldest entries dropped first). With ``folder`` (the setting
+    ``RAGSPINE_EMBED_CACHE``) vectors are also kept on disk in atomic shard files per model,
+    so a later process reuses them too; only hashes and vectors are written, never text,
+    and the embeddings step hands it no RESTRICTED text (those chunks are never embedded).
+    """
+
+    def __init__(self, max_bytes: int = REUSE_MAX_BYTES, folder: str | os.PathLike[str] | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.folder = Path(folder) if folder else None
+        self._mem: dict[str, np.ndarray] = {}
+        self._bytes = 0
+        self._loaded: set[str] = set()
+        self.stats = {"texts": 0, "distinct": 0, "reused": 0, "embedded": 0}
+
+    def _disk(self, model_id: str) -> Path | None:
+        return None if self.folder is None else cache_file(self.folder, model_id).with_suffix("")
+
+    def _put(self, key: str, vec: np.ndarray) -> None:
+        if key in self._mem:
+            return
+        self._mem[key] = vec
+        self._bytes += vec.nbytes
+        while self._bytes > self.max_bytes and self._mem:
+            old = next(iter(self._mem))
+            self._bytes -= self._mem.pop(old).nbytes
+
+    def _load_disk(self, model_id: str, wanted: set[str]) -> dict[str, np.ndarray]:
+        folder = self._disk(model_id)
+        if folder is None or not folder.is_dir():
+            return {}
+        found: dict[str, np.ndarray] = {}
+        for shard in sorted(folder.glob("reuse-*.npz")):
+            for k, v in _load(shard).items():
+                if k in wanted:
+                    found[k] = v
+        return found
+
+    def embed(self, model_id: str, texts: Sequence[str],
+              embed_missing: Callable[[list[str]], Any]) -> tuple[np.ndarray, dict[str, int]]:
+        """(vectors of ``texts`` in input order, counts of this call): ``embed_missing`` gets
+        each distinct text that no store holds, once, and returns their vectors in order."""
+        keys = [reuse_key(model_id, t) for t in texts]
+        distinct: dict[str, str] = {}
+        for k, t in zip(keys, texts, strict=True):
+            distinct.setdefault(k, t)
+        have = {k: self._mem[k] for k in distinct if k in self._mem}
+        if len(have) < len(distinct):
+            have.update(self._load_disk(model_id, set(distinct) - set(have)))
+        todo = [k for k in distinct if k not in have]
+        if todo:
+            vecs = np.asarray(embed_missing([distinct[k] for k in todo]), dtype=np.float32)
+            if vecs.ndim != 2 or len(vecs) != len(todo):
+                raise RuntimeError("embedding backend returned a wrong number of vectors")
+            have.update(zip(todo, vecs, strict=True))
+            folder = self._disk(model_id)
+            if folder is not None:
+                shard = hashlib.sha256("".join(todo).encode()).hexdigest()[:16]
+                _save(folder / f"reuse-{shard}.npz", todo, vecs)
+        for k in distinct:
+            self._put(k, have[k])
+        counts = {"texts": len(texts), "distinct": len(distinct), "reused": len(distinct) - len(todo),
+                  "embedded": len(todo)}
+        for k, v in counts.items():
+            self.stats[k] += v
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32), counts
+        return np.stack([have[k] for k in keys]).astype(np.float32, copy=False), counts
+
+
+_SHARED: dict[int, tuple[weakref.ref, dict[str, VectorReuse]]] = {}  # by id(): backends may be unhashable
+_SHARED_LOCK = threading.Lock()
+
+
+def _stores_of(backend: Any) -> dict[str, VectorReuse]:
+    entry = _SHARED.get(id(backend))
+    if entry is not None and entry[0]() is backend:
+        return entry[1]
+    key = id(backend)
+
+    def forget(dead: weakref.ref) -> None:
+        if key in _SHARED and _SHARED[key][0] is dead:
+            del _SHARED[key]
+
+    try:
+        ref = weakref.ref(backend, forget)
+    except TypeError:
+        return {}
+    _SHARED[key] = (ref, {})
+    return _SHARED[key][1]
+
+
+def shared_reuse(backend: Any) -> VectorReuse:
+    """The store of ``backend`` for this process (one per ``RAGSPINE_EMBED_CACHE`` value).
+
+    Keyed by the backend object: the shipped models are loaded once per process
+    (``make_onnx_backend``, ``make_static_backend``), so every library and version a
+    process builds shares one store, while a caller that builds a fresh backend (a test, a
+    benchmark timing a model) starts empty. A backend that cannot be weakly referenced gets
+    a fresh store each call (reuse within the call only).
+    """
+    from . import settings
+
+    folder = settings.get("RAGSPINE_EMBED_CACHE") or ""
+    with _SHARED_LOCK:
+        stores = _stores_of(backend)
+        if folder not in stores:
+            stores[folder] = VectorReuse(folder=folder or None)
+        return stores[folder]

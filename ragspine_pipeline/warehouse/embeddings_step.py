@@ -60,21 +60,51 @@ def resolve_library_backend(backend: Any, spec: str, pub_chunks: Any) -> tuple[A
 
 def embed_for_step(backend: Any, spec: str, texts: list[str], library: str, log: Callable[[str], None] | None,
                    executor: str | None, ids: Sequence[str] | None = None) -> tuple[Any, dict[str, Any]]:
-    """(vectors of ``texts``, the Ray job's metadata or {}): embedded here in bounded
-    batches, or with ``executor="ray"`` on a Ray actor pool that builds ``spec`` per actor
-    (it must build the same model id as ``backend``: a mismatch fails the step).
+    """(vectors of ``texts``, the Ray job's metadata and the reuse counts): embedded here in
+    bounded batches, or with ``executor="ray"`` on a Ray actor pool that builds ``spec`` per
+    actor (it must build the same model id as ``backend``: a mismatch fails the step).
     ``ids``: the chunk ids of ``texts`` (``doc#ordinal-hash``), so that a large document is
-    announced by name."""
-    from ..scale.config import executor as executor_name
+    announced by name.
 
-    if executor_name(executor) != "ray":
-        return embed_with_progress(backend, texts, library, log, ids=ids), {}
-    if not texts:  # nothing new to embed: no cluster to start
-        return [], {"executor": "ray", "ray_batches": 0}
+    A text is embedded once per process and model (issue 47): the backend's
+    ``vector_cache.shared_reuse`` store, keyed by (model id, normalised text hash), hands
+    back the vector of a text this step, another library or an earlier version already
+    embedded (the shipped models are loaded once per process, so one store serves them
+    all; ``RAGSPINE_EMBED_CACHE`` keeps it on disk for later processes); only the distinct
+    texts it lacks reach the model. ``reuse`` in the returned
+    metadata counts them."""
     from ..retrieval.vector.embedding_backends import backend_model_id
-    from ..scale.build import embed_on_ray
+    from ..scale.config import executor as executor_name
+    from ..vector_cache import shared_reuse
 
-    return embed_on_ray(spec, backend_model_id(backend), texts, log=log or LOG.info, desc=f"embeddings[{library}]")
+    if not texts:
+        return [], ({"executor": "ray", "ray_batches": 0} if executor_name(executor) == "ray" else {})
+    model_id = backend_model_id(backend)
+    job: dict[str, Any] = {}
+
+    say = progress_line(log)
+
+    def embed_missing(missing: list[str]) -> Any:
+        if len(missing) < len(texts):
+            say(f"embeddings[{library}]: {len(texts):,} texts, {len(texts) - len(missing):,} of them duplicates or "
+                f"embedded earlier with {model_id}: {len(missing):,} to embed")
+        if executor_name(executor) != "ray":
+            first_id: dict[str, str] = {}
+            for cid, t in zip(ids or (), texts, strict=False):
+                first_id.setdefault(t, cid)
+            return embed_with_progress(backend, missing, library, log,
+                                       ids=[first_id.get(t, "") for t in missing] if ids else None)
+        from ..scale.build import embed_on_ray
+
+        vecs, meta = embed_on_ray(spec, model_id, missing, log=log or LOG.info, desc=f"embeddings[{library}]")
+        job.update(meta)
+        return vecs
+
+    vecs, counts = shared_reuse(backend).embed(model_id, texts, embed_missing)
+    if not counts["embedded"]:
+        say(f"embeddings[{library}]: {len(texts):,}/{len(texts):,} texts reused from earlier embeddings with "
+            f"{model_id}, none embedded (100%)")
+    return vecs, {**job, "reuse": counts}
 
 
 def progress_line(log: Callable[[str], None] | None) -> Callable[[str], None]:

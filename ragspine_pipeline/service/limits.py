@@ -33,6 +33,7 @@ class ServiceLimits:
     max_filters: int = 32  # filter conditions per request
     max_filter_values: int = 256  # operand values over all conditions (in/nin/between items)
     key_concurrency: int = 0  # engine calls per key at once; 0: half the engine threads, at least 1
+    mcp_result_chars: int = 8000  # characters of one MCP tool result (mcp_format.py): ~2,000 tokens
 
     @classmethod
     def from_settings(cls) -> ServiceLimits:

@@ -15,6 +15,7 @@ Keys are never logged; the access log line carries the key id and the request id
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -126,8 +127,31 @@ class Guard:
         return found
 
 
-async def send_error(send: Send, exc: ServiceError, request_id: str) -> None:
-    body = exc.json_bytes()
+# Refusals an MCP client's user must act on (a key, a scope, a wait, a header): to a
+# request from an MCP client they are JSON-RPC errors (see ``mcp_client``).
+MCP_READABLE = (400, 401, 403, 429)
+MCP_ERROR_CODE = -32001  # JSON-RPC's server-defined range; data.error is the stable code
+
+
+def mcp_client(scope: Scope, headers: dict[str, str]) -> bool:
+    """A POST to ``/mcp`` that accepts an event stream: what every MCP client sends
+    (streamable HTTP requires both media types in Accept)."""
+    return (scope.get("path") == "/mcp" and scope.get("method") == "POST"
+            and "text/event-stream" in headers.get("accept", "") and "application/json" in headers.get("accept", ""))
+
+
+def mcp_error_bytes(exc: ServiceError) -> bytes:
+    """``exc`` as a JSON-RPC error response (id null: the request was refused before its
+    body was read). The SDK client reads a JSON-RPC error from any non-2xx JSON body and
+    shows its message, where ``{error, message}`` gave only "Server returned an error
+    response"; ``data`` carries the HTTP API's body."""
+    return json.dumps({"jsonrpc": "2.0", "id": None,
+                       "error": {"code": MCP_ERROR_CODE, "message": f"{exc.error}: {exc.message}",
+                                 "data": {**exc.body(), "status": exc.status}}}, ensure_ascii=False).encode("utf-8")
+
+
+async def send_error(send: Send, exc: ServiceError, request_id: str, *, mcp: bool = False) -> None:
+    body = mcp_error_bytes(exc) if mcp and exc.status in MCP_READABLE else exc.json_bytes()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                (b"x-request-id", request_id.encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in exc.headers.items()]
@@ -206,7 +230,7 @@ class ServiceMiddleware:
         except ServiceError as exc:
             state["status"] = exc.status
             if not state["started"]:
-                await send_error(send, exc, request_id)
+                await send_error(send, exc, request_id, mcp=mcp_client(scope, headers))
         except BodyTooLarge:
             state["status"] = 413
             if not state["started"]:
@@ -300,5 +324,5 @@ def _limited(receive: Receive, limit: int, deadline: float) -> Receive:
     return wrapped
 
 
-__all__ = ["BodyTimeout", "BodyTooLarge", "Guard", "ServiceMiddleware", "host_allowed", "origin_allowed", "protected",
-           "too_large"]
+__all__ = ["MCP_READABLE", "BodyTimeout", "BodyTooLarge", "Guard", "ServiceMiddleware", "host_allowed", "mcp_client",
+           "mcp_error_bytes", "origin_allowed", "protected", "too_large"]

@@ -41,12 +41,11 @@ GRAPH_KINDS = ("rollup", "peers", "trace", "facts")
 FILTER_HELP = (
     "Metadata filters, all of which must hold (AND), in the same language as the CLI's --where: an object "
     "{field: value} (equality) or {field: {op: operand}}, or a list of [field, op, operand] triples. "
-    "Fields: entity (company id, e.g. ACME_CN), period (reporting period as text, e.g. 2023 or 2024H1), "
-    "topic, geography, language, doc_id, title, valid_as_of, chunker, parent_id, chunk_id, version (a whole "
-    "number). Operators: eq, ne, gt, gte, lt, lte, in, nin, between ([lo, hi]). Example: "
-    "{\"entity\": \"ACME_CN\", \"period\": {\"between\": [\"2022\", \"2023\"]}}. A value no served "
-    "document has is an error that lists the values there are; a valid filter that leaves nothing "
-    "is retried without filters.")
+    "Fields: entity, period (text, compared as text), topic, geography, language, doc_id, title, valid_as_of, "
+    "chunker, parent_id, chunk_id, version (a whole number); GET /v1/discover (the MCP discover tool) lists "
+    "each field's values in your libraries. Operators: eq, ne, gt, gte, lt, lte, in, nin, between ([lo, hi]). "
+    "A value no served document has is an error that lists the values there are; a valid filter that leaves "
+    "nothing is retried without filters.")
 
 
 def generation(served: ServedLibraries) -> Generation:
@@ -86,7 +85,7 @@ def _triples(filters: Any, limits: ServiceLimits) -> list[tuple[str, str, Any]]:
             filters = json.loads(filters)
         except json.JSONDecodeError as exc:
             raise BadRequest(f"filters: not valid JSON ({exc.msg} at char {exc.pos}); "
-                             "e.g. '{\"entity\": \"ACME_CN\"}'") from None
+                             "e.g. '{\"field\": \"value\"}'") from None
     if not isinstance(filters, (dict, list)):
         raise BadRequest("filters: expected a JSON object {field: value | {op: operand}} or a list of "
                          f"[field, op, operand] triples, got {json.dumps(filters)[:200]}")
@@ -200,6 +199,16 @@ def library_info(served: ServedLibraries, principal: Principal, library: str) ->
     return snap.describe()
 
 
+def discover(served: ServedLibraries, principal: Principal, libraries: Sequence[str] | None = None) -> dict[str, Any]:
+    """What the caller may filter on and ask the graph about, over the libraries it may read
+    (discovery.py: open, published data only)."""
+    from .discovery import describe
+
+    check_texts(libraries, "libraries")
+    gen = generation(served)
+    return describe(gen, readable(gen, principal, libraries))
+
+
 def graph(served: ServedLibraries, principal: Principal, kind: str, *, entity: Any, metric: Any, period: Any,
           libraries: Sequence[str] | None = None) -> dict[str, Any]:
     """Cited graph rows (rollup, peers, trace, facts) from every readable library with a graph."""
@@ -232,5 +241,5 @@ def graph(served: ServedLibraries, principal: Principal, kind: str, *, entity: A
     return {"rows": rows, "versions": gen.versions(with_graph)}
 
 
-__all__ = ["FILTER_HELP", "GRAPH_KINDS", "generation", "graph", "jsonable", "library_info", "library_relative", "relative_paths",
+__all__ = ["FILTER_HELP", "GRAPH_KINDS", "discover", "generation", "graph", "jsonable", "library_info", "library_relative", "relative_paths",
            "list_libraries", "readable", "search"]

@@ -61,6 +61,7 @@ class LibrarySnapshot:
     loads: int = 1  # snapshots of this library this process has served, this one included
     _graph: Any = None
     _graph_lock: threading.Lock = field(default_factory=threading.Lock)
+    _profile: Any = None  # discovery.Profile, computed on first use (an immutable snapshot has one)
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.library, "version": self.version, "snapshot_id": self.snapshot_id,

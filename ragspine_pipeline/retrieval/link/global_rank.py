@@ -10,8 +10,8 @@ relevance. Here the selected libraries are scored as the union of their chunks:
   summed, and each library scores its postings with the sum (``search(stats=...)``), the
   two-phase statistics of refresh stacks and shards. With the same analyzer everywhere the
   scores are those of one index over the union, so the per-library lists merge by score.
-  An index that cannot take outside statistics (a refresh stack, the sharded front) scores
-  with its own and the response says so (``fusion.bm25_stats: "per_library"``).
+  An index that cannot take outside statistics (the sharded front) scores with its own and
+  the response says so (``fusion.bm25_stats: "per_library"``).
 * Dense: raw cosine (each library's cached unit vectors against one query vector per
   model), merged by score across the libraries embedded with the same model. Libraries
   with different models cannot share scores: each model's merged list is its own ranking,

@@ -50,7 +50,7 @@ from ... import settings
 from ..lexical.fusion import DEFAULT_RRF_K, rrf_fuse
 from ..limits import check_query
 from ..postprocess.dedup import collapse
-from .global_rank import union_hits
+from .global_rank import takes_stats, union_hits
 from .narrative_index import (
     DUPLICATE_MARGIN,
     REFILL_ROUNDS,
@@ -176,6 +176,9 @@ class MultiIndexRetriever:
                 s["route_widened"] = True
         self.last = {"routed": routed, "searched": libs, "widened": widened, "filters_relaxed": relaxed,
                      "fusion": how}
+        if how == "global":  # a sharded front scores with its own statistics (``global_rank``)
+            exact = all(takes_stats(self.retrievers[lib].index.retriever.index) for lib in libs)
+            self.last["bm25_stats"] = "union" if exact else "per_library"
         return out
 
     # ------------------------------------------------------------------ one step

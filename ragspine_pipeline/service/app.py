@@ -14,6 +14,10 @@ Bodies are strict JSON: ``top_k: true`` or ``"3"`` is a 422, not a coerced 1 or 
 error, a 404, 405 or 421 included, is the documented ``{error, message}`` object.
 ``/readyz`` answers only ready or not (no generation number: it rose with every library's
 republish, in scope or not).
+
+``/openapi.json`` is a contract (schemas.py): a bearer scheme on the keyed routes, typed
+request and 200 models, every error status a route answers with the ``ErrorBody`` model,
+and the running service's ``top_k`` and query bounds (``_openapi``).
 """
 
 from __future__ import annotations

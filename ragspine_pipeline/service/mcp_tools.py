@@ -19,6 +19,7 @@ shows (middleware.py).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -38,6 +39,8 @@ from .mcp_describe import describe_tools
 from .mcp_format import render_lines, render_search, render_shrinking
 from .runner import run_limited
 from .served import ServedLibraries
+
+log = logging.getLogger("ragspine.service")
 
 INSTRUCTIONS = (
     "RAGSpine answers questions from an organisation's document libraries with cited snippets. Call "
@@ -109,7 +112,11 @@ def build_mcp(served: ServedLibraries, limits: ServiceLimits, local: Principal |
         if not libs:
             return describe_tools(tools, None, [], [])
         graphs = [lib for lib in libs if gen.libraries[lib].graph_version is not None]
-        return describe_tools(tools, scope_profile(gen, libs), libs, graphs)
+        try:
+            return describe_tools(tools, scope_profile(gen, libs), libs, graphs)
+        except Exception:  # a graph that cannot be read must not take the tool list down
+            log.exception("MCP tool descriptions without examples: the corpus profile failed")
+            return describe_tools(tools, None, [], [])
 
     server = RagspineMCP(describe, name="ragspine", instructions=INSTRUCTIONS, log_level="WARNING")
 

@@ -381,7 +381,8 @@ def _mib(x) -> str:
 
 
 def markdown(report: dict) -> str:
-    lines = [f"# {NAME}: ragspine vs Lucene on a ~2M-term vocabulary, per query class", "",
+    label = f" ({report['label']})" if report.get("label") else ""
+    lines = [f"# {NAME}: ragspine vs Lucene on a ~2M-term vocabulary, per query class{label}", "",
              f"Command: `{report.get('command', '')}`  ", f"Machine: {report.get('machine', {})}", "",
              *[f"- run {k}: `{v}`" for k, v in sorted(report.get("commands", {}).items())], "",
              f"Corpus per seed: Zipf(s={ZIPF_S}) over {VOCAB:,} terms, lengths lognormal({LEN_MU}, {LEN_SIGMA}) "

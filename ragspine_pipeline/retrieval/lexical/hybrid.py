@@ -210,6 +210,7 @@ class HybridRetriever:
         self._filter_cache = FilterCache()
         self.restricted = self._restricted_mask()
         self._vectors = _VectorCache(have=np.zeros(len(self.chunks), dtype=bool))
+        self._model_id: tuple[EmbeddingBackend, str] | None = None  # (backend, its id), see fusion_info
 
     def __len__(self) -> int:
         return len(self.chunks)
@@ -502,8 +503,14 @@ class HybridRetriever:
         from ..vector.embedding_backends import backend_model_id
 
         info: dict[str, Any] = {**self.fusion.to_dict(), "channels": list(self.channels)}
-        if self.embedding_backend is not None:
-            info["model"] = backend_model_id(self.embedding_backend)
+        backend = self.embedding_backend
+        if backend is not None:
+            # A backend without ``model_id`` is identified by embedding a probe text: once per
+            # backend object, not on every search (that doubled the embedding calls).
+            known = getattr(self, "_model_id", None)
+            if known is None or known[0] is not backend:
+                known = self._model_id = (backend, backend_model_id(backend))
+            info["model"] = known[1]
         if self.auto_choice is not None:
             info["auto_group"] = self.auto_choice.group
         return info

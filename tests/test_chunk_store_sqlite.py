@@ -210,7 +210,9 @@ def test_a_second_migration_never_replaces_the_first(tmp_path):
         assert store.iter_chunks(doc_id="pr_eu_lyon") == []
 
 
-def test_a_changed_sqlite_file_is_not_read_again_and_says_so(tmp_path, caplog):
+def test_a_changed_sqlite_file_is_re_read_and_keeps_what_it_lost(tmp_path, caplog):
+    """Re-read on change (issue 46; rows added later: tests/test_spec_deviations.py); rows
+    deleted from the file are not deleted from the store (it never deletes rows)."""
     db = tmp_path / "chunks.db"
     write_sqlite(db, NEW_DDL, [r for r, _ in spec_rows()])
     ChunkStore(db).close()

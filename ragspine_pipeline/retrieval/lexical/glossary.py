@@ -43,6 +43,9 @@ from .scripts import kind_of
 
 DEFAULT_VARIANT_BUDGET = 0.5
 DEFAULT_CROSS_LANGUAGE_WEIGHT = 0.5
+#: Ceiling on ``max_queries`` (the multi-query fan-out inside one search; the spec's
+#: default is 5): each variant is one more BM25 (+ dense) ranking to fuse.
+MAX_QUERIES = 16
 
 
 @dataclass(frozen=True)
@@ -119,8 +122,9 @@ class GlossaryQueryRewriter:
     cross_language_weight: float = DEFAULT_CROSS_LANGUAGE_WEIGHT
 
     def __post_init__(self) -> None:
-        if self.max_queries < 1:
-            raise ValueError("max_queries must be >= 1")
+        if isinstance(self.max_queries, bool) or not isinstance(self.max_queries, int) \
+                or not 1 <= self.max_queries <= MAX_QUERIES:
+            raise ValueError(f"max_queries must be an integer from 1 to {MAX_QUERIES} (got {self.max_queries!r})")
         _check_weight("variant_budget", self.variant_budget)
         _check_weight("cross_language_weight", self.cross_language_weight, upper=1.0)
         self._patterns = [

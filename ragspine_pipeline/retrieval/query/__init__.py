@@ -9,7 +9,7 @@ Choices, each a keyword of ``make_query_layers`` or its variable when the keywor
 keyword                    variable                     values
 =========================  ===========================  ===================================
 ``transform``              ``RAGSPINE_QUERY_TRANSFORM``  none, rag_fusion, hyde, step_back
-``decompose``              ``RAGSPINE_QUERY_DECOMPOSE``  none, llm (``llm:3`` = at most 3)
+``decompose``              ``RAGSPINE_QUERY_DECOMPOSE``  none, llm (``llm:3``: at most 3; N <= 8)
 ``adaptive``               ``RAGSPINE_ADAPTIVE``         off, on/heuristic, llm
 ``corrective``             ``RAGSPINE_CORRECTIVE``       off, on/heuristic, llm (LLM grader +
                                                          rewrite)
@@ -40,7 +40,7 @@ from ..postprocess import IndexVectorLookup, make_postprocessor
 from .adaptive import HeuristicComplexityClassifier, LLMComplexityClassifier, Route
 from .auto_filters import AutoFilterExtractor, LLMFilterExtractor
 from .corrective import CorrectiveConfig, Grade, HeuristicGrader, LLMGrader
-from .decompose import LLMDecomposer
+from .decompose import MAX_SUBQUESTIONS, LLMDecomposer
 from .gate import GatedRewriter, SecurityConfigError, SecurityGate, load_competitors
 from .llm_text import LayerFailure
 from .pipeline import LayeredRetriever
@@ -141,10 +141,10 @@ def make_query_layers(base: Any, *, transform: str | None = None, decompose: str
         kind, _, n = name.partition(":")
         if kind != "llm":
             raise ValueError(f"unknown {QUERY_DECOMPOSE_ENV} value {raw!r}; accepted values: none, llm, llm:N")
-        try:
-            max_n = int(n) if n else 4
-        except ValueError:
-            raise ValueError(f"{QUERY_DECOMPOSE_ENV}={raw!r}: N must be an integer") from None
+        max_n = int(n) if n.strip().isdigit() else 0 if n else 4
+        if not 1 <= max_n <= MAX_SUBQUESTIONS:  # the ceiling: an error, never clamped
+            raise settings.SettingsError(QUERY_DECOMPOSE_ENV, raw, f"none, llm or llm:N with N from 1 to "
+                                         f"{MAX_SUBQUESTIONS}", source="argument" if decompose else "environment")
         dec = LLMDecomposer(_provider(provider, "decompose"), max_subquestions=max_n)
 
     raw, name = _spec(adaptive, ADAPTIVE_ENV)

@@ -16,6 +16,10 @@ from typing import Any
 from .llm_text import LayerFailure, ask, parse_lines, require_provider
 
 DEFAULT_MAX_SUBQUESTIONS = 4
+#: Ceiling on sub-questions (``RAGSPINE_QUERY_DECOMPOSE=llm:N``: N from 1 to this; a larger
+#: N is a SettingsError, never clamped): each leg re-runs the whole guarded search, so N
+#: multiplies the searches of one question (``llm:1000`` once ran 301 of them).
+MAX_SUBQUESTIONS = 8
 
 
 @dataclass
@@ -27,8 +31,9 @@ class LLMDecomposer:
     def __post_init__(self) -> None:
         require_provider(self.provider, "decompose")
         if isinstance(self.max_subquestions, bool) or not isinstance(self.max_subquestions, int) \
-                or self.max_subquestions < 1:
-            raise ValueError(f"max_subquestions must be a positive integer (got {self.max_subquestions!r})")
+                or not 1 <= self.max_subquestions <= MAX_SUBQUESTIONS:
+            raise ValueError(f"max_subquestions must be an integer from 1 to {MAX_SUBQUESTIONS} "
+                             f"(got {self.max_subquestions!r})")
 
     def decompose(self, query: str) -> list[str]:
         text = ask(self.provider, "Split the question into at most "

@@ -12,6 +12,12 @@ snippets and no layer can weaken RESTRICTED isolation; the pipeline re-applies
 ``list[dict]`` as the spec says, carrying ``.report`` (refusals, status, route,
 variants, filters, CRAG rounds, degraded layers; see ``result.py``).
 
+Fan-out ceilings (documented in docs/spec-names.md): at most
+``MAX_SUBQUESTIONS`` (8) sub-questions, ``MAX_VARIANTS`` (8) variants besides the original
+per leg, ``MAX_ROUNDS`` (2) CRAG rounds, and ``MAX_SEARCHES`` (64) base searches per
+question in all; what a layer returns past a ceiling is dropped and listed under
+``degraded``, so no layer, built in or injected, can fan one question out without bound.
+
 A failing or garbage-answering LLM never raises out of ``retrieve``: the layer is
 reported under ``degraded`` and the plain path stands in for it. Input errors (a bad
 filter, an over-long query) are still the caller's typed errors.
@@ -28,12 +34,16 @@ from ..lexical.fusion import DEFAULT_RRF_K, rrf_fuse
 from ..limits import check_query
 from ..postprocess.base import LAYERS_KEY
 from .adaptive import DECOMPOSE, SINGLE
+from .decompose import MAX_SUBQUESTIONS
 from .gate import SecurityGate
 from .llm_text import LayerFailure
 from .result import CURRENT_PROBE, CURRENT_REPORT, RetrievalResult, new_report
-from .transforms import Variant
+from .transforms import MAX_VARIANTS, Variant
 
 DEFAULT_DEPTH = 20
+#: Ceiling on the base searches one question may run, all layers together (legs x
+#: variants x CRAG rounds, and the unfiltered re-run); the searches past it are skipped.
+MAX_SEARCHES = 64
 WEAK = "refused_weak_context"
 
 
@@ -132,6 +142,10 @@ class LayeredRetriever:
         except LayerFailure as exc:
             report["degraded"].append({"layer": self.transform.name, "reason": str(exc)})
             return [Variant("original", question)]
+        if len(variants) > 1 + MAX_VARIANTS:
+            report["degraded"].append({"layer": self.transform.name, "reason": f"{len(variants) - 1} variants: "
+                                       f"the first {MAX_VARIANTS} kept (MAX_VARIANTS)"})
+            variants = variants[:1 + MAX_VARIANTS]
         return variants or [Variant("original", question)]
 
     def _search(self, question: str, filters: Any, top_k: int, report: dict[str, Any],
@@ -144,6 +158,11 @@ class LayeredRetriever:
                     shown = v.shown() if v.probe else refusal.variant
                     report["refused"].append({**refusal.to_dict(), "variant": shown})
                     continue
+            if len(report["variants"]) >= MAX_SEARCHES:  # every search is listed there
+                if not any(d.get("layer") == "fan_out" for d in report["degraded"]):
+                    report["degraded"].append({"layer": "fan_out", "reason": f"the ceiling of {MAX_SEARCHES} "
+                                               "searches per question (MAX_SEARCHES) was reached; the rest skipped"})
+                break
             report["variants"].append({"kind": v.kind, "variant": v.shown(), "leg": leg})
             token = CURRENT_PROBE.set(v.kind) if v.probe else None
             try:
@@ -255,6 +274,11 @@ class LayeredRetriever:
                 subs = []
                 report["degraded"].append({"layer": getattr(self.decomposer, "name", "decompose"),
                                            "reason": str(exc)})
+            if len(subs) > MAX_SUBQUESTIONS:
+                report["degraded"].append({"layer": getattr(self.decomposer, "name", "decompose"),
+                                           "reason": f"{len(subs)} sub-questions: the first {MAX_SUBQUESTIONS} "
+                                                     "kept (MAX_SUBQUESTIONS)"})
+                subs = list(subs)[:MAX_SUBQUESTIONS]
             for sq in subs:
                 refusal = self.gate.check_text(sq, "sub_question")
                 if refusal is not None:

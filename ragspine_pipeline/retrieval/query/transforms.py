@@ -23,6 +23,12 @@ from typing import Any, Protocol
 from ..lexical.glossary import GlossaryQueryRewriter
 from .llm_text import LayerFailure, ask, parse_lines, require_provider
 
+#: Ceiling on a transform's variants besides the original (RAG-Fusion's ``max_variants``;
+#: HyDE and step-back make one each): every variant is a whole guarded search. A larger
+#: ``max_variants`` is a ValueError; extra variants a custom transform returns are dropped
+#: by the pipeline and reported under ``degraded``.
+MAX_VARIANTS = 8
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -53,8 +59,9 @@ class RAGFusion:
     def __post_init__(self) -> None:
         if self.provider is not None:
             require_provider(self.provider, "rag_fusion")
-        if self.max_variants < 1:
-            raise ValueError("max_variants must be >= 1")
+        if isinstance(self.max_variants, bool) or not isinstance(self.max_variants, int) \
+                or not 1 <= self.max_variants <= MAX_VARIANTS:
+            raise ValueError(f"max_variants must be an integer from 1 to {MAX_VARIANTS} (got {self.max_variants!r})")
 
     def variants(self, query: str) -> list[Variant]:
         glossary = ([Variant("glossary", v) for v in self.rewriter.rewrite(query)[1:]]

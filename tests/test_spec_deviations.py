@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 
 import pytest
 
@@ -153,3 +154,144 @@ def test_a_re_read_keeps_a_newer_version_written_through_the_store(tmp_path):
         con.close()
         assert store.iter_chunks(doc_id=doc) == []  # the store's newer version stands
         assert {c.title for c in store.iter_chunks()} == {"touched"}  # the file's own documents re-read
+
+
+# ---------------------------------------------------------------- 4. fan-out ceilings
+class CountingBase:
+    """A base retriever that counts its searches and finds one snippet per question."""
+
+    retry_without_filters = False
+
+    def __init__(self) -> None:
+        self.searches: list[str] = []
+
+    def retrieve(self, query, *, filters=None, top_k=50):
+        self.searches.append(query)
+        return [{"chunk_id": f"c{len(self.searches)}", "library_id": "", "text": query, "sensitivity": "INTERNAL"}]
+
+
+class Flood:
+    """An injected decomposer and transform that ask for far more than any ceiling."""
+
+    name = "flood"
+
+    def decompose(self, query):
+        return [f"{query} part {i}" for i in range(1000)]
+
+    def variants(self, query):
+        from ragspine_pipeline.retrieval.query.transforms import Variant
+
+        return [Variant("original", query), *(Variant("paraphrase", f"{query} v{i}") for i in range(100))]
+
+
+class Chat:
+    def chat(self, *args, **kwargs):  # never called: the ceiling is checked first
+        raise AssertionError("no LLM call expected")
+
+
+@pytest.mark.parametrize("value", ["llm:1000", "llm:9", "llm:0", "llm:x"])
+def test_decomposition_past_its_ceiling_is_one_settings_error(monkeypatch, value):
+    from ragspine_pipeline.retrieval.query import make_query_layers
+
+    monkeypatch.setenv("RAGSPINE_QUERY_DECOMPOSE", value)
+    with pytest.raises(SettingsError) as err:  # before: llm:1000 ran 301 searches
+        make_query_layers(CountingBase(), provider=Chat())
+    assert err.value.name == "RAGSPINE_QUERY_DECOMPOSE" and "from 1 to 8" in str(err.value)
+    with pytest.raises(SettingsError):
+        make_query_layers(CountingBase(), decompose=value, provider=Chat())
+
+
+def test_every_layer_constructor_has_a_ceiling():
+    from ragspine_pipeline.retrieval.lexical.glossary import MAX_QUERIES, GlossaryQueryRewriter
+    from ragspine_pipeline.retrieval.query import LLMDecomposer, RAGFusion
+    from ragspine_pipeline.retrieval.query.decompose import MAX_SUBQUESTIONS
+    from ragspine_pipeline.retrieval.query.transforms import MAX_VARIANTS
+
+    LLMDecomposer(Chat(), max_subquestions=MAX_SUBQUESTIONS)
+    with pytest.raises(ValueError, match="from 1 to 8"):
+        LLMDecomposer(Chat(), max_subquestions=MAX_SUBQUESTIONS + 1)
+    RAGFusion(rewriter=GlossaryQueryRewriter(), max_variants=MAX_VARIANTS)
+    with pytest.raises(ValueError, match="from 1 to"):
+        RAGFusion(rewriter=GlossaryQueryRewriter(), max_variants=MAX_VARIANTS + 1)
+    GlossaryQueryRewriter(max_queries=MAX_QUERIES)
+    with pytest.raises(ValueError, match="from 1 to"):
+        GlossaryQueryRewriter(max_queries=MAX_QUERIES + 1)
+
+
+def test_injected_layers_cannot_fan_out_past_the_search_ceiling():
+    from ragspine_pipeline.retrieval.query import LayeredRetriever
+    from ragspine_pipeline.retrieval.query.decompose import MAX_SUBQUESTIONS
+    from ragspine_pipeline.retrieval.query.pipeline import MAX_SEARCHES
+    from ragspine_pipeline.retrieval.query.transforms import MAX_VARIANTS
+
+    base = CountingBase()
+    out = LayeredRetriever(base, decomposer=Flood()).retrieve("why", top_k=5)
+    assert len(base.searches) == 1 + MAX_SUBQUESTIONS  # the question and 8 of 1000 sub-questions
+    assert out.report["sub_questions"] == [f"why part {i}" for i in range(MAX_SUBQUESTIONS)]
+    assert any("MAX_SUBQUESTIONS" in d["reason"] for d in out.report["degraded"])
+
+    base = CountingBase()
+    out = LayeredRetriever(base, transform=Flood()).retrieve("why", top_k=5)
+    assert len(base.searches) == 1 + MAX_VARIANTS
+    assert any("MAX_VARIANTS" in d["reason"] for d in out.report["degraded"])
+
+    base = CountingBase()
+    out = LayeredRetriever(base, decomposer=Flood(), transform=Flood()).retrieve("why", top_k=5)
+    assert len(base.searches) == MAX_SEARCHES == len(out.report["variants"])  # 9 legs x 9 variants, cut at 64
+    assert [d["layer"] for d in out.report["degraded"]].count("fan_out") == 1
+    assert out  # what was found before the ceiling is still answered
+
+
+# ---------------------------------------------------------------- 5. the spec-names page
+def _tool():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "gen_spec_names.py"
+    spec = importlib.util.spec_from_file_location("gen_spec_names", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, mod)  # its dataclass looks its module up there
+    spec.loader.exec_module(mod)
+    return sys.modules[spec.name]
+
+
+def _page_rows(tool):
+    import re
+
+    text = tool.TARGET.read_text(encoding="utf-8")
+    return [(name, kind, where.strip().strip("`"))
+            for name, kind, where in re.findall(r"^\| `([\w.*]+)` \| ([^|]+?) \| ([^|]*)\|", text, flags=re.M)]
+
+
+def test_every_name_on_the_spec_names_page_imports():
+    import importlib
+
+    from ragspine_pipeline.settings import REGISTRY
+
+    tool = _tool()
+    rows = _page_rows(tool)
+    assert len(rows) > 60
+    for name, kind, where in rows:
+        if name.startswith("RAGSPINE_"):
+            assert name in REGISTRY, name
+        elif kind == "method":
+            module, _, cls = where.rpartition(".")
+            assert hasattr(getattr(importlib.import_module(module), cls), name.rpartition(".")[2]), name
+        elif kind in ("class", "protocol", "function", "constant"):
+            assert hasattr(importlib.import_module(where), name), name
+        else:
+            assert name in tool.OUTSIDE, name
+
+
+def test_every_spec_name_is_on_the_page():
+    tool = _tool()
+    spec = tool.find_spec()
+    if spec is None:
+        pytest.skip("the spec text is not beside this checkout (../shared/spec)")
+    on_page = {name for name, _, _ in _page_rows(tool)}
+    for name in tool.spec_names(spec.read_text(encoding="utf-8")):
+        if name.endswith("*"):  # a family (RAGSPINE_RAPTOR*): at least one of it
+            assert any(n.startswith(name.rstrip("*")) for n in on_page), name
+        else:
+            assert name in on_page or any(n.endswith(f".{name}") for n in on_page), name
+    assert tool.main(["--check", "--spec", str(spec)]) == 0, "docs/spec-names.md is stale"

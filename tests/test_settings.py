@@ -319,6 +319,17 @@ def test_schedule_reads_its_variables_when_built_not_at_import(monkeypatch):
     assert (sched.cron_schedule, sched.execution_timezone) == ("0 3 * * *", "UTC")
 
 
+def _third_party_default(node: ast.AST) -> bool:
+    """``os.environ.setdefault("NAME", ...)`` for a NAME that is not a RAGSPINE_* setting: a
+    default written for another library (its own switch), which reads no setting of ours."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "setdefault" and isinstance(node.func.value, ast.Attribute)
+            and node.func.value.attr == "environ" and isinstance(node.func.value.value, ast.Name)
+            and node.func.value.value.id == "os" and bool(node.args)
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+            and not node.args[0].value.startswith("RAGSPINE_"))
+
+
 def _import_time_env_reads(path: Path) -> list[int]:
     """Lines where ``os.environ`` / ``os.getenv`` is evaluated when the module is imported:
     module and class bodies, decorators and default arguments (not function bodies)."""
@@ -334,6 +345,8 @@ def _import_time_env_reads(path: Path) -> list[int]:
             for child in (node.body if isinstance(node.body, list) else [node.body]):
                 visit(child, True)
             return
+        if not in_function and _third_party_default(node):
+            return  # e.g. HAYSTACK_TELEMETRY_ENABLED set before that framework's import: no read
         if (not in_function and isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv")
                 and isinstance(node.value, ast.Name) and node.value.id == "os"):
             hits.append(node.lineno)

@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 from .catalog import raw_hidden_doc_ids
 from .chunk_tables import unserved_docs
 from .common import CHUNKS, LEXICAL, SNAPSHOT, restricted_mask
-from .rerank_vectors import store_path
+from .rerank_vectors import STORE_DIR, store_path
 from .versioned import (
     OWNER_ONLY_ASSETS,
     Published,
@@ -64,7 +64,6 @@ NO_TEXT_ASSETS = frozenset({SNAPSHOT})
 # Snapshot metadata key -> asset, for the versions the current snapshot serves.
 SNAPSHOT_KEYS = {"lexical_index": LEXICAL, "embeddings": "embeddings", "raptor_tree": "raptor_tree",
                  "relation_graph": "relation_graph"}
-RERANK_DIR = "rerank_vectors"
 
 __all__ = ["PurgeReport", "hidden_now", "narrow_hidden_versions", "open_doc_history"]
 
@@ -123,7 +122,7 @@ def narrow_hidden_versions(wh: VersionedTables, library: str, meta: dict[str, An
     history: dict[str, set[str] | None] = {}
     for asset_dir in sorted(p for p in wh.root.iterdir() if p.is_dir()):
         asset = asset_dir.name
-        if asset.startswith(".") or asset in OWNER_ONLY_ASSETS or asset in NO_TEXT_ASSETS or asset == RERANK_DIR:
+        if asset.startswith(".") or asset in OWNER_ONLY_ASSETS or asset in NO_TEXT_ASSETS or asset == STORE_DIR:
             continue
         lib_dir = asset_dir / library
         if not lib_dir.is_dir():

@@ -151,10 +151,18 @@ def test_budget_picks_the_fastest_guarded_tier_that_fits():
     assert c.evidence["profile"]  # the language profile stays in the evidence
 
 
-def test_budget_without_a_guarded_fast_tier_runs_bm25_only():
+def test_budget_never_turns_the_dense_channel_off():
+    """Hybrid is the default wherever a backend exists: past the budget with no guarded tier
+    faster than the choice, auto keeps it (and says how to ask for BM25 only); the unguarded
+    tier (below BM25 on one set) is never taken, however fast."""
     c = choose(profile([(A, "en")]), _pol(static_ok=False), chunks=100_000, budget_s=3600)
-    assert c.fusion.dense_weight == 0.0 and not c.uses_dense and "BM25 only" in c.reason
-    assert c.model != "slow2" or c.fusion.dense_weight == 0.0  # the unguarded tier is never fused
+    assert c.model == "e5" and c.uses_dense and c.fusion.dense_weight > 0
+    assert "time budget" in c.reason and "RAGSPINE_RETRIEVAL_MODE=bm25" in c.reason
+
+
+def test_budget_past_every_tier_takes_the_fastest_guarded_one():
+    c = choose(profile([(A, "en")]), _pol(), chunks=100_000_000, budget_s=1)
+    assert c.model == "static" and c.uses_dense and "the fastest" in c.reason
 
 
 def test_resolve_reads_the_budget_setting(monkeypatch):

@@ -138,7 +138,7 @@ SETTINGS: tuple[Setting, ...] = (
             default_doc="the usable CPUs", spec=PROJECT),
     Setting("RAGSPINE_EMBED_TIME_BUDGET_S", Number(bounds=(0.0, 1e9)),
             "Seconds auto may spend embedding one library (its chunks / the tier's measured items/s); "
-            "over it auto takes a faster tier that still beats BM25, else BM25 only; 0: no limit.",
+            "over it auto takes a faster tier that still beats BM25 (never BM25 only); 0: no limit.",
             "models", "3600", spec=PROJECT),
     Setting("RAGSPINE_EMBED_CACHE", PATH,
             "Folder that keeps chunk vectors by (model id, normalised text hash) across processes; "

@@ -253,8 +253,10 @@ def within_budget(choice: AutoChoice, chunks: int, budget_s: float, pol: Mapping
     with its command). Over budget, the group's guarded tiers (``tiers``: each >= BM25 on
     every set of the group, best gain first) are tried in order and the first that fits is
     taken; an English-only tier is skipped where the choice is multilingual. When none fits,
-    hybrid is BM25 only (dense weight 0) and the fastest measured tier embeds for ``vector``
-    mode, so the step stays within minutes. A model without a measured speed is kept."""
+    the fastest of those tiers is taken anyway (the ETA says how long): ``auto`` never turns
+    the dense channel off, since hybrid is the default whenever a backend exists — BM25 only
+    is the user's choice (``RAGSPINE_RETRIEVAL_MODE=bm25``), which the reason names. A model
+    without a measured speed is kept."""
     est = _seconds(pol, choice.model, chunks)
     if est is None or est <= budget_s:
         return choice
@@ -263,25 +265,38 @@ def within_budget(choice: AutoChoice, chunks: int, budget_s: float, pol: Mapping
             f"RAGSPINE_EMBED_TIME_BUDGET_S={budget_s:g}")
     ev = {**choice.evidence, "budget": {"chunks": chunks, "budget_s": budget_s, "estimates_s": {}}}
     group = choice.group if choice.group in pol.get("tiers", {}) else "other"
+    fastest: tuple[float, Mapping[str, Any]] | None = None
     for tier in pol.get("tiers", {}).get(group, []):
         t_est = _seconds(pol, tier["model"], chunks)
         if t_est is not None:
             ev["budget"]["estimates_s"][tier["model"]] = round(t_est, 1)
-        if t_est is None or t_est > budget_s or tier["model"] == choice.model:
+        if t_est is None:
             continue
         if english_only(tier["model"]) and not english_only(choice.model) and choice.group != "en":
             continue
-        fusion = FusionConfig(method=tier["method"], dense_weight=float(tier["weight"]), k=DEFAULT_RRF_K,
-                              source=f"auto:{group}:budget")
-        return AutoChoice(choice.group, tier["model"], fusion,
-                          f"{over}: {tier['model']} {tier['method']} w={tier['weight']} (~{t_est:,.0f} s; >= BM25 "
-                          f"on every set of the group, mean gain {tier['mean_gain']:+.4f})", ev)
-    rates = pol.get("speed", {}).get("items_per_s", {})
-    fastest = max(rates, key=lambda m: float(rates[m])) if rates else choice.model
-    fusion = FusionConfig(method="weighted_rrf", dense_weight=0.0, k=DEFAULT_RRF_K, source=f"auto:{group}:budget")
-    return AutoChoice(choice.group, fastest, fusion,
-                      f"{over}, and no faster tier that reaches BM25 on every set of the group fits: hybrid runs "
-                      f"BM25 only ({fastest} embeds for vector mode)", ev)
+        if fastest is None or t_est < fastest[0]:
+            fastest = (t_est, tier)
+        if t_est > budget_s or tier["model"] == choice.model:
+            continue
+        return _tier_choice(choice, group, tier, f"{over}: {tier['model']}", t_est, ev)
+    if fastest is None or fastest[0] >= est:
+        return AutoChoice(choice.group, choice.model, choice.fusion,
+                          f"{choice.reason}; {over}, and no faster tier reaches BM25 on every set of the group: "
+                          f"kept (RAGSPINE_RETRIEVAL_MODE=bm25 for BM25 only)", ev)
+    t_est, tier = fastest
+    return _tier_choice(choice, group, tier, f"{over}, and no tier that reaches BM25 on every set of the group "
+                        f"fits: the fastest, {tier['model']} (RAGSPINE_RETRIEVAL_MODE=bm25 for BM25 only)",
+                        t_est, ev)
+
+
+def _tier_choice(choice: AutoChoice, group: str, tier: Mapping[str, Any], why: str, t_est: float,
+                 ev: dict[str, Any]) -> AutoChoice:
+    """``choice`` moved to the guarded ``tier`` (its fusion as measured), saying why."""
+    fusion = FusionConfig(method=tier["method"], dense_weight=float(tier["weight"]), k=DEFAULT_RRF_K,
+                          source=f"auto:{group}:budget")
+    return AutoChoice(choice.group, tier["model"], fusion,
+                      f"{why} {tier['method']} w={tier['weight']} (~{t_est:,.0f} s; >= BM25 on every set of the "
+                      f"group, mean gain {tier['mean_gain']:+.4f})", ev)
 
 
 def _where(prof: LanguageProfile, groups: Sequence[str]) -> str:

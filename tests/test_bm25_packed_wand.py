@@ -14,6 +14,7 @@ from tests.test_bm25_packed import publish_both, ref_top
 pytest.importorskip("numba")
 
 from ragspine_pipeline.retrieval.lexical import bm25_packed_kernels as maxscore  # noqa: E402
+from ragspine_pipeline.retrieval.lexical import bm25_packed_lead as lead  # noqa: E402
 from ragspine_pipeline.retrieval.lexical import bm25_packed_route as route  # noqa: E402
 from ragspine_pipeline.retrieval.lexical import bm25_packed_windows as windows  # noqa: E402
 from tests import packed_reference_kernels as wand  # noqa: E402
@@ -180,6 +181,7 @@ def test_a_rare_lead_term_goes_term_at_a_time(tmp_path):
     pk, wt = packed._pk, packed._weights()
     acc = np.zeros(n, np.float64)
     touched = np.empty(n, np.int32)
+    exacts = 0
     for q in pairs:
         tids = np.array(packed._query_term_ids(list(q)), np.int64)
         assert not route._window_suits(*args, tids, n, k), q  # the old rule (rare >= 2x others) said window
@@ -190,8 +192,19 @@ def test_a_rare_lead_term_goes_term_at_a_time(tmp_path):
         assert ids.tolist() == w_ids.tolist() and np.array_equal(sc, w_sc), q
         r_ids, r_sc = ref_top(list(q), docs, k)
         assert ids.tolist() == r_ids and np.allclose(sc, r_sc, atol=1e-9, rtol=0)
-    # A rare lead whose others' bounds pass LEAD_REST x its own stays with the window kernel.
+        for kk in (1, 3, 10):  # the lead kernel: exact and bit-identical, or it says it is not
+            l_ids, l_sc, exact = lead.lead_top_k(pk, packed._idf, packed._w_max, tids, wt, kk)
+            m_ids, m_sc = maxscore.search_one(pk, packed._idf, packed._w_max, tids, wt, kk, acc, touched, 0)
+            assert not exact or (l_ids.tolist() == m_ids.tolist() and np.array_equal(l_sc, m_sc)), (q, kk)
+            exacts += exact
+    assert exacts > 0
+    # A rare lead whose others' bounds pass LEAD_REST x its own stays with the window kernel;
+    # the lead kernel on it says whether it is exact, and is right when it says so.
     r, m = pairs[0]
     third = next(w for w in mid if w != m and ub[tid[w]] + ub[tid[m]] >= ub[tid[r]]
                  and ub[tid[r]] < route.RARE_WEIGHT * (ub[tid[w]] + ub[tid[m]]))
-    assert route._window_suits(*args, np.array([tid[r], tid[m], tid[third]], np.int64), n, k)
+    tids = np.array([tid[r], tid[m], tid[third]], np.int64)
+    assert route._window_suits(*args, tids, n, k)
+    l_ids, l_sc, exact = lead.lead_top_k(pk, packed._idf, packed._w_max, tids, wt, 10)
+    m_ids, m_sc = maxscore.search_one(pk, packed._idf, packed._w_max, tids, wt, 10, acc, touched, 0)
+    assert not exact or (l_ids.tolist() == m_ids.tolist() and np.array_equal(l_sc, m_sc))

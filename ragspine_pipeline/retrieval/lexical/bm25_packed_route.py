@@ -8,6 +8,10 @@ lower position), so the choice is only about speed:
   terms (each in under 1% of the documents) carry most of its weight and hold at least k
   documents: it scores their few documents first, the k-th score is high at once, and the
   long lists are only looked up at the candidates left;
+- a lead-driven pass (``bm25_packed_lead``) first when the largest bound is a rare term's
+  and the others' bounds sum to under ``LEAD_REST`` x it (the ``LEAD_*`` constants): it
+  reads the lead's postings and looks the others up, nothing corpus-sized; when the lead
+  turns out not to be required, term-at-a-time MaxScore answers;
 - block-max MaxScore over windows (``bm25_packed_windows.window_top_k``) otherwise, above
   all when every term is long, where term-at-a-time reads every posting of every head
   term.
@@ -23,6 +27,7 @@ from numba import njit
 
 from .bm25_numba_unfiltered import batch_kernel, scratch
 from .bm25_packed_kernels import search_one as maxscore_one
+from .bm25_packed_lead import lead_top_k
 from .bm25_packed_windows import MAX_TERMS, window_top_k
 
 RARE_DF_FRACTION = 100  # a term is rare when df x this < the documents
@@ -49,15 +54,10 @@ def _window_suits(indptr, idf, wmax, qtids, n_docs, k):
     rare = 0.0
     other = 0.0
     rare_postings = 0
-    top = 0.0  # the largest bound, and its term's df
-    top_df = 0
     for x in range(qtids.shape[0]):
         t = qtids[x]
         ub = idf[t] * wmax[t]
         df = indptr[t + 1] - indptr[t]
-        if ub > top:
-            top = ub
-            top_df = df
         if df * RARE_DF_FRACTION < n_docs:
             rare += ub
             rare_postings += df
@@ -65,9 +65,26 @@ def _window_suits(indptr, idf, wmax, qtids, n_docs, k):
             other += ub
     if rare == 0.0 or (rare_postings < k and other > 0.0):
         return True
-    if top_df * RARE_DF_FRACTION < n_docs and top_df >= LEAD_MIN_K * k and rare + other - top < LEAD_REST * top:
-        return False  # a rare lead term: term at a time reads it, then looks the others up
+    if _lead(indptr, idf, wmax, qtids, n_docs, k):
+        return False  # a rare lead term: read it, then look the others up
     return rare < RARE_WEIGHT * other
+
+
+@njit(cache=True, nogil=True)
+def _lead(indptr, idf, wmax, qtids, n_docs, k):
+    """Whether the largest bound is a rare term's, holding at least ``LEAD_MIN_K`` x k
+    documents, with the other terms' bounds summing to under ``LEAD_REST`` x it."""
+    top = 0.0
+    top_df = 0
+    total = 0.0
+    for x in range(qtids.shape[0]):
+        t = qtids[x]
+        ub = idf[t] * wmax[t]
+        total += ub
+        if ub > top:
+            top = ub
+            top_df = indptr[t + 1] - indptr[t]
+    return top_df * RARE_DF_FRACTION < n_docs and top_df >= LEAD_MIN_K * k and total - top < LEAD_REST * top
 
 
 @njit(cache=True, nogil=True)
@@ -78,10 +95,20 @@ def _use_window(pk, idf, wmax, qtids, n_docs, exhaustive_docs, k):
 
 
 @njit(cache=True, nogil=True)
+def _use_lead(pk, idf, wmax, qtids, n_docs, exhaustive_docs, k):
+    """Whether the lead kernel (``bm25_packed_lead``) tries the query first."""
+    return n_docs > exhaustive_docs and qtids.shape[0] <= MAX_TERMS and _lead(pk[0], idf, wmax, qtids, n_docs, k)
+
+
+@njit(cache=True, nogil=True)
 def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
     """``bm25_packed_kernels.search_one``'s signature and answers (bit-identical), by the
     kernel that is fastest for the query's shape (module docstring). acc must be all
     zeros on entry and is all zeros again on return."""
+    if _use_lead(pk, idf, wmax, qtids, acc.shape[0], exhaustive_docs, k):
+        ids, sc, exact = lead_top_k(pk, idf, wmax, qtids, wt, k)
+        if exact:
+            return ids, sc
     if _use_window(pk, idf, wmax, qtids, acc.shape[0], exhaustive_docs, k):
         return window_top_k(pk, idf, wmax, qtids, wt, k)
     return maxscore_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs)
@@ -92,6 +119,10 @@ def _routed_query(ctx, qtids, k, acc, touched, n_docs):
     """One query of the batch, routed as ``search_one`` (``batch_kernel``'s ``query``): the
     corpus-sized scratch is allocated only when a query takes the MaxScore kernel."""
     pk, idf, wmax, wt, exhaustive_docs = ctx
+    if _use_lead(pk, idf, wmax, qtids, max(n_docs, 1), exhaustive_docs, k):
+        ids, sc, exact = lead_top_k(pk, idf, wmax, qtids, wt, k)
+        if exact:
+            return ids, sc, acc, touched
     if _use_window(pk, idf, wmax, qtids, max(n_docs, 1), exhaustive_docs, k):
         ids, sc = window_top_k(pk, idf, wmax, qtids, wt, k)
         return ids, sc, acc, touched

@@ -215,6 +215,24 @@ def _above(rd, score, n, rest, floor):
     return m
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _add_at(pk, ar, t, s, rd, nc, score, dcode, wt, bd, bt):
+    """score[i] += term t's w x s at each sorted document rd[i] (i < nc) that holds it,
+    reading only the blocks that hold one (``_match_block``; bd/bt its scratch)."""
+    data, off, dbits, tbits, last = ar
+    b = pk[1][t]
+    bend = pk[1][t + 1]
+    y = 0
+    while y < nc and b < bend:
+        if last[b] < rd[y]:
+            b = _gallop(last, b, bend, rd[y])
+            continue
+        y, m = _match_block(data, off, dbits, tbits, last, b, b == pk[1][t], _count(pk, t, b), rd, y, nc, bd, bt)
+        for h in range(m):
+            score[bd[h]] += _w(bt[h], dcode[rd[bd[h]]], wt) * s
+        b += 1
+
+
 @njit(cache=True, nogil=True)
 def _seed(pk, ar, ut, scale, ub, k, dcode, wt, n_docs):
     """A lower bound of the final k-th score, or 0, from the rarest term when it holds at
@@ -277,19 +295,7 @@ def _seed(pk, ar, ut, scale, ub, k, dcode, wt, n_docs):
             continue
         if nc > SEED_LOOKUPS:
             break
-        t = ut[j]
-        b = pk[1][t]
-        bend = pk[1][t + 1]
-        y = 0
-        while y < nc and b < bend:
-            if last[b] < rd[y]:
-                b = _gallop(last, b, bend, rd[y])
-                continue
-            y, m = _match_block(data, off, dbits, tbits, last, b, b == pk[1][t], _count(pk, t, b), rd, y, nc,
-                                bd, bt)
-            for h in range(m):
-                score[bd[h]] += _w(bt[h], dcode[rd[bd[h]]], wt) * scale[j]
-            b += 1
+        _add_at(pk, ar, ut[j], scale[j], rd, nc, score, dcode, wt, bd, bt)
         # Partial scores of some documents: their k-th best is a lower bound too.
         if nc >= k:
             floor = max(floor, np.partition(score[:nc], nc - k)[nc - k])

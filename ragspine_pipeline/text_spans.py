@@ -12,7 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-__all__ = ["line_spans", "trim_span"]
+__all__ = ["line_spans", "locator_space", "trim_span"]
+
+_FILE_SPACE_SUFFIXES = (".md", ".txt")
+
+
+def locator_space(source_path: str) -> str:
+    """What a citation span indexes: ``"file"`` for a .md/.txt file (the decoded file text, so
+    ``source[start:end] == text``), ``"extracted"`` for PDF/DOCX/HTML (the parsed text; see
+    ``ingest/locators.py``), ``""`` when there is no file (a summary node). Here, beside the
+    offset helpers, because both the chunks (``SourceLocator``) and the parsers need it."""
+    if not source_path:
+        return ""
+    return "file" if source_path.lower().endswith(_FILE_SPACE_SUFFIXES) else "extracted"
 
 
 def line_spans(text: str) -> Iterator[tuple[int, int]]:

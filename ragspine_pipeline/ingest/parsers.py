@@ -30,6 +30,7 @@ from typing import Any
 
 from .. import settings
 from ..text_spans import line_spans, trim_span
+from .locators import Anchor
 from .metadata_keys import match_key
 from .quiet import quiet_parser_logs
 
@@ -94,12 +95,15 @@ class ParsedFile:
     """What a parser read: the text, metadata declared inside the file (lists of values
     per key as written; keys as written — the document reader matches them), the
     structure marks it saw, as offsets into ``text`` (sorted by start), and metadata it
-    saw but could not read as a key (the reader makes such a document RESTRICTED)."""
+    saw but could not read as a key (the reader makes such a document RESTRICTED), and
+    for PDF/DOCX/HTML where each extracted block came from in the file (``anchors``,
+    read by ``locators.locate``)."""
 
     text: str
     metadata: dict[str, list[Any]] = field(default_factory=dict)
     structure: tuple[StructureMark, ...] = ()
     metadata_problems: tuple[str, ...] = ()
+    anchors: tuple[Anchor, ...] = ()
 
 
 _CN_NUM = "[0-9０-９一二三四五六七八九十百千零〇两]+"
@@ -292,6 +296,7 @@ def parse_html(path: Path) -> ParsedFile:
         tag.decompose()
     parts: list[str] = []
     marks: list[StructureMark] = []
+    anchors: list[Anchor] = []
     pos = 0
     for el in soup.find_all(["h1", "h2", "h3", "h4", "h5", "h6", "p", "li", "td", "pre", "blockquote"]):
         block = " ".join(el.get_text(" ", strip=True).split())
@@ -301,12 +306,31 @@ def parse_html(path: Path) -> ParsedFile:
             pos += 2  # the "\n\n" joining blocks
         if el.name in _HTML_HEADINGS:
             marks.append(StructureMark(pos, pos + len(block), int(el.name[1]), "html"))
+        anchors.append(Anchor(pos, pos + len(block), (("element", _css_path(el)),)))
         parts.append(block)
         pos += len(block)
     text = "\n\n".join(parts)
     if not text:
         return ParsedFile(" ".join(soup.get_text(" ", strip=True).split()), meta, (), problems)
-    return ParsedFile(text, meta, _merge_marks(marks, text_structure(text)), problems)
+    return ParsedFile(text, meta, _merge_marks(marks, text_structure(text)), problems, tuple(anchors))
+
+
+def _css_path(el: Any) -> str:
+    """A CSS path BeautifulSoup's ``select_one`` (``html.parser``) resolves to ``el`` in a
+    fresh parse of the same file: ``tag:nth-of-type(k)`` per step, the first step pinned to
+    the top level (``:not(* *)``) unless it is ``html``. script/style/noscript removed
+    before this cannot shift a count: only tags of the same name are counted."""
+    steps: list[str] = []
+    node = el
+    while node is not None and node.name and node.parent is not None:
+        k = 1 + sum(1 for sib in node.find_previous_siblings(node.name))
+        top = node.parent.parent is None
+        if node.name == "html" and top:
+            steps.append("html")
+        else:
+            steps.append(f"{node.name}:nth-of-type({k})" + (":not(* *)" if top else ""))
+        node = node.parent
+    return " > ".join(reversed(steps))
 
 
 _HTML_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
@@ -365,47 +389,58 @@ def parse_pdf(path: Path) -> ParsedFile:
     try:
         with quiet_parser_logs():
             reader = PdfReader(str(path))
-            pages = [(p.extract_text() or "").strip() for p in reader.pages]
+            raw_pages = [p.extract_text() or "" for p in reader.pages]
     except (PdfReadError, ValueError, KeyError, OSError) as exc:
         # pypdf's messages quote bytes of the file: the kind of error only.
         raise ParseError(f"unreadable PDF ({type(exc).__name__})") from None
     except Exception as exc:  # noqa: BLE001 - pypdf raises many kinds on a crafted file: one bad file
         raise ParseError(f"unreadable PDF ({type(exc).__name__})") from None
+    pages = [p.strip() for p in raw_pages]
     text = "\n\n".join(p for p in pages if p)
     if not text:
         raise ParseError("PDF has no extractable text (scanned image?)")
-    page_marks, pos = [], 0
-    for p in (p for p in pages if p):
+    page_marks, anchors, pos = [], [], 0
+    for number, (raw, p) in enumerate(zip(raw_pages, pages, strict=True), 1):
+        if not p:
+            continue
         page_marks.append(StructureMark(pos, pos, 0, "page"))
+        # Offsets within the page are into pypdf's unstripped extract_text() of that page.
+        anchors.append(Anchor(pos, pos + len(p), (("page", number),), len(raw) - len(raw.lstrip())))
         pos += len(p) + 2
-    return ParsedFile(text, {}, _merge_marks(page_marks, text_structure(text)))
+    return ParsedFile(text, {}, _merge_marks(page_marks, text_structure(text)), (), tuple(anchors))
 
 
 _DOCX_HEADING = re.compile(r"(?:heading|überschrift|titre|título|titolo|kop)\s*([1-6])$", re.I)
 
 
-def _docx_blocks(document: Any) -> list[tuple[str, int]]:
-    """(text, heading level or 0) of each body paragraph and table row, in reading order.
+def _docx_blocks(document: Any) -> list[tuple[str, int, tuple[tuple[str, int], ...]]]:
+    """(text, heading level or 0, where in the file) of each body paragraph and table row,
+    in reading order; "where" is ``paragraph`` = index into ``Document.paragraphs`` or
+    ``table``/``row`` = ``Document.tables[t].rows[r]``.
 
     A table row becomes one line, its cells joined by `` | `` (a figure keeps its row label).
     """
     from docx.table import Table
 
-    blocks: list[tuple[str, int]] = []
+    blocks: list[tuple[str, int, tuple[tuple[str, int], ...]]] = []
+    n_par = n_table = 0
     for item in document.iter_inner_content():
         if isinstance(item, Table):
-            for row in item.rows:
+            for r, row in enumerate(item.rows):
                 cells = {id(c._tc): c.text.strip() for c in row.cells}  # a merged cell repeats: once
                 line = " | ".join(t for t in cells.values() if t)
                 if line:
-                    blocks.append((line, 0))
+                    blocks.append((line, 0, (("table", n_table), ("row", r))))
+            n_table += 1
             continue
+        n_par += 1
         text = item.text.strip()
         if not text:
             continue
         style = (item.style.name if item.style is not None else "") or ""
         m = _DOCX_HEADING.match(style.strip())
-        blocks.append((text, 1 if style.strip().lower() == "title" else int(m.group(1)) if m else 0))
+        level = 1 if style.strip().lower() == "title" else int(m.group(1)) if m else 0
+        blocks.append((text, level, (("paragraph", n_par - 1),)))
     return blocks
 
 
@@ -436,14 +471,16 @@ def parse_docx(path: Path) -> ParsedFile:
         raise ParseError(f"unreadable Word file ({type(exc).__name__})") from None
     if not blocks:
         raise ParseError("Word file has no text")
-    parts, marks, pos = [], [], 0
-    for text, level in blocks:
+    parts, marks, anchors, pos = [], [], [], 0
+    for text, level, ref in blocks:
         if level:
             marks.append(StructureMark(pos, pos + len(text), level, "html"))
+        anchors.append(Anchor(pos, pos + len(text), ref))
         parts.append(text)
         pos += len(text) + 2
     body = "\n\n".join(parts)
-    return ParsedFile(body, {"title": [title]} if title else {}, _merge_marks(marks, text_structure(body)))
+    return ParsedFile(body, {"title": [title]} if title else {}, _merge_marks(marks, text_structure(body)), (),
+                      tuple(anchors))
 
 
 def parse_source(path: Path) -> ParsedFile:

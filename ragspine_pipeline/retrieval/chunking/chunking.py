@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...sensitivity import effective_label
+from ...text_spans import locator_space
 from .headings import absorb_bare, bare_span, rebalance
 
 DEFAULT_CHUNK_CHARS = 480
@@ -31,7 +32,8 @@ DEFAULT_SENSITIVITY = "INTERNAL"
 
 @dataclass(frozen=True)
 class SourceLocator:
-    """Where a chunk's text sits in its source: character offsets [start, end)."""
+    """Where a chunk's text sits in its source: character offsets [start, end) into the
+    document's text; ``space`` (in ``to_dict``) says whether that is the file's own text."""
 
     doc_id: str
     start: int
@@ -40,7 +42,11 @@ class SourceLocator:
 
     def to_dict(self) -> dict[str, Any]:
         # Plain fields: a literal dict (asdict's recursive deep copy cost ~10x per snippet).
-        return {"doc_id": self.doc_id, "start": self.start, "end": self.end, "source_path": self.source_path}
+        out = {"doc_id": self.doc_id, "start": self.start, "end": self.end, "source_path": self.source_path}
+        space = locator_space(self.source_path)
+        if space:
+            out["space"] = space
+        return out
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,12 @@ def test_markdown_span_slices_the_file(tmp_path):
     end = start + len("supplier limit")
     assert locate(parsed.anchors, start, end, str(path)) == {"space": "file"}
     assert path.read_text(encoding="utf-8")[start:end] == "supplier limit"
+    path.write_text("---\nsensitivity: PUBLIC\n---\n# Title\n\nThe supplier limit is 42 units.\n", encoding="utf-8")
+    parsed = parse_source(path)
+    start = parsed.text.index("supplier")
+    loc = locate(parsed.anchors, start, start + 8, str(path))
+    off = loc["body_offset"]
+    assert off > 0 and path.read_text(encoding="utf-8")[off + start:off + start + 8] == "supplier"
 
 
 def test_pdf_pages_slice_each_page_text(tmp_path):
@@ -94,3 +100,53 @@ def test_html_element_path_resolves_to_the_element(tmp_path, html):
     start = parsed.text.index("Nested")
     el = BeautifulSoup(html, "html.parser").select_one(locate(parsed.anchors, start, start + 6, str(path))["element"])
     assert el.get_text() == "Nested para."
+
+
+def test_locators_survive_the_warehouse_into_served_snippets(tmp_path, monkeypatch, capsys):
+    """raw documents -> chunks -> published snapshot -> snippet: each format's locator fields
+    arrive in ``ragspine query --json`` and still point at the text in the file."""
+    import json
+
+    docx = pytest.importorskip("docx")
+    from pypdf import PdfReader
+
+    from ragspine_pipeline import cli
+
+    monkeypatch.setenv("RAGSPINE_EMBEDDING_BACKEND", "none")
+    monkeypatch.setenv("RAGSPINE_RETRIEVAL_MODE", "bm25")
+    for name in ("RAGSPINE_GLOSSARY", "RAGSPINE_GRAPH_DIMENSIONS", "RAGSPINE_CORPUS_ROOT", "RAGSPINE_EMBEDDING",
+                 "RAGSPINE_WAREHOUSE", "DAGSTER_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    lib = tmp_path / "corpus" / "docs"
+    lib.mkdir(parents=True)
+    (lib / "travel.md").write_text("# Travel\n\nEconomy class for flights under six hours.\n")
+    (lib / "annual.pdf").write_bytes(multipage_pdf([["Annual report"], ["Harbour logistics margins improved."]]))
+    d = docx.Document()
+    d.add_paragraph("Intro paragraph.")
+    d.add_paragraph("Every supplier signs the zebrafish code of conduct.")
+    d.save(str(lib / "suppliers.docx"))
+    (lib / "q3.html").write_text("<html><body><h1>Q3</h1><div><p>Turnover rose with the kiwifruit line.</p></div>"
+                                 "</body></html>")
+    wh = tmp_path / "wh"
+    assert cli.main(["index", str(tmp_path / "corpus"), "--warehouse", str(wh), "--in-process"]) == 0
+    capsys.readouterr()
+
+    def top(question: str) -> dict:
+        assert cli.main(["query", question, "--warehouse", str(wh), "--json", "--top-k", "1"]) == 0
+        return json.loads(capsys.readouterr().out)[0]
+
+    s = top("economy class flights")
+    assert s["source_locator"]["space"] == "file"
+    assert (lib / "travel.md").read_text()[s["source_locator"]["start"]:s["source_locator"]["end"]] == s["text"]
+    s = top("harbour logistics")
+    (page,) = [p for p in s["source_locator"]["pages"] if p["page"] == 2]
+    assert s["source_locator"]["space"] == "extracted"
+    assert PdfReader(str(lib / "annual.pdf")).pages[1].extract_text()[page["start"]:page["end"]] in s["text"]
+    s = top("zebrafish code of conduct")
+    paras = docx.Document(str(lib / "suppliers.docx")).paragraphs
+    assert any("zebrafish" in paras[b["paragraph"]].text for b in s["source_locator"]["blocks"])
+    s = top("kiwifruit turnover")
+    from bs4 import BeautifulSoup
+
+    el = BeautifulSoup((lib / "q3.html").read_text(), "html.parser").select_one(s["source_locator"]["element"])
+    assert el is not None and el.get_text(" ", strip=True)[:10] in s["text"]

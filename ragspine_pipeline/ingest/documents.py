@@ -82,6 +82,9 @@ class Document:
     # Headings / pages the parser saw, as offsets into ``text`` (structure-aware chunkers
     # read these; derived from the file like ``text``, so not part of the content hash).
     structure: tuple[StructureMark, ...] = ()
+    # Where each extracted block sits in a PDF/DOCX/HTML file (``locators.Anchor``): the
+    # citation's pages / blocks / element path; derived like ``structure``, so not hashed.
+    anchors: tuple[Any, ...] = ()
 
     @property
     def content_hash(self) -> str:
@@ -394,4 +397,5 @@ def _read_document(path: Path, at: _Reading) -> Document:
         meta[SENSITIVITY_KEY] = strictest([meta[SENSITIVITY_KEY], *hard_labels])
         problem = "; ".join(filter(None, [problem, *hard_problems]))
     title = cap_title(meta.pop("title", "") or "") or title_from_text(parsed.text, path.stem)
-    return Document(f"{at.library}/{path.stem}", title, parsed.text, meta, str(path), problem, parsed.structure)
+    return Document(f"{at.library}/{path.stem}", title, parsed.text, meta, str(path), problem, parsed.structure,
+                    parsed.anchors)

@@ -2,7 +2,8 @@
 
 A snippet's ``source_locator`` gives ``start``/``end`` into the document's text. For a
 ``.md`` or ``.txt`` file that text is the file's decoded text, so the span indexes the file
-(``space: "file"``, ``source[start:end] == text``). For a PDF, Word or HTML file the text is
+(``space: "file"``, ``source[start:end] == text``; after YAML front matter the locator adds
+``body_offset``, the characters it took, and ``source[body_offset + start:body_offset + end] == text``). For a PDF, Word or HTML file the text is
 what the parser extracted (``space: "extracted"``): the span cannot be applied to the
 file's bytes, so the parser also records *anchors* — where each extracted block came from —
 and ``locate`` turns a span into file coordinates a reader can follow:
@@ -78,7 +79,9 @@ def locate(anchors: tuple[Anchor, ...] | list[Anchor], start: int, end: int, sou
     if not hit:
         return out
     kind = hit[0].ref[0][0] if hit[0].ref else ""
-    if kind == "page":
+    if kind == "body_offset":
+        out["body_offset"] = dict(hit[0].ref)["body_offset"]
+    elif kind == "page":
         out["pages"] = [{"page": dict(a.ref)["page"],
                          "start": a.offset + max(start, a.start) - a.start,
                          "end": a.offset + min(end, a.end) - a.start} for a in hit]

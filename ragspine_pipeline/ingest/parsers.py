@@ -74,11 +74,17 @@ class StructureMark:
         return cls(int(start), int(end), int(level), str(kind))
 
 
-def structure_to_json(marks: tuple[StructureMark, ...] | list[StructureMark]) -> str:
-    """Compact JSON for the ``raw_documents.structure`` column."""
+def structure_to_json(marks: tuple[StructureMark, ...] | list[StructureMark],
+                      anchors: tuple[Anchor, ...] | list[Anchor] = ()) -> str:
+    """Compact JSON for the ``raw_documents.structure`` column: the marks as a list, or
+    ``{"marks": [...], "anchors": [...]}`` when the parser recorded locator anchors (the
+    citation's pages / blocks / element, ``locators.py``), so both travel in one column."""
     import json
 
-    return json.dumps([m.to_list() for m in marks], separators=(",", ":"))
+    rows = [m.to_list() for m in marks]
+    if anchors:
+        return json.dumps({"marks": rows, "anchors": [a.to_list() for a in anchors]}, separators=(",", ":"))
+    return json.dumps(rows, separators=(",", ":"))
 
 
 def structure_from_json(raw: str | None) -> tuple[StructureMark, ...]:
@@ -87,7 +93,21 @@ def structure_from_json(raw: str | None) -> tuple[StructureMark, ...]:
 
     if not raw:
         return ()
-    return tuple(StructureMark.from_list(r) for r in json.loads(raw))
+    rows = json.loads(raw)
+    if isinstance(rows, dict):
+        rows = rows.get("marks") or []
+    return tuple(StructureMark.from_list(r) for r in rows)
+
+
+def anchors_from_structure_json(raw: str | None) -> tuple[Anchor, ...]:
+    """Locator anchors from the ``structure`` column; () for a plain list (md/txt, or a
+    row written before anchors existed)."""
+    import json
+
+    rows = json.loads(raw) if raw else None
+    if not isinstance(rows, dict):
+        return ()
+    return tuple(Anchor.from_list(r) for r in rows.get("anchors") or [])
 
 
 @dataclass(frozen=True)
@@ -279,8 +299,13 @@ def split_front_matter(text: str) -> tuple[str, dict[str, Any], tuple[str, ...]]
 def parse_markdown(path: Path, *, markdown: bool = True) -> ParsedFile:
     """A ``.md`` or ``.txt`` file: front matter is read the same way in both (a label
     written there in a ``.txt`` would otherwise be served as text)."""
-    body, meta, problems = split_front_matter(parse_text(path))
-    return ParsedFile(body, {str(k): [v] for k, v in meta.items()}, text_structure(body, markdown=markdown), problems)
+    full = parse_text(path)
+    body, meta, problems = split_front_matter(full)
+    # Offsets index the body; a citation adds how many characters the front matter took.
+    skipped = len(full) - len(body) if full.endswith(body) else 0
+    anchors = (Anchor(0, len(body), (("body_offset", skipped),), skipped),) if skipped and body else ()
+    return ParsedFile(body, {str(k): [v] for k, v in meta.items()}, text_structure(body, markdown=markdown), problems,
+                      anchors)
 
 
 def parse_html(path: Path) -> ParsedFile:

@@ -302,6 +302,7 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
         gone = sorted(d for d, s in state.items() if not s["withdrawn"] and d not in present and d not in failed_ids)
     docs, chunked, job = _chunk_todo(raw_pub, {d: present[d]["source_path"] for d in todo}, chunker, chunker_spec,
                                      executor, log, library)
+    chunked = {d: with_file_locators(cs, docs.get(d)) for d, cs in chunked.items()}
 
     new, changed, state_only = [], [], []
     rows: list[Chunk] = []
@@ -425,6 +426,26 @@ def _chunk_todo(raw_pub: Published, paths: dict[str, str], chunker: Any, chunker
         return chunk_on_ray(raw_pub, paths, chunker_spec, chunker.key, log=log, desc=f"chunks[{library}]")
     docs = {d.doc_id: d for d in fetch_documents(raw_pub, set(paths.values()))}
     return docs, {d: chunker(docs[d]) for d in paths}, {}
+
+
+def with_file_locators(chunks: list[Chunk], doc: Any) -> list[Chunk]:
+    """``chunks`` with each locator's file-side fields (PDF pages, DOCX blocks, HTML element)
+    from the document's parser anchors; unchanged when it has none (md/txt, older rows)."""
+    anchors = getattr(doc, "anchors", ()) if doc is not None else ()
+    if not anchors:
+        return chunks
+    import json
+    from dataclasses import replace
+
+    from ..ingest.locators import locate
+
+    out = []
+    for c in chunks:
+        loc = c.source_locator
+        extra = {k: v for k, v in locate(anchors, loc.start, loc.end, loc.source_path).items() if k != "space"}
+        out.append(replace(c, source_locator=replace(loc, extra=json.dumps(extra, separators=(",", ":"))))
+                   if extra else c)
+    return out
 
 
 def _restricted_counts(t: pa.Table | None, state: dict[str, dict[str, Any]], doc_ids: list[str]

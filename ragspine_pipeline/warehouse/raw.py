@@ -39,7 +39,13 @@ from ..ingest.documents import (
     read_document,
     sidecar_path,
 )
-from ..ingest.parsers import SUFFIXES, max_file_bytes, structure_from_json, structure_to_json
+from ..ingest.parsers import (
+    SUFFIXES,
+    anchors_from_structure_json,
+    max_file_bytes,
+    structure_from_json,
+    structure_to_json,
+)
 from ..ingest.sidecars import CorpusView, find_sidecars, fold_name, is_sidecar_name, sidecar_bases
 from ..sensitivity import is_restricted
 from .common import RAW, SNAPSHOT, CheckOutcome, StepResult, last_row_per_key
@@ -286,7 +292,7 @@ def _row(doc: Document | None, error: DocumentError | None, *, doc_id: str, sour
             "parse_error": error.error if error else None, "file_sig": sig, "file_hash": key, "deleted": deleted,
             "raw_version": version, "label_problem": (doc.label_problem or None) if doc else None,
             # Parser structure marks as JSON; rows written before this column read as ().
-            "structure": structure_to_json(doc.structure) if doc else None}
+            "structure": structure_to_json(doc.structure, doc.anchors) if doc else None}
 
 
 def _rows_table(rows: list[dict]) -> pa.Table:
@@ -493,7 +499,8 @@ def table_documents(t: pa.Table) -> tuple[list[Document], list[DocumentError]]:
             errors.append(DocumentError(r["source_path"], r["parse_error"]))
         else:
             docs.append(Document(r["doc_id"], r["title"], r["text"], json.loads(r["metadata"]), r["source_path"],
-                                 r.get("label_problem") or "", structure_from_json(r.get("structure"))))
+                                 r.get("label_problem") or "", structure_from_json(r.get("structure")),
+                                 anchors_from_structure_json(r.get("structure"))))
     return docs, errors
 
 

@@ -39,6 +39,7 @@ CHUNK_COLUMNS: dict[str, tuple[str, str]] = {
     "parent_start": ("INTEGER", "NULL"),
     "parent_end": ("INTEGER", "NULL"),
     "chunker": ("VARCHAR", "'paragraph'"),
+    "locator": ("VARCHAR", "''"),  # SourceLocator.extra: pages / blocks / element as JSON
     "valid_as_of": ("VARCHAR", "''"),
     "ingested_at": ("TIMESTAMP", "TIMESTAMP '1970-01-01 00:00:00'"),
     "superseded_at": ("TIMESTAMP", "NULL"),
@@ -104,6 +105,7 @@ def chunk_rows_table(rows: Sequence[Chunk], row_version: Sequence[int], valid_as
         "parent_start": pa.array([c.parent_locator.start if c.parent_locator else None for c in rows], i32),
         "parent_end": pa.array([c.parent_locator.end if c.parent_locator else None for c in rows], i32),
         "chunker": pa.array([c.chunker for c in rows], s),
+        "locator": pa.array([c.source_locator.extra for c in rows], s),
         "valid_as_of": pa.array([valid_as_of] * n, s),
         "ingested_at": pa.array([now] * n, pa.timestamp("us")),
         "superseded_at": pa.array([None] * n, pa.timestamp("us")),
@@ -121,6 +123,8 @@ def chunk_fingerprint(chunks: Sequence[Chunk]) -> str:
         row = [c.chunk_id, c.doc_id, c.title, c.text, c.start, c.end, c.source_locator.source_path,
                c.ordinal, c.sensitivity, c.parent_id, c.heading, c.window_text, c.chunker,
                *(getattr(c, f) for f in METADATA_FIELDS)]
+        if c.source_locator.extra:  # only then: fingerprints of md/txt chunks stay as they were
+            row.append(c.source_locator.extra)
         h.update(json.dumps(row, ensure_ascii=False).encode())
         h.update(b"\x1e")
     return h.hexdigest()
@@ -158,7 +162,7 @@ def row_to_chunk(r: dict[str, Any]) -> StoredChunk:
         title=r["title"] or "",
         text=r["text"] or "",
         source_locator=SourceLocator(r["doc_id"], r["start_char"] or 0, r["end_char"] or 0,
-                                     r["source_path"] or ""),
+                                     r["source_path"] or "", r.get("locator") or ""),
         ordinal=r["ordinal"] or 0,
         topic=r["topic"] or "",
         entity=r["entity"] or "",

@@ -39,6 +39,9 @@ class SourceLocator:
     start: int
     end: int
     source_path: str = ""
+    # JSON object of the file-side locator fields (``pages`` / ``blocks`` / ``element``,
+    # ``ingest/locators.py``), set by the chunks step for PDF/DOCX/HTML; "" for none.
+    extra: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         # Plain fields: a literal dict (asdict's recursive deep copy cost ~10x per snippet).
@@ -46,6 +49,10 @@ class SourceLocator:
         space = locator_space(self.source_path)
         if space:
             out["space"] = space
+        if self.extra:
+            import json
+
+            out.update(json.loads(self.extra))
         return out
 
 

@@ -29,6 +29,8 @@ import argparse
 import gzip
 import html
 import json
+import os
+import platform
 import pydoc
 import re
 import shutil
@@ -300,7 +302,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
              "the in-process path, asked through `open_published_retriever(router=\"none\")`.",
              "`rrf` = each library ranked alone, fused by rank (the behaviour before issue 43);",
              "`global` = one ranking over the union (the default since).", "",
-             f"Command: `{command}`", "",
+             f"Command: `{command}`", "", f"Machine: {result.get('machine', '?')}", "",
              "| libraries | mode | embedding | fusion | hits@3 | hits@1 | other library in top 3 (of 30) "
              "| bm25=0 in top 3 | duplicates listed | zero-bm25 above match | fused not monotone "
              "| duplicate in top 5 | bare heading |",
@@ -352,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run(Path(tmp), args.modes, embedding)
     command = "python benchmarks/bench_own_folder.py " + " ".join(argv if argv is not None else sys.argv[1:])
     result["command"] = command.strip()
+    result["machine"] = f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n",
                                                 encoding="utf-8")

@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from chunker_docs import multipage_pdf  # noqa: E402  (the tests' PDF writer: no PDF library writes one)
 
+from benchmarks.common import out_dir, say_written  # noqa: E402
 from ragspine_pipeline.indexing import environment  # noqa: E402
 from ragspine_pipeline.retrieval.chunking.headings import is_bare  # noqa: E402
 
@@ -246,7 +247,8 @@ def check_answer(snippets: Sequence[dict[str, Any]], mode: str) -> dict[str, boo
     }
 
 
-def ask(corpus: Path, warehouse: Path, fusion: str, mode: str, embedding: str, top_k: int = 10) -> dict[str, Any]:
+def ask(corpus: Path, warehouse: Path, fusion: str, mode: str, embedding: str, top_k: int = 10,
+        router: str = "none") -> dict[str, Any]:
     """The ten questions through the served retriever; hits@3 and the invariants."""
     from ragspine_pipeline.serving import open_published_retriever
 
@@ -254,7 +256,7 @@ def ask(corpus: Path, warehouse: Path, fusion: str, mode: str, embedding: str, t
     for lib in (p for p in corpus.iterdir() if p.is_dir()):
         holders[lib.name] = {f.stem for f in lib.rglob("*") if f.is_file()}
     with environment({"RAGSPINE_MULTI_FUSION": fusion, "RAGSPINE_EMBEDDING": embedding}):
-        retriever = open_published_retriever(warehouse, mode=mode, router="none")
+        retriever = open_published_retriever(warehouse, mode=mode, router=router)
         rows = []
         for q in QUESTIONS:
             out = retriever.retrieve(q.text, top_k=top_k)
@@ -275,7 +277,8 @@ def ask(corpus: Path, warehouse: Path, fusion: str, mode: str, embedding: str, t
             "questions": len(rows), "rows": rows, "invariant_failures": {k: v for k, v in failed.items() if v}}
 
 
-def run(work: Path, modes: Sequence[str], embedding: str, say: Any = print) -> dict[str, Any]:
+def run(work: Path, modes: Sequence[str], embedding: str, routers: Sequence[str] = ("none",),
+        say: Any = print) -> dict[str, Any]:
     cells: list[dict[str, Any]] = []
     for n in (2, 3):
         for mode in modes:
@@ -285,11 +288,11 @@ def run(work: Path, modes: Sequence[str], embedding: str, say: Any = print) -> d
             t0 = time.perf_counter()
             index_folder(corpus, base / "warehouse", emb)
             secs = time.perf_counter() - t0
-            for fusion in FUSIONS:
-                r = ask(corpus, base / "warehouse", fusion, mode, emb)
+            for router, fusion in ((r, f) for r in routers for f in FUSIONS):
+                r = ask(corpus, base / "warehouse", fusion, mode, emb, router=router)
                 cells.append({"libraries": n, "mode": mode, "embedding": emb if mode != "bm25" else None,
-                              "fusion": fusion, "index_s": round(secs, 1), **r})
-                say(f"{n} libraries {mode:6s} {fusion:6s}: hits@3 {r['hits_at_3']}/{r['questions']}, "
+                              "router": router, "fusion": fusion, "index_s": round(secs, 1), **r})
+                say(f"{n} libraries {mode:6s} router {router:5s} {fusion:6s}: hits@3 {r['hits_at_3']}/{r['questions']}, "
                     f"hits@1 {r['hits_at_1']}, other library in top 3 {r['other_library_in_top3']}/30, "
                     f"invariant failures {sum(len(v) for v in r['invariant_failures'].values())}")
     return {"cells": cells}
@@ -299,18 +302,20 @@ def markdown(result: dict[str, Any], command: str) -> str:
     lines = ["# Own folder (issue 43): hits@3 before (rrf) and after (global)", "",
              "The issue's folder rebuilt from Debian's `/usr/share/common-licenses` (txt, one as html, md, pdf,",
              "docx), ten `man1` pages, `pydoc` text of four stdlib modules and a Japanese note; indexed with",
-             "the in-process path, asked through `open_published_retriever(router=\"none\")`.",
+             "the in-process path, asked through `open_published_retriever` (router `none`: every",
+             "library; `rules`: the default router, which may pick libraries first).",
              "`rrf` = each library ranked alone, fused by rank (the behaviour before issue 43);",
              "`global` = one ranking over the union (the default since).", "",
              f"Command: `{command}`", "", f"Machine: {result.get('machine', '?')}", "",
-             "| libraries | mode | embedding | fusion | hits@3 | hits@1 | other library in top 3 (of 30) "
+             "| libraries | mode | embedding | router | fusion | hits@3 | hits@1 | other library in top 3 (of 30) "
              "| bm25=0 in top 3 | duplicates listed | zero-bm25 above match | fused not monotone "
              "| duplicate in top 5 | bare heading |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     keys = ("no_zero_bm25_above_a_match", "fused_monotone", "no_duplicate_in_top5", "no_bare_heading")
     for c in result["cells"]:
         f = c["invariant_failures"]
-        lines.append(f"| {c['libraries']} | {c['mode']} | {c['embedding'] or '-'} | {c['fusion']} | "
+        lines.append(f"| {c['libraries']} | {c['mode']} | {c['embedding'] or '-'} | {c.get('router', 'none')} | "
+                     f"{c['fusion']} | "
                      f"{c['hits_at_3']}/{c['questions']} | {c['hits_at_1']}/{c['questions']} | {c['other_library_in_top3']} | "
                      f"{c['zero_bm25_in_top3']} | {c['duplicates_listed']} | " + " | ".join(str(len(f.get(k, []))) for k in keys) + " |")
     lines += ["", "\"other library in top 3\": top-3 snippets from a library holding none of the question's",
@@ -320,7 +325,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
               "(zero-bm25 above match is checked in BM25 mode only, where every hit matches a term).", "",
               "## Top 3 per question", ""]
     for c in result["cells"]:
-        lines.append(f"### {c['libraries']} libraries, {c['mode']}, {c['fusion']}")
+        lines.append(f"### {c['libraries']} libraries, {c['mode']}, router {c.get('router', 'none')}, {c['fusion']}")
         lines.append("")
         for r in c["rows"]:
             lines.append(f"- {'hit ' if r['hit'] else 'MISS'} {r['question']} -> {', '.join(r['top3'])}")
@@ -330,7 +335,8 @@ def markdown(result: dict[str, Any], command: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", default=None, help="results folder (default benchmarks/out/, git-ignored)")
+    ap.add_argument("--routers", nargs="+", default=["none"], choices=["none", "rules"])
     ap.add_argument("--modes", nargs="+", default=["bm25"], choices=["bm25", "hybrid"])
     ap.add_argument("--embedding", default=None, help="hybrid's embedding spec (default minilm if installed)")
     ap.add_argument("--name", default="own_folder")
@@ -351,15 +357,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             embedding = "deterministic"
     embedding = embedding or "deterministic"
     with tempfile.TemporaryDirectory() as tmp:
-        result = run(Path(tmp), args.modes, embedding)
+        result = run(Path(tmp), args.modes, embedding, args.routers)
     command = "python benchmarks/bench_own_folder.py " + " ".join(argv if argv is not None else sys.argv[1:])
     result["command"] = command.strip()
     result["machine"] = f"{platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n",
+    out = out_dir(args.out)
+    (out / f"{args.name}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n",
                                                 encoding="utf-8")
-    (args.out / f"{args.name}.md").write_text(markdown(result, command.strip()) + "\n", encoding="utf-8")
-    print(f"wrote {args.out / args.name}.json/.md")
+    (out / f"{args.name}.md").write_text(markdown(result, command.strip()) + "\n", encoding="utf-8")
+    say_written([out / f"{args.name}.json", out / f"{args.name}.md"])
     return 0
 
 

@@ -40,8 +40,9 @@ class SourceLocator:
     end: int
     source_path: str = ""
     # JSON object of the file-side locator fields (``pages`` / ``blocks`` / ``element``,
-    # ``ingest/locators.py``), set by the chunks step for PDF/DOCX/HTML; "" for none.
-    extra: str = ""
+    # ``ingest/locators.py``), set by the chunks step from the parser's anchors; "" for
+    # none. Not compared: two locators of the same span are the same citation.
+    extra: str = field(default="", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         # Plain fields: a literal dict (asdict's recursive deep copy cost ~10x per snippet).

@@ -3,11 +3,36 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+try:  # `python -m pytest` puts the checkout on sys.path; a bare `pytest` puts tests/ there
+    from tests import kernel_warmup
+except ImportError:  # pragma: no cover - depends on how pytest was started
+    import kernel_warmup  # type: ignore[no-redef]
+
+# Before any kernel module is imported: numba's cache in a folder keyed by the kernel
+# sources' stamp, outside the clone (tests/kernel_warmup.py says why; #46 item 4).
+kernel_warmup.use_stamped_cache()
+
 settings.register_profile("ci", max_examples=60, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", max_examples=150, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_configure(config):
+    """The xdist controller compiles (or loads) the kernels once, before its workers start,
+    so the two workers do not both compile the same kernels on a cold cache."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        print(f"kernels warmed before the workers start: {kernel_warmup.warm()}", flush=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_kernels(request):
+    """When the whole suite runs in one process, the same warm as the xdist controller's
+    (cheap once the cache holds the kernels). A few files run alone compile only what they
+    use; xdist workers find the kernels warmed already."""
+    if not hasattr(request.config, "workerinput") and len(request.session.items) > 300:
+        kernel_warmup.warm()
 
 
 @pytest.fixture(autouse=True)

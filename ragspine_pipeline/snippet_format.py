@@ -39,6 +39,20 @@ def also_in(s: dict[str, Any]) -> str:
     return ", ".join(docs[:5]) + (f" (+{len(docs) - 5} more)" if len(docs) > 5 else "")
 
 
+def where_in_file(loc: dict[str, Any]) -> str:
+    """The file-side part of a locator for people: `` p. 3-4`` (PDF pages), `` para 2``
+    (a Word paragraph), `` table 0 row 1`` or `` at html > body > p:nth-of-type(2)``; ""
+    for a .md/.txt span, which indexes the file itself."""
+    pages = [p["page"] for p in loc.get("pages") or ()]
+    if pages:
+        return f" p. {pages[0]}" + (f"-{pages[-1]}" if pages[-1] != pages[0] else "")
+    blocks = loc.get("blocks") or ()
+    if blocks:
+        b = blocks[0]
+        return f" para {b['paragraph']}" if "paragraph" in b else f" table {b.get('table')} row {b.get('row')}"
+    return f" at {loc['element']}" if loc.get("element") else ""
+
+
 def format_snippet(s: dict[str, Any], width: int = 220) -> str:
     """A snippet as four lines of plain text: rank and title, citation, scores, preview
     (and a fifth naming the other documents with the same passage, when there are some)."""
@@ -47,7 +61,7 @@ def format_snippet(s: dict[str, Any], width: int = 220) -> str:
     vec = "" if sc["vector"] is None else f" vector={sc['vector']:.3f}"
     meta = " ".join(f"{k}={s[k]}" for k in ("entity", "period", "topic", "language") if s.get(k))
     return (f"[{s['rank']}] {s['title']}\n"
-            f"    cite: {s['doc_id']} chars {loc['start']}-{loc['end']} (v{s['version']}, {s['sensitivity']}; {meta})\n"
+            f"    cite: {s['doc_id']} chars {loc['start']}-{loc['end']}{where_in_file(loc)} (v{s['version']}, {s['sensitivity']}; {meta})\n"
             f"    score: fused={sc['fused']:.4f} bm25={sc['bm25']:.3f}{vec}  channels={snippet_channels(s)}"
             f"{'  [filters relaxed: no match under the filter]' if s.get('filters_relaxed') else ''}"
             f"{'  [every library searched: the routed ones had no match]' if s.get('route_widened') else ''}\n"
@@ -58,11 +72,11 @@ def format_snippet(s: dict[str, Any], width: int = 220) -> str:
 def snippet_markdown(s: dict[str, Any], width: int = 300) -> str:
     """A snippet as one markdown list item (the ``ask`` job's answer in the Dagster UI)."""
     loc = s["source_locator"]
-    return (f"{s['rank']}. **{s['title']}** — `{s['doc_id']}` chars {loc['start']}–{loc['end']} "
+    return (f"{s['rank']}. **{s['title']}** — `{s['doc_id']}` chars {loc['start']}–{loc['end']}{where_in_file(loc)} "
             f"(v{s['version']}, {s['sensitivity']}, fused {s['scores']['fused']:.4f}, "
             f"{snippet_channels(s)}{', filters relaxed' if s.get('filters_relaxed') else ''}"
             f"{', also in ' + also_in(s) if s.get('duplicates') else ''})  \n"
             f"   {preview(s['text'], width)}")
 
 
-__all__ = ["also_in", "format_snippet", "preview", "snippet_channels", "snippet_markdown"]
+__all__ = ["also_in", "format_snippet", "preview", "snippet_channels", "snippet_markdown", "where_in_file"]

@@ -150,3 +150,13 @@ def test_locators_survive_the_warehouse_into_served_snippets(tmp_path, monkeypat
 
     el = BeautifulSoup((lib / "q3.html").read_text(), "html.parser").select_one(s["source_locator"]["element"])
     assert el is not None and el.get_text(" ", strip=True)[:10] in s["text"]
+
+
+def test_plain_output_names_the_page_block_or_element():
+    from ragspine_pipeline.snippet_format import where_in_file
+
+    assert where_in_file({"start": 0, "end": 3, "space": "file"}) == ""
+    assert where_in_file({"pages": [{"page": 3, "start": 0, "end": 2}, {"page": 4, "start": 0, "end": 1}]}) == " p. 3-4"
+    assert where_in_file({"blocks": [{"paragraph": 2}]}) == " para 2"
+    assert where_in_file({"blocks": [{"table": 0, "row": 1}]}) == " table 0 row 1"
+    assert where_in_file({"element": "html > body > p:nth-of-type(2)"}) == " at html > body > p:nth-of-type(2)"

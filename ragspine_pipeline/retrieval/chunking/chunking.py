@@ -233,6 +233,8 @@ def chunk_spans(text: str, max_chars: int = DEFAULT_CHUNK_CHARS,
         if bare_span(text, start, end):
             return None, start
         if len(paras) > 1 and bare_span(text, paras[-1][0], end):
+            if bare_span(text, start, paras[-2][1]):  # what would stay is a heading too: carry it all
+                return None, start
             spans.append((start, paras[-2][1]))
             return None, paras[-1][0]
         spans.append((start, end))

@@ -105,6 +105,20 @@ def use_stamped_cache(package: Path = PACKAGE) -> Path | None:
     return folder
 
 
+def _prune(stamp_dir: Path, keep: float, mine: set[str]) -> None:
+    """Drop what other runs left: sub-folders numba made for other absolute paths (an
+    installed wheel's temporary site-packages, an old clone) idle for an hour, and other
+    stamps' folders idle for two weeks. A folder still in use is only compiled again."""
+    import shutil
+
+    old = [d for d in stamp_dir.iterdir() if d.is_dir() and not d.name.startswith("ragspine_pipeline_")
+           and d.name not in mine and d.stat().st_mtime < keep]
+    old += [d for d in stamp_dir.parent.iterdir() if d.is_dir() and d != stamp_dir
+            and d.stat().st_mtime < keep - 14 * 86400]
+    for d in old:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def _mirror_for_children(package: Path = PACKAGE) -> None:
     """Copy the warmed files to the sub-folder numba's own locator uses for this clone:
     subprocess tests inherit ``NUMBA_CACHE_DIR`` but not the locator, and find them there."""
@@ -116,6 +130,9 @@ def _mirror_for_children(package: Path = PACKAGE) -> None:
         return
     root = Path(config.CACHE_DIR)
     dirs = {p.parent for p in package.rglob("*.py") if b"numba" in p.read_bytes()}
+    mine = {caching.UserProvidedCacheLocator.get_suitable_cache_subpath(str(d / "x.py")) for d in dirs}
+    mine.add(caching.UserProvidedCacheLocator.get_suitable_cache_subpath(__file__))  # tests' own
+    _prune(root, keep=time.time() - 3600, mine=mine)
     for d in dirs:
         src = root / "_".join(("ragspine_pipeline", *d.relative_to(package).parts))
         dst = root / caching.UserProvidedCacheLocator.get_suitable_cache_subpath(str(d / "x.py"))

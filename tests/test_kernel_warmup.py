@@ -48,3 +48,18 @@ def test_an_unwritable_cache_root_fails_open(monkeypatch, tmp_path):
     monkeypatch.setenv(kw.ENV_ROOT, str(blocker / "below-a-file"))
     monkeypatch.setenv(kw.ENV_ROOT + "_SET", "1")
     assert kw.use_stamped_cache() is None  # numba's cache as configured before
+
+
+def test_folders_other_runs_left_are_pruned_and_ours_kept(tmp_path):
+    import os
+
+    stamp = tmp_path / "stamp"
+    for name in ("ragspine_pipeline_retrieval_lexical", "lexical_mine", "lexical_wheeltmp"):
+        (stamp / name).mkdir(parents=True)
+    (tmp_path / "old-stamp").mkdir()
+    os.utime(tmp_path / "old-stamp", (0, 0))
+    for name in ("lexical_wheeltmp", "lexical_mine", "ragspine_pipeline_retrieval_lexical"):
+        os.utime(stamp / name, (0, 0))  # all idle: only the mirror of this clone and ours stay
+    kw._prune(stamp, keep=1e9, mine={"lexical_mine"})
+    assert sorted(p.name for p in stamp.iterdir()) == ["lexical_mine", "ragspine_pipeline_retrieval_lexical"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stamp"]

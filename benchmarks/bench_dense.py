@@ -165,8 +165,56 @@ def _metrics(runs: dict, qrels: dict, qids: list[str]) -> dict:
     return mean_metrics({q: runs[q] for q in qids}, {q: qrels[q] for q in qids})
 
 
+class SetRuns:
+    """One eval set's judged queries and BM25 runs, and the rows scored against them:
+    what every quality table (this one, bench_embed_tiers') measures models on."""
+
+    def __init__(self, name: str) -> None:
+        from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+
+        self.name = name
+        self.ds, self.chunks = load_set(name)
+        self.doc_of = np.array([c.doc_id for c in self.chunks], dtype=object)
+        self.qids = self.ds.judged_queries
+        self.qtexts = [self.ds.queries[q] for q in self.qids]
+        self.halves = {"all": self.qids, "select": self.qids[0::2], "heldout": self.qids[1::2]}
+        self.qrels = {q: self.ds.qrels[q] for q in self.qids}
+        self.bm = HybridRetriever(self.chunks, channels=("bm25",))
+        self.b_runs = []
+        for q in self.qtexts:
+            hits = self.bm.search(q, top_k=DEPTH)
+            self.b_runs.append((np.array([h.position for h in hits], dtype=np.int64),
+                                np.array([h.bm25 for h in hits], dtype=np.float64)))
+
+    def row(self, model: str, method: str, w: float, ranked_lists) -> dict:
+        """nDCG@10 per query half and recall@100 of one ranking per judged query."""
+        runs = {q: self.doc_of[r[:100]].tolist() for q, r in zip(self.qids, ranked_lists, strict=True)}
+        row = {"set": self.name, "model": model, "method": method, "weight": w}
+        for h, hq in self.halves.items():
+            m = _metrics(runs, self.qrels, hq)
+            row[f"ndcg@10_{h}"] = round(m["ndcg@10"], 4)
+            if h == "all":
+                row["recall@100"] = round(m["recall@100"], 4)
+        return row
+
+    def model_rows(self, model: str, qv: np.ndarray, mat: np.ndarray) -> list[dict]:
+        """Rows of ``model`` (query vectors ``qv``, passage vectors ``mat``): dense alone,
+        then every fusion of ``GRID`` with the BM25 runs."""
+        sims = qv @ mat.T
+        d_runs = []
+        pos = np.arange(len(self.chunks))
+        for row in sims.astype(np.float64):
+            top = np.argsort(-row, kind="stable")[:DEPTH]
+            top = top[np.lexsort((pos[top], -row[top]))]
+            d_runs.append((top.astype(np.int64), row[top]))
+        rows = [self.row(model, "dense", 1.0, [d[0] for d in d_runs])]
+        for method, w in GRID:
+            rows.append(self.row(model, method, w, [fuse(method, w, b[0], b[1], d[0], d[1])
+                                                    for b, d in zip(self.b_runs, d_runs, strict=True)]))
+        return rows
+
+
 def quality(args) -> None:
-    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
     from ragspine_pipeline.retrieval.vector.auto_policy import POLICY_FILE, derive_policy
 
     results = out_dir(args.out)
@@ -177,55 +225,21 @@ def quality(args) -> None:
     per_set: dict[str, dict] = {}
     for name in sets:
         t0 = time.perf_counter()
-        ds, chunks = load_set(name)
-        doc_of = np.array([c.doc_id for c in chunks], dtype=object)
-        qids = ds.judged_queries
-        qtexts = [ds.queries[q] for q in qids]
-        halves = {"all": qids, "select": qids[0::2], "heldout": qids[1::2]}
-        qrels = {q: ds.qrels[q] for q in qids}
-        bm = HybridRetriever(chunks, channels=("bm25",))
-        b_runs = []
-        for q in qtexts:
-            hits = bm.search(q, top_k=DEPTH)
-            b_runs.append((np.array([h.position for h in hits], dtype=np.int64),
-                           np.array([h.bm25 for h in hits], dtype=np.float64)))
-        per_set[name] = {"bm25": bm, "chunks": chunks, "ds": ds}
-
-        def record(model, method, w, ranked_lists, doc_of=doc_of, qids=qids, name=name, halves=halves,
-                   qrels=qrels):
-            runs = {q: doc_of[r[:100]].tolist() for q, r in zip(qids, ranked_lists, strict=True)}
-            row = {"set": name, "model": model, "method": method, "weight": w}
-            for h, hq in halves.items():
-                m = _metrics(runs, qrels, hq)
-                row[f"ndcg@10_{h}"] = round(m["ndcg@10"], 4)
-                if h == "all":
-                    row["recall@100"] = round(m["recall@100"], 4)
-            rows.append(row)
-            return row
-
-        record("bm25", "bm25", 0.0, [r[0] for r in b_runs])
-        texts = [c.text for c in chunks]
+        sr = SetRuns(name)
+        per_set[name] = {"bm25": sr.bm, "chunks": sr.chunks, "ds": sr.ds}
+        rows.append(sr.row("bm25", "bm25", 0.0, [r[0] for r in sr.b_runs]))
+        texts = [c.text for c in sr.chunks]
         for model in models:
-            if args.cached_only and not cache_complete(model, texts, qtexts):
+            if args.cached_only and not cache_complete(model, texts, sr.qtexts):
                 missing.append({"set": name, "model": model, "why": "vectors not (yet) in the cache"})
                 continue
             be = cached_backend(model, progress=not args.json)
             _record_model_id(model, be.model_id)
             mat = be.vectors("passage", texts)
             mat /= np.maximum(np.linalg.norm(mat, axis=1, keepdims=True), 1e-12)
-            qv = be.vectors("query", qtexts)
+            qv = be.vectors("query", sr.qtexts)
             qv /= np.maximum(np.linalg.norm(qv, axis=1, keepdims=True), 1e-12)
-            sims = qv @ mat.T
-            d_runs = []
-            pos = np.arange(len(chunks))
-            for row in sims.astype(np.float64):
-                top = np.argsort(-row, kind="stable")[:DEPTH]
-                top = top[np.lexsort((pos[top], -row[top]))]
-                d_runs.append((top.astype(np.int64), row[top]))
-            record(model, "dense", 1.0, [d[0] for d in d_runs])
-            for method, w in GRID:
-                record(model, method, w, [fuse(method, w, b[0], b[1], d[0], d[1])
-                                          for b, d in zip(b_runs, d_runs, strict=True)])
+            rows += sr.model_rows(model, qv, mat)
         print(f"{name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     # int8 as the default e5 only if nDCG@10 drops <= 0.005 on every measured set (dense and hybrid)
     int8 = int8_verdict(rows, sets)

@@ -31,18 +31,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_dense import (  # noqa: E402
-    DEPTH,
-    GRID,
     SETS,
-    _metrics,
+    SetRuns,
     cached_backend,
-    fuse,
     load_set,
     machine,
 )
@@ -61,47 +56,11 @@ def _cmd() -> str:
 # ------------------------------------------------------------------------------ quality
 def quality_rows(name: str, model: str) -> list[dict]:
     """BM25, dense and every fusion of ``model`` on set ``name`` (bench_dense's rows)."""
-    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
-
-    ds, chunks = load_set(name)
-    doc_of = np.array([c.doc_id for c in chunks], dtype=object)
-    qids = ds.judged_queries
-    qtexts = [ds.queries[q] for q in qids]
-    halves = {"all": qids, "select": qids[0::2], "heldout": qids[1::2]}
-    qrels = {q: ds.qrels[q] for q in qids}
-    bm = HybridRetriever(chunks, channels=("bm25",))
-    b_runs = []
-    for q in qtexts:
-        hits = bm.search(q, top_k=DEPTH)
-        b_runs.append((np.array([h.position for h in hits], dtype=np.int64),
-                       np.array([h.bm25 for h in hits], dtype=np.float64)))
-    rows: list[dict] = []
-
-    def record(mod: str, method: str, w: float, ranked) -> None:
-        runs = {q: doc_of[r[:100]].tolist() for q, r in zip(qids, ranked, strict=True)}
-        row = {"set": name, "model": mod, "method": method, "weight": w}
-        for h, hq in halves.items():
-            m = _metrics(runs, qrels, hq)
-            row[f"ndcg@10_{h}"] = round(m["ndcg@10"], 4)
-            if h == "all":
-                row["recall@100"] = round(m["recall@100"], 4)
-        rows.append(row)
-
-    record("bm25", "bm25", 0.0, [r[0] for r in b_runs])
+    sr = SetRuns(name)
     be = cached_backend(model, progress=False)
-    mat = be.vectors("passage", [c.text for c in chunks])
-    qv = be.vectors("query", qtexts)
-    sims = qv @ mat.T
-    pos = np.arange(len(chunks))
-    d_runs = []
-    for row in sims.astype(np.float64):
-        top = np.argsort(-row, kind="stable")[:DEPTH]
-        top = top[np.lexsort((pos[top], -row[top]))]
-        d_runs.append((top.astype(np.int64), row[top]))
-    record(model, "dense", 1.0, [d[0] for d in d_runs])
-    for method, w in GRID:
-        record(model, method, w, [fuse(method, w, b[0], b[1], d[0], d[1]) for b, d in zip(b_runs, d_runs, strict=True)])
-    return rows
+    mat = be.vectors("passage", [c.text for c in sr.chunks])
+    qv = be.vectors("query", sr.qtexts)
+    return [sr.row("bm25", "bm25", 0.0, [r[0] for r in sr.b_runs]), *sr.model_rows(model, qv, mat)]
 
 
 def quality(args) -> None:

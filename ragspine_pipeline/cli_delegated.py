@@ -1,8 +1,10 @@
 """The ``ragspine`` commands that parse their own options: ``config`` (the settings
 registry), ``serve``, ``mcp`` and ``keys`` (the retrieval service). ``cli.main`` hands
 everything after the command word to the entry point here, so each keeps its own parser,
-help and exit codes; the service package is imported only when one of its commands runs
-(it needs the ``[service]`` extra).
+help and exit codes. ``serve`` first registers Ray's sharded backend with the service
+(``scale.serve.register``: the service never imports scale), so ``serve --ray`` runs it.
+The service's FastAPI, uvicorn and mcp (the ``[service]`` extra) load only when one of
+its commands runs.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import service, settings  # service/__init__ imports neither FastAPI nor mcp
+from .scale import serve as scale_serve  # imports no Ray: only its functions do
 
 DELEGATED_HELP = {
     "config": "print the effective RAGSPINE_* settings and where each came from (default, environment, "
@@ -25,7 +28,14 @@ def _delegated(name: str) -> Callable[[list[str]], int]:
     """The entry point of a command that parses its own options (argv -> exit code)."""
     if name == "config":
         return settings.config_main
-    return {"serve": service.serve_main, "mcp": service.mcp_main, "keys": service.keys_main}[name]
+    return {"serve": _serve, "mcp": service.mcp_main, "keys": service.keys_main}[name]
+
+
+def _serve(argv: list[str]) -> int:
+    """``ragspine serve``: the service's entry point, with Ray's sharded backend registered
+    for ``--ray``."""
+    scale_serve.register()
+    return service.serve_main(argv)
 
 
 def cmd_delegated(name: str, argv: list[str]) -> int:

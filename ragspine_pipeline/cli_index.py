@@ -2,7 +2,8 @@
 door module stays small).
 
 In a checkout the libraries are materialized through the Dagster code location
-(``definitions.index_libraries``, loaded by file path: the engine never imports Dagster);
+(``definitions.index_libraries``: the one import from the engine to the code location,
+lazy, and named as the only exception in ``.importlinter``'s engine-without-dagster);
 otherwise, or with ``--in-process``, ``indexing.index_in_process`` runs the same engine
 steps here and the output says why. Both print the embedding step's progress while it
 runs (counts, rate, ETA, at most ``PROGRESS_EVERY_S`` apart; through the code location
@@ -18,6 +19,7 @@ failed (an unreadable file withheld included).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import sys
@@ -27,23 +29,27 @@ from pathlib import Path
 from typing import Any
 
 from . import indexing, paths
+from .warehouse.embeddings_step import PROGRESS_LOG
 
 
 def code_location() -> Any | None:
-    """The Dagster code location (definitions.py at the repo root), loaded by file path, or
-    None when Dagster or the file is not there (an installed wheel has no
-    ``definitions.py``: only a checkout does). By file path on purpose: the engine package
-    never imports Dagster itself; the code location does. Load it with the warehouse in
+    """The Dagster code location (``definitions.py`` at the checkout's root) as the module
+    ``definitions``, or None when Dagster or the file is not there (an installed wheel has
+    no ``definitions.py``: only a checkout does). Import it with the warehouse in
     ``RAGSPINE_WAREHOUSE`` set (what the resources read)."""
-    import importlib.util
-
     defs_path = paths.definitions_file()
     if importlib.util.find_spec("dagster") is None or defs_path is None or not defs_path.exists():
         return None
-    spec = importlib.util.spec_from_file_location("ragspine_definitions", defs_path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    if str(defs_path.parent) not in sys.path:  # the checkout's root, where definitions.py puts assets/ too
+        sys.path.insert(0, str(defs_path.parent))
+    # Lazy: the code location imports Dagster, a heavy optional dependency (the [pipeline]
+    # extra), and exists only in a checkout. An ordinary import so import-linter sees this
+    # edge; engine-without-dagster allows it and no other.
+    import definitions
+
+    if Path(definitions.__file__).resolve() != defs_path.resolve():  # another project's module of that name
+        return None
+    return definitions
 
 
 def _dagster_root(sources: list[indexing.LibrarySource]) -> Path | None:
@@ -66,8 +72,6 @@ class _PrintLines(logging.Handler):
 @contextmanager
 def printed_progress() -> Iterator[None]:
     """While the code location runs: the steps' ``ragspine.progress`` lines on stdout."""
-    from .warehouse.embeddings_step import PROGRESS_LOG
-
     handler, level = _PrintLines(logging.INFO), PROGRESS_LOG.level
     PROGRESS_LOG.addHandler(handler)
     PROGRESS_LOG.setLevel(logging.INFO)

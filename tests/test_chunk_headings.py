@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from ragspine_pipeline.corpus import make_chunker
 from ragspine_pipeline.ingest.documents import Document
-from ragspine_pipeline.ingest.parsers import text_structure
 from ragspine_pipeline.retrieval.chunking.chunking import chunk_document
 from ragspine_pipeline.retrieval.chunking.headings import (
     MIN_CONTENT_CHARS,
@@ -25,6 +24,7 @@ from ragspine_pipeline.retrieval.chunking.headings import (
 )
 from ragspine_pipeline.retrieval.chunking.sentences import SemanticChunker
 from ragspine_pipeline.retrieval.vector.embedding_backends import DeterministicHashBackend
+from ragspine_pipeline.text_structure import text_structure
 
 # The Apache License 2.0 as its .txt ships it (sections 2 and 3): section 3's first sentence
 # is longer than the default budget, so its title used to close a chunk of its own.

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from ragspine_pipeline.corpus import make_chunker
 from ragspine_pipeline.ingest.documents import Document
-from ragspine_pipeline.ingest.parsers import MARK_KINDS, StructureMark, text_structure
 from ragspine_pipeline.retrieval.chunking.sentences import SemanticChunker
 from ragspine_pipeline.retrieval.vector.embedding_backends import DeterministicHashBackend
+from ragspine_pipeline.text_structure import MARK_KINDS, StructureMark, text_structure
 
 SPECS = ["paragraph:120:30", "layout:120:30", "laws:120:30", "qa:120:30", "book:120:30",
          "parent_child:300:90:20", "sentence_window:2:80"]

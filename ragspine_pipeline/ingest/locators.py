@@ -21,6 +21,7 @@ parser already walks these units, so recording where each begins costs nothing e
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,14 +51,10 @@ class Anchor:
 
 
 def anchors_to_json(anchors: tuple[Anchor, ...] | list[Anchor]) -> str:
-    import json
-
     return json.dumps([a.to_list() for a in anchors], separators=(",", ":"))
 
 
 def anchors_from_json(raw: str | None) -> tuple[Anchor, ...]:
-    import json
-
     return tuple(Anchor.from_list(r) for r in json.loads(raw)) if raw else ()
 
 

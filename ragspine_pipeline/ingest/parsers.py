@@ -22,14 +22,18 @@ every locator they produce indexes the stored text.
 from __future__ import annotations
 
 import codecs
+import json
 import re
+import zipfile
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .. import settings
-from ..text_spans import line_spans, trim_span
+from ..text_structure import StructureMark, text_structure
 from .locators import Anchor
 from .metadata_keys import match_key
 from .quiet import quiet_parser_logs
@@ -48,39 +52,11 @@ _BOMS = ((codecs.BOM_UTF32_LE, "utf-32-le"), (codecs.BOM_UTF32_BE, "utf-32-be"),
          (codecs.BOM_UTF8, "utf-8"), (codecs.BOM_UTF16_LE, "utf-16-le"), (codecs.BOM_UTF16_BE, "utf-16-be"))
 
 
-# Kinds of structure mark. Headings carry a level (1 = outermost); a page mark has level 0
-# and only says where a page's text starts.
-MARK_KINDS = ("markdown", "html", "numbered", "cn_part", "cn_chapter", "cn_section", "cn_article",
-              "cn_clause", "article", "page", "question")  # "question": found by the qa chunker
-
-
-@dataclass(frozen=True)
-class StructureMark:
-    """One structural boundary: ``text[start:end]`` is the heading line (empty for a page)."""
-
-    start: int
-    end: int
-    level: int
-    kind: str
-
-    def to_list(self) -> list[Any]:
-        return [self.start, self.end, self.level, self.kind]
-
-    @classmethod
-    def from_list(cls, row: Any) -> StructureMark:
-        start, end, level, kind = row
-        if kind not in MARK_KINDS or not (0 <= int(start) <= int(end)):
-            raise ValueError(f"not a structure mark: {row!r}")
-        return cls(int(start), int(end), int(level), str(kind))
-
-
 def structure_to_json(marks: tuple[StructureMark, ...] | list[StructureMark],
                       anchors: tuple[Anchor, ...] | list[Anchor] = ()) -> str:
     """Compact JSON for the ``raw_documents.structure`` column: the marks as a list, or
     ``{"marks": [...], "anchors": [...]}`` when the parser recorded locator anchors (the
     citation's pages / blocks / element, ``locators.py``), so both travel in one column."""
-    import json
-
     rows = [m.to_list() for m in marks]
     if anchors:
         return json.dumps({"marks": rows, "anchors": [a.to_list() for a in anchors]}, separators=(",", ":"))
@@ -89,8 +65,6 @@ def structure_to_json(marks: tuple[StructureMark, ...] | list[StructureMark],
 
 def structure_from_json(raw: str | None) -> tuple[StructureMark, ...]:
     """Marks from the ``structure`` column; ``None`` (a row written before it existed) is ()."""
-    import json
-
     if not raw:
         return ()
     rows = json.loads(raw)
@@ -102,8 +76,6 @@ def structure_from_json(raw: str | None) -> tuple[StructureMark, ...]:
 def anchors_from_structure_json(raw: str | None) -> tuple[Anchor, ...]:
     """Locator anchors from the ``structure`` column; () for a plain list (md/txt, or a
     row written before anchors existed)."""
-    import json
-
     rows = json.loads(raw) if raw else None
     if not isinstance(rows, dict):
         return ()
@@ -124,75 +96,6 @@ class ParsedFile:
     structure: tuple[StructureMark, ...] = ()
     metadata_problems: tuple[str, ...] = ()
     anchors: tuple[Anchor, ...] = ()
-
-
-_CN_NUM = "[0-9０-９一二三四五六七八九十百千零〇两]+"
-# (pattern, kind, level). Lines only: a heading is a short line that opens with the marker.
-_LINE_HEADINGS: tuple[tuple[re.Pattern[str], str, int], ...] = (
-    (re.compile(rf"第{_CN_NUM}[编篇部](?:[ \t\u3000]|$)"), "cn_part", 1),
-    (re.compile(rf"第{_CN_NUM}章"), "cn_chapter", 2),
-    (re.compile(rf"第{_CN_NUM}节"), "cn_section", 3),
-    (re.compile(rf"第{_CN_NUM}条"), "cn_article", 4),
-    (re.compile(rf"第{_CN_NUM}[款项]"), "cn_clause", 5),
-    (re.compile(r"(?:Article|ARTICLE|Art\.)[ \t]+\d+[A-Za-z]?\b"), "article", 4),
-)
-_NUMBERED = re.compile(r"(\d{1,3}(?:\.\d{1,3}){0,5})\.?[ \t\u3000]+(?=\S)")
-_MD_HEADING = re.compile(r"(#{1,6})[ \t]+\S")
-_FENCE = re.compile(r"(```|~~~)")
-_MD_LIST = re.compile(r"\d{1,3}[.)][ \t]")
-MAX_HEADING_LINE = 80  # a numbered "heading" longer than this is a numbered paragraph
-
-
-def line_heading(line: str) -> tuple[str, int, int] | None:
-    """(kind, level, heading length) when ``line`` (stripped) opens with a numbered or
-    legal heading. An article line that goes on with its body (``第十二条 用人单位应当…。``)
-    is a heading of just its marker; a short title line is a heading as a whole."""
-    for pat, kind, level in _LINE_HEADINGS:
-        m = pat.match(line)
-        if not m:
-            continue
-        titled = len(line) <= MAX_HEADING_LINE and not line.endswith(_SENTENCE_END)
-        if kind in ("cn_article", "cn_clause", "article"):
-            return kind, level, len(line) if titled else m.end()
-        if titled:
-            return kind, level, len(line)
-    m = _NUMBERED.match(line)
-    if m and len(line) <= MAX_HEADING_LINE and not line.endswith(_SENTENCE_END):
-        return "numbered", m.group(1).count(".") + 1, len(line)
-    return None
-
-
-_SENTENCE_END = ("。", ".", "；", ";", "，", ",", "！", "!", "？", "?", "：", ":")
-
-
-def text_structure(text: str, *, markdown: bool = False) -> tuple[StructureMark, ...]:
-    """Headings found in plain text: numbered and legal headings (and ``#`` headings
-    outside code fences when ``markdown``), one mark per line that opens with one."""
-    marks: list[StructureMark] = []
-    in_fence = False
-    for ls, le in line_spans(text):
-        s, e = trim_span(text, ls, le)
-        if s == e:
-            continue
-        line = text[s:e]
-        if markdown and _FENCE.match(line):
-            in_fence = not in_fence
-            continue
-        if in_fence:
-            continue
-        if markdown:
-            m = _MD_HEADING.match(line)
-            if m:
-                marks.append(StructureMark(s, e, len(m.group(1)), "markdown"))
-                continue
-            if line.startswith(("#", ">", "|", "-", "*", "+")):
-                continue
-        hit = line_heading(line)
-        if hit and markdown and hit[0] == "numbered" and _MD_LIST.match(line):
-            continue  # "1. item" in markdown is an ordered list, not a heading
-        if hit:
-            marks.append(StructureMark(s, s + hit[2], hit[1], hit[0]))
-    return tuple(marks)
 
 
 def _merge_marks(*groups: tuple[StructureMark, ...] | list[StructureMark]) -> tuple[StructureMark, ...]:
@@ -240,8 +143,6 @@ _FRONT_MATTER = re.compile(r"---[ \t]*\r?\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z
 def _unique_key_loader() -> type:
     """PyYAML's SafeLoader, refusing a mapping that repeats a key: ``safe_load`` keeps the
     last one, which would let a second ``sensitivity:`` silently replace the first."""
-    import yaml
-
     class UniqueKeyLoader(yaml.SafeLoader):
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: set[Any] = set()
@@ -283,8 +184,6 @@ def split_front_matter(text: str) -> tuple[str, dict[str, Any], tuple[str, ...]]
         return text, {}, ("the document opens with a line of dashes the reader cannot read as YAML front matter "
                           "(it must be the first line, exactly ---, with \\n line ends and a closing --- line)",)
     block, body = m.group(1), text[m.end():]
-    import yaml
-
     try:
         meta = yaml.load(block, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -309,7 +208,7 @@ def parse_markdown(path: Path, *, markdown: bool = True) -> ParsedFile:
 
 
 def parse_html(path: Path) -> ParsedFile:
-    try:
+    try:  # the [pipeline] extra: loaded when an HTML file is read
         from bs4 import BeautifulSoup
     except ImportError:
         raise ParseError("HTML parsing needs beautifulsoup4 (the [pipeline] extra)") from None
@@ -405,7 +304,7 @@ def _html_meta(soup: Any) -> tuple[dict[str, list[Any]], tuple[str, ...]]:
 
 
 def parse_pdf(path: Path) -> ParsedFile:
-    try:
+    try:  # the [pipeline] extra: loaded when a PDF is read
         from pypdf import PdfReader
         from pypdf.errors import PdfReadError
     except ImportError:
@@ -445,7 +344,7 @@ def _docx_blocks(document: Any) -> list[tuple[str, int, tuple[tuple[str, int], .
 
     A table row becomes one line, its cells joined by `` | `` (a figure keeps its row label).
     """
-    from docx.table import Table
+    from docx.table import Table  # the [docx] extra: parse_docx has loaded it
 
     blocks: list[tuple[str, int, tuple[tuple[str, int], ...]]] = []
     n_par = n_table = 0
@@ -476,14 +375,12 @@ def parse_docx(path: Path) -> ParsedFile:
     interleaved) without Word or LibreOffice. A legacy ``.doc`` or a corrupt archive is a
     ParseError for this file alone.
     """
-    try:
+    try:  # the [docx] extra: loaded when a Word file is read
         import docx
         from docx.opc.exceptions import PackageNotFoundError
     except ImportError:
         raise ParseError("Word parsing needs python-docx (the [docx] extra)") from None
     check_size(path)
-    import zipfile
-
     try:
         with quiet_parser_logs():
             document = docx.Document(str(path))

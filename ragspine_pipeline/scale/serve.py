@@ -16,6 +16,10 @@ recreated by Ray (``max_restarts``) while the replicas keep serving (503 meanwhi
 the cluster, binds 127.0.0.1 unless told otherwise, and on exit removes the deployment
 and the shards.
 
+The service never imports this module: ``register()`` puts ``RayBackend`` in the
+service's hook (``service/sharded.py``): the ``serve --ray`` runner and each request's
+shard scope. ``ragspine serve`` registers it, and so does every replica (``build_app``).
+
 Ingress (``RayServiceConfig.ingress``):
 
 - ``replica`` (default): each Serve replica runs the app on its own uvicorn server bound
@@ -34,6 +38,7 @@ Ingress (``RayServiceConfig.ingress``):
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import hashlib
@@ -41,16 +46,23 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import settings
+from ..cpus import usable_cpus
+from ..errors_format import fail
 from ..filter_input import hybrid_retrievers
-from ..service.served import LibrarySnapshot, ServingAssembly
+from ..service.served import LibrarySnapshot, ServedLibraries, ServingAssembly
+from ..service.sharded import register_sharded_backend
 from ..warehouse.common import LEXICAL, SNAPSHOT
 from ..warehouse.versioned import VersionedTables
 from .config import ScaleUnavailable, require_ray, shard_timeout_s
+from .config import shards as shard_count
+from .requests import ShardRequest, ShardUnavailable, shard_request
 from .shards import (
     NAMESPACE,
     ShardedBM25,
@@ -157,8 +169,6 @@ def ensure_ray(address: str | None = None) -> Any:
         if addr:
             ray.init(address=addr, namespace=NAMESPACE, log_to_driver=False)
         else:
-            from ..cpus import usable_cpus
-
             ray.init(num_cpus=usable_cpus(), include_dashboard=False, namespace=NAMESPACE, log_to_driver=False,
                      object_store_memory=RAY_OBJECT_STORE_BYTES)
     return ray
@@ -185,10 +195,12 @@ class RayServiceConfig:
 
 
 def build_app(config: RayServiceConfig) -> Any:
-    """The service's FastAPI app over ``ShardedAssembly`` (what each replica runs)."""
+    """The service's FastAPI app over ``ShardedAssembly`` (what each replica runs), with
+    Ray's backend registered in this replica's process."""
+    # FastAPI and the mcp SDK (the [service] extra) load only where an app is built.
     from ..service.app import create_app
-    from ..service.served import ServedLibraries
 
+    register()
     root = Path(config.warehouse)
     assembly = dataclasses.replace(ShardedAssembly.resolve(root, mode=config.mode), shards=config.shards,
                                    timeout_s=config.timeout_s,
@@ -234,7 +246,8 @@ class ServingReplica:
     server (a thread with its own event loop), listening on the service's port."""
 
     def __init__(self, config: RayServiceConfig) -> None:
-        import uvicorn
+        import uvicorn  # the [service] extra, loaded in the replica that serves
+
 
         replica_logging(config.log_level)
         self.config = config
@@ -264,7 +277,7 @@ def deploy(config: RayServiceConfig) -> None:
     """Run ``replicas`` replicas of the app answering on ``host:port`` (their own
     servers, or behind Serve's proxy: ``config.ingress``)."""
     ray = ensure_ray()
-    from ray import serve
+    from ray import serve  # the [scale] extra: ensure_ray has checked it is there
 
     shard_timeout_s(config.timeout_s)  # a bad RAGSPINE_SHARD_TIMEOUT_S fails here, not in a replica
     options: dict[str, Any] = {"name": "ragspine-service", "num_replicas": config.replicas,
@@ -296,7 +309,7 @@ def shutdown() -> None:
     ray = require_ray()
     if not ray.is_initialized():
         return
-    from ray import serve
+    from ray import serve  # the [scale] extra: require_ray has checked it is there
 
     serve.shutdown()
     for name in shard_actors():
@@ -325,6 +338,37 @@ def config_from(warehouse: str | os.PathLike[str], *, libraries: Sequence[str] |
     return RayServiceConfig(warehouse=str(Path(warehouse).resolve()), libraries=tuple(libraries or ()), **kwargs)
 
 
-__all__ = ["APP_NAME", "RagspineReplica", "RayServiceConfig", "ServingReplica", "ShardedAssembly", "build_app", "config_from",
-           "deploy", "ensure_ray", "published_segments", "reuse_port_socket", "run_ray_service", "shard_actors",
+class RayBackend:
+    """The service's sharded backend on Ray (``service.sharded.ShardedBackend``)."""
+
+    unavailable: tuple[type[Exception], ...] = (ShardUnavailable,)
+
+    def request(self, allow_partial: bool) -> contextlib.AbstractContextManager[ShardRequest]:
+        return shard_request(allow_partial)
+
+    def serve(self, prog: str, args: argparse.Namespace, root: Path, keys_file: str | None) -> int:
+        """``serve --ray``, after the service's checks: Ray present, the shard count valid,
+        then ``run_ray_service`` (exit 2 with one line when Ray or ``--shards`` is wrong)."""
+        try:
+            require_ray()
+            n = shard_count(args.shards)
+        except ScaleUnavailable as exc:
+            return fail(prog, f"--ray: {exc}")
+        except settings.SettingsError as exc:
+            return fail(prog, f"--shards: {exc}")
+        logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
+        config = config_from(root, libraries=args.library, shards=n, replicas=args.replicas, host=args.host,
+                             port=args.port, keys_file=str(Path(keys_file).resolve()) if keys_file else None,
+                             mode=args.mode, allowed_origins=tuple(args.allowed_origin or ()),
+                             allowed_hosts=tuple(args.allowed_host or ()), log_level=args.log_level)
+        return run_ray_service(config)
+
+
+def register() -> None:
+    """Make Ray the service's sharded backend in this process (``service/sharded.py``)."""
+    register_sharded_backend(RayBackend())
+
+
+__all__ = ["APP_NAME", "RagspineReplica", "RayBackend", "RayServiceConfig", "ServingReplica", "ShardedAssembly", "build_app", "config_from",
+           "deploy", "ensure_ray", "published_segments", "register", "reuse_port_socket", "run_ray_service", "shard_actors",
            "shutdown"]

@@ -12,21 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from .keys import keys_main
-
-
-def serve_main(argv: list[str] | None = None) -> int:
-    from .main import serve_main as run
-
-    return run(argv)
-
-
-def mcp_main(argv: list[str] | None = None) -> int:
-    from .main import mcp_main as run
-
-    return run(argv)
+from .main import mcp_main, serve_main
 
 
 def create_app(*args: Any, **kwargs: Any) -> Any:
+    # FastAPI and the mcp SDK (the [service] extra) load only when an app is built.
     from .app import create_app as build
 
     return build(*args, **kwargs)

@@ -27,6 +27,7 @@ import json
 import logging
 import sys
 from collections.abc import AsyncIterator, Sequence
+from importlib.metadata import version
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -44,6 +45,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from .. import paths, settings
+from ..retrieval.limits import max_query_chars
 from . import operations
 from .errors import (
     InvalidBody,
@@ -275,8 +277,6 @@ def _openapi(app: FastAPI, limits: ServiceLimits) -> dict[str, Any]:
     maximum is RAGSPINE_SERVICE_MAX_TOP_K, the query's length RAGSPINE_MAX_QUERY_CHARS),
     built once per app."""
     if app.openapi_schema is None:
-        from ..retrieval.limits import max_query_chars
-
         doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes,
                           tags=app.openapi_tags)
         for ops in doc["paths"].values():  # FastAPI's own 422 ({detail: [...]}) where no body or value can fail
@@ -305,8 +305,6 @@ class _Late:
 
 def _version() -> str:
     try:
-        from importlib.metadata import version
-
         return version("ragspine-pipeline")
     except Exception:
         return "0"

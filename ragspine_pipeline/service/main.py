@@ -29,6 +29,9 @@ from .. import paths, serving, settings
 from ..errors_format import OneLineParser, warn
 from ..errors_format import fail as _fail
 from .keys import KEYS_FILE_ENV, Principal
+from .limits import ServiceLimits
+from .served import ServedLibraries, ServingAssembly
+from .sharded import sharded_backend
 
 LOOPBACK_NAMES = ("localhost",)
 
@@ -140,6 +143,7 @@ def serve_main(argv: list[str] | None = None) -> int:
         warn(prog, open_to_all)
     if args.ray:
         return _serve_ray(prog, args, root, keys_file)
+    # uvicorn and prometheus_client: the [service] extra, loaded only when a server starts.
     import uvicorn
 
     from .connections import uvicorn_options
@@ -172,34 +176,22 @@ def serve_main(argv: list[str] | None = None) -> int:
 
 
 def _serve_ray(prog: str, args: argparse.Namespace, root: Path, keys_file: str | None) -> int:
-    """``serve --ray``: the same app on Ray Serve over sharded libraries (scale/serve.py)."""
-    from ..scale.config import ScaleUnavailable, require_ray, shards
-
-    try:
-        require_ray()
-        n = shards(args.shards)
-    except ScaleUnavailable as exc:
-        return _fail(prog, f"--ray: {exc}")
-    except settings.SettingsError as exc:
-        return _fail(prog, f"--shards: {exc}")
-    from ..scale.serve import config_from, run_ray_service
-
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr)
-    config = config_from(root, libraries=args.library, shards=n, replicas=args.replicas, host=args.host,
-                         port=args.port, keys_file=str(Path(keys_file).resolve()) if keys_file else None,
-                         mode=args.mode, allowed_origins=tuple(args.allowed_origin or ()),
-                         allowed_hosts=tuple(args.allowed_host or ()), log_level=args.log_level)
-    return run_ray_service(config)
+    """``serve --ray``: the same app on Ray Serve over sharded libraries, run by the sharded
+    backend ``scale`` registers (sharded.py; ``ragspine serve`` registers it)."""
+    backend = sharded_backend()
+    if backend is None:
+        return _fail(prog, "--ray: no sharded backend in this process: `ragspine serve --ray` registers Ray's "
+                     "(ragspine_pipeline.scale.serve.register())")
+    return backend.serve(prog, args, root, keys_file)
 
 
 def mcp_main(argv: list[str] | None = None) -> int:
     """``ragspine mcp``: the MCP tools over stdio, reading every library of the warehouse
     (or those named by ``--library``) as the local user. stdout carries the protocol only."""
+    # anyio and the mcp SDK: the [service] extra, loaded only when the tools start.
     import anyio
 
-    from .limits import ServiceLimits
     from .mcp_tools import build_mcp
-    from .served import ServedLibraries, ServingAssembly
 
     prog = "mcp"
     p = OneLineParser(prog="ragspine mcp", description="MCP tools over stdio for desktop assistants")

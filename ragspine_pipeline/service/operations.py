@@ -26,15 +26,20 @@ from ..filter_input import (
     conflicting,
     hybrid_retrievers,
 )
+from ..graph.channel import query_rows
+from ..graph.dimensions import DimensionsError
+from ..graph.queries import GraphQueryError
+from ..graph.store import GraphStoreError
 from ..modes import RetrievalModeError
 from ..retrieval.filters import FilterError
 from ..retrieval.limits import InvalidText, QueryTooLong, check_query
-from ..scale.shards import ShardUnavailable, shard_request
 from .costs import check_filter_cost, check_filter_size, check_query_tokens, check_texts
+from .discovery import describe
 from .errors import BadRequest, NotFound, Unavailable, out_of_scope
 from .keys import Principal
 from .limits import ServiceLimits
 from .served import Generation, ServedLibraries, mode_key
+from .sharded import request_scope, unavailable_errors
 
 GRAPH_KINDS = ("rollup", "peers", "trace", "facts")
 
@@ -170,11 +175,11 @@ def search(served: ServedLibraries, principal: Principal, query: Any, *, filters
         except FilterValueError as exc:
             raise BadRequest(f"filters: {exc}") from None
     try:
-        with shard_request(allow_partial) as shards:
+        with request_scope(allow_partial) as shards:  # sharded.py: whole without a sharded backend
             snippets = retriever.retrieve(query, filters=triples or None, top_k=top_k)
     except (FilterError, QueryTooLong, InvalidText) as exc:
         raise BadRequest(str(exc)) from None
-    except ShardUnavailable as exc:
+    except unavailable_errors() as exc:
         raise Unavailable(str(exc)) from None
     channels = sorted({ch for h in hybrid_retrievers(retriever) for ch in h.channels})
     out = {"snippets": relative_paths(snippets), "versions": gen.versions(libs), "channels": channels, "mode": key}
@@ -202,8 +207,6 @@ def library_info(served: ServedLibraries, principal: Principal, library: str) ->
 def discover(served: ServedLibraries, principal: Principal, libraries: Sequence[str] | None = None) -> dict[str, Any]:
     """What the caller may filter on and ask the graph about, over the libraries it may read
     (discovery.py: open, published data only)."""
-    from .discovery import describe
-
     check_texts(libraries, "libraries")
     gen = generation(served)
     return describe(gen, readable(gen, principal, libraries))
@@ -212,11 +215,6 @@ def discover(served: ServedLibraries, principal: Principal, libraries: Sequence[
 def graph(served: ServedLibraries, principal: Principal, kind: str, *, entity: Any, metric: Any, period: Any,
           libraries: Sequence[str] | None = None) -> dict[str, Any]:
     """Cited graph rows (rollup, peers, trace, facts) from every readable library with a graph."""
-    from ..graph.channel import query_rows
-    from ..graph.dimensions import DimensionsError
-    from ..graph.queries import GraphQueryError
-    from ..graph.store import GraphStoreError
-
     if kind not in GRAPH_KINDS:
         raise NotFound(f"no graph query {kind!r}; use one of {', '.join(GRAPH_KINDS)}")
     for name, value in (("entity", entity), ("metric", metric), ("period", period)):

@@ -26,6 +26,8 @@ from typing import Any
 
 from .. import serving
 from ..filter_input import hybrid_retrievers
+from ..graph.channel import GraphChannel
+from ..graph.step import load_relation_graph, resolve_dimensions
 from ..modes import LEXICAL_MODES, retrieval_mode
 from ..retrieval.link.assembly import serving_reranker
 from ..warehouse.common import SNAPSHOT
@@ -74,9 +76,6 @@ class LibrarySnapshot:
             return None
         with self._graph_lock:
             if self._graph is None:
-                from ..graph.channel import GraphChannel
-                from ..graph.step import load_relation_graph, resolve_dimensions
-
                 store = load_relation_graph(VersionedTables(root), self.library, self.graph_version)
                 self._graph = GraphChannel(store, resolve_dimensions())
             return self._graph

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import re
 
-from ...ingest.parsers import MAX_HEADING_LINE, line_heading
 from ...text_spans import trim_span
+from ...text_structure import MAX_HEADING_LINE, line_heading
 
 MIN_CONTENT_CHARS = 20
 """Less content than this (``content_chars``) and a piece is bare (docs/layers/chunking.md)."""

@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ...ingest.parsers import StructureMark, text_structure
 from ...sensitivity import effective_label
 from ...text_spans import line_spans, trim_span
+from ...text_structure import StructureMark, text_structure
 from .chunking import (
     DEFAULT_CHUNK_CHARS,
     DEFAULT_OVERLAP_CHARS,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from ..corpus import Document, ingest_documents
 from ..modes import resolve_retrieval
@@ -80,10 +81,6 @@ def progress_enabled(*, json_output: bool = False, stream=None) -> bool:
 
 def _progress(it, total: int, enabled: bool, desc: str):
     if not (enabled and progress_enabled()):
-        return it
-    try:
-        from tqdm import tqdm
-    except ImportError:  # progress is cosmetic
         return it
     return tqdm(it, total=total, desc=desc, file=sys.stderr, leave=False, mininterval=0.5, unit="query")
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from .. import settings
+from ..llm.provider import provider_from_env
+from ..retrieval.query.gate import SecurityGate
 from ..sensitivity import is_restricted
 from .dimensions import Dimensions
 from .extract import _alias_re
@@ -118,8 +120,6 @@ class LLMRelationExtractor:
 
     def _gate(self) -> Any:
         if self.gate is None:
-            from ..retrieval.query.gate import SecurityGate
-
             self.gate = SecurityGate.from_env()
         return self.gate
 
@@ -178,8 +178,6 @@ def make_relation_extractor(spec: str | None = None, *, provider: Any = None,
         return CooccurrenceExtractor()
     if choice == "llm":
         if provider is None:
-            from ..llm.provider import provider_from_env
-
             provider = provider_from_env()
         if provider is None:
             raise RelationExtractorError(f"{EXTRACTOR_ENV}=llm needs an LLM provider (set RAGSPINE_LLM_BASE_URL)")

@@ -84,7 +84,7 @@ class NetworkxGraphStore:
     """The same graph in a ``networkx.MultiDiGraph`` (for its algorithms: communities, paths)."""
 
     def __init__(self) -> None:
-        try:
+        try:  # the [graph] extra, loaded when this store is chosen
             import networkx as nx
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise GraphStoreError("RAGSPINE_GRAPH_STORE=networkx needs the [graph] extra (networkx)") from exc

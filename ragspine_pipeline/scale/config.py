@@ -34,7 +34,7 @@ def shard_timeout_s(value: float | None = None) -> float:
 
 def require_ray() -> object:
     """The ``ray`` module, or a ScaleUnavailable naming the extra to install."""
-    try:
+    try:  # the [scale] extra: imported only where Ray is asked for
         import ray
     except ImportError as exc:
         raise ScaleUnavailable(

@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..retrieval.chunking.chunk_store import CHUNK_COLUMNS
 from .chunk_tables import withheld_docs
 from .common import CHUNKS, EMBEDDINGS, LEXICAL, RAPTOR, RAW, SNAPSHOT, restricted_mask
 from .raw import raw_state
@@ -180,8 +181,6 @@ def _catalog_views(wh: VersionedTables, lib: str, meta: dict[str, Any], *, redac
                     f"WHERE NOT coalesce(deleted, false)")
         views["documents"] = keep(body)
     if "doc_state" in chunks.manifest["tables"]:
-        from ..retrieval.chunking.chunk_store import CHUNK_COLUMNS
-
         cols = ", ".join("dv.superseded_at" if c == "superseded_at" else
                          "coalesce(c.version = st.version AND NOT st.withdrawn, false) AS active" if c == "active"
                          else f"c.{c}" for c in CHUNK_COLUMNS)

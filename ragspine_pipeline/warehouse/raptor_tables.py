@@ -31,12 +31,22 @@ from ..retrieval.raptor.tree import (
     Summarizer,
     build_raptor_tree,
 )
-from ..retrieval.vector.embedding_backends import EmbeddingBackend, backend_model_id
+from ..retrieval.vector.embedding_backends import (
+    EmbeddingBackend,
+    backend_model_id,
+    make_embedding_backend,
+)
 from ..sensitivity import is_restricted
 from .chunk_tables import published_chunks, served_chunks
-from .common import RAPTOR, SNAPSHOT, CheckOutcome, StepResult  # RAPTOR re-exported: its asset name
+from .common import (  # RAPTOR re-exported: its asset name
+    EMBEDDINGS,
+    RAPTOR,
+    SNAPSHOT,
+    CheckOutcome,
+    StepResult,
+)
 from .snapshots import _served_now, select_snapshot
-from .versioned import Published, VersionedTables, library_step
+from .versioned import Published, VersionedTables, library_step, read_segments
 
 NODE_SCHEMA = pa.schema([
     ("level", pa.int32()), ("node_id", pa.string()), ("text", pa.large_string()), ("is_synthesis", pa.bool_()),
@@ -144,10 +154,6 @@ def embeddings_for_raptor(wh: VersionedTables, library: str, chunks_version: str
     (default: the latest), or (None, None) when it has none: the tree then clusters
     TF-IDF vectors. Builds the backend the embeddings were made with (the model id must
     match, or the vector spaces would mix)."""
-    from ..retrieval.vector.embedding_backends import make_embedding_backend
-    from .common import EMBEDDINGS
-    from .versioned import read_segments
-
     chunks_pub = published_chunks(wh, library, chunks_version)
     emb = wh.latest(EMBEDDINGS, library)
     if emb is None or emb.manifest["metadata"].get("chunks_version") != chunks_pub.version:

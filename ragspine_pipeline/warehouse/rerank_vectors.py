@@ -26,11 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
 from ..retrieval.rerank.scoring import text_key
 from ..sensitivity import is_restricted
+from .chunk_tables import active_chunk_table, published_chunks, served_chunks
+from .common import SNAPSHOT, CheckOutcome
+from .versioned import WarehouseError
 
 STORE_DIR = "rerank_vectors"
 KIND_SPARSE, KIND_TOKENS = "sparse", "tokens"
@@ -62,6 +66,7 @@ def _encode(value: Any) -> tuple[str, int, int, bytes | None, bytes]:
 
 def _decode(kind: str, rows: int, cols: int, ids: bytes | None, data: bytes) -> Any:
     if kind == KIND_SPARSE:
+        # splade.py loads scipy.special (0.6 s): only a store that holds SPLADE rows pays it.
         from ..retrieval.rerank.splade import SparseVector
 
         return SparseVector(np.frombuffer(ids or b"", dtype=np.int32).copy(),
@@ -94,8 +99,6 @@ class RerankVectorStore:
     @contextmanager
     def _connection(self) -> Iterator[Any]:
         """The connection for one operation (None: read-only and no file yet)."""
-        import duckdb
-
         if self.read_only:
             if not self.path.is_file():
                 yield None
@@ -293,9 +296,6 @@ def refresh_document_vectors(store: RerankVectorStore, model_id: str,
 
 
 def _snapshot_chunks_version(wh: Any, library: str) -> str:
-    from .common import SNAPSHOT
-    from .versioned import WarehouseError
-
     snap = wh.latest(SNAPSHOT, library)
     if snap is None:
         raise WarehouseError(f"no retrieval snapshot published for {library}")
@@ -307,8 +307,6 @@ def build_rerank_vectors(wh: Any, library: str, rerankers: Mapping[str, Any], *,
     """Refresh the library's store for each opted-in reranker over the chunks its published
     snapshot serves (``served_chunks``: no RESTRICTED, no withheld), encoding only what is
     new or changed. The store file is replaced atomically (``open_for_refresh``)."""
-    from .chunk_tables import served_chunks
-
     chunks = served_chunks(wh, library, _snapshot_chunks_version(wh, library))
     path = store_path(wh.root, library)
     reports: dict[str, RefreshReport] = {}
@@ -328,9 +326,6 @@ def build_rerank_vectors(wh: Any, library: str, rerankers: Mapping[str, Any], *,
 def restricted_never_encoded_check(wh: Any, library: str) -> Any:
     """The asset check: no stored row is labelled restricted, and no stored text is the
     text of an active RESTRICTED chunk of the library (whatever label the row carries)."""
-    from .chunk_tables import active_chunk_table, published_chunks
-    from .common import CheckOutcome
-
     path = store_path(wh.root, library)
     store = RerankVectorStore(path, read_only=True)
     try:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pyarrow as pa
+
 from .chunking import METADATA_FIELDS, Chunk, SourceLocator
 
 SCHEMA_VERSION = 2
@@ -84,8 +86,6 @@ def chunk_rows_table(rows: Sequence[Chunk], row_version: Sequence[int], valid_as
     ``lineage_columns=False`` leaves out ``superseded_at`` and ``active``: the warehouse
     derives them from the document versions instead of rewriting old rows.
     """
-    import pyarrow as pa
-
     n = len(rows)
     i32, s = pa.int32(), pa.string()
     cols = {
@@ -133,8 +133,6 @@ def chunk_fingerprint(chunks: Sequence[Chunk]) -> str:
 def rows_table(rows: Sequence[Mapping[str, Any]], columns: Mapping[str, Any]) -> Any:
     """Row dicts as an Arrow table of ``columns`` (``CHUNK_COLUMNS`` or
     ``DOC_VERSION_COLUMNS``), typed as the DuckDB columns are; a missing key is NULL."""
-    import pyarrow as pa
-
     types = {"VARCHAR": pa.string(), "INTEGER": pa.int32(), "TIMESTAMP": pa.timestamp("us"),
              "BOOLEAN": pa.bool_()}
     schema = pa.schema([(name, types[(spec[0] if isinstance(spec, tuple) else spec).split()[0]])
@@ -144,8 +142,6 @@ def rows_table(rows: Sequence[Mapping[str, Any]], columns: Mapping[str, Any]) ->
 
 def as_table(obj: Any) -> Any:
     """An Arrow Table whether DuckDB handed back a Table or a RecordBatchReader."""
-    import pyarrow as pa
-
     return obj.read_all() if isinstance(obj, pa.RecordBatchReader) else obj
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from .chunk_schema import (
     CHUNK_COLUMNS,
@@ -302,8 +303,6 @@ class ChunkStore:
 
     def _replace_locked(self, prepared: list[tuple[str, Sequence[Chunk], str]], valid_as_of: str,
                         source_hashes: Mapping[str, str]) -> int:
-        import pyarrow as pa
-
         state = self._doc_state([d for d, _, _ in prepared])
         now = self._now_after_latest()
         to_supersede: list[str] = []

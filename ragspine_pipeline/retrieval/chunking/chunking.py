@@ -14,6 +14,7 @@ it heads (``headings.absorb_bare``), within the same budget.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -51,8 +52,6 @@ class SourceLocator:
         if space:
             out["space"] = space
         if self.extra:
-            import json
-
             out.update(json.loads(self.extra))
         return out
 

@@ -54,7 +54,7 @@ def model_max_length(folder: Path, default: int = DEFAULT_MAX_LENGTH) -> int:
 
 def onnx_session(path: Path, threads: int | None = None):
     """An ONNX Runtime CPU session (``RerankerUnavailable`` without onnxruntime)."""
-    try:
+    try:  # the [rerank] extra, loaded when a local reranker is built
         import onnxruntime as ort
     except ImportError:
         raise RerankerUnavailable("local rerankers need onnxruntime (pip install "
@@ -68,7 +68,7 @@ def onnx_session(path: Path, threads: int | None = None):
 
 def load_tokenizer(path: Path, max_length: int, *, pad_id: int | None = None):
     """A ``tokenizers.Tokenizer`` truncating to ``max_length`` and padding to the batch's longest."""
-    try:
+    try:  # the [rerank] extra, loaded when a local reranker is built
         from tokenizers import Tokenizer
     except ImportError:
         raise RerankerUnavailable("local rerankers need the tokenizers package (pip install "

@@ -63,7 +63,7 @@ class PageImage:
 def render_pdf_pages(path: str | os.PathLike[str], *, scale: float = 1.0, doc_id: str = "",
                      sensitivity: Any = "INTERNAL") -> list[PageImage]:
     """Every page of a PDF as a grey-scale ``PageImage`` (pypdfium2; the [colpali] extra)."""
-    try:
+    try:  # the [colpali] extra, loaded when pages are rendered
         import pypdfium2 as pdfium
     except ImportError:
         raise VisualEmbedderUnavailable("rendering pages needs pypdfium2 (pip install "
@@ -140,7 +140,7 @@ def make_visual_embedder(spec: str | None = None) -> VisualEmbedder | None:
         if not folder or not Path(folder).is_dir():
             missing.append(f"the {name} weights ({VISUAL_MODEL_ENV}=<local folder>; no package here "
                            "ships them and nothing is downloaded)")
-        try:
+        try:  # torch (the [colpali] extra), only to say whether a GPU is there
             import torch  # noqa: F401
             gpu = bool(torch.cuda.is_available())
         except ImportError:

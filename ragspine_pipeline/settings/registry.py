@@ -185,6 +185,14 @@ SETTINGS: tuple[Setting, ...] = (
             default_doc="none", spec=PROJECT, noun="precomputable reranker"),
     Setting("RAGSPINE_RERANK_VECTOR_LIBRARIES", Names(), "Libraries that opt in to precomputed rerank vectors.",
             "indexing", default_doc="every library", spec=PROJECT),
+    Setting("RAGSPINE_ANN", Choice(("auto", "off", "exact")),
+            "Dense ANN (faiss HNSW, issue 47): auto builds one with each published vector version of at least "
+            "RAGSPINE_ANN_MIN_VECTORS vectors and searches it; off builds none and scans exactly; exact builds it "
+            "but queries scan exactly (to compare answers on live data).", "indexing", "auto", spec=PROJECT,
+            noun="ANN mode"),
+    Setting("RAGSPINE_ANN_MIN_VECTORS", Integer(minimum=1),
+            "Vector count from which a published version gets an ANN index (below it an exact scan is as fast).",
+            "indexing", "100000", spec=PROJECT),
     Setting("RAGSPINE_BM25_LAYOUT", Choice(("auto", "plain", "packed")),
             "Postings layout of the published BM25 index: plain (exact float64 weights per posting, fastest "
             "below a few million chunks), packed (block-packed doc-id deltas and term frequencies, a fraction "

@@ -144,3 +144,19 @@ def test_resume_keeps_rounds_and_restarts_a_unit_whose_size_changed(tmp_path: Pa
     assert h.report["commands"] == ["cmd"] and h.report["command"] == "cmd"
     fresh = bench_ab.Harness(Namespace(**{**vars(args), "fresh": True}), "cmd2")
     assert fresh.report["units"] == {}
+
+
+def test_remap_replaces_prepared_files_with_fresh_copies(tmp_path: Path) -> None:
+    cache = tmp_path
+    (cache / "stack_depth" / "10_packed" / "v1").mkdir(parents=True)
+    (cache / "refresh").mkdir()
+    old = cache / "refresh" / "old_10_packed.rsbm25"
+    old.write_bytes(b"index")
+    version = cache / "stack_depth" / "10_packed" / "v1" / "bm25.rsbm25"
+    version.hardlink_to(old)
+    (cache / "stack_depth" / "10_packed" / "v1" / "step.json").write_text("{}")
+    inode = old.stat().st_ino
+    assert bench_ab.remap(cache, "stack_depth", 10) == 2
+    assert old.read_bytes() == b"index" == version.read_bytes()
+    assert old.stat().st_ino != inode and version.stat().st_ino != inode
+    assert bench_ab.remap(cache, "packed", 10) == 0

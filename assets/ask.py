@@ -14,7 +14,7 @@ from pydantic import Field
 
 from ragspine_pipeline.filter_input import check_filter_values, coerce_operand
 from ragspine_pipeline.retrieval.filters import OPERATORS, FilterError
-from ragspine_pipeline.retrieval.lexical.hybrid import FILTER_FIELDS
+from ragspine_pipeline.retrieval.hybrid.retriever import FILTER_FIELDS
 from ragspine_pipeline.snippet_format import snippet_markdown
 from resources import RetrievalResource
 from resources.retrieval import LAYER_FIELDS

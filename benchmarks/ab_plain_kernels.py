@@ -4,7 +4,7 @@ cannot resolve a 5% change; here each query runs on both kernels back to back.
 
     python benchmarks/ab_plain_kernels.py --before HEAD --index /tmp/q/plain_1m.rsbm25 --rounds 8
 
-``bm25_numba_unfiltered`` and ``bm25_numba_select`` of ``--before`` (``git show``) and of the
+``kernels/plain_unfiltered`` and ``kernels/selection`` of ``--before`` (``git show``) and of the
 working tree are copied into two throwaway packages; the published plain file is opened once
 (``open_index``) and its ``_kernels`` swapped between the two for each call. Queries: the
 200 of ``bench_bm25.synthetic_arrays`` (the corpus the file was built from, default 1M
@@ -30,23 +30,25 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_bm25 import synthetic_arrays  # noqa: E402
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.index.mapped import open_index  # noqa: E402
 
 LEX = "ragspine_pipeline/retrieval/lexical"
-MODULES = ("bm25_numba_unfiltered.py", "bm25_numba_select.py")
+MODULES = ("kernels/plain_unfiltered.py", "kernels/selection.py")
 
 
 def _package(root: Path, name: str, rev: str | None):
     """The two kernel modules (of ``rev``, else the working tree) as package ``name``."""
     pkg = root / name
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "bm25_build.py").write_text(f"from {LEX.replace('/', '.')}.bm25_build import BLOCK_SIZE  # noqa: F401\n")
+    for sub in ("", "kernels", "index"):  # the kernels' relative imports need the sub-packages
+        (pkg / sub).mkdir(parents=True, exist_ok=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "index" / "postings.py").write_text(
+        f"from {LEX.replace('/', '.')}.index.postings import BLOCK_SIZE  # noqa: F401\n")
     for m in MODULES:
         src = (subprocess.run(["git", "show", f"{rev}:{LEX}/{m}"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
                if rev else (ROOT / LEX / m).read_text())
         (pkg / m).write_text(src)
-    return importlib.import_module(f"{name}.bm25_numba_unfiltered")
+    return importlib.import_module(f"{name}.kernels.plain_unfiltered")
 
 
 def main() -> None:

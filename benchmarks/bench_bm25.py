@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import add_io_args, data_root, out_dir, require_sets, say_written, use_data  # noqa: E402
 from ragspine_pipeline.eval.beir import load_beir  # noqa: E402
 from ragspine_pipeline.eval.metrics import mean_metrics  # noqa: E402
-from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer  # noqa: E402
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index, bm25_scores  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.analysis.analyzer import make_analyzer  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index, bm25_scores  # noqa: E402
 
 SHARED_EVAL = data_root()  # --data / RAGSPINE_BENCH_DATA (workers inherit it)
 RESULTS = ROOT / "benchmarks" / "out"  # set from --out in main()
@@ -205,7 +205,7 @@ FILTER_FRACTIONS = (0.5, 0.05, 0.001)
 def _import_engine(engine: str):
     """Import (and for ragspine, load the compiled kernels) outside the timed build."""
     if engine == "ragspine":
-        from ragspine_pipeline.retrieval.lexical import bm25_kernel
+        from ragspine_pipeline.retrieval.lexical.kernels import loader as bm25_kernel
 
         return bm25_kernel.load_kernels()
     if engine.startswith("bm25s"):
@@ -825,8 +825,8 @@ def _run_measured(cmd: list[str], *, heavy: bool, cap: int | None = None, timeou
 
 def _large_step(spec: dict) -> dict:
     """One ragspine step in a fresh process: ``build``, ``open`` or ``query``."""
-    from ragspine_pipeline.retrieval.lexical import bm25_kernel
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.kernels import loader as bm25_kernel
 
     global CACHE
     CACHE = Path(spec["cache"])
@@ -892,7 +892,7 @@ def _interleaved(ix, queries, k: int, mask: np.ndarray, ids_path: str) -> dict:
     The same loop also times the filter handed over as a bool mask on every query (packed
     and counted each time: what a one-off filter costs), as ``mask_p50_ms``.
     """
-    from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
+    from ragspine_pipeline.retrieval.lexical.index.filter import PackedFilter
 
     filt = PackedFilter.from_mask(mask)
     ranked = []
@@ -934,7 +934,7 @@ def _ragspine_build(spec: dict, path: Path, n: int) -> dict:
     k1 = float(spec["k1"])
     out: dict = {"build": spec["build"], "layout_asked": spec["layout"]}
     if spec["build"] == "stream":
-        from ragspine_pipeline.retrieval.lexical.bm25_stream_build import build_index_file
+        from ragspine_pipeline.retrieval.lexical.refresh.stream_build import build_index_file
 
         t0 = time.perf_counter()
         rep = build_index_file(_batches(arrs, vocab), path, k1=k1, b=B, layout=spec["layout"])
@@ -942,13 +942,13 @@ def _ragspine_build(spec: dict, path: Path, n: int) -> dict:
         out["report"] = {f: getattr(rep, f) for f in getattr(rep, "__dataclass_fields__", {})}
         out["layout"] = out["report"].get("layout", spec["layout"])
     else:
-        from ragspine_pipeline.retrieval.lexical import bm25_publish
-        from ragspine_pipeline.retrieval.lexical.bm25_raw import PLAIN, choose_layout
+        from ragspine_pipeline.retrieval.lexical.format.raw import PLAIN, choose_layout
+        from ragspine_pipeline.retrieval.lexical.refresh import publish as bm25_publish
 
         docs = [d for batch in _batches(arrs, vocab) for d in batch]
         t0 = time.perf_counter()
         if hasattr(bm25_publish, "write_layout"):  # the layouts' one pair of writers
-            from ragspine_pipeline.retrieval.lexical.bm25_build import count_postings
+            from ragspine_pipeline.retrieval.lexical.index.postings import count_postings
 
             raw, _terms = count_postings(docs)
             layout = choose_layout(raw.n_postings, spec["layout"])
@@ -983,7 +983,7 @@ def _ids_file(engine: str, n: int, variant: str, frac: float | None = None) -> P
 def _stream_available() -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("ragspine_pipeline.retrieval.lexical.bm25_stream_build") is not None
+    return importlib.util.find_spec("ragspine_pipeline.retrieval.lexical.refresh.stream_build") is not None
 
 
 def _row(engine: str, n: int, variant: str, **fields) -> dict:

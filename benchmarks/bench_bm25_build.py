@@ -161,7 +161,7 @@ class Feed:
 def build_one(n_docs: int, build: str, layout: str, memory_mib: int | None, feed_kind: str = "arrow") -> dict:
     """One build in this (fresh) process: its time, size and peak RSS (``feed_kind``
     python: the stream build is fed ``Feed.python_batches``, their making timed with it)."""
-    from ragspine_pipeline.retrieval.lexical import bm25_stream_build as sb
+    from ragspine_pipeline.retrieval.lexical.refresh import stream_build as sb
 
     CACHE.mkdir(parents=True, exist_ok=True)
     out = CACHE / f"bm25_build_{n_docs}_{build}.rsbm25"
@@ -179,8 +179,8 @@ def build_one(n_docs: int, build: str, layout: str, memory_mib: int | None, feed
         row.update(layout=rep.layout, postings=rep.postings, terms=rep.terms, bytes=rep.bytes, runs=rep.runs,
                    count_s=round(rep.count_seconds - feed.seconds, 2), write_s=round(rep.seconds - rep.count_seconds, 2))
     else:
-        from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
-        from ragspine_pipeline.retrieval.lexical.bm25_publish import write_index
+        from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index
+        from ragspine_pipeline.retrieval.lexical.refresh.publish import write_index
 
         docs = feed.python_docs()  # what the old build needed: every token list in memory
         t0 = time.perf_counter()
@@ -312,12 +312,12 @@ def markdown(data: dict) -> str:
 # --------------------------------------------------------------------------- buckets
 def bucket_qps(n_docs: int, bucket_counts: list[int], rounds: int) -> list[dict]:
     """Single-process top-10 qps of one index file vs the same corpus as B segments."""
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
-    from ragspine_pipeline.retrieval.lexical.bm25_segments import (
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.refresh.segments import (
         open_segments,
         write_segments_stream,
     )
-    from ragspine_pipeline.retrieval.lexical.bm25_stream_build import build_index_file
+    from ragspine_pipeline.retrieval.lexical.refresh.stream_build import build_index_file
 
     feed = Feed(n_docs)
     ids = [f"c{i:09d}" for i in range(n_docs)]

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import add_io_args, out_dir, say_written  # noqa: E402
-from ragspine_pipeline.retrieval.lexical.hybrid import bm25_candidates  # noqa: E402
+from ragspine_pipeline.retrieval.hybrid.retriever import bm25_candidates  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / ".cache"
 KEEPS = (0.5, 0.05, 0.001, 0.0001)
@@ -78,8 +78,8 @@ def queries_path(n: int) -> Path:
 def build(n: int) -> None:
     """Build and publish the index of ``synthetic_corpus(n)`` (the child process's job)."""
     from benchmarks.bench_bm25 import synthetic_corpus
-    from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
-    from ragspine_pipeline.retrieval.lexical.bm25_publish import write_index
+    from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index
+    from ragspine_pipeline.retrieval.lexical.refresh.publish import write_index
 
     docs, queries = synthetic_corpus(n)
     t0 = time.perf_counter()
@@ -109,13 +109,13 @@ def _time(fn, *args, **kw) -> tuple[float, float, object]:
 
 
 def measure(n: int, rounds: int, label: str) -> dict:
-    from ragspine_pipeline.retrieval.lexical import bm25_kernel
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.kernels import loader as bm25_kernel
 
     bm25_kernel.load_kernels(mapped=True)
     idx = open_index(index_path(n))
     queries = [q for q in json.loads(queries_path(n).read_text()) if any(idx.vocab.get(t) is not None for t in q)]
-    from ragspine_pipeline.retrieval.lexical.bm25 import PackedFilter
+    from ragspine_pipeline.retrieval.lexical.index.bm25 import PackedFilter
 
     filters: dict[str, object] = {}
     survivors: dict[str, int] = {}

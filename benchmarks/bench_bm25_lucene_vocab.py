@@ -240,7 +240,7 @@ def step(spec: dict) -> dict:
     n, seed, layout = spec["n"], spec["seed"], spec["layout"]
     path = _index_path(n, seed, layout)
     if spec["step"] == "build":
-        from ragspine_pipeline.retrieval.lexical.bm25_stream_build import build_index_file
+        from ragspine_pipeline.retrieval.lexical.refresh.stream_build import build_index_file
 
         c = corpus(n, seed)
         t0 = time.perf_counter()
@@ -248,8 +248,8 @@ def step(spec: dict) -> dict:
         return {"build_s": time.perf_counter() - t0, "index_bytes": path.stat().st_size, "layout": rep.layout,
                 "terms": rep.terms, "postings": rep.postings}
     t0 = time.perf_counter()
-    from ragspine_pipeline.retrieval.lexical import bm25_kernel
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.kernels import loader as bm25_kernel
 
     bm25_kernel.load_kernels(mapped=True)
     import_s = time.perf_counter() - t0

@@ -103,9 +103,9 @@ def index_path(n_docs: int) -> Path:
 # --------------------------------------------------------------------------- steps
 def step_build(n: int) -> dict:
     docs, _ = corpus(n)
-    from ragspine_pipeline.retrieval.lexical import bm25_kernel
-    from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
-    from ragspine_pipeline.retrieval.lexical.bm25_publish import write_index
+    from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index
+    from ragspine_pipeline.retrieval.lexical.kernels import loader as bm25_kernel
+    from ragspine_pipeline.retrieval.lexical.refresh.publish import write_index
 
     bm25_kernel.load_kernels()
     rss0 = _status_kib("VmRSS")
@@ -125,8 +125,8 @@ def step_build(n: int) -> dict:
 def step_open(n: int, hold: bool = False) -> dict:
     queries = _queries_only(n)  # token lists of the whole corpus would distort the figures
     t0 = time.perf_counter()
-    from ragspine_pipeline.retrieval.lexical import bm25_kernel
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.kernels import loader as bm25_kernel
 
     import_s = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -192,8 +192,8 @@ def step_throughput(n: int, rounds: int = 15, chunk: int = 25) -> dict:
     (the 2 shared cores are busy with other work); per round the ratio of the summed
     times, and the median over rounds. Batches alternate whole."""
     docs, queries = corpus(n)
-    from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
 
     built = BM25Index(docs)
     del docs

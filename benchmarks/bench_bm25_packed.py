@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_bm25 import CACHE, synthetic_arrays  # noqa: E402
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index  # noqa: E402
-from ragspine_pipeline.retrieval.lexical.bm25_publish import write_packed, write_plain  # noqa: E402
-from ragspine_pipeline.retrieval.lexical.bm25_raw import RawPostings  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.format.raw import RawPostings  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.index.mapped import open_index  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.refresh.publish import write_packed, write_plain  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 FILTERS = (0.5, 0.05, 0.001, 0.0001)

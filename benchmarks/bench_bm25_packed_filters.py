@@ -76,7 +76,7 @@ def prepare(n: int) -> None:
 
 def filters(n: int) -> dict[str, tuple[object, int]]:
     """``"<keep>:<form>"`` -> (the filter in that form, its survivors)."""
-    from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
+    from ragspine_pipeline.retrieval.lexical.index.filter import PackedFilter
 
     out: dict[str, tuple[object, int]] = {}
     for keep in KEEPS:
@@ -101,7 +101,7 @@ def measure(n: int, rounds: int, label: str, check: int) -> dict:
     # Not bench_bm25_filters' helpers: importing it imports this checkout's engine, and a
     # before run (--engine) must import only the other one.
     import ragspine_pipeline
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
 
     print(f"engine: {ragspine_pipeline.__file__}", file=sys.stderr)
 
@@ -113,7 +113,7 @@ def measure(n: int, rounds: int, label: str, check: int) -> dict:
     queries = [q for q in json.loads((LARGE / f"queries_{n}.json").read_text())
                if any(idx.vocab.get(t) is not None for t in q)]
     fil = filters(n)
-    from ragspine_pipeline.retrieval.lexical import bm25_packed_filter_search as fsearch
+    from ragspine_pipeline.retrieval.lexical.index import packed_filter_search as fsearch
 
     if hasattr(fsearch, "WINDOWS"):  # this engine routes dense filters: time the other route too
         for keep in KEEPS:

@@ -143,13 +143,13 @@ def _rss() -> float:
 
 def step(n_docs: int, layout: str, mode: str) -> dict:
     """One step in this (fresh) process; returns its row."""
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
-    from ragspine_pipeline.retrieval.lexical.bm25_merge import (
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.refresh.merge import (
         check_previous,
         merge_index_file,
         plan_merge,
     )
-    from ragspine_pipeline.retrieval.lexical.bm25_stream_build import build_index_file
+    from ragspine_pipeline.retrieval.lexical.refresh.stream_build import build_index_file
 
     paths = _paths(n_docs, layout)
     paths["old"].parent.mkdir(parents=True, exist_ok=True)
@@ -264,13 +264,13 @@ def _warm(layout: str, stack: bool = False) -> None:
     (``stack``: and a tiny stack published on it)."""
     import tempfile
 
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
-    from ragspine_pipeline.retrieval.lexical.bm25_merge import (
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.refresh.merge import (
         check_previous,
         merge_index_file,
         plan_merge,
     )
-    from ragspine_pipeline.retrieval.lexical.bm25_stream_build import build_index_file
+    from ragspine_pipeline.retrieval.lexical.refresh.stream_build import build_index_file
 
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
         old = Path(tmp) / "old.rsbm25"
@@ -293,7 +293,7 @@ def _warm(layout: str, stack: bool = False) -> None:
 
 def compare(n_docs: int, layout: str) -> dict:
     """Same ids and bit-identical scores for 200 queries, unfiltered and with a 10% mask."""
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
 
     paths = _paths(n_docs, layout)
     full, merged = open_index(paths["full"]), open_index(paths["merge"])
@@ -321,8 +321,8 @@ def stack_queries(n_docs: int, layout: str) -> dict:
     """The stack against the single merged file of the same corpus: the query set interleaved
     (same query on both, which one goes first alternating), top-10, unfiltered and under
     reused 50% / 1% ``PackedFilter``s over the rows. Answers: same ids, scores to 1e-9."""
-    from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.index.filter import PackedFilter
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
     from ragspine_pipeline.warehouse.lexical_files import open_bm25_file
 
     paths = _paths(n_docs, layout)

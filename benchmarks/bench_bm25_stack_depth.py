@@ -210,8 +210,8 @@ def _refresh_paths(**paths: Path) -> Iterator[None]:
 def newest_alone(stack: Path, queries: list[list[str]]) -> dict:
     """The query set (unfiltered, top-10) on the newest segment file alone: one delta's
     own work, without the stack's statistics pass, live-row filter or merge."""
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
-    from ragspine_pipeline.retrieval.lexical.bm25_stack import read_manifest
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.refresh.stack import read_manifest
 
     seg = open_index(stack / read_manifest(stack)["segments"][-1]["file"])
     for q in queries:
@@ -233,7 +233,7 @@ def breakdown(stack_dir: Path, queries: list[list[str]], n_docs: int) -> dict:
     ``none``: unfiltered, after a warm pass (the live rows' df memo full: no statistics
     calls left); ``1%``: a fresh 1% ``PackedFilter`` (translated on one untimed query), so
     each token's first statistics call under it is in the pass, as in the comparison."""
-    from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
+    from ragspine_pipeline.retrieval.lexical.index.filter import PackedFilter
     from ragspine_pipeline.warehouse.lexical_files import open_bm25_file
 
     stack = open_bm25_file(stack_dir)

@@ -43,7 +43,7 @@ from ragspine_pipeline.eval.metrics import ndcg_at_k, recall_at_k  # noqa: E402
 from ragspine_pipeline.ingest.documents import Document  # noqa: E402
 from ragspine_pipeline.ingest.parsers import text_structure  # noqa: E402
 from ragspine_pipeline.retrieval.chunking.contextual import make_index_text_fn  # noqa: E402
-from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever  # noqa: E402
+from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever  # noqa: E402
 from ragspine_pipeline.retrieval.raptor import build_raptor_tree  # noqa: E402
 
 GROUP = {"cmrc2018-trial": 8, "scifact": 10}

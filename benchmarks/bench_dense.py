@@ -11,7 +11,7 @@ on-disk cache (``RAGSPINE_BENCH_VECTORS``, default /tmp/wt21/vectors: (model id,
 sha256 of the text) -> vector), so a rerun embeds nothing. Per set it ranks every judged query
 with the product's BM25 (``HybridRetriever``, the chunks ``ragspine eval`` builds) and with
 each model's cosine ranking, then fuses them offline with RRF (k=60), weighted RRF and convex
-combination at several dense weights -- the same formulas as ``retrieval/lexical/fusion.py``.
+combination at several dense weights -- the same formulas as ``retrieval/hybrid/fusion.py``.
 Queries are split in two halves (even / odd position in id order): ``auto``'s choices are
 derived on the even half (``derive_policy``; ``--write-policy`` ships them), and reported on
 all queries and on the odd (held-out) half. The ``auto`` row itself is then re-measured
@@ -170,7 +170,7 @@ class SetRuns:
     what every quality table (this one, bench_embed_tiers') measures models on."""
 
     def __init__(self, name: str) -> None:
-        from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+        from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
 
         self.name = name
         self.ds, self.chunks = load_set(name)
@@ -278,7 +278,7 @@ def int8_verdict(rows: list[dict], sets: list[str]) -> dict:
 
 def auto_product_rows(per_set: dict, policy: dict, auto_models: list[str], rows: list[dict]) -> list[dict]:
     """hybrid(auto) through the product path: HybridRetriever + the auto backend."""
-    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+    from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
     from ragspine_pipeline.retrieval.vector.auto_policy import AutoEmbeddingBackend
 
     pol = {"choices": policy}

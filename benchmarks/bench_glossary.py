@@ -3,7 +3,7 @@
 Issue #28 item 5: with the demo glossary on (the served default) the English query
 "revenue" ranked ten Chinese reports above "ACME US revenue grew ...", because each of its
 three Chinese synonyms made a ranking that voted as much as the user's own words. The fix
-weighs the variants (``retrieval/lexical/glossary.py``: original 1, same-language variant 1,
+weighs the variants (``retrieval/lexical/analysis/glossary.py``: original 1, same-language variant 1,
 cross-language 0.5, all variants together at most 0.5). Three runs per set, one index:
 
 * ``off``    -- no rewriter;
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import add_io_args, out_dir, require_sets, say_written, use_data  # noqa: E402
 from ragspine_pipeline.eval.metrics import dedupe_keep_best, mean_metrics  # noqa: E402
 from ragspine_pipeline.paths import DEMO_GLOSSARY, DEMO_ROOT  # noqa: E402
-from ragspine_pipeline.retrieval.lexical.glossary import GlossaryQueryRewriter  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.analysis.glossary import GlossaryQueryRewriter  # noqa: E402
 
 SETS = ("scifact", "cranfield", "cmrc2018-trial", "xquad-de", "xquad-ru", "xquad-ar", "xquad-th")
 DEMO_LIBRARIES = ("acme_reports", "acme_policies")
@@ -47,8 +47,8 @@ def engine_applies_weights() -> bool:
     """Whether the hybrid retriever's fusion honours variant weights: a variant of
     weight 0 (budget 0) must find nothing that the original query does not."""
     from ragspine_pipeline.retrieval.chunking.chunking import chunk_document
-    from ragspine_pipeline.retrieval.lexical.glossary import GlossaryGroup
-    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+    from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
+    from ragspine_pipeline.retrieval.lexical.analysis.glossary import GlossaryGroup
 
     chunks = chunk_document("revenue grew", doc_id="en") + chunk_document("sales grew", doc_id="other")
     rw = GlossaryQueryRewriter(groups=[GlossaryGroup(("revenue", "sales"))], variant_budget=0.0)
@@ -161,7 +161,7 @@ def render(report: dict) -> str:
              f"Command: `{report['command']}`\n",
              "Glossary on = the demo glossary (`demo_corpus/glossary.json`, the served default). `before`: every "
              "variant weighs 1 in the fusion (the old multi-query); `after`: original 1, same-language variant 1, "
-             "cross-language 0.5, the variants together at most 0.5 (`retrieval/lexical/glossary.py`). "
+             "cross-language 0.5, the variants together at most 0.5 (`retrieval/lexical/analysis/glossary.py`). "
              "`rewritten`: queries the glossary expands at all (the eval sets have no glossary of their own). "
              f"Engine applies the weights: {'yes' if report['weights_applied'] else 'NO (after = before)'}.\n",
              "| set | mode | queries | rewritten | off | before | after | after − off |",

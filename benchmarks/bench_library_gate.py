@@ -41,7 +41,7 @@ from ragspine_pipeline.eval.beir import load_beir  # noqa: E402
 from ragspine_pipeline.eval.metrics import dedupe_keep_best, ndcg_at_k, recall_at_k  # noqa: E402
 from ragspine_pipeline.eval.runner import EvalConfig, _chunker, beir_documents  # noqa: E402
 from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore  # noqa: E402
-from ragspine_pipeline.retrieval.lexical.glossary import GlossaryQueryRewriter  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.analysis.glossary import GlossaryQueryRewriter  # noqa: E402
 from ragspine_pipeline.retrieval.link.multi_index import MultiIndexRetriever  # noqa: E402
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever  # noqa: E402
 from ragspine_pipeline.retrieval.link.routing import make_router  # noqa: E402

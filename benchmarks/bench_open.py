@@ -209,7 +209,7 @@ def child(warehouse: str, library: str, queries: int, dump: str | None, data: st
 
     qs = list(load_beir(Path(data) / "scifact").queries.values())[:max(queries, 1)]
     if preload:
-        from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+        from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
 
         t_k = time.perf_counter()
         # The served BM25 file opened once and dropped: its kernels (numba signatures of its

@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 from ragspine_pipeline.eval.beir import load_beir  # noqa: E402
 from ragspine_pipeline.eval.metrics import mean_metrics  # noqa: E402
 from ragspine_pipeline.eval.runner import EvalConfig, evaluate_dataset  # noqa: E402
-from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer  # noqa: E402
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index, bm25_scores  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.analysis.analyzer import make_analyzer  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index, bm25_scores  # noqa: E402
 
 SHARED_EVAL = ROOT.parent / "shared" / "eval"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -146,7 +146,7 @@ def bench_set(name: str, max_queries: int | None, skip_product: bool) -> dict:
     eng = make_analyzer("english")
     put("ragspine english", index_metrics(ds, doc_ids, qids, [eng(t) for t in texts], [eng(q) for q in queries]),
         eng.name)
-    from ragspine_pipeline.retrieval.lexical.analyzer import resolve_language
+    from ragspine_pipeline.retrieval.lexical.analysis.analyzer import resolve_language
 
     snow = resolve_language(lang) if lang else None
     if snow is not None:
@@ -180,7 +180,7 @@ def _main_script(analyzer, texts: list[str]) -> str:
     """The kind of most word runs of a corpus sample (which stemmer bm25s gets)."""
     from collections import Counter
 
-    from ragspine_pipeline.retrieval.lexical.analyzer import unicode_runs
+    from ragspine_pipeline.retrieval.lexical.analysis.analyzer import unicode_runs
 
     kinds = Counter(kind for t in texts[:200] for _run, kind in unicode_runs(t))
     return kinds.most_common(1)[0][0] if kinds else "latin"

@@ -231,7 +231,7 @@ def write_bucket_layout(wh: Path, library: str = LIBRARY) -> Path:
     if segment_buckets(folder) == LAYOUT_BUCKETS and (folder / ".complete").exists():
         return CACHE / "layout"
     src = VersionedTables(wh).get(LEXICAL, library, snap.manifest["metadata"]["lexical_index"]).path / "bm25.rsbm25"
-    code = ("from pathlib import Path; from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index; "
+    code = ("from pathlib import Path; from ragspine_pipeline.retrieval.lexical.index.mapped import open_index; "
             "from ragspine_pipeline.scale.shards import write_layout; "
             f"ix = open_index({str(src)!r}); "
             f"write_layout(Path({str(folder)!r}), ix, ix.doc_ids(range(ix.n_docs)), {LAYOUT_BUCKETS}); "

@@ -43,7 +43,7 @@ from .filter_input import (
 from .modes import LEXICAL_MODES, VECTOR_MODES, RetrievalModeError
 from .retrieval.chunking.chunk_store import ChunkStore
 from .retrieval.filters import FilterError
-from .retrieval.lexical.glossary import GlossaryError
+from .retrieval.lexical.analysis.glossary import GlossaryError
 from .snippet_format import format_snippet
 
 # Every spec make_embedding_backend accepts (name, then the optional ":ARG" it takes).

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .retrieval.filters import FilterError, compile_filters
-from .retrieval.lexical.hybrid import FILTER_FIELDS, HybridRetriever
+from .retrieval.hybrid.retriever import FILTER_FIELDS, HybridRetriever
 from .sensitivity import is_restricted
 
 Triple = tuple[str, str, Any]

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import paths, settings
-from .retrieval.lexical.glossary import load_glossary
+from .retrieval.lexical.analysis.glossary import load_glossary
 from .warehouse.common import StepResult
 from .warehouse.sources import SOURCES_FILE, WAREHOUSE_GLOSSARY, warehouse_glossary
 from .warehouse.versioned import VersionedTables, write_json_atomic

@@ -31,7 +31,7 @@ from typing import Any
 from .llm.provider import LLMProvider
 from .modes import resolve_retrieval, retrieval_mode
 from .retrieval.chunking.chunk_store import ChunkStore
-from .retrieval.lexical.analyzer import Analyzer
+from .retrieval.lexical.analysis.analyzer import Analyzer
 from .retrieval.link.assembly import (
     GlossarySpec,
     RerankerSpec,

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .retrieval.lexical.hybrid import HybridRetriever
+from .retrieval.hybrid.retriever import HybridRetriever
 
 
 def _text_key(model_id: str, text: str) -> str:

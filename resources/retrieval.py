@@ -33,7 +33,7 @@ from pydantic import Field, PrivateAttr
 
 from ragspine_pipeline import serving, settings
 from ragspine_pipeline.modes import RetrievalModeError, retrieval_mode
-from ragspine_pipeline.retrieval.lexical.glossary import GlossaryError
+from ragspine_pipeline.retrieval.lexical.analysis.glossary import GlossaryError
 from ragspine_pipeline.retrieval.link.assembly import LAYER_KEYS, serving_reranker
 from ragspine_pipeline.retrieval.link.multi_index import MultiIndexRetriever
 from ragspine_pipeline.retrieval.link.narrative_index import NarrativeIndexRetriever

@@ -148,10 +148,10 @@ def _mirror_for_children(package: Path = PACKAGE) -> None:
 def _warm_layouts(tmp: Path) -> None:
     import numpy as np
 
-    from ragspine_pipeline.retrieval.lexical.bm25_build import count_postings
-    from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
-    from ragspine_pipeline.retrieval.lexical.bm25_publish import write_layout
+    from ragspine_pipeline.retrieval.lexical.index.filter import PackedFilter
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.index.postings import count_postings
+    from ragspine_pipeline.retrieval.lexical.refresh.publish import write_layout
 
     rng = np.random.default_rng(0)
     vocab = [f"t{i}" for i in range(300)]

@@ -36,15 +36,15 @@ position order, so a tie goes to the lower position, as ``_take_top`` orders the
 import numpy as np
 from numba import njit
 
-from ragspine_pipeline.retrieval.lexical.bm25_numba_select import _SLACK, _drain, _push
-from ragspine_pipeline.retrieval.lexical.bm25_numba_unfiltered import _unique_terms
-from ragspine_pipeline.retrieval.lexical.bm25_packed_kernels import _BLOCK, _unpack, _w
-from ragspine_pipeline.retrieval.lexical.bm25_packed_wand import (
+from ragspine_pipeline.retrieval.lexical.kernels.packed import _BLOCK, _unpack, _w
+from ragspine_pipeline.retrieval.lexical.kernels.packed_wand import (
     _block_cursors,
     _seek,
     _shallow,
     _sort_by_bound,
 )
+from ragspine_pipeline.retrieval.lexical.kernels.plain_unfiltered import _unique_terms
+from ragspine_pipeline.retrieval.lexical.kernels.selection import _SLACK, _drain, _push
 
 
 @njit(cache=True, nogil=True, inline="always")

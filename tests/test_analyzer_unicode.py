@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
-from ragspine_pipeline.retrieval.lexical import scripts
-from ragspine_pipeline.retrieval.lexical.analyzer import (
+from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
+from ragspine_pipeline.retrieval.lexical.analysis import scripts
+from ragspine_pipeline.retrieval.lexical.analysis.analyzer import (
     ANALYZER_ENV,
     Analyzer,
     LanguageError,
@@ -25,8 +26,7 @@ from ragspine_pipeline.retrieval.lexical.analyzer import (
     tokenize,
     unicode_runs,
 )
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index, bm25_scores
-from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index, bm25_scores
 
 SHARED_EVAL = Path(__file__).resolve().parents[1].parent / "shared" / "eval"
 
@@ -281,7 +281,7 @@ def test_hybrid_retriever_finds_every_script_with_the_default_analyzer(monkeypat
 
 # ------------------------------------------------------------------ Unicode tables
 def test_generated_mark_table_matches_this_pythons_unicode_database():
-    from ragspine_pipeline.retrieval.lexical import _unicode_ranges as t
+    from ragspine_pipeline.retrieval.lexical.analysis import _unicode_ranges as t
 
     if unicodedata.unidata_version != t.UNIDATA_VERSION:
         pytest.skip("table generated for another Unicode version (scripts scans at import)")
@@ -382,7 +382,7 @@ def test_the_index_and_the_pipeline_stem_each_document_by_its_language_metadata(
     import json
 
     from ragspine_pipeline.retrieval.chunking.chunking import chunk_document
-    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+    from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
     from ragspine_pipeline.warehouse import pipeline as P
     from ragspine_pipeline.warehouse.versioned import VersionedTables
 

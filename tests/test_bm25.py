@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index, bm25_scores
-from ragspine_pipeline.retrieval.lexical.fusion import rrf_fuse
+from ragspine_pipeline.retrieval.hybrid.fusion import rrf_fuse
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index, bm25_scores
 
 VOCAB = [f"t{i}" for i in range(12)] + ["营", "收", "营收"]
 docs_st = st.lists(st.lists(st.sampled_from(VOCAB), max_size=25), min_size=1, max_size=40)
@@ -90,7 +90,7 @@ def test_maxscore_pruned_search_equals_exhaustive(monkeypatch):
     p = 1.0 / np.arange(1, 301) ** 1.1
     p /= p.sum()
     docs = [list(rng.choice(vocab, size=rng.integers(1, 40), p=p)) for _ in range(4000)]
-    import ragspine_pipeline.retrieval.lexical.bm25 as bm25_mod
+    import ragspine_pipeline.retrieval.lexical.index.bm25 as bm25_mod
 
     monkeypatch.setattr(bm25_mod, "MAXSCORE_MIN_DOCS", 0)
     idx = BM25Index(docs)

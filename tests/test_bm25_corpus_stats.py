@@ -11,10 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical import bm25, bm25_packed_filter_search
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
-from ragspine_pipeline.retrieval.lexical.bm25_corpus_stats import CorpusStats
-from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
+from ragspine_pipeline.retrieval.lexical.index import (
+    bm25,
+)
+from ragspine_pipeline.retrieval.lexical.index import (
+    packed_filter_search as bm25_packed_filter_search,
+)
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index
+from ragspine_pipeline.retrieval.lexical.index.corpus_stats import CorpusStats
+from ragspine_pipeline.retrieval.lexical.index.filter import PackedFilter
 from tests.test_bm25_packed import publish_both
 
 pytest.importorskip("numba")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical import bm25, bm25_filter
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index, PackedFilter, bm25_scores
+from ragspine_pipeline.retrieval.lexical.index import bm25
+from ragspine_pipeline.retrieval.lexical.index import filter as bm25_filter
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index, PackedFilter, bm25_scores
 
 pytest.importorskip("numba")
 
@@ -172,8 +173,8 @@ def test_filter_support_is_lazy_and_its_bounds_hold(indexes, corpus):
 
 
 def test_mapped_index_filters_equal_the_numpy_path(tmp_path, indexes, corpus):
-    from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
-    from ragspine_pipeline.retrieval.lexical.bm25_publish import write_index
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+    from ragspine_pipeline.retrieval.lexical.refresh.publish import write_index
 
     fast, spec = indexes
     _, queries = corpus

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragspine_pipeline.retrieval.lexical import bm25_kernel
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index, bm25_scores
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index, bm25_scores
+from ragspine_pipeline.retrieval.lexical.kernels import loader as bm25_kernel
 
 numba = pytest.importorskip("numba")
 # "numba" takes the exhaustive route on these small corpora; "numba-maxscore" forces the
@@ -125,7 +125,7 @@ def test_kernel_choice_is_validated(monkeypatch):
                          if SHARED_EVAL.is_dir() else [])
 def test_every_shared_set_equals_reference_for_every_kernel(name):
     from ragspine_pipeline.eval.beir import load_beir
-    from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer
+    from ragspine_pipeline.retrieval.lexical.analysis.analyzer import make_analyzer
 
     ds = load_beir(SHARED_EVAL / name)
     an = make_analyzer("unicode")
@@ -158,7 +158,7 @@ def test_pruned_lookup_phase_equals_reference():
 
 
 def test_batch_equals_single_query_for_both_kernels(monkeypatch):
-    from ragspine_pipeline.retrieval.lexical import bm25
+    from ragspine_pipeline.retrieval.lexical.index import bm25
 
     monkeypatch.setattr(bm25, "_POSTINGS_PER_THREAD", 1)  # small batches split on threads too
     rng = np.random.default_rng(8)
@@ -187,7 +187,7 @@ def test_batch_equals_single_query_for_both_kernels(monkeypatch):
 @pytest.mark.parametrize("bitsets", [False, True])
 @pytest.mark.parametrize("frac", [0.5, 0.05, 0.002])
 def test_filtered_kernel_uses_survivor_statistics(frac, bitsets, monkeypatch):
-    from ragspine_pipeline.retrieval.lexical import bm25
+    from ragspine_pipeline.retrieval.lexical.index import bm25
 
     if bitsets:  # long lists' survivor df by popcount (normally only on corpora >= 65,536 docs)
         monkeypatch.setattr(bm25, "BITSET_MIN_DOCS", 0)
@@ -217,7 +217,7 @@ def test_filtered_kernel_uses_survivor_statistics(frac, bitsets, monkeypatch):
 def test_filtered_kernels_equal_reference_over_survivors(docs, query, k, k1, b, data):
     # Random filters, including all-pass and none-pass ones: the pruned filtered kernel
     # (with and without bitsets) and the numpy path equal the reference over the survivors.
-    from ragspine_pipeline.retrieval.lexical import bm25
+    from ragspine_pipeline.retrieval.lexical.index import bm25
 
     mask = np.array(data.draw(st.lists(st.booleans(), min_size=len(docs), max_size=len(docs))), dtype=bool)
     pos = np.flatnonzero(mask)
@@ -237,7 +237,8 @@ def test_filtered_kernels_equal_reference_over_survivors(docs, query, k, k1, b, 
 def test_block_max_bounds_cover_every_posting():
     # The kernel skips a block of a long list when its max w cannot reach the top k: the
     # stored maxima must be exact, and the block size the kernel strides by must match.
-    from ragspine_pipeline.retrieval.lexical import bm25, bm25_numba
+    from ragspine_pipeline.retrieval.lexical.index import bm25
+    from ragspine_pipeline.retrieval.lexical.kernels import plain as bm25_numba
 
     assert bm25.BLOCK_SIZE == bm25_numba._BLOCK
     rng = np.random.default_rng(2)

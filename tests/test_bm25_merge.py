@@ -15,15 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
-from ragspine_pipeline.retrieval.lexical.bm25_merge import (
+from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+from ragspine_pipeline.retrieval.lexical.refresh.merge import (
     index_in,
     merge_index_file,
     merge_postings,
     plan_merge,
 )
-from ragspine_pipeline.retrieval.lexical.bm25_stack import StackedBM25
-from ragspine_pipeline.retrieval.lexical.bm25_stream_build import build_index_file, count_stream
+from ragspine_pipeline.retrieval.lexical.refresh.stack import StackedBM25
+from ragspine_pipeline.retrieval.lexical.refresh.stream_build import build_index_file, count_stream
 from ragspine_pipeline.warehouse import pipeline as P
 from ragspine_pipeline.warehouse.lexical_files import (
     BM25_FILE,
@@ -354,8 +354,8 @@ def test_a_header_change_under_kept_chunk_ids_is_counted_again(tmp_path):
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_a_posting_outside_the_previous_index_is_an_error_not_a_wild_read(tmp_path, kernel, layout):
-    from ragspine_pipeline.retrieval.lexical.bm25_format import CorruptIndexError
-    from ragspine_pipeline.retrieval.lexical.bm25_merge import MergePlan
+    from ragspine_pipeline.retrieval.lexical.format.file import CorruptIndexError
+    from ragspine_pipeline.retrieval.lexical.refresh.merge import MergePlan
 
     old = _corpus(n=200)
     prev = open_index(_build(tmp_path / "old.rsbm25", old, layout), kernel="numpy")

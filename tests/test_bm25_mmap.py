@@ -8,9 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical import bm25
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index, bm25_scores
-from ragspine_pipeline.retrieval.lexical.bm25_format import (
+from ragspine_pipeline.retrieval.lexical.format.file import (
     FORMAT_VERSION,
     HEADER_BYTES,
     CorruptIndexError,
@@ -18,8 +16,10 @@ from ragspine_pipeline.retrieval.lexical.bm25_format import (
     IndexVersionError,
     pack_header,
 )
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import MappedBM25Index, open_index
-from ragspine_pipeline.retrieval.lexical.bm25_publish import write_index
+from ragspine_pipeline.retrieval.lexical.index import bm25
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index, bm25_scores
+from ragspine_pipeline.retrieval.lexical.index.mapped import MappedBM25Index, open_index
+from ragspine_pipeline.retrieval.lexical.refresh.publish import write_index
 
 SHARED_EVAL = Path(__file__).resolve().parents[1].parent / "shared" / "eval"
 KERNELS = ("numba", "numpy")
@@ -97,7 +97,7 @@ def test_mapped_filtered_uses_survivor_statistics(tmp_path, monkeypatch, keep, b
                          if SHARED_EVAL.is_dir() else [])
 def test_every_shared_set_mapped_equals_built(tmp_path, name):
     from ragspine_pipeline.eval.beir import load_beir
-    from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer
+    from ragspine_pipeline.retrieval.lexical.analysis.analyzer import make_analyzer
 
     ds = load_beir(SHARED_EVAL / name)
     an = make_analyzer("unicode")
@@ -127,7 +127,8 @@ def test_empty_and_degenerate_indexes(tmp_path):
 
 
 def test_vocabulary_lookup_and_hash_collisions(tmp_path, monkeypatch):
-    from ragspine_pipeline.retrieval.lexical import bm25_format, bm25_mapped
+    from ragspine_pipeline.retrieval.lexical.format import file as bm25_format
+    from ragspine_pipeline.retrieval.lexical.index import mapped as bm25_mapped
 
     docs = [["x", "y"], ["y", "z", "z"], ["q"]]
     # A writer whose hashes are not the reader's is caught at publish, not served.
@@ -147,7 +148,7 @@ def test_vocabulary_lookup_and_hash_collisions(tmp_path, monkeypatch):
 
 
 def test_write_is_atomic_and_rejects_a_mapped_source(tmp_path, monkeypatch):
-    from ragspine_pipeline.retrieval.lexical import bm25_publish
+    from ragspine_pipeline.retrieval.lexical.refresh import publish as bm25_publish
 
     docs, _ = zipf_corpus(200)
     built, path = publish(tmp_path, docs)
@@ -237,8 +238,8 @@ def test_a_flip_in_postings_fails_the_first_query_that_reads_them(tmp_path):
 
 
 def test_the_doc_id_digest_is_recorded_checked_at_publish_and_checksummed(tmp_path, monkeypatch):
-    from ragspine_pipeline.retrieval.lexical import bm25_publish
-    from ragspine_pipeline.retrieval.lexical.bm25_format import id_digest, strings_to_blob
+    from ragspine_pipeline.retrieval.lexical.format.file import id_digest, strings_to_blob
+    from ragspine_pipeline.retrieval.lexical.refresh import publish as bm25_publish
 
     docs, _ = zipf_corpus(300, seed=2)
     _, path = publish(tmp_path, docs)
@@ -290,7 +291,7 @@ def test_concurrent_first_queries_verify_once_and_agree(tmp_path):
 _HOLDER = """
 import sys, json
 from pathlib import Path
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
 
 def uss():
     v = {}

@@ -11,9 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical.bm25 import bm25_scores
-from ragspine_pipeline.retrieval.lexical.bm25_build import count_postings
-from ragspine_pipeline.retrieval.lexical.bm25_format import (
+from ragspine_pipeline.retrieval.lexical.format.file import (
     FORMAT_VERSION,
     HEADER_BYTES,
     CorruptIndexError,
@@ -21,15 +19,21 @@ from ragspine_pipeline.retrieval.lexical.bm25_format import (
     doc_bucket,
     pack_header,
 )
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import MappedBM25Index, open_index
-from ragspine_pipeline.retrieval.lexical.bm25_packed import (
+from ragspine_pipeline.retrieval.lexical.index.bm25 import bm25_scores
+from ragspine_pipeline.retrieval.lexical.index.mapped import MappedBM25Index, open_index
+from ragspine_pipeline.retrieval.lexical.index.packed import (
     BLOCK_SIZE,
     PackedArrays,
     decode_term,
     encode,
 )
-from ragspine_pipeline.retrieval.lexical.bm25_packed_index import PackedBM25Index
-from ragspine_pipeline.retrieval.lexical.bm25_publish import write_layout, write_packed, write_plain
+from ragspine_pipeline.retrieval.lexical.index.packed_index import PackedBM25Index
+from ragspine_pipeline.retrieval.lexical.index.postings import count_postings
+from ragspine_pipeline.retrieval.lexical.refresh.publish import (
+    write_layout,
+    write_packed,
+    write_plain,
+)
 from tests.test_bm25_mmap import KERNELS, SHARED_EVAL, damaged_outcome, zipf_corpus  # noqa: E402  (the same sets and kernels)
 
 
@@ -55,8 +59,8 @@ def ref_top(q, docs, k, positions=None):
 
 
 def test_codec_round_trips_every_list_and_the_plain_bounds(monkeypatch):
-    from ragspine_pipeline.retrieval.lexical import bm25_packed
-    from ragspine_pipeline.retrieval.lexical.bm25_build import postings_from_raw
+    from ragspine_pipeline.retrieval.lexical.index import packed as bm25_packed
+    from ragspine_pipeline.retrieval.lexical.index.postings import postings_from_raw
 
     docs, _ = zipf_corpus(3000, seed=11)
     docs[5] = ["w0"] * 300 + ["w7"] * 70_000  # tf > 255 and > 65535: wide tf fields
@@ -107,7 +111,7 @@ def test_packed_equals_plain_and_reference(tmp_path, kernel):
 @pytest.mark.parametrize("bitsets", [False, True])
 @pytest.mark.parametrize("keep", [0.5, 0.05, 0.001, 0.0001])
 def test_filtered_equality_at_every_selectivity(tmp_path, monkeypatch, keep, bitsets):
-    from ragspine_pipeline.retrieval.lexical import bm25
+    from ragspine_pipeline.retrieval.lexical.index import bm25
 
     if bitsets:  # long lists get popcount bitsets (normally only from 65,536 docs)
         monkeypatch.setattr(bm25, "BITSET_MIN_DOCS", 0)
@@ -135,7 +139,8 @@ def test_without_length_codes_weights_come_from_the_lengths(tmp_path, monkeypatc
     index the weight tables by length (and compute past them); the answers do not change.
     The numba twin is slow: it compiles every packed entry point for uint32 lengths
     (~100 s cold), for a corpus shape that needs documents of 65,536+ distinct lengths."""
-    from ragspine_pipeline.retrieval.lexical import bm25_packed_index, bm25_publish
+    from ragspine_pipeline.retrieval.lexical.index import packed_index as bm25_packed_index
+    from ragspine_pipeline.retrieval.lexical.refresh import publish as bm25_publish
 
     monkeypatch.setattr(bm25_publish, "length_codes", lambda doc_len: None)
     monkeypatch.setattr(bm25_packed_index, "_TABLE_MAX", 30)  # longer documents computed in the kernel
@@ -178,7 +183,7 @@ def test_write_layout_dispatches_on_the_chosen_layout(tmp_path, monkeypatch):
 
 
 def test_packed_segments_keep_the_corpus_statistics(tmp_path):
-    from ragspine_pipeline.retrieval.lexical.bm25_segments import open_segments, segment_name
+    from ragspine_pipeline.retrieval.lexical.refresh.segments import open_segments, segment_name
 
     docs, queries = zipf_corpus(2500, n_vocab=150, seed=5, max_len=30)
     ids = [f"chunk-{i:05d}" for i in range(len(docs))]
@@ -210,7 +215,7 @@ def test_packed_segments_keep_the_corpus_statistics(tmp_path):
                          if SHARED_EVAL.is_dir() else [])
 def test_every_shared_set_packed_equals_plain(tmp_path, name):
     from ragspine_pipeline.eval.beir import load_beir
-    from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer
+    from ragspine_pipeline.retrieval.lexical.analysis.analyzer import make_analyzer
 
     ds = load_beir(SHARED_EVAL / name)
     an = make_analyzer("unicode")
@@ -264,7 +269,12 @@ def test_a_flip_in_packed_words_fails_the_first_query_that_reads_them(tmp_path):
 
 @pytest.mark.parametrize("numba", [True, False])
 def test_a_writer_bug_is_caught_by_the_structure_checks(tmp_path, monkeypatch, numba):
-    from ragspine_pipeline.retrieval.lexical import bm25_packed, bm25_packed_index
+    from ragspine_pipeline.retrieval.lexical.index import (
+        packed as bm25_packed,
+    )
+    from ragspine_pipeline.retrieval.lexical.index import (
+        packed_index as bm25_packed_index,
+    )
 
     if not numba:  # the numpy encoder and the numpy full check
         monkeypatch.setattr(bm25_packed, "compiled", lambda: None)
@@ -339,7 +349,7 @@ def test_a_million_documents_packed_equals_plain(tmp_path):
     doc_of = np.repeat(np.arange(n, dtype=np.int64), lens)
     keys, tf = np.unique(docs_t * n + doc_of, return_counts=True)
     terms = keys // n
-    from ragspine_pipeline.retrieval.lexical.bm25_raw import RawPostings
+    from ragspine_pipeline.retrieval.lexical.format.raw import RawPostings
 
     indptr = np.zeros(v + 1, np.int64)
     np.cumsum(np.bincount(terms, minlength=v), out=indptr[1:])

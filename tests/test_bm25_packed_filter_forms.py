@@ -7,9 +7,11 @@ df and avgdl over the survivors, at every selectivity, with and without bitset r
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical import bm25_packed_filter_search
-from ragspine_pipeline.retrieval.lexical.bm25_filter import FEW_SURVIVORS_DIV, PackedFilter
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+from ragspine_pipeline.retrieval.lexical.index import (
+    packed_filter_search as bm25_packed_filter_search,
+)
+from ragspine_pipeline.retrieval.lexical.index.filter import FEW_SURVIVORS_DIV, PackedFilter
+from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
 from tests.test_bm25_mmap import zipf_corpus
 from tests.test_bm25_packed import publish_both, ref_top, same
 
@@ -28,7 +30,7 @@ def _forms(mask: np.ndarray, rng: np.random.Generator) -> dict[str, object]:
 
 
 def _check(tmp_path, monkeypatch, n_docs: int, n_queries: int, bitsets: bool, keeps=KEEPS) -> None:
-    from ragspine_pipeline.retrieval.lexical import bm25
+    from ragspine_pipeline.retrieval.lexical.index import bm25
 
     # Long lists get bitset rows, or none (normally from 65,536 docs on).
     monkeypatch.setattr(bm25, "BITSET_MIN_DOCS", 0 if bitsets else 1 << 40)
@@ -99,7 +101,7 @@ def test_almost_all_filters_send_few_rare_documents_to_the_window_kernel():
     """Under a filter keeping almost every document, rare terms holding fewer than k
     surviving documents set no k-th score for term at a time: the window kernel answers
     (27 ms -> ~4 ms for ``w10 w11 unseen0`` on a refresh stack's base at 1M)."""
-    from ragspine_pipeline.retrieval.lexical.bm25_packed_filtered_windows import windows_suit
+    from ragspine_pipeline.retrieval.lexical.kernels.packed_filtered_windows import windows_suit
 
     indptr = np.array([0, 600, 1100, 1103], np.int64)  # two common terms, one in 3 documents
     ut = np.arange(3, dtype=np.int64)

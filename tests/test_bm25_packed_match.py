@@ -7,12 +7,8 @@ padding and keys below, between and at the block's ends."""
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical.bm25_filter_numba import popcount64
-from ragspine_pipeline.retrieval.lexical.bm25_packed_kernels import (
-    _BLOCK,
-    _match_block,
-    encode_slice,
-)
+from ragspine_pipeline.retrieval.lexical.kernels.filter_stats import popcount64
+from ragspine_pipeline.retrieval.lexical.kernels.packed import _BLOCK, _match_block, encode_slice
 
 
 def packed_block(docs: np.ndarray, tfs: np.ndarray, prev: int) -> tuple:

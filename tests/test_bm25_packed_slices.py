@@ -4,8 +4,8 @@ after) give the same words and block arrays as one slice, compiled or numpy."""
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical import bm25_packed
-from ragspine_pipeline.retrieval.lexical.bm25_build import count_postings
+from ragspine_pipeline.retrieval.lexical.index import packed as bm25_packed
+from ragspine_pipeline.retrieval.lexical.index.postings import count_postings
 
 
 def zipf_docs(n: int, vocab: int = 300, seed: int = 2) -> list[list[str]]:

@@ -7,16 +7,16 @@ by lower position; repeated terms, single terms, k past the matches and long lis
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical.bm25_packed_index import PackedBM25Index
+from ragspine_pipeline.retrieval.lexical.index.packed_index import PackedBM25Index
 from tests.test_bm25_mmap import zipf_corpus
 from tests.test_bm25_packed import publish_both, ref_top
 
 pytest.importorskip("numba")
 
-from ragspine_pipeline.retrieval.lexical import bm25_packed_kernels as maxscore  # noqa: E402
-from ragspine_pipeline.retrieval.lexical import bm25_packed_lead as lead  # noqa: E402
-from ragspine_pipeline.retrieval.lexical import bm25_packed_route as route  # noqa: E402
-from ragspine_pipeline.retrieval.lexical import bm25_packed_windows as windows  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.kernels import packed as maxscore  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.kernels import packed_lead as lead  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.kernels import packed_route as route  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.kernels import packed_windows as windows  # noqa: E402
 from tests import packed_reference_kernels as wand  # noqa: E402
 
 

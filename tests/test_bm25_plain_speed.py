@@ -5,7 +5,7 @@ answers are the numpy kernel's, and acc is left all zeros."""
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index
 
 pytest.importorskip("numba")
 

@@ -4,9 +4,9 @@ scores are the corpus's (unfiltered and filtered), equal to one index and the re
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index, bm25_scores
-from ragspine_pipeline.retrieval.lexical.bm25_format import CorruptIndexError, doc_bucket
-from ragspine_pipeline.retrieval.lexical.bm25_segments import (
+from ragspine_pipeline.retrieval.lexical.format.file import CorruptIndexError, doc_bucket
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index, bm25_scores
+from ragspine_pipeline.retrieval.lexical.refresh.segments import (
     open_segments,
     segment_name,
     write_segments,

@@ -14,10 +14,10 @@ import pyarrow as pa
 import pytest
 from test_bm25_merge import _corpus, _docs
 
-from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
-from ragspine_pipeline.retrieval.lexical.bm25_format import CorruptIndexError, IndexFormatError
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
-from ragspine_pipeline.retrieval.lexical.bm25_stack import STACK_FILE, StackedBM25, open_stack
+from ragspine_pipeline.retrieval.lexical.format.file import CorruptIndexError, IndexFormatError
+from ragspine_pipeline.retrieval.lexical.index.filter import PackedFilter
+from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+from ragspine_pipeline.retrieval.lexical.refresh.stack import STACK_FILE, StackedBM25, open_stack
 from ragspine_pipeline.warehouse import served_refresh
 from ragspine_pipeline.warehouse.lexical_files import (
     BM25_FILE,
@@ -143,7 +143,7 @@ def test_churn_past_the_policy_merges_and_a_deletion_only_refresh_stacks(tmp_pat
     fresh = open_index(tmp_path / "fresh" / BM25_FILE)
     _assert_same(open_bm25_file(tmp_path / "c"), fresh, len(fewer))
     # Ray serving's layout of a version in hash buckets takes a stack's live documents.
-    from ragspine_pipeline.retrieval.lexical.bm25_segments import open_segments
+    from ragspine_pipeline.retrieval.lexical.refresh.segments import open_segments
     from ragspine_pipeline.scale.layout import write_layout
 
     segs = open_segments(write_layout(tmp_path / "b2", open_bm25_file(tmp_path / "c"), ids, 2))
@@ -257,7 +257,7 @@ def test_pipeline_refreshes_stack_and_a_restricted_relabel_merges_its_text_out(t
 def test_small_merges_order_as_the_numpy_merge(monkeypatch):
     """The Python merge of a few candidates (a stack's top-k lists) orders exactly as the
     numpy one: near-ties (within TIE_REL, chained) by position, zero scores dropped."""
-    from ragspine_pipeline.retrieval.lexical import bm25_topk as T
+    from ragspine_pipeline.retrieval.lexical.index import topk as T
 
     rng = np.random.default_rng(1)
     for _ in range(500):

@@ -10,10 +10,10 @@ import pytest
 from test_bm25_merge import _corpus
 from test_bm25_stack import DEEP, QUERIES, _assert_same, _publish, _refresh
 
-from ragspine_pipeline.retrieval.lexical import bm25_stack_filters as sf
-from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
-from ragspine_pipeline.retrieval.lexical.bm25_stack import StackedBM25, mask_filters
+from ragspine_pipeline.retrieval.lexical.index.filter import PackedFilter
+from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+from ragspine_pipeline.retrieval.lexical.kernels import stack_filters as sf
+from ragspine_pipeline.retrieval.lexical.refresh.stack import StackedBM25, mask_filters
 from ragspine_pipeline.warehouse.lexical_files import BM25_FILE, open_bm25_file, write_bm25_file
 
 

@@ -7,19 +7,22 @@ import pyarrow as pa
 import pytest
 
 from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
-from ragspine_pipeline.retrieval.lexical.bm25_build import count_postings
-from ragspine_pipeline.retrieval.lexical.bm25_format import IndexFormatError
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
-from ragspine_pipeline.retrieval.lexical.bm25_segments import open_segments, write_segments_stream
-from ragspine_pipeline.retrieval.lexical.bm25_stream_build import (
+from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
+from ragspine_pipeline.retrieval.lexical.format.file import IndexFormatError
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index
+from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+from ragspine_pipeline.retrieval.lexical.index.postings import count_postings
+from ragspine_pipeline.retrieval.lexical.refresh.segments import (
+    open_segments,
+    write_segments_stream,
+)
+from ragspine_pipeline.retrieval.lexical.refresh.stream_build import (
     StreamCounter,
     TermIds,
     build_index_file,
     count_stream,
     encode_batch,
 )
-from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
 from ragspine_pipeline.warehouse.lexical_files import (
     BM25_SEGMENTS,
     bm25_file,
@@ -232,7 +235,7 @@ def test_a_larger_zipf_corpus_counts_the_same_through_many_runs(tmp_path):
 def test_young_gc_is_deferred_while_batches_stream_and_restored_after(tmp_path):
     import gc
 
-    from ragspine_pipeline.retrieval.lexical import bm25_stream_build as sb
+    from ragspine_pipeline.retrieval.lexical.refresh import stream_build as sb
 
     before = gc.get_threshold()
     seen = []

@@ -6,8 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ragspine_pipeline.retrieval.lexical.bm25_stream_kernels import kernels
-from ragspine_pipeline.retrieval.lexical.bm25_term_ids import TermIds
+from ragspine_pipeline.retrieval.lexical.refresh.stream_kernels import kernels
+from ragspine_pipeline.retrieval.lexical.refresh.term_ids import TermIds
 
 COMPILED = kernels("auto")
 ARROW = {**COMPILED, "encode": None}

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from ragspine_pipeline.corpus import DEMO_ROOT
 from ragspine_pipeline.graph.step import build_relation_graph
-from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer
+from ragspine_pipeline.retrieval.lexical.analysis.analyzer import make_analyzer
 from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend
 from ragspine_pipeline.warehouse import catalog as C
 from ragspine_pipeline.warehouse import pipeline as P

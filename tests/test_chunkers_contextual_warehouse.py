@@ -11,7 +11,7 @@ import pytest
 from dagster_fixtures import demo_warehouse
 
 from ragspine_pipeline.retrieval.chunking.contextual import contextual_header
-from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer
+from ragspine_pipeline.retrieval.lexical.analysis.analyzer import make_analyzer
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine_pipeline.retrieval.vector.embedding_backends import DeterministicHashBackend
 from ragspine_pipeline.sensitivity import is_restricted

@@ -14,7 +14,7 @@ from ragspine_pipeline.cli import (
     parse_filter_args,
 )
 from ragspine_pipeline.retrieval.chunking.chunking import chunk_document
-from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
 from ragspine_pipeline.retrieval.vector.embedding_backends import (
     DeterministicHashBackend,
     make_embedding_backend,

@@ -13,14 +13,14 @@ import pytest
 from ragspine_pipeline.paths import DEMO_ROOT
 from ragspine_pipeline.retrieval.chunking.chunking import Chunk as _Chunk
 from ragspine_pipeline.retrieval.chunking.chunking import SourceLocator
-from ragspine_pipeline.retrieval.lexical.fusion import (
+from ragspine_pipeline.retrieval.hybrid.fusion import (
     FusionConfig,
     convex_fuse,
     fusion_from_env,
     rrf_fuse,
     weighted_rrf_fuse,
 )
-from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
 from ragspine_pipeline.retrieval.vector.auto_policy import (
     GROUP_SETS,
     POLICY_FILE,

@@ -18,7 +18,7 @@ from ragspine_pipeline.eval.runner import (
     progress_enabled,
 )
 from ragspine_pipeline.retrieval.chunking.chunking import SourceLocator
-from ragspine_pipeline.retrieval.lexical import hybrid
+from ragspine_pipeline.retrieval.hybrid import retriever as hybrid
 from ragspine_pipeline.retrieval.link import narrative_index, narrative_link
 
 

@@ -14,18 +14,18 @@ import pytest
 
 from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
 from ragspine_pipeline.retrieval.filters import compile_filters, predicate_mask
-from ragspine_pipeline.retrieval.lexical import hybrid
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
-from ragspine_pipeline.retrieval.lexical.bm25_filter import (
-    FEW_SURVIVORS_DIV,
-    PackedFilter,
-    handover,
-)
-from ragspine_pipeline.retrieval.lexical.filter_codes import code_values, coded_mask
-from ragspine_pipeline.retrieval.lexical.hybrid import (
+from ragspine_pipeline.retrieval.hybrid import retriever as hybrid
+from ragspine_pipeline.retrieval.hybrid.filter_codes import code_values, coded_mask
+from ragspine_pipeline.retrieval.hybrid.retriever import (
     FILTER_FIELDS,
     HybridRetriever,
     bm25_candidates,
+)
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index
+from ragspine_pipeline.retrieval.lexical.index.filter import (
+    FEW_SURVIVORS_DIV,
+    PackedFilter,
+    handover,
 )
 
 pytest.importorskip("numba")

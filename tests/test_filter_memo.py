@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 
 from ragspine_pipeline.retrieval.filters import Predicate, compile_filters
-from ragspine_pipeline.retrieval.lexical.bm25_filter import DF_SLOTS, PackedFilter
-from ragspine_pipeline.retrieval.lexical.bm25_packed_filter_support import support
-from ragspine_pipeline.retrieval.lexical.filter_codes import (
+from ragspine_pipeline.retrieval.hybrid.filter_codes import (
     MAX_KEY_VALUES,
     CachedFilter,
     FilterCache,
     filter_key,
 )
-from ragspine_pipeline.retrieval.lexical.hybrid import FILTER_FIELDS, HybridRetriever
+from ragspine_pipeline.retrieval.hybrid.retriever import FILTER_FIELDS, HybridRetriever
+from ragspine_pipeline.retrieval.lexical.index.filter import DF_SLOTS, PackedFilter
+from ragspine_pipeline.retrieval.lexical.index.packed_filter_support import support
 from tests.test_bm25_mmap import zipf_corpus
 from tests.test_bm25_packed import publish_both, same
 from tests.test_filter_handover import QUERIES, _chunks
@@ -66,7 +66,7 @@ def test_reused_filter_answers_as_a_fresh_one_and_remembers_exact_df(tmp_path):
 def test_df_cache_slots_are_bounded_and_shared_exactly(tmp_path, monkeypatch):
     """Four slots for a 300-term vocabulary: terms evict each other and every answer still
     equals a fresh filter's (a slot names its term; a stale one is never read as another's)."""
-    from ragspine_pipeline.retrieval.lexical import bm25_filter
+    from ragspine_pipeline.retrieval.lexical.index import filter as bm25_filter
 
     assert len(bm25_filter.df_cache(10**7, 10**6)) == bm25_filter.DF_SLOTS
     assert len(bm25_filter.df_cache(300, 10**6)) == 512 and len(bm25_filter.df_cache(0, 5)) == 0

@@ -6,15 +6,17 @@ query that reads them answers bit for bit as the plain layout's kernel, on every
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical import bm25_packed_filter_search
-from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
-from ragspine_pipeline.retrieval.lexical.bm25_packed_filter_support import support
+from ragspine_pipeline.retrieval.lexical.index import (
+    packed_filter_search as bm25_packed_filter_search,
+)
+from ragspine_pipeline.retrieval.lexical.index.filter import PackedFilter
+from ragspine_pipeline.retrieval.lexical.index.packed_filter_support import support
 from tests.test_bm25_mmap import zipf_corpus
 from tests.test_bm25_packed import publish_both
 
 pytest.importorskip("numba")
 
-from ragspine_pipeline.retrieval.lexical.bm25_packed_filter_weights import (  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.kernels.packed_filter_weights import (
     TAB_CODES,
     TAB_MIN,
     code_dens,

@@ -17,7 +17,7 @@ import pytest
 from benchmarks.bench_glossary import SETS, engine_applies_weights
 from benchmarks.common import COMMITTED_RESULTS as COMMITTED
 from ragspine_pipeline.paths import DEMO_GLOSSARY
-from ragspine_pipeline.retrieval.lexical.fusion import (
+from ragspine_pipeline.retrieval.hybrid.fusion import (
     FusionConfig,
     Run,
     convex_fuse,
@@ -26,7 +26,7 @@ from ragspine_pipeline.retrieval.lexical.fusion import (
     weighted_best,
     weighted_rrf_fuse,
 )
-from ragspine_pipeline.retrieval.lexical.glossary import (
+from ragspine_pipeline.retrieval.lexical.analysis.glossary import (
     GlossaryGroup,
     GlossaryQueryRewriter,
     QueryVariant,

@@ -15,7 +15,7 @@ import pytest
 from ragspine_pipeline.corpus import ingest_folder, make_chunker
 from ragspine_pipeline.paths import DEMO_ROOT
 from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore
-from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer
+from ragspine_pipeline.retrieval.lexical.analysis.analyzer import make_analyzer
 from ragspine_pipeline.sensitivity import is_restricted
 from ragspine_pipeline.warehouse import catalog as C
 from ragspine_pipeline.warehouse import pipeline as P

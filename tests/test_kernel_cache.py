@@ -5,7 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import ragspine_pipeline.retrieval.lexical as lexical
-from ragspine_pipeline.retrieval.lexical.kernel_cache import STAMP, ensure_fresh, source_stamp
+from ragspine_pipeline.retrieval.lexical.kernels.kernel_cache import (
+    STAMP,
+    ensure_fresh,
+    source_stamp,
+)
 
 
 def _cached(folder: Path) -> list[str]:

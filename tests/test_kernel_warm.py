@@ -25,17 +25,17 @@ SCRIPT = r"""
 import json, sys
 import numpy as np
 from numba.core.registry import CPUDispatcher
-from ragspine_pipeline.retrieval.lexical import bm25
-from ragspine_pipeline.retrieval.lexical.bm25_build import count_postings
-from ragspine_pipeline.retrieval.lexical.bm25_filter import PackedFilter
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
-from ragspine_pipeline.retrieval.lexical.bm25_publish import write_layout
+from ragspine_pipeline.retrieval.lexical.index import bm25
+from ragspine_pipeline.retrieval.lexical.index.postings import count_postings
+from ragspine_pipeline.retrieval.lexical.index.filter import PackedFilter
+from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+from ragspine_pipeline.retrieval.lexical.refresh.publish import write_layout
 from tests.test_bm25_mmap import zipf_corpus
 
 def signatures():
     out = {}
     for name, mod in list(sys.modules.items()):
-        if name.startswith("ragspine_pipeline.retrieval.lexical.bm25"):
+        if name.startswith("ragspine_pipeline.retrieval.lexical."):
             for attr, v in vars(mod).items():
                 if isinstance(v, CPUDispatcher):
                     out[f"{name.rsplit('.', 1)[1]}.{attr}"] = sorted(map(str, v.signatures))
@@ -80,13 +80,13 @@ def test_a_kernel_that_fails_to_compile_is_said(monkeypatch, caplog):
 
     import numpy as np
 
-    from ragspine_pipeline.retrieval.lexical import bm25_packed_index as packed
+    from ragspine_pipeline.retrieval.lexical.index import packed_index as packed
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("Failed in nopython mode pipeline")
 
     monkeypatch.setattr(packed, "_WARMED", set())
     monkeypatch.setattr(packed, "_warm", broken)
-    with caplog.at_level(logging.WARNING, logger="ragspine_pipeline.retrieval.lexical.bm25_kernel"):
+    with caplog.at_level(logging.WARNING, logger="ragspine_pipeline.retrieval.lexical.kernels.loader"):
         assert packed.load_packed_kernels(np.uint8, np.uint8) is None
     assert "numpy path" in caplog.text and "Failed in nopython mode" in caplog.text

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
-from ragspine_pipeline.retrieval.lexical.bm25_format import FORMAT_VERSION, IndexFormatError
-from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
+from ragspine_pipeline.retrieval.lexical.format.file import FORMAT_VERSION, IndexFormatError
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index
 from ragspine_pipeline.warehouse.lexical_files import (
     BM25_FILE,
     bm25_file,

@@ -82,7 +82,7 @@ import pytest  # noqa: E402
 from chat_server import ChatServer, answer, server_error, user_of  # noqa: E402
 
 from ragspine_pipeline.llm.provider import OpenAICompatibleProvider  # noqa: E402
-from ragspine_pipeline.retrieval.lexical.glossary import GlossaryGroup  # noqa: E402
+from ragspine_pipeline.retrieval.lexical.analysis.glossary import GlossaryGroup  # noqa: E402
 from ragspine_pipeline.retrieval.link.routing import (  # noqa: E402
     FallbackRouter,
     MetadataRouter,

@@ -183,8 +183,8 @@ def test_refresh_stack_scores_with_the_union_statistics(tmp_path):
     are those of one index over its live rows and the other library's documents."""
     import numpy as np
 
-    from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
-    from ragspine_pipeline.retrieval.lexical.bm25_stack import StackedBM25
+    from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index
+    from ragspine_pipeline.retrieval.lexical.refresh.stack import StackedBM25
     from ragspine_pipeline.retrieval.link.global_rank import takes_stats
     from ragspine_pipeline.warehouse.lexical_files import open_bm25_file
     from tests.test_bm25_stack import DEEP, _corpus, _publish, _refresh

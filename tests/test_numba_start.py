@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ragspine_pipeline.retrieval.lexical.numba_start import _hidden
+from ragspine_pipeline.retrieval.lexical.kernels.numba_start import _hidden
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ SCRIPT = r"""
 import sys
 import numpy as np
 pytest_numba = __import__("numba")
-from ragspine_pipeline.retrieval.lexical.bm25_kernel import load_kernels
+from ragspine_pipeline.retrieval.lexical.kernels.loader import load_kernels
 assert load_kernels(mapped=True) is not None
 assert "scipy.linalg" not in sys.modules, "loading the kernels imported scipy.linalg"
 import scipy.linalg  # every later import works

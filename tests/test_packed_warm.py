@@ -11,12 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical import bm25_filter
-from ragspine_pipeline.retrieval.lexical.bm25_build import count_postings
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
-from ragspine_pipeline.retrieval.lexical.bm25_packed import length_codes
-from ragspine_pipeline.retrieval.lexical.bm25_packed_index import _lengths_dtype
-from ragspine_pipeline.retrieval.lexical.bm25_publish import write_packed
+from ragspine_pipeline.retrieval.lexical.index import filter as bm25_filter
+from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+from ragspine_pipeline.retrieval.lexical.index.packed import length_codes
+from ragspine_pipeline.retrieval.lexical.index.packed_index import _lengths_dtype
+from ragspine_pipeline.retrieval.lexical.index.postings import count_postings
+from ragspine_pipeline.retrieval.lexical.refresh.publish import write_packed
 from tests.test_bm25_mmap import zipf_corpus
 
 
@@ -32,7 +32,7 @@ def test_the_width_warmed_is_the_width_the_queries_use(longest):
 
 
 def test_a_files_first_filtered_query_compiles_nothing(tmp_path):
-    kernels = pytest.importorskip("ragspine_pipeline.retrieval.lexical.bm25_packed_filtered")
+    kernels = pytest.importorskip("ragspine_pipeline.retrieval.lexical.kernels.packed_filtered")
     docs, queries = zipf_corpus(500, seed=5)
     raw, _ = count_postings(docs)
     ix = open_index(write_packed(raw, tmp_path / "lex.packed", k1=1.5, b=0.75,

@@ -2,7 +2,7 @@ import pytest
 
 from ragspine_pipeline.retrieval.chunking.chunking import chunk_document
 from ragspine_pipeline.retrieval.filters import FilterError
-from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,12 @@ import pytest
 
 from ragspine_pipeline.corpus import DEMO_ROOT, load_golden
 from ragspine_pipeline.retrieval.chunking.chunk_columns import ChunkColumns
-from ragspine_pipeline.retrieval.lexical.bm25_format import (
+from ragspine_pipeline.retrieval.lexical.format.file import (
     IndexFormatError,
     id_digest,
     strings_to_blob,
 )
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import MappedBM25Index
+from ragspine_pipeline.retrieval.lexical.index.mapped import MappedBM25Index
 from ragspine_pipeline.retrieval.link.narrative_index import NarrativeIndexRetriever
 from ragspine_pipeline.sensitivity import LABELS_ENV, is_restricted
 from ragspine_pipeline.serving import open_published_retriever

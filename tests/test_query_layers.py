@@ -18,8 +18,11 @@ from chat_server import (
 from ragspine_pipeline.llm.provider import OpenAICompatibleProvider, ScriptedProvider
 from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
 from ragspine_pipeline.retrieval.filters import FilterError
-from ragspine_pipeline.retrieval.lexical.fusion import rrf_fuse
-from ragspine_pipeline.retrieval.lexical.glossary import GlossaryGroup, GlossaryQueryRewriter
+from ragspine_pipeline.retrieval.hybrid.fusion import rrf_fuse
+from ragspine_pipeline.retrieval.lexical.analysis.glossary import (
+    GlossaryGroup,
+    GlossaryQueryRewriter,
+)
 from ragspine_pipeline.retrieval.link.multi_index import MultiIndexRetriever
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever
 from ragspine_pipeline.retrieval.query import (

@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 
 from ragspine_pipeline.llm.provider import ScriptedProvider
 from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
-from ragspine_pipeline.retrieval.lexical.glossary import GlossaryGroup, GlossaryQueryRewriter
+from ragspine_pipeline.retrieval.lexical.analysis.glossary import (
+    GlossaryGroup,
+    GlossaryQueryRewriter,
+)
 from ragspine_pipeline.retrieval.limits import InvalidText
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever
 from ragspine_pipeline.retrieval.query import SecurityGate, make_query_layers

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ragspine_pipeline.graph.step import build_relation_graph
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndexRetriever
 from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend
 from ragspine_pipeline.warehouse import pipeline as P

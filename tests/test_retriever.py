@@ -8,8 +8,8 @@ from ragspine_pipeline.corpus import DEMO_ROOT, ingest_folder, list_libraries
 from ragspine_pipeline.modes import RetrievalModeError, resolve_retrieval
 from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore
 from ragspine_pipeline.retrieval.chunking.chunking import chunk_document
-from ragspine_pipeline.retrieval.lexical.glossary import GlossaryQueryRewriter
-from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
+from ragspine_pipeline.retrieval.lexical.analysis.glossary import GlossaryQueryRewriter
 from ragspine_pipeline.retrieval.link.narrative_link import (
     NarrativeIndex,
     NarrativeIndexRetriever,
@@ -134,7 +134,7 @@ def test_without_backend_output_is_pure_bm25_and_byte_identical(demo_store, publ
 def test_served_index_does_not_depend_on_restricted_documents():
     """Non-interference: adding a RESTRICTED document changes nothing served — not the
     snippets, not a score, not a rank — for queries using its words."""
-    from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer
+    from ragspine_pipeline.retrieval.lexical.analysis.analyzer import make_analyzer
 
     open_chunks = []
     for i, text in enumerate(["revenue fell because tariffs rose", "gross margin and revenue in Lyon",

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ragspine_pipeline.retrieval.lexical.dense_topk import (
+from ragspine_pipeline.retrieval.hybrid.dense_topk import (
     dense_top,
     exact_cosines,
     float32_dot_bound,
@@ -94,8 +94,8 @@ def test_dense_cosines_are_the_same_bits_wherever_a_vector_sits() -> None:
 
 @pytest.mark.parametrize("fusion", ["rrf", "convex"])
 def test_sharded_hybrid_equals_one_process(tmp_path: Path, fusion: str) -> None:
-    from ragspine_pipeline.retrieval.lexical.fusion import FusionConfig
-    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+    from ragspine_pipeline.retrieval.hybrid.fusion import FusionConfig
+    from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
     from ragspine_pipeline.scale.shards import VectorSource, attach, write_layout
 
     chunks = synthetic_chunks()
@@ -128,9 +128,9 @@ def test_the_front_takes_outside_statistics_as_the_segments_do(tmp_path: Path) -
     """A ranking across libraries sums survivor statistics over every library and scores
     each with the sum: the shards' front answers both calls as the published segments
     (``SegmentedBM25``, what one process serves) do."""
-    from ragspine_pipeline.retrieval.lexical.bm25_corpus_stats import CorpusStats
-    from ragspine_pipeline.retrieval.lexical.bm25_segments import SurvivorStats, open_segments
-    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+    from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
+    from ragspine_pipeline.retrieval.lexical.index.corpus_stats import CorpusStats
+    from ragspine_pipeline.retrieval.lexical.refresh.segments import SurvivorStats, open_segments
     from ragspine_pipeline.scale.shards import write_layout
 
     single = HybridRetriever(synthetic_chunks(600))

@@ -130,7 +130,7 @@ def _synthetic(n: int = 2000) -> tuple[list[Any], list[str]]:
 
 
 def _retriever(chunks: list[Any], backend: Any = None) -> Any:
-    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+    from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
 
     channels = ("bm25", "dense") if backend is not None else ("bm25",)
     h = HybridRetriever(chunks, embedding_backend=backend, channels=channels)
@@ -383,7 +383,7 @@ def test_serve_refuses_shard_flags_without_ray(capsys: pytest.CaptureFixture[str
 def test_near_equal_bm25_scores_from_two_segments_are_a_tie_ordered_by_position() -> None:
     """Copies of one text in two segments may score one ulp apart (each segment's kernel
     sums terms in its own order); the merge orders them by position, as one index does."""
-    from ragspine_pipeline.retrieval.lexical.bm25_topk import merge_top_k as bm25_order
+    from ragspine_pipeline.retrieval.lexical.index.topk import merge_top_k as bm25_order
 
     s = 25.62076037
     got = bm25_order(np.array([83850, 58557, 33264, 7, 9]),
@@ -396,7 +396,7 @@ def test_near_equal_bm25_scores_from_two_segments_are_a_tie_ordered_by_position(
 def test_a_shard_answers_over_its_wire_channel_what_its_methods_return(tmp_path: Path) -> None:
     """search (unfiltered and with global statistics), statistics and dense ranking over
     the socket equal the shard's own methods; results travel as raw arrays, no pickle."""
-    from ragspine_pipeline.retrieval.lexical.bm25_segments import SurvivorStats
+    from ragspine_pipeline.retrieval.lexical.refresh.segments import SurvivorStats
     from ragspine_pipeline.scale.shards import BM25Shard, VectorSource, write_layout
     from ragspine_pipeline.scale.wire import Endpoint, WireClient, encode_frame, scored_parts
 

@@ -128,7 +128,7 @@ def test_a_frame_announcing_2_gib_is_refused_before_anything_is_allocated(
 def test_a_shard_bounds_its_frames_by_its_own_mask_and_query_vectors(tmp_path: Path) -> None:
     from test_scale_exact import synthetic_chunks
 
-    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+    from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
     from ragspine_pipeline.scale.shards import (
         MAX_QUERY_VECTOR_BYTES,
         BM25Shard,
@@ -155,7 +155,7 @@ def test_a_front_names_a_shard_at_its_cap_or_gone_as_missing(tmp_path: Path) -> 
     broke, are missing shards with their reason (503, or partial with allow_partial)."""
     from test_scale_exact import in_process_front, synthetic_chunks
 
-    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+    from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
     from ragspine_pipeline.scale.requests import ShardUnavailable, shard_request
     from ragspine_pipeline.scale.shards import write_layout
 

@@ -3,13 +3,13 @@ and a shard whose filter survivors hold no query term answers empty instead of f
 
 import numpy as np
 
-from ragspine_pipeline.retrieval.lexical.bm25 import BM25Index
-from ragspine_pipeline.retrieval.lexical.bm25_segments import (
+from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index
+from ragspine_pipeline.retrieval.lexical.index.topk import merge_top_k
+from ragspine_pipeline.retrieval.lexical.refresh.segments import (
     SurvivorStats,
     open_segments,
     write_segments,
 )
-from ragspine_pipeline.retrieval.lexical.bm25_topk import merge_top_k
 
 
 def test_near_ties_fall_by_position_and_real_gaps_by_score():

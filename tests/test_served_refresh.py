@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from test_bm25_merge import _refresh, assert_same_answers
 
-from ragspine_pipeline.retrieval.lexical.bm25_mapped import open_index
+from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
 from ragspine_pipeline.warehouse import pipeline as P
 from ragspine_pipeline.warehouse import served_records as R
 from ragspine_pipeline.warehouse.chunk_tables import served_chunk_table

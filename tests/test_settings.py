@@ -67,7 +67,7 @@ def test_registry_choices_match_the_factories():
     from ragspine_pipeline.graph.store import STORES
     from ragspine_pipeline.ingest.documents import ON_PARSE_ERROR
     from ragspine_pipeline.modes import LEXICAL_MODES, VECTOR_MODES
-    from ragspine_pipeline.retrieval.lexical.fusion import FUSION_METHODS
+    from ragspine_pipeline.retrieval.hybrid.fusion import FUSION_METHODS
     from ragspine_pipeline.retrieval.link.routing import ROUTERS
     from ragspine_pipeline.retrieval.postprocess import ACCEPTED as POSTPROCESSORS
     from ragspine_pipeline.retrieval.raptor.retriever import MODES

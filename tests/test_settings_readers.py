@@ -18,8 +18,8 @@ from ragspine_pipeline import modes, settings
 from ragspine_pipeline.ingest.documents import DEFAULT_LABEL, default_label, on_parse_error_policy
 from ragspine_pipeline.ingest.parsers import DEFAULT_MAX_FILE_BYTES, ParseError, max_file_bytes
 from ragspine_pipeline.retrieval.chunking import make_chunker
-from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer
-from ragspine_pipeline.retrieval.lexical.fusion import fusion_configured, fusion_from_env
+from ragspine_pipeline.retrieval.hybrid.fusion import fusion_configured, fusion_from_env
+from ragspine_pipeline.retrieval.lexical.analysis.analyzer import make_analyzer
 from ragspine_pipeline.retrieval.link.assembly import default_glossary_path, glossary_file
 from ragspine_pipeline.retrieval.postprocess import make_postprocessor
 from ragspine_pipeline.sensitivity import (

@@ -92,7 +92,8 @@ def test_chunk_store_api(tmp_path):
 
 # ------------------------------------------------------------------- lexical
 def test_lexical_module_names_and_defaults():
-    from ragspine_pipeline.retrieval.lexical import bm25, fusion
+    from ragspine_pipeline.retrieval.hybrid import fusion
+    from ragspine_pipeline.retrieval.lexical.index import bm25
     from ragspine_pipeline.retrieval.lexical.retrieval import (
         DEFAULT_BM25_B,
         DEFAULT_BM25_K1,
@@ -154,7 +155,7 @@ def test_embedding_backend_protocol_is_one_method():
 
 
 def test_embedding_keyword_on_every_entry():
-    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+    from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
     from ragspine_pipeline.retrieval.link.narrative_link import (
         NarrativeIndex,
         build_narrative_retriever,

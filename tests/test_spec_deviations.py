@@ -202,7 +202,10 @@ def test_decomposition_past_its_ceiling_is_one_settings_error(monkeypatch, value
 
 
 def test_every_layer_constructor_has_a_ceiling():
-    from ragspine_pipeline.retrieval.lexical.glossary import MAX_QUERIES, GlossaryQueryRewriter
+    from ragspine_pipeline.retrieval.lexical.analysis.glossary import (
+        MAX_QUERIES,
+        GlossaryQueryRewriter,
+    )
     from ragspine_pipeline.retrieval.query import LLMDecomposer, RAGFusion
     from ragspine_pipeline.retrieval.query.decompose import MAX_SUBQUESTIONS
     from ragspine_pipeline.retrieval.query.transforms import MAX_VARIANTS

@@ -83,7 +83,7 @@ def test_build_narrative_retriever_with_nothing_set_is_the_plain_chain(chunks_db
 
 
 def test_narrative_index_takes_embedding_backend_as_the_spec_writes_it():
-    from ragspine_pipeline.retrieval.lexical.hybrid import HybridRetriever
+    from ragspine_pipeline.retrieval.hybrid.retriever import HybridRetriever
     from ragspine_pipeline.retrieval.link.narrative_link import (
         NarrativeIndex,
         NarrativeIndexRetriever,

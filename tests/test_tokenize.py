@@ -1,4 +1,4 @@
-from ragspine_pipeline.retrieval.lexical.analyzer import make_analyzer, tokenize
+from ragspine_pipeline.retrieval.lexical.analysis.analyzer import make_analyzer, tokenize
 
 
 def test_ascii_words_lowercased_and_split_on_punctuation():

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..retrieval.lexical.analyzer import tokenize
-from ..retrieval.lexical.bm25 import bm25_scores
+from ..retrieval.lexical.analysis.analyzer import tokenize
+from ..retrieval.lexical.index.bm25 import bm25_scores
 from ..sensitivity import is_restricted
 from .extract import _SENTENCE as _FIRST_SENTENCE
 from .store import GraphStore, GraphStoreError

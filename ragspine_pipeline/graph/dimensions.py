@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import paths, settings
-from ..retrieval.lexical.glossary import GlossaryGroup
+from ..retrieval.lexical.analysis.glossary import GlossaryGroup
 
 DIMENSIONS_ENV = "RAGSPINE_GRAPH_DIMENSIONS"
 DEFAULT_DIMENSIONS = paths.SHIPPED_DIMENSIONS  # the demo corpus's

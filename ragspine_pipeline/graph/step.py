@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import settings
-from ..retrieval.lexical.glossary import load_glossary
+from ..retrieval.lexical.analysis.glossary import load_glossary
 from ..retrieval.link.narrative_link import default_glossary_path
 from ..warehouse.chunk_tables import (
     as_chunks,

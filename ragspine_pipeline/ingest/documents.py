@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings
-from ..retrieval.lexical.analyzer import LanguageError, resolve_language
+from ..retrieval.lexical.analysis.analyzer import LanguageError, resolve_language
 from ..sensitivity import RESTRICTED_SENSITIVITY, resolve_label, strictest
 from .label_scan import free_key_problem, written_label_problem
 from .metadata_keys import METADATA_KEYS_ENV, SENSITIVITY_KEY, declared_keys, match_key, plain_key

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..retrieval.lexical.bm25 import candidate_mask
-from ..retrieval.lexical.bm25_corpus_stats import CorpusStats
-from ..retrieval.lexical.bm25_topk import ScoredDocs, empty_scored, merge_top_k
+from ..retrieval.lexical.index.bm25 import candidate_mask
+from ..retrieval.lexical.index.corpus_stats import CorpusStats
+from ..retrieval.lexical.index.topk import ScoredDocs, empty_scored, merge_top_k
 from .config import require_ray, shard_timeout_s
 from .requests import _REQUEST, ShardUnavailable, ShardUnhealthy
 from .wire import Endpoint, ShardRefused, WireClient, WireError, encode_frame, scored_parts

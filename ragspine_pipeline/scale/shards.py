@@ -40,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from ..retrieval.lexical.bm25_segments import SurvivorStats, open_segments
-from ..retrieval.lexical.bm25_topk import ScoredDocs, empty_scored
-from ..retrieval.lexical.dense_topk import dense_top
+from ..retrieval.hybrid.dense_topk import dense_top
+from ..retrieval.lexical.index.topk import ScoredDocs, empty_scored
+from ..retrieval.lexical.refresh.segments import SurvivorStats, open_segments
 from .config import require_ray
 from .front import ShardedBM25, attach, ids_digest
 from .layout import index_token_batches, write_layout

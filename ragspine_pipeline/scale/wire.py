@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from ..retrieval.lexical.bm25_topk import ScoredDocs
+from ..retrieval.lexical.index.topk import ScoredDocs
 
 log = logging.getLogger("ragspine.scale")
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..filter_input import hybrid_retrievers
-from ..retrieval.lexical.hybrid import FILTER_FIELDS
+from ..retrieval.hybrid.retriever import FILTER_FIELDS
 from ..sensitivity import is_restricted
 
 TOP_VALUES = 10  # values shown per field

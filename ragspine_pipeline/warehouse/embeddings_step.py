@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..retrieval.lexical.fusion import fusion_configured, fusion_from_env
+from ..retrieval.hybrid.fusion import fusion_configured, fusion_from_env
 from ..retrieval.vector.batching import DEFAULT_STREAM_BATCH, embed_in_batches
 from ..sensitivity import is_restricted
 from .chunk_tables import active_chunk_table, withheld_docs

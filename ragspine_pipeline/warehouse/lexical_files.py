@@ -2,7 +2,7 @@
 
 Why: a snapshot that publishes only tokens makes every serving process rebuild the BM25
 index (seconds and gigabytes per process, #27). The ``lexical_index`` step writes the built
-index once, as immutable verified files (``retrieval/lexical/bm25_format``) in its own
+index once, as immutable verified files (``retrieval/lexical/format/file``) in its own
 version folder; serving maps them (``open_bm25_file``) and hands the index to the
 retriever (``HybridRetriever(..., bm25_index=...)``), which then tokenizes nothing.
 
@@ -44,15 +44,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..retrieval.lexical import bm25_format
-from ..retrieval.lexical.bm25 import DEFAULT_B, DEFAULT_K1
-from ..retrieval.lexical.bm25_format import IndexFormatError
-from ..retrieval.lexical.bm25_mapped import MappedBM25Index, open_index
-from ..retrieval.lexical.bm25_merge import as_binary, check_previous, merge_index_file, plan_merge
-from ..retrieval.lexical.bm25_raw import publish_buckets
-from ..retrieval.lexical.bm25_segments import SegmentedBM25, open_segments, write_segments_stream
-from ..retrieval.lexical.bm25_stack import STACK_FILE, StackedBM25, open_stack
-from ..retrieval.lexical.bm25_stream_build import Batch, build_index_file
+from ..retrieval.lexical.format import file as bm25_format
+from ..retrieval.lexical.format.file import IndexFormatError
+from ..retrieval.lexical.format.raw import publish_buckets
+from ..retrieval.lexical.index.bm25 import DEFAULT_B, DEFAULT_K1
+from ..retrieval.lexical.index.mapped import MappedBM25Index, open_index
+from ..retrieval.lexical.refresh.merge import (
+    as_binary,
+    check_previous,
+    merge_index_file,
+    plan_merge,
+)
+from ..retrieval.lexical.refresh.segments import SegmentedBM25, open_segments, write_segments_stream
+from ..retrieval.lexical.refresh.stack import STACK_FILE, StackedBM25, open_stack
+from ..retrieval.lexical.refresh.stream_build import Batch, build_index_file
 from .lexical_stack import (
     BM25_FILE,
     DEFAULT_POLICY,

@@ -35,11 +35,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..retrieval.lexical import bm25_format
-from ..retrieval.lexical.bm25_mapped import open_index
-from ..retrieval.lexical.bm25_merge import as_binary, id_buffers, index_in, recorded_ids
-from ..retrieval.lexical.bm25_stack import STACK_FILE, open_stack, rows_file_name, write_stack
-from ..retrieval.lexical.bm25_stream_build import Batch, build_index_file
+from ..retrieval.lexical.format import file as bm25_format
+from ..retrieval.lexical.index.mapped import open_index
+from ..retrieval.lexical.refresh.merge import as_binary, id_buffers, index_in, recorded_ids
+from ..retrieval.lexical.refresh.stack import STACK_FILE, open_stack, rows_file_name, write_stack
+from ..retrieval.lexical.refresh.stream_build import Batch, build_index_file
 
 BM25_FILE = "bm25.rsbm25"  # a version's one index file (``lexical_files`` re-exports it)
 

@@ -40,9 +40,9 @@ import pyarrow.parquet as pq
 
 from ..retrieval.chunking.chunk_columns import ChunkColumns
 from ..retrieval.chunking.contextual import IndexTextFn, make_index_text_fn, plain_index_text
-from ..retrieval.lexical.analyzer import make_analyzer
-from ..retrieval.lexical.bm25_mapped import MappedBM25Index
-from ..retrieval.lexical.glossary import GlossaryQueryRewriter
+from ..retrieval.lexical.analysis.analyzer import make_analyzer
+from ..retrieval.lexical.analysis.glossary import GlossaryQueryRewriter
+from ..retrieval.lexical.index.mapped import MappedBM25Index
 from ..retrieval.link.narrative_link import NarrativeIndex
 from ..sensitivity import is_restricted
 from .catalog import CATALOG_LOCK, build_catalog, quote_ident, redacted_doc_ids, view_name
@@ -441,7 +441,7 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
         use_channels = tuple(c for c in use_channels if c != "dense") or ("bm25",)
     fusion = None
     if backend is not None and isinstance(meta.get("fusion"), dict):
-        from ..retrieval.lexical.fusion import FusionConfig
+        from ..retrieval.hybrid.fusion import FusionConfig
 
         fusion = FusionConfig(**meta["fusion"])  # the snapshot's recorded fusion
     index = NarrativeIndex.from_chunks(chunks, analyzer=meta["analyzer"], rewriter=rewriter,

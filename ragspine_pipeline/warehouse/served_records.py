@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..retrieval.chunking.chunk_columns import ChunkColumns
-from ..retrieval.lexical.bm25_format import (
+from ..retrieval.lexical.format.file import (
     CorruptIndexError,
     IndexFormatError,
     id_digest,

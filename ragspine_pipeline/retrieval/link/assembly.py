@@ -29,7 +29,7 @@ from typing import Any
 
 from ... import paths, settings
 from ...llm.provider import LLMProvider
-from ..lexical.glossary import GlossaryError, GlossaryQueryRewriter
+from ..lexical.analysis.glossary import GlossaryError, GlossaryQueryRewriter
 from ..postprocess.base import Postprocessor
 from ..query import make_query_layers
 from ..rerank.base import Reranker

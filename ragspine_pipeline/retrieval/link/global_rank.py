@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from ..lexical.bm25_corpus_stats import CorpusStats
-from ..lexical.fusion import DEFAULT_RRF_K, FusionConfig, Run, fuse_runs
-from ..lexical.glossary import query_variants
-from ..lexical.hybrid import HybridRetriever, RetrievalHit
+from ..hybrid.fusion import DEFAULT_RRF_K, FusionConfig, Run, fuse_runs
+from ..hybrid.retriever import HybridRetriever, RetrievalHit
+from ..lexical.analysis.glossary import query_variants
+from ..lexical.index.corpus_stats import CorpusStats
 from ..vector.base import backend_model_id
 
 Key = tuple[str, int]  # (library id, position in that library's index)

@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ... import settings
-from ..lexical.fusion import DEFAULT_RRF_K, rrf_fuse
+from ..hybrid.fusion import DEFAULT_RRF_K, rrf_fuse
 from ..limits import check_query
 from ..postprocess.dedup import collapse
 from .global_rank import takes_stats, union_hits

@@ -34,9 +34,9 @@ from ..chunking.chunk_store import ChunkStore
 from ..chunking.chunking import METADATA_FIELDS, Chunk
 from ..chunking.contextual import make_index_text_fn
 from ..chunking.expansion import expand_prompt_text, settle_prompt_refs
-from ..lexical.analyzer import Analyzer
-from ..lexical.glossary import GlossaryQueryRewriter
-from ..lexical.hybrid import HybridRetriever, RetrievalHit
+from ..hybrid.retriever import HybridRetriever, RetrievalHit
+from ..lexical.analysis.analyzer import Analyzer
+from ..lexical.analysis.glossary import GlossaryQueryRewriter
 from ..limits import check_query
 from ..postprocess.base import Postprocessor
 from ..postprocess.dedup import Group, collapse, duplicate_ref

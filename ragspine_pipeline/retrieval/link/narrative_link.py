@@ -23,7 +23,7 @@ from ... import settings
 from ...llm.provider import LLMProvider
 from ...sensitivity import RESTRICTED_SENSITIVITY
 from ..chunking.chunk_store import ChunkStore
-from ..lexical.analyzer import Analyzer
+from ..lexical.analysis.analyzer import Analyzer
 from ..postprocess.base import Postprocessor
 from ..rerank.base import Reranker
 from ..rerank.listwise_rerank import ListwiseJudge, ProviderListwiseJudge

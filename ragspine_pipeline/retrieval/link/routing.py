@@ -25,8 +25,8 @@ from typing import Any
 from ... import settings
 from ...llm.provider import provider_from_env
 from ...sensitivity import is_restricted
-from ..lexical.analyzer import normalize
-from ..lexical.glossary import GlossaryGroup, load_glossary
+from ..lexical.analysis.analyzer import normalize
+from ..lexical.analysis.glossary import GlossaryGroup, load_glossary
 
 # Words that name a topic in a question, per topic value found in the metadata.
 DEFAULT_TOPIC_WORDS: dict[str, tuple[str, ...]] = {

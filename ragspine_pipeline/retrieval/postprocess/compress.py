@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..lexical.analyzer import tokenize
+from ..lexical.analysis.analyzer import tokenize
 from .base import mark_layer
 
 DEFAULT_COMPRESS_CHARS = 240

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..lexical.analyzer import tokenize
+from ..lexical.analysis.analyzer import tokenize
 from ..vector.base import EmbeddingBackend
 from .base import mark_layer
 

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..lexical.analyzer import normalize
-from ..lexical.glossary import GlossaryQueryRewriter
+from ..lexical.analysis.analyzer import normalize
+from ..lexical.analysis.glossary import GlossaryQueryRewriter
 from .llm_text import LayerFailure, ask, require_provider
 
 SINGLE = "single"

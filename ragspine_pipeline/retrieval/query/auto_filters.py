@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..lexical.analyzer import normalize
-from ..lexical.glossary import GlossaryQueryRewriter
+from ..lexical.analysis.analyzer import normalize
+from ..lexical.analysis.glossary import GlossaryQueryRewriter
 from .llm_text import LayerFailure, ask, require_provider
 
 _YEAR = re.compile(r"(?:(?<![a-z0-9])fy\s?)?(?<!\d)((?:19|20)\d{2})(?!\d)")

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..lexical.analyzer import normalize, tokenize
+from ..lexical.analysis.analyzer import normalize, tokenize
 from .llm_text import LayerFailure, ask, parse_lines, require_provider
 
 MAX_ROUNDS = 2

@@ -33,9 +33,9 @@ from typing import Any
 
 from ... import settings
 from ..filters import FilterError, compile_filters
-from ..lexical.analyzer import normalize
-from ..lexical.glossary import QueryVariant, query_variants
-from ..lexical.hybrid import FILTER_FIELDS
+from ..hybrid.retriever import FILTER_FIELDS
+from ..lexical.analysis.analyzer import normalize
+from ..lexical.analysis.glossary import QueryVariant, query_variants
 from ..limits import InvalidText, QueryTooLong, check_query
 from .result import CURRENT_PROBE, CURRENT_REPORT, Refusal
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...sensitivity import is_restricted
-from ..lexical.fusion import DEFAULT_RRF_K, rrf_fuse
+from ..hybrid.fusion import DEFAULT_RRF_K, rrf_fuse
 from ..limits import check_query
 from ..postprocess.base import LAYERS_KEY
 from .adaptive import DECOMPOSE, SINGLE

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from itertools import zip_longest
 from typing import Any, Protocol
 
-from ..lexical.glossary import GlossaryQueryRewriter
+from ..lexical.analysis.glossary import GlossaryQueryRewriter
 from .llm_text import LayerFailure, ask, parse_lines, require_provider
 
 #: Ceiling on a transform's variants besides the original (RAG-Fusion's ``max_variants``;

@@ -20,8 +20,8 @@ from typing import Any
 from ... import settings
 from ...sensitivity import is_restricted
 from ..chunking.chunking import Chunk, SourceLocator
-from ..lexical.analyzer import Analyzer
-from ..lexical.hybrid import HybridRetriever
+from ..hybrid.retriever import HybridRetriever
+from ..lexical.analysis.analyzer import Analyzer
 from ..limits import check_query
 from ..link.narrative_link import build_snippet
 from ..vector.embedding_backends import EmbeddingBackend

@@ -49,7 +49,7 @@ import numpy as np
 
 from ...sensitivity import is_restricted, resolve_label
 from ..chunking.chunking import Chunk, sentence_spans
-from ..lexical.analyzer import Analyzer, make_analyzer
+from ..lexical.analysis.analyzer import Analyzer, make_analyzer
 from ..vector.embedding_backends import EmbeddingBackend, backend_model_id
 
 DEFAULT_THRESHOLD = 0.35

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import settings
-from ..lexical.fusion import DEFAULT_RRF_K, FusionConfig
+from ..hybrid.fusion import DEFAULT_RRF_K, FusionConfig
 from .base import backend_model_id
 from .language_profile import GROUPS, LanguageProfile, profile
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ... import settings
 from ...llm.http import HTTPServiceError, post_json
-from ..lexical.analyzer import tokenize
+from ..lexical.analysis.analyzer import tokenize
 from . import onnx_backend
 from .auto_policy import POLICY_FILE
 from .base import (

@@ -22,8 +22,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..lexical.scripts import script_of
-from ..lexical.stopwords import stop_words_for
+from ..lexical.analysis.scripts import script_of
+from ..lexical.analysis.stopwords import stop_words_for
 
 GROUPS = ("en", "latin", "cyrillic", "arabic", "thai", "cjk", "other")
 

@@ -1,0 +1,1 @@
+"""The BM25 index and its scoring: ``BM25Index`` (plain postings), ``PackedBM25Index`` (block-packed postings), the memory-mapped opener, filters, top-k selection and the readable reference formula."""

@@ -1,0 +1,479 @@
+"""``PackedBM25Index``: the query API of ``BM25Index`` over a memory-mapped packed file.
+
+Why a class of its own (composed, not a ``BM25Index`` subclass): the packed layout has no
+per-posting weight array for the plain kernels to read; its kernels
+(``kernels.packed``) unpack blocks and recompute each weight exactly, so the answers
+are the plain layout's, bit for bit. ``index.mapped.open_index`` returns this class for a
+file whose TOC says ``"layout": "packed"``; everything that opens an index
+(``warehouse/lexical_files``, ``refresh.segments.open_segments``) gets it without a change.
+
+Integrity is the plain reader's: header, footer, TOC and checksum table at open; a term's
+per-term entries, block entries and packed words the first time the vocabulary resolves
+it (checksums, then the structure: widths, offsets, positions below N, skip data), the
+document lengths before the first query (every query reads them to recompute weights).
+Without numba (or ``kernel="numpy"``) a query decodes its terms with numpy and runs the
+plain numpy path (``index.numpy_search``) over them: slower, the same answers as a plain index's
+numpy path.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ....cpus import usable_cpus
+from ..format.file import HEADER_BYTES, CorruptIndexError
+from ..format.mapfile import MappedDocIds, _MappedFile
+from ..kernels import loader as bm25_kernel
+from ..kernels import numba_start
+from ..kernels.loader import fell_back
+from . import filter as bm25_filter
+from . import numpy_search as bm25_numpy
+from . import stats_query as bm25_stats_query
+from .bm25 import EXHAUSTIVE_MAX_DOCS, KERNELS, MAXSCORE_MIN_DOCS, candidate_mask
+from .corpus_stats import CorpusStats
+from .packed import (
+    BLOCK_ARRAYS,
+    PACKED_ARRAYS,
+    PAD_WORDS,
+    SLICE_BLOCKS,
+    PackedArrays,
+    block_pointers,
+    check_blocks,
+    compiled,
+    decode_term,
+    norm_of,
+    w_of,
+)
+from .packed_views import _PostingsView, _QueryPostings
+from .pool import (
+    POSTINGS_PER_THREAD,
+    BatchArrays,
+    batch_one_by_one,
+    batch_rows,
+    empty_batch,
+    run_batch,
+)
+from .postings import BLOCK_SIZE
+from .topk import DENSE, ScoredDocs, empty_scored, top_k, top_k_dense
+
+_TABLE_MAX = 1 << 20  # longest document length the weight tables cover (8 MiB each at most)
+_LOCK = threading.Lock()
+_KERNELS: Any = None
+_FILTERED: Any = None
+_UNFILTERED: Any = None  # unfiltered queries, single and batched: bm25_packed_route
+_TRIED = False
+_WARMED: set[str] = set()  # "code/lengths" dtype pairs whose entry points are compiled
+
+
+def load_packed_kernels(code: np.dtype | None = None, lengths: np.dtype | None = None) -> Any:
+    """The compiled packed kernels (``kernels.packed``; its filtered route is
+    ``index.packed_filter_search``), warmed for the length-code dtype ``code`` of the file
+    being opened (``doc_code``, or ``doc_len`` without codes) and the dtype ``lengths`` of
+    its compact lengths (``index.filter.compact_dtype``), or None without numba.
+
+    Why per dtype: every entry point compiles once per dtype of the length codes (and the
+    filtered one per width of the lengths), and a cold compile of all of them costs about
+    a minute per dtype on 2 cores. A file warms only its own dtypes at open, so its first
+    query never compiles, and a process that opens files of one kind never pays for (or
+    loads) the others."""
+    global _KERNELS, _FILTERED, _UNFILTERED, _TRIED
+    code = np.dtype(code if code is not None else np.uint8)
+    lengths = np.dtype(lengths if lengths is not None else np.uint8)
+    key = f"{code.str}/{lengths.str}"
+    if _TRIED and (_KERNELS is None or key in _WARMED):
+        return _KERNELS
+    with _LOCK:
+        if not _TRIED:
+            try:
+                numba_start.start()  # numba's start-up, less its BLAS probe
+                from ..kernels import packed as kernels
+                from ..kernels import packed_route as bm25_packed_route
+                from . import packed_filter_search as bm25_packed_filter_search
+
+                _KERNELS, _FILTERED, _UNFILTERED = kernels, bm25_packed_filter_search, bm25_packed_route
+            except ImportError:  # numba not installed: the numpy path
+                _KERNELS = None
+            except Exception as err:  # noqa: BLE001 - numba present but broken: the numpy path, said
+                fell_back(err)
+                _KERNELS = None
+            _TRIED = True
+        if _KERNELS is not None and key not in _WARMED:
+            try:
+                _warm(_KERNELS, _FILTERED, _UNFILTERED, code, lengths)
+            except Exception as err:  # noqa: BLE001 - a numba compile error: the numpy path, said
+                fell_back(err)
+                return None
+            _WARMED.add(key)
+    return _KERNELS
+
+
+def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype, lengths: np.dtype) -> None:
+    """Load (or compile) every entry point a query calls, for read-only arrays (what a
+    mapping gives) on a tiny index whose per-document length codes have dtype ``code``
+    (uint8/uint16 codes, or the lengths themselves) and whose compact lengths have dtype
+    ``lengths``. Not ``kernels.packed.search_one`` (the route runs it compiled into
+    its own code: no query calls its dispatcher, and loading it cost ~40 ms of a first
+    open) nor ``check_all`` (``verify``, at publish: it loads there)."""
+    from ..format.raw import RawPostings
+    from ..kernels.filter_stats import sliced_total
+    from .packed import encode
+
+    raw = RawPostings(indptr=np.array([0, 2], np.int64), indices=np.array([0, 1], np.int32),
+                      tf=np.array([1, 3], np.uint8), doc_len=np.array([1, 3], np.uint32), terms=["a"])
+    enc = encode(raw, 1.5, 0.75)
+    data = np.concatenate(list(enc.words()))
+    arrays = {"indptr": raw.indptr, "bptr": enc.bptr, "data": data, "doc_len": raw.doc_len, **enc.blocks,
+              "bit_row": np.array([0], np.int32), "bits": np.full((1, 1), 3, np.uint64)}
+    # Codes index the 4-entry tables below; lengths (no codes) are the lengths themselves.
+    arrays["doc_code"] = np.array([0, 1] if code.itemsize < 4 else [1, 3], code)
+    for a in (*arrays.values(), enc.idf, enc.w_max):  # a mapped file's idf and w_max are read-only too
+        a.setflags(write=False)
+    q = np.zeros(1, np.int64)
+    acc, touched = np.zeros(2), np.zeros(2, np.int32)
+    norm = norm_of(np.arange(4), 1.5, 0.75, 2.0)
+    wt = (norm, w_of(np.ones(4, np.int64), norm), 1.5, 0.75, 2.0)
+    pk = _pk_tuple(arrays)
+    for exhaustive in (0, 2):
+        unfiltered.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
+    unfiltered.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
+    filtered.warm(pk, wt, enc.w_max, 2, lengths)
+    # A dense mask's summed length (bm25_packed_filter_search._prepare_bits): not in its warm.
+    sliced_total(np.zeros(1, np.uint64), np.zeros((1, 1), np.uint64))
+    kernels.decode_term(pk, 0)  # a segment reads postings through it (bm25_segments)
+
+
+def _pk_tuple(a: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """The kernels' ``pk`` tuple (order fixed by ``kernels.packed``)."""
+    return (a["indptr"], a["bptr"], a["blk_last"], a["blk_off"], a["blk_dbits"], a["blk_tbits"],
+            a["blk_bmax"], a["data"], a["doc_len"], a["blk_maxtf"], a["blk_minlen"], a["bit_row"], a["bits"],
+            a.get("doc_code", a["doc_len"]))
+
+
+class _PackedFile(_MappedFile):
+    """The mapping of a packed file: a term's first use checks its blocks."""
+
+    def packed(self) -> PackedArrays:
+        a = self.arrays
+        return PackedArrays(data=a["data"], indptr=a["indptr"], bptr=a["bptr"],
+                            **{n: a[n] for n in BLOCK_ARRAYS})
+
+    def verify_term(self, t: int) -> None:
+        with self.lock:
+            if self.term_ok[t]:
+                return
+            a = self.arrays
+            for name in ("indptr", "bptr"):
+                self.elems(name, t, t + 2)
+            for name in ("idf", "w_max", "bit_row"):
+                self.elems(name, t, t + 1)
+            b0, b1 = int(a["bptr"][t]), int(a["bptr"][t + 1])
+            s, e = int(a["indptr"][t]), int(a["indptr"][t + 1])
+            row = int(a["bit_row"][t])
+            if not (0 <= s <= e and b0 >= 0 and b1 - b0 == -(-(e - s) // BLOCK_SIZE)
+                    and b1 < len(a["blk_off"]) and -1 <= row < a["bits"].shape[0]):
+                raise CorruptIndexError(self.path, f"postings pointers of term {t} are out of range")
+            if row >= 0:
+                words = a["bits"].shape[1]
+                self.elems("bits", row * words, (row + 1) * words)
+            for name in BLOCK_ARRAYS:
+                self.elems(name, b0, b1 + (name == "blk_off"))
+            if b0 > 0:
+                self.elems("blk_last", b0 - 1, b0)
+            w0, w1 = int(a["blk_off"][b0]), int(a["blk_off"][b1])
+            if not 0 <= w0 <= w1 <= len(a["data"]) - PAD_WORDS:
+                raise CorruptIndexError(self.path, f"packed words of term {t} lie outside the data")
+            self.elems("data", w0, w1 + PAD_WORDS)
+            problem = check_blocks(self.packed(), b0, b1, self.toc.n_docs, len(a["data"]))
+            if problem is not None:
+                raise CorruptIndexError(self.path, f"term {t}: {problem}")
+            self.term_ok[t] = True
+
+
+class PackedBM25Index(MappedDocIds):
+    """A packed BM25 file, memory-mapped (``open_packed``); ``BM25Index``'s query API."""
+
+    path: Path
+    n_terms: int
+    n_docs: int
+    k1: float
+    b: float
+
+    # ------------------------------------------------------------ shape
+    @property
+    def kernel(self) -> str:
+        return "numba" if self._kernels is not None else "numpy"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the postings arrays (what the plain index's ``nbytes`` counts)."""
+        return int(sum(self._file.arrays[n].nbytes for n in PACKED_ARRAYS))
+
+    @property
+    def df(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def decode(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """(doc positions, tf) of a verified term id."""
+        if self._kernels is not None:
+            return self._kernels.decode_term(self._pk, t)
+        return decode_term(self._file.packed(), t)
+
+    def _doc_lengths_read(self) -> None:
+        """Before the first query: lengths (and length codes) verified, as every query reads them."""
+        if not self._lengths_ok:
+            f = self._file
+            f.whole("doc_len")
+            if int(self._doc_len32.sum(dtype=np.int64)) != self.total_len:
+                raise CorruptIndexError(self.path, "document lengths do not add up to the recorded total")
+            if "doc_code" in f.arrays:
+                f.whole("doc_code")
+                f.whole("code_len")
+                codes, lengths = f.arrays["doc_code"], f.arrays["code_len"]
+                if len(codes) != self.n_docs or (self.n_docs and (int(codes.max()) >= len(lengths) or not
+                                                                  np.array_equal(lengths[codes], self._doc_len32))):
+                    raise CorruptIndexError(self.path, "document length codes do not match the lengths")
+            self._lengths_ok = True
+
+    def _query_term_ids(self, query_tokens: Sequence[str]) -> list[int]:
+        get = self.vocab.get
+        return [t for t in (get(q) for q in query_tokens) if t is not None]
+
+    def _weights(self) -> tuple[np.ndarray, np.ndarray, float, float, float]:
+        """The kernels' ``wt``: per length code (or per length up to the longest, at most
+        ``_TABLE_MAX``, for a file without codes) its norm and its w at tf 1, computed once
+        with the build's formula (``norm_of`` / ``w_of``, so identical floats); then k1, b
+        and the weights' avgdl."""
+        wt = self._wt
+        if wt is None:
+            self._doc_lengths_read()
+            if "doc_code" in self._file.arrays:  # tables by length code
+                lengths = self._file.arrays["code_len"]
+            else:  # tables by length, up to the longest document
+                lengths = np.arange(min(int(self._doc_len32.max()) if self.n_docs else 0, _TABLE_MAX) + 1)
+            norm = norm_of(lengths, self.k1, self.b, self._w_avgdl)
+            wt = self._wt = (norm, w_of(np.ones(len(norm), np.int64), norm), self.k1, self.b, self._w_safe)
+        return wt
+
+    def _as_mask(self, candidates: np.ndarray | None) -> np.ndarray | None:
+        self._doc_lengths_read()
+        return None if candidates is None else candidate_mask(candidates, self.n_docs)
+
+    # ------------------------------------------------------------ numpy path
+    def _query_postings(self, term_ids: list[int]) -> tuple[_QueryPostings, list[int]]:
+        """The distinct query terms decoded (plain arrays) and the query's local term ids."""
+        local: dict[int, int] = {}
+        for t in term_ids:
+            local.setdefault(t, len(local))
+        terms = list(local)
+        decoded = [self.decode(t) for t in terms]
+        indptr = np.zeros(len(terms) + 1, np.int64)
+        np.cumsum([len(d) for d, _ in decoded], out=indptr[1:])
+        docs = np.concatenate([d for d, _ in decoded]) if decoded else np.zeros(0, np.int64)
+        tf = np.concatenate([f for _, f in decoded]) if decoded else np.zeros(0, np.int64)
+        norm = norm_of(self._doc_len32[docs], self.k1, self.b, self._w_avgdl)
+        tids = np.asarray(terms, np.int64)
+        qp = _QueryPostings(indptr=indptr, indices=docs.astype(np.int32), tf=tf, w=w_of(tf, norm),
+                            df=np.diff(indptr), _idf_full=self._idf[tids], _w_max=self._w_max[tids],
+                            doc_len=self._doc_len32, n_docs=self.n_docs, avgdl=self.avgdl, k1=self.k1, b=self.b)
+        return qp, [local[t] for t in term_ids]
+
+    def _accumulate(self, query_tokens: Sequence[str], mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        qp, local = self._query_postings(self._query_term_ids(query_tokens))
+        return bm25_numpy.accumulate(qp, local, mask)  # type: ignore[arg-type]
+
+    def get_scores(self, query_tokens: Sequence[str], candidates: np.ndarray | None = None) -> np.ndarray:
+        """Dense score vector over all docs (0 outside the candidate mask)."""
+        ids, sc = self._accumulate(query_tokens, self._as_mask(candidates))
+        if ids is DENSE:
+            return sc
+        out = np.zeros(self.n_docs, dtype=np.float64)
+        out[ids] = sc
+        return out
+
+    # ------------------------------------------------------------ search
+    def search(self, query_tokens: Sequence[str], k: int = 10, candidates: Any = None, *,
+               stats: CorpusStats | None = None) -> ScoredDocs:
+        """Top-``k`` matching docs by (-score, position); only docs with score > 0.
+
+        ``candidates`` (a filter): a bool mask over the index positions, the surviving
+        positions (any order), or a ``PackedFilter``; ``stats``: a stack's statistics;
+        both as ``BM25Index.search`` takes them."""
+        if stats is not None:
+            return bm25_stats_query.search(self, query_tokens, k, candidates, stats, self._filtered_run,
+                                           self._stack_accumulate)
+        if k > 0 and self._kernels is not None:  # any filter form, prepared without a pass over N
+            return self._search_compiled(query_tokens, k, candidates)
+        mask = self._as_mask(candidates)
+        if k <= 0:
+            return empty_scored()
+        if mask is None:
+            qp, local = self._query_postings(self._query_term_ids(query_tokens))
+            pruned = bm25_numpy.maxscore(qp, local, k, MAXSCORE_MIN_DOCS)  # type: ignore[arg-type]
+            if pruned is not None:
+                return pruned
+            ids, sc = bm25_numpy.accumulate(qp, local, None)  # type: ignore[arg-type]
+        else:
+            ids, sc = self._accumulate(query_tokens, mask)
+        return top_k_dense(sc, k) if ids is DENSE else top_k(ids, sc, k)
+
+    def _search_compiled(self, query_tokens: Sequence[str], k: int, candidates: Any) -> ScoredDocs:
+        tids = np.array(self._query_term_ids(query_tokens), np.int64)
+        if candidates is not None:
+            self._doc_lengths_read()
+        if not len(tids) or self.avgdl == 0:
+            if candidates is not None:
+                bm25_filter.check(candidates, self.n_docs)
+            return empty_scored()
+        if candidates is None:
+            sc = self._scratch
+            ids, scores = _UNFILTERED.search_one(self._pk, self._idf, self._w_max, tids, self._weights(), int(k),
+                                                 sc.acc, sc.touched, self._exhaustive_docs)
+            return ScoredDocs(ids, scores)
+        # A mask, positions or packed words: survivor statistics without a pass over N
+        # lengths (bm25_packed_filter_search).
+        return self._filtered.search(self, tids, int(k), candidates)
+
+    def survivor_stats(self, query_tokens: Sequence[str], candidates: Any = None) -> CorpusStats:
+        """This index's part of a stack's statistics (``BM25Index.survivor_stats``)."""
+        return bm25_stats_query.survivor_stats(self, query_tokens, candidates, self._filtered_run)
+
+    def _filtered_run(self, tids: np.ndarray, k: int, candidates: Any,
+                      stack: bm25_stats_query.StackArgs) -> tuple[np.ndarray, np.ndarray, Any]:
+        return self._filtered.run(self, tids, k, candidates, stack)
+
+    def _stack_accumulate(self, term_ids: list[int], mask: np.ndarray,
+                          stack: bm25_stats_query.StackArgs) -> tuple[np.ndarray, np.ndarray]:
+        qp, local = self._query_postings(term_ids)
+        return bm25_numpy.accumulate(qp, local, mask, stack)  # type: ignore[arg-type]
+
+    def search_batch(self, queries: Sequence[Sequence[str]], k: int = 10, *,
+                     threads: int | None = None) -> list[ScoredDocs]:
+        """``search(q, k)`` for each unfiltered query; results equal ``search``'s."""
+        if k <= 0 or not queries:
+            return [empty_scored() for _ in queries]
+        if self._kernels is None or self.avgdl == 0:
+            return [self.search(q, k) for q in queries]
+        return batch_rows(self.search_batch_arrays(queries, k, threads=threads))
+
+    def search_batch_arrays(self, queries: Sequence[Sequence[str]], k: int = 10, *,
+                            threads: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The batch as arrays (ids[nq, k] padded with -1, scores[nq, k], counts[nq]); the
+        compiled kernel runs chunks of it without the GIL on the shared batch pool."""
+        nq, kk = len(queries), max(int(k), 0)
+        self._doc_lengths_read()
+        if kk == 0 or nq == 0 or self.avgdl == 0:
+            return empty_batch(nq, kk)
+        if self._kernels is None:
+            return batch_one_by_one(self.search, queries, kk)
+        kernel = _UNFILTERED.search_batch
+        wt = self._weights()
+
+        def run(flat: np.ndarray, ptr: np.ndarray) -> BatchArrays:
+            return kernel(self._pk, self._idf, self._w_max, flat, ptr, wt, kk, self.n_docs, self._exhaustive_docs)
+
+        return run_batch(queries, self.vocab.get, lambda known: (self.indptr[known + 1] - self.indptr[known]).sum(),
+                         int(threads or usable_cpus()), POSTINGS_PER_THREAD, run)
+
+    # ------------------------------------------------------------ full check
+    def verify(self) -> None:
+        """Every checksum and the whole structure, every block decoded and its skip data and
+        bounds recomputed (what publishing runs before the rename)."""
+        f = self._file
+        self._blocks.check(HEADER_BYTES, self._blocks.end)
+        self._lengths_ok = False
+        self._doc_lengths_read()
+        a, n, nt = f.arrays, self.n_docs, self.n_terms
+        ip, bp = a["indptr"], a["bptr"]
+        n_blocks = len(a["blk_last"])
+        ok = (len(ip) == nt + 1 and len(bp) == nt + 1 and int(ip[0]) == 0 and bool((np.diff(ip) >= 0).all())
+              and np.array_equal(bp, block_pointers(ip)) and int(bp[-1]) == n_blocks
+              and all(len(a[x]) == n_blocks + (x == "blk_off") for x in BLOCK_ARRAYS)
+              and len(a["idf"]) == nt and len(a["w_max"]) == nt and int(a["blk_off"][0]) == 0
+              and len(a["bit_row"]) == nt and a["bits"].shape[1] == (n + 63) // 64
+              and bool((a["bit_row"] >= -1).all()) and bool((a["bit_row"] < a["bits"].shape[0]).all())
+              and int(a["blk_off"][-1]) == len(a["data"]) - PAD_WORDS and not a["data"][-PAD_WORDS:].any())
+        ok = ok and self._tables_ok(f)
+        if not ok:
+            raise CorruptIndexError(self.path, "index structure is inconsistent")
+        pk, norm = f.packed(), norm_of(self._doc_len32, self.k1, self.b, self._w_avgdl)
+        kernels = compiled()
+        if kernels is not None and n_blocks:
+            bad = int(kernels.check_all(self._pk, n, len(a["data"]), norm))
+            if bad >= 0:
+                raise CorruptIndexError(self.path, f"block {bad}: fields, offsets, positions or skip data "
+                                                   f"do not match its postings")
+        for b0 in range(0, n_blocks if kernels is None else 0, SLICE_BLOCKS):
+            problem = check_blocks(pk, b0, min(b0 + SLICE_BLOCKS, n_blocks), n, len(a["data"]), norm,
+                                   self._doc_len32)
+            if problem is not None:
+                raise CorruptIndexError(self.path, f"blocks from {b0}: {problem}")
+        nonempty = np.flatnonzero(np.diff(ip))
+        w_max = np.zeros(nt)
+        if len(nonempty):
+            w_max[nonempty] = np.maximum.reduceat(a["blk_bmax"], bp[nonempty])
+        if not np.array_equal(w_max, a["w_max"]):
+            raise CorruptIndexError(self.path, "term max weights do not match the block maxima")
+        for t in np.flatnonzero(a["bit_row"] >= 0).tolist():
+            row = np.zeros(a["bits"].shape[1] * 64, np.bool_)
+            row[decode_term(pk, t)[0]] = True
+            if not np.array_equal(np.packbits(row, bitorder="little").view(np.uint64), a["bits"][a["bit_row"][t]]):
+                raise CorruptIndexError(self.path, f"bitset of term {t} does not match its postings")
+        f.term_ok[:] = True
+        self.vocab._table_ok = True
+
+
+def _lengths_dtype(a: dict[str, np.ndarray]) -> np.dtype:
+    """The dtype of the file's compact lengths (``PackedFilterSupport.lengths``): from its
+    longest length, the last of its sorted length codes (a read of one value), or the
+    lengths' maximum for a file without codes. Only the kernels warmed depend on it: the
+    lengths are checked against the codes before any query."""
+    if "doc_code" in a:
+        code_len = a["code_len"]
+        return bm25_filter.compact_dtype(int(code_len[-1]) if len(code_len) else 0)
+    return bm25_filter.compact_dtype(int(a["doc_len"].max()) if len(a["doc_len"]) else 0)
+
+
+def open_packed(f: _PackedFile, vocab: Any, tables_ok: Callable[[_MappedFile], bool], *,
+                kernel: str = "auto") -> PackedBM25Index:
+    """A ``PackedBM25Index`` over a mapped packed file whose TOC ``read_toc`` has checked
+    (``index.mapped.open_index`` calls this with its vocabulary and its table checks)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown BM25 kernel {kernel!r}; available: {', '.join(KERNELS)}")
+    path, toc = f.path, f.toc
+    for name in (*PACKED_ARRAYS, "vocab_hash", "vocab_tid", "vocab_off", "vocab_blob"):
+        f.array(name)  # every one present
+    a = f.arrays
+    if len(a["doc_len"]) != toc.n_docs or len(a["indptr"]) != toc.n_terms + 1 or len(a["data"]) < PAD_WORDS:
+        raise CorruptIndexError(path, "array sizes do not match the recorded counts")
+    ix = PackedBM25Index.__new__(PackedBM25Index)
+    ix.path, ix._toc, ix._file, ix._blocks = path, toc, f, f.blocks
+    ix.n_terms, ix.n_docs, ix.k1, ix.b = toc.n_terms, toc.n_docs, float(toc.k1), float(toc.b)
+    ix.total_len = int(toc.total_len)
+    ix.avgdl = ix.total_len / ix.n_docs if ix.n_docs else 0.0
+    # The weights' avgdl: the corpus's for a segment (as the plain layout computes it).
+    ix._w_avgdl = toc.corpus_len / toc.corpus_docs if toc.corpus_docs else ix.avgdl
+    ix._w_safe = ix._w_avgdl if ix._w_avgdl > 0 else 1.0
+    ix._lengths_ok = False
+    ix._wt = None
+    ix.indptr, ix.doc_len = a["indptr"], a["doc_len"]
+    ix._doc_len32 = a["doc_len"]
+    ix._idf, ix._w_max = a["idf"], a["w_max"]
+    ix.indices, ix.tf = _PostingsView(ix, 0), _PostingsView(ix, 1)
+    ix.vocab = vocab
+    ix._tables_ok = tables_ok
+    for name in ("doc_id_off", "doc_id_blob", "global_pos"):
+        if name in a:
+            setattr(ix, f"_{name}", a[name])
+    ix._kernels = None if kernel == "numpy" else load_packed_kernels(a.get("doc_code", a["doc_len"]).dtype,
+                                                                     _lengths_dtype(a))
+    ix._filtered = None if ix._kernels is None else _FILTERED
+    bm25_kernel.require(kernel, ix._kernels)
+    ix._pk = _pk_tuple(a)
+    ix._exhaustive_docs = EXHAUSTIVE_MAX_DOCS
+    ix._scratch = bm25_kernel.Scratch(ix.n_docs) if ix._kernels is not None else None
+    return ix

@@ -8,8 +8,11 @@ query). Each multi-library setup is asked through ``MultiIndexRetriever`` (route
 
 * ``rrf``: each library ranked alone, the lists fused by rank (the spec's rule; the only
   behaviour before issue 43, so a run on older code measures it whatever the variable says);
-* ``global``: one ranking over the union (BM25 with the union's statistics, raw cosine
-  across libraries, one fusion).
+* ``global``: one ranking over the union (BM25 with the statistics of the libraries that
+  hold the query's language, ``language_scope``; raw cosine across libraries; one fusion);
+* ``global-union``: ``global`` with every library's BM25 statistics summed whatever the
+  query's language (``MultiIndexRetriever(language_scope=False)``, the ``global`` of
+  before the scope), so one run compares the two on the same code.
 
 nDCG@10 at document level (a document at its best chunk) over every judged query, with
 ``retrieve(top_k=10)``, the product's default analyzer and whole-document chunks (as
@@ -55,7 +58,9 @@ SETS = ("scifact", "cranfield", "cmrc2018-trial", "xquad-de", "xquad-ru", "xquad
 # Extra (unrelated) libraries per set: two other sets, English ones first (they share the
 # most vocabulary with the English sets, so they are the harder noise).
 NOISE_POOL = ("cranfield", "scifact", "xquad-de")
-MODES = ("rrf", "global")
+# ``global-union``: ``global`` with every library's BM25 statistics summed whatever the
+# query's language (``language_scope=False``; the default before the language scope).
+MODES = ("rrf", "global", "global-union")
 # nDCG@10 needs the first 10 only; a fused top 10 is the same from top-10 or top-100 lists
 # (a hit past rank 10 of its list is outranked by that list's own first 10, in RRF and in a
 # score-merged union alike). The "before" table was asked with top_k=100.
@@ -133,6 +138,15 @@ def setups(chunks: list[Any], name: str, root: Path, channels: str) -> dict[str,
     return out
 
 
+def scope_arg(mode: str) -> dict[str, bool]:
+    """``global-union`` turns the language scope off (on code without it, no argument)."""
+    import inspect
+
+    if "language_scope" not in inspect.signature(MultiIndexRetriever).parameters:
+        return {}
+    return {"language_scope": mode != "global-union"}
+
+
 def git_head() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -148,7 +162,9 @@ def write_md(path: Path, data: dict[str, Any]) -> None:
              "Setups: the set "
              "hashed into 2 or 4 libraries by doc id; `split2+A+B`: the 2-way split plus sets A and B as extra "
              "libraries. Δ = split − one library; the target is |Δ| ≤ 0.005 "
-             "(`rrf`: per-library ranking fused by rank, the spec's rule; `global`: one ranking over the union).",
+             "(`rrf`: per-library ranking fused by rank, the spec's rule; `global`: one ranking over the union, "
+             "BM25 weighed against the libraries of the query's language; `global-union`: the same with every "
+             "library's statistics summed, the `global` of before the language scope).",
              "", "| set | channels | one library | setup | mode | nDCG@10 | Δ | within 0.005 | ms/query |",
              "|---|---|---|---|---|---|---|---|---|"]
     for key, cell in data["cells"].items():
@@ -211,9 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 key = f"{name}|{channels}|{setup}|{mode}"
                 if key in data["cells"]:
                     continue
-                os.environ[MULTI_FUSION_ENV] = mode
+                os.environ[MULTI_FUSION_ENV] = mode.split("-")[0]
                 try:
-                    multi = MultiIndexRetriever(retrievers, router=None)
+                    multi = MultiIndexRetriever(retrievers, router=None, **scope_arg(mode))
                 finally:
                     os.environ.pop(MULTI_FUSION_ENV, None)
                 data["cells"][key] = score(multi, queries)

@@ -4,7 +4,9 @@ Ranking (``RAGSPINE_MULTI_FUSION``, read when the retriever is built; ``fusion=`
 
 * ``global`` (default): the selected libraries are ranked as ONE collection
   (``global_rank``): BM25 with the union's statistics, raw cosine across libraries
-  embedded with the same model, one fusion over the union. ``scores.fused`` is that one
+  embedded with the same model, one fusion over the union. A query is weighed against the
+  libraries that hold its language (``language_scope``; ``language_scope=False`` sums
+  every library's statistics), and ``last["bm25_scope"]`` names them. ``scores.fused`` is that one
   fusion's score, so it falls with rank. Used when the libraries share their reranker,
   post-processor and rerank depth (the served assembly resolves them once for all); else
   the retriever falls back to ``rrf`` and ``last["fusion"]`` says why.
@@ -120,11 +122,14 @@ class MultiIndexRetriever:
     ``fusion``: ``global`` | ``rrf`` (None reads ``RAGSPINE_MULTI_FUSION``, default global).
     ``min_relative_strength``: None reads ``RAGSPINE_LIBRARY_MIN_STRENGTH`` (unset: 0, every
     selected library is fused); a value in (0, 1] turns the strength gate on.
+    ``language_scope``: ``global`` weighs BM25 against the libraries of the query's
+    language (``language_scope``); False sums every searched library's statistics.
     """
 
     def __init__(self, retrievers: Mapping[str, NarrativeIndexRetriever], *, router: Router | None = None,
                  rrf_k: int = DEFAULT_RRF_K, min_relative_strength: float | None = None,
-                 retry_without_filters: bool = True, fusion: str | None = None) -> None:
+                 retry_without_filters: bool = True, fusion: str | None = None,
+                 language_scope: bool = True) -> None:
         if min_relative_strength is None:
             min_relative_strength = min_strength_from_env()
         if not 0.0 <= min_relative_strength <= 1.0:
@@ -134,6 +139,7 @@ class MultiIndexRetriever:
             raise ValueError(f"unknown multi-library fusion {fusion!r} ({MULTI_FUSION_ENV}); "
                              f"expected one of {MULTI_FUSIONS}")
         self.fusion = fusion
+        self.language_scope = language_scope
         self.min_relative_strength = min_relative_strength
         if not retrievers:
             raise ValueError("MultiIndexRetriever needs at least one library")
@@ -142,6 +148,7 @@ class MultiIndexRetriever:
         self.rrf_k = rrf_k
         self.retry_without_filters = retry_without_filters
         self.last: dict[str, Any] = {}  # the last query's route, fallback and ranking, for reports
+        self._scope_report: dict[str, Any] = {}
 
     def route(self, query: str) -> list[str]:
         if self.router is None:
@@ -179,6 +186,9 @@ class MultiIndexRetriever:
         if how == "global":  # a sharded front scores with its own statistics (``global_rank``)
             exact = all(takes_stats(self.retrievers[lib].index.retriever.index) for lib in libs)
             self.last["bm25_stats"] = "union" if exact else "per_library"
+            # The libraries whose statistics weighed each query text (``language_scope``);
+            # a text not listed was weighed against every library searched.
+            self.last["bm25_scope"] = self._scope_report.get("bm25_scope", {})
         return out
 
     # ------------------------------------------------------------------ one step
@@ -207,10 +217,13 @@ class MultiIndexRetriever:
         parts = {lib: self.retrievers[lib].index.retriever for lib in libs}
         budget = [int(p.restricted.sum()) for p in parts.values()]
         restricted = _LabelCheck()
+        self._scope_report: dict[str, Any] = {}
         depth = max(top_k, first.rerank_depth) if first.reranker is not None else top_k
         depth += DUPLICATE_MARGIN if first.collapse_duplicates else 0
         for _ in range(REFILL_ROUNDS):
-            ghits, more = union_hits(parts, query, filters, depth, budget, rrf_k=self.rrf_k)
+            self._scope_report.clear()
+            ghits, more = union_hits(parts, query, filters, depth, budget, rrf_k=self.rrf_k,
+                                     language_scoped=self.language_scope, report=self._scope_report)
             lib_of = {id(g.hit): g.library_id for g in ghits}
             groups = group_candidates(open_ranked(query, [g.hit for g in ghits], first.reranker, first.rerank_depth,
                                                   restricted, limit=None if first.collapse_duplicates else top_k),

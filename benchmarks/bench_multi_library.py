@@ -107,7 +107,7 @@ def library(chunks: Sequence[Any], name: str, channels: str) -> NarrativeIndexRe
     if be is not None:
         import numpy as np
 
-        idx.retriever._ensure_vectors(np.arange(len(idx.retriever.chunks)))  # embed (or read the cache) now
+        idx.retriever.ensure_vectors(np.arange(len(idx.retriever.chunks)))  # embed (or read the cache) now
     return NarrativeIndexRetriever(idx)
 
 
@@ -157,7 +157,7 @@ def git_head() -> str:
 
 def write_md(path: Path, data: dict[str, Any]) -> None:
     lines = [f"# Multi-library ranking: a split collection against the same set as one library ({data['label']})",
-             "", f"Command: `{data['command']}`  ", f"Code: {data['code']}; machine: {data['machine']}", "",
+             "", f"Command: `{data.get('command', '')}`  ", f"Code: {data['code']}; machine: {data['machine']}", "",
              f"nDCG@10 (document level, all judged queries, `retrieve(top_k={data.get('top_k', 100)})`, router none). "
              "Setups: the set "
              "hashed into 2 or 4 libraries by doc id; `split2+A+B`: the 2-way split plus sets A and B as extra "
@@ -167,7 +167,14 @@ def write_md(path: Path, data: dict[str, Any]) -> None:
              "library's statistics summed, the `global` of before the language scope).",
              "", "| set | channels | one library | setup | mode | nDCG@10 | Δ | within 0.005 | ms/query |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for key, cell in data["cells"].items():
+    def order(key: str) -> tuple[Any, ...]:
+        s, ch, setup, mode = key.split("|")
+        return (ch != "bm25", SETS.index(s) if s in SETS else len(SETS), s,
+                ("split2", "split4").index(setup) if setup in ("split2", "split4") else 2,
+                MODES.index(mode) if mode in MODES else len(MODES))
+
+    for key in sorted(data["cells"], key=order):
+        cell = data["cells"][key]
         s, ch, setup, mode = key.split("|")
         if setup == "one":
             continue
@@ -177,9 +184,68 @@ def write_md(path: Path, data: dict[str, Any]) -> None:
         d = cell["ndcg@10"] - one["ndcg@10"]
         lines.append(f"| {s} | {ch} | {one['ndcg@10']:.4f} | {setup} | {mode} | {cell['ndcg@10']:.4f} | "
                      f"{d:+.4f} | {'yes' if abs(d) <= TOLERANCE else 'no'} | {cell['ms_per_query']} |")
+    if data.get("diagnosis"):
+        lines += ["", f"Where the `split2+A+B` loss of `global-union` comes from (BM25, "
+                  f"`{data.get('diagnosis_command', '--diagnose')}`: "
+                  "`rank_union` top 10, no duplicate collapsing): *stats only* ranks the set's own libraries with "
+                  "the union's statistics (the unrelated libraries count in N, length and df but return no hit); "
+                  "*their documents* = union − stats only; *in top 10*: queries with an unrelated document in the "
+                  "union's top 10 (documents in all); *scoped*: with the language scope.", "",
+                  "| set | setup | one library | union Δ | stats only Δ | their documents Δ | in top 10 | "
+                  "queries worse / better (union) | scoped Δ |", "|---|---|---|---|---|---|---|---|---|"]
+        for s, d in data["diagnosis"].items():
+            lines.append(f"| {s} | {d['setup']} | {d['one']:.4f} | {d['union'] - d['one']:+.4f} | "
+                         f"{d['stats_only'] - d['one']:+.4f} | {d['union'] - d['stats_only']:+.4f} | "
+                         f"{d['queries_with_unrelated']} ({d['unrelated_docs']}) | {d['worse']} / {d['better']} | "
+                         f"{d['scoped'] - d['one']:+.4f} |")
     if data.get("notes"):
         lines += ["", *data["notes"]]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+class _Unranked:
+    """A library's BM25 index that counts in the union's statistics but returns no hit."""
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+
+    def survivor_stats(self, *args: Any, **kwargs: Any) -> Any:
+        return self.index.survivor_stats(*args, **kwargs)
+
+    def search(self, toks: Any, k: int = 10, candidates: Any = None, *, stats: Any = None) -> Any:
+        got = self.index.search(toks, k=k, candidates=candidates, stats=stats)
+        return dataclasses.replace(got, ids=got.ids[:0], scores=got.scores[:0])
+
+
+def diagnose(root: Path, name: str) -> dict[str, Any]:
+    """Split a ``split2+A+B`` BM25 loss into the statistics' part and the unrelated documents' part."""
+    import copy
+
+    import numpy as np
+
+    from ragspine_pipeline.retrieval.link.global_rank import rank_union
+
+    chunks, ds = set_chunks(root, name)
+    queries = [(ds.queries[q], {d: float(g) for d, g in ds.qrels[q].items()}) for q in ds.judged_queries]
+    key, libs = next((k, v) for k, v in setups(chunks, name, root, "bm25").items() if k.startswith("split2+"))
+    parts = {lib: library(cs, lib, "bm25").index.retriever for lib, cs in sorted(libs.items())}
+    muted = dict(parts)
+    for lib in (lib for lib in parts if lib.startswith("noise-")):
+        muted[lib] = copy.copy(parts[lib])
+        muted[lib].index = _Unranked(parts[lib].index)
+
+    def run(ps: dict[str, Any], scoped: bool) -> tuple[Any, Any]:
+        got = [rank_union(ps, text, None, DEPTH, language_scoped=scoped) for text, _ in queries]
+        ndcg = [ndcg_at_k(dedupe_keep_best([h.hit.chunk.doc_id for h in hits]), qrels, 10)
+                for hits, (_, qrels) in zip(got, queries, strict=True)]
+        return np.array(ndcg), np.array([sum(h.library_id.startswith("noise-") for h in hits) for hits in got])
+
+    one, _ = run({name: library(chunks, name, "bm25").index.retriever}, False)
+    union, noise = run(parts, False)
+    return {"setup": key, "one": float(one.mean()), "union": float(union.mean()),
+            "stats_only": float(run(muted, False)[0].mean()), "scoped": float(run(parts, True)[0].mean()),
+            "queries_with_unrelated": int((noise > 0).sum()), "unrelated_docs": int(noise.sum()),
+            "worse": int((union < one - 1e-9).sum()), "better": int((union > one + 1e-9).sum())}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -191,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--label", default="after", help="results file suffix: multi_library[_LABEL].json")
     ap.add_argument("--limit", type=int, default=None, help="first N judged queries per set (smoke runs)")
     ap.add_argument("--fresh", action="store_true")
+    ap.add_argument("--diagnose", action="store_true",
+                    help="only the split2+A+B BM25 diagnosis of each set (statistics vs unrelated documents)")
     args = ap.parse_args(argv)
     root = use_data(args.data)
     require_sets(root, set(args.sets) | set(NOISE_POOL))
@@ -198,8 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stem = "multi_library" if args.label == "after" else f"multi_library_{args.label}"
     jpath, mpath = out / f"{stem}.json", out / f"{stem}.md"
     data: dict[str, Any] = {} if args.fresh or not jpath.exists() else json.loads(jpath.read_text())
-    data.update({"label": args.label, "code": git_head(), "command": "python " + " ".join(sys.argv),
+    command = "python " + " ".join(sys.argv)
+    data.update({"label": args.label, "code": git_head(),
                  "machine": {"cpu_count": os.cpu_count(), "loadavg_at_start": list(os.getloadavg())}})
+    data["diagnosis_command" if args.diagnose else "command"] = command
     data.setdefault("cells", {})
     data["top_k"] = DEPTH
 
@@ -207,6 +277,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         jpath.write_text(json.dumps(data, indent=1), encoding="utf-8")
         write_md(mpath, data)
 
+    if args.diagnose:
+        for name in args.sets:
+            data.setdefault("diagnosis", {})[name] = diagnose(root, name)
+            save()
+            print(name, data["diagnosis"][name], file=sys.stderr, flush=True)
+        say_written([jpath, mpath])
+        return 0
     plan = [(s, "bm25") for s in args.sets] + [(s, "hybrid") for s in args.sets if s in args.hybrid_sets]
     for name, channels in plan:
         chunks, ds = set_chunks(root, name)

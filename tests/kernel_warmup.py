@@ -25,11 +25,12 @@ numba's default cache in place and the tests compile as before.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import tempfile
 import time
 from pathlib import Path
+
+from ragspine_pipeline.retrieval.lexical.kernels.kernel_cache import source_stamp
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ragspine_pipeline"
 ENV_ROOT = "SPINE_TEST_NUMBA_CACHE"  # not RAGSPINE_*: the tests clear those
@@ -39,14 +40,10 @@ __all__ = ["kernel_stamp", "use_stamped_cache", "warm"]
 
 def kernel_stamp(package: Path = PACKAGE) -> str:
     """A digest of the path and contents of every module under ``package`` that mentions
-    numba (the kernels and what they inline), wherever a later layout puts them."""
-    h = hashlib.blake2b(digest_size=10)
-    for path in sorted(package.rglob("*.py")):
-        raw = path.read_bytes()
-        if b"numba" in raw:
-            h.update(f"{path.relative_to(package).as_posix()}\0{len(raw)}\0".encode())
-            h.update(raw)
-    return h.hexdigest()
+    numba (the kernels and what they inline), wherever a later layout puts them: the
+    engine's own stamp (``kernel_cache.source_stamp``, which imports no numba) over the
+    whole package, 10 bytes as the cache folders are named."""
+    return source_stamp(package, digest_size=10)
 
 
 def _cache_root() -> Path:

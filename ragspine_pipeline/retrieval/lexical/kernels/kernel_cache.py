@@ -26,12 +26,13 @@ _done = False
 __all__ = ["ensure_fresh", "source_stamp"]
 
 
-def source_stamp(folder: Path) -> str:
+def source_stamp(folder: Path, digest_size: int = 16) -> str:
     """A digest of the path and contents of each module under the folder (sub-packages
     included: the kernels sit in ``kernels/``, what they inline may sit beside it) that
     mentions numba: an edit elsewhere keeps the cache, and so does a checkout that only
-    touches the files."""
-    h = hashlib.blake2b(digest_size=16)
+    touches the files. The one stamp of the kernel sources: the tests' stamped cache
+    folder (``tests/kernel_warmup.kernel_stamp``) is this over the whole engine."""
+    h = hashlib.blake2b(digest_size=digest_size)
     for path in sorted(folder.rglob("*.py")):
         raw = path.read_bytes()
         if b"numba" in raw:

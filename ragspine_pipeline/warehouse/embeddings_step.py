@@ -16,21 +16,44 @@ incremental run cannot switch models half-way. The concrete model key becomes th
 embeddings version's ``spec`` (so the snapshot rebuilds exactly that model for queries),
 and the choice (group, model, fusion, why, and every language the library holds, per
 document) is stored in its metadata and the snapshot's.
+
+The published vector file (issue 47): ``write_vector_file`` writes the served chunks' unit
+vectors into the version before it is published (``retrieval/vector/published``: int8
+pre-selection, exact float32 rescoring, shared pages), and ``write_ann_file`` the ANN
+index beside it where the version is large enough; ``serve_vectors`` hands a snapshot's
+retriever the mapped file, or the table's rows for a version from before the file.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ..retrieval.hybrid.fusion import fusion_configured, fusion_from_env
+from ..retrieval.lexical.format.file import id_digest
+from ..retrieval.vector.base import EmbeddingBackendUnavailable
 from ..retrieval.vector.batching import DEFAULT_STREAM_BATCH, embed_in_batches
+from ..retrieval.vector.published import FORMAT_VERSION as VECTOR_FORMAT
+from ..retrieval.vector.published import (
+    VECTOR_FILE,
+    PublishedVectors,
+    open_vectors,
+    unit_rows,
+    write_vectors,
+)
 from ..sensitivity import is_restricted
-from .chunk_tables import active_chunk_table, withheld_docs
+from .chunk_tables import active_chunk_table, served_chunk_table, withheld_docs
+from .versioned import read_segments
 
 LOG = logging.getLogger("ragspine.warehouse.embeddings")
 PROGRESS_LOG = logging.getLogger("ragspine.progress")
@@ -192,3 +215,136 @@ def embed_with_progress(backend: Any, texts: list[str], library: str, log: Calla
     say(f"{desc}: {len(texts):,} texts to embed in batches of {batch}")
     hook = EmbedProgress(desc, say, batch=batch, large=large_documents(ids), clock=clock)
     return embed_in_batches(backend, texts, batch=batch, progress=hook)
+
+
+# ---------------------------------------------------------------- the published vector file
+ANN_FILE = "vectors.ann"
+"""The ANN index beside the vector file (``write_ann_file``), same row order."""
+VECTOR_BATCH = 65536
+"""Served rows normalized and written at a time (a float32 batch of ~100 MB at d=384)."""
+
+
+def vector_file(version_dir: str | os.PathLike[str]) -> Path | None:
+    """The embeddings version's published vector file, or None (a version from before it)."""
+    path = Path(version_dir) / VECTOR_FILE
+    return path if path.is_file() else None
+
+
+def write_vector_file(wh: Any, library: str, pub: Any, chunks_version: str,
+                      metadata: dict[str, Any]) -> dict[str, Any]:
+    """Write ``VECTOR_FILE`` into the (unpublished) embeddings version ``pub``: the unit
+    vectors of the chunks a snapshot of ``chunks_version`` serves (active, not withheld,
+    not RESTRICTED: no row for a hidden chunk, as the served index), in chunk_id order
+    (the retriever's positions), normalized exactly as ``preload_vectors`` normalizes.
+    Returns the metadata to report; a served chunk without a vector writes no file
+    (``vector_file_skipped`` says why; serving then reads the table, as before)."""
+    t0 = time.perf_counter()
+    ids = served_chunk_table(wh, library, chunks_version, columns=["chunk_id"]).column("chunk_id").combine_chunks()
+    table = read_segments(pub, "vectors", columns=["chunk_id", "vector"])
+    n = table.num_rows
+    if n and len(pc.unique(table.column("chunk_id"))) != n:  # the newest row of an id wins (aligned_rows)
+        table = table.take(pa.array(np.arange(n - 1, -1, -1)))
+    where = pc.index_in(ids, value_set=table.column("chunk_id").combine_chunks())
+    if where.null_count:
+        return {"vector_file": None, "vector_file_skipped": f"{where.null_count} served chunks have no vector"}
+    where = where.to_numpy(zero_copy_only=False).astype(np.int64)
+    dim = int(metadata.get("dim") or 0)
+    col = table.column("vector")
+
+    def batches():
+        for lo in range(0, len(where), VECTOR_BATCH):
+            vec = col.take(pa.array(where[lo:lo + VECTOR_BATCH])).combine_chunks()
+            flat = vec.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+            yield unit_rows(flat.reshape(len(vec), dim))
+
+    path = write_vectors(Path(pub.path) / VECTOR_FILE, batches(), len(where), dim, _id_blob(ids),
+                         metadata={"model_id": metadata.get("model_id"), "library": library,
+                                   "chunks_version": chunks_version})
+    out = {"vector_file": VECTOR_FILE, "vector_format": VECTOR_FORMAT, "vector_rows": len(where),
+           "vector_bytes": path.stat().st_size, "vector_seconds": round(time.perf_counter() - t0, 3)}
+    return {**out, **write_ann_file(path)}
+
+
+def write_ann_file(path: Path) -> dict[str, Any]:
+    """The ANN index of the vector file at ``path`` (``retrieval/vector/ann``), written
+    beside it as ``ANN_FILE`` for a version of at least ``RAGSPINE_ANN_MIN_VECTORS`` rows
+    (``ann_wanted``), built from the file's own verified rows (mapped: no second copy).
+    Without the ``[ann]`` extra (faiss) nothing is written and ``ann_skipped`` says why;
+    serving then scans exactly, as without an index."""
+    try:
+        from ..retrieval.vector import ann
+    except ImportError:
+        return {}
+    pv = open_vectors(path)
+    if not ann.ann_wanted(len(pv)):
+        return {}
+    t0 = time.perf_counter()
+    try:
+        ann.build_ann(pv.matrix(), path.parent / ANN_FILE)
+    except EmbeddingBackendUnavailable as exc:
+        return {"ann_file": None, "ann_skipped": str(exc)}
+    return {"ann_file": ANN_FILE, "ann_format": getattr(ann, "FORMAT", None),
+            "ann_seconds": round(time.perf_counter() - t0, 3)}
+
+
+def ann_file(version_dir: str | os.PathLike[str]) -> Path | None:
+    """The embeddings version's ANN index (``write_ann_file``), or None."""
+    path = Path(version_dir) / ANN_FILE
+    return path if path.is_file() else None
+
+
+def _id_blob(ids: Any) -> tuple[np.ndarray, np.ndarray]:
+    """An Arrow string array as ``strings_to_blob``'s (int64 offsets from 0, UTF-8 bytes)."""
+    bufs = ids.buffers()
+    off = np.frombuffer(bufs[1], np.int32)[ids.offset:ids.offset + len(ids) + 1].astype(np.int64)
+    blob = np.frombuffer(bufs[2], np.uint8)[off[0]:off[-1]] if len(ids) else np.zeros(0, np.uint8)
+    return off - off[0], blob
+
+
+def open_vector_file(version_dir: str | os.PathLike[str], served: Any) -> PublishedVectors | None:
+    """The version's vector file, mapped, when its rows are exactly the served chunks
+    (``served``: a ``ChunkColumns`` or an Arrow array of the served ids, chunk_id order),
+    compared by their ``id_digest``; None when there is none or the ids differ (an older
+    snapshot served less what is hidden now: the caller reads the table). A damaged file
+    raises ``IndexFormatError`` naming it."""
+    path = vector_file(version_dir)
+    if path is None:
+        return None
+    digest = getattr(served, "id_digest", None)
+    if digest is None:
+        blob = served.chunk_id_blob() if callable(getattr(served, "chunk_id_blob", None)) else _id_blob(served)
+        digest = id_digest(*blob)
+    pv = open_vectors(path)
+    return pv if len(pv) == len(served) and pv.ids_digest() == digest else None
+
+
+def serve_vectors(emb: Any, retriever: Any, chunks: Any, ids: Any, error: str) -> None:
+    """Give ``retriever`` the vectors of embeddings version ``emb`` for its served
+    ``chunks``: its vector file mapped (``attach_vector_file``), else the table's rows
+    aligned by chunk id (``ids``, or the ids of ``chunks``; every one must have a row;
+    ``error`` says where otherwise) and preloaded, as before the file."""
+    if attach_vector_file(emb, retriever, chunks if ids is None else ids):
+        return
+    from .served_refresh import aligned_rows
+
+    if ids is None:
+        ids = chunks.column("chunk_id").combine_chunks()
+    vec = aligned_rows(read_segments(emb, "vectors"), ids, error).column("vector").combine_chunks()
+    dim = len(vec[0]) if len(vec) else 0
+    flat = vec.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+    retriever.preload_vectors(flat.reshape(len(vec), dim) if len(vec) else np.zeros((0, dim), np.float32),
+                              chunk_ids=ids.to_pylist())
+
+
+def attach_vector_file(emb: Any, retriever: Any, served: Any) -> bool:
+    """Serve the dense channel of ``retriever`` from ``emb``'s vector file (mapped, shared
+    by every process; ``HybridRetriever.install_vectors``). False when the version has no
+    file for these chunks or the retriever cannot take one: the caller preloads the table."""
+    install = getattr(retriever, "install_vectors", None)
+    if not callable(install):
+        return False
+    pv = open_vector_file(emb.path, served)
+    if pv is None:
+        return False
+    install(pv)
+    return True

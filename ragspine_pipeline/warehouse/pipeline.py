@@ -70,6 +70,7 @@ from .common import (
     last_row_per_key,
     restricted_mask,
 )
+from .embeddings_step import serve_vectors, vector_file, write_vector_file
 from .lexical_files import bm25_file, open_bm25_file
 from .raw import build_raw_documents, raw_state, table_documents
 from .served_records import open_served_records, records_current
@@ -338,7 +339,7 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
     same = prev is not None and prev.manifest["metadata"].get("model_id") == model_id \
         and prev.manifest["metadata"].get("contextual", "") == ctx
     if same and prev.manifest["metadata"].get("chunks_version") == pub_chunks.version \
-            and prev.manifest["metadata"].get("fusion") == auto_meta.get("fusion"):
+            and prev.manifest["metadata"].get("fusion") == auto_meta.get("fusion") and vector_file(prev.path):
         # Same chunks, same model, same fusion: keep the published vectors without loading anything.
         # (A new fusion alone writes a version that appends nothing: the snapshot must serve it.)
         return StepResult(prev, {"model_id": model_id, "version": prev.version, "reused": True, "embedded": 0,
@@ -361,9 +362,11 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
     if ctx:
         meta["contextual"] = ctx
     pub = wh.write(EMBEDDINGS, library, {"vectors": _index_spec(table, append, purge, pub_chunks)}, meta,
-                   parent=prev if append else None)
+                   parent=prev if append else None, publish=False)
+    files = write_vector_file(wh, library, pub, pub_chunks.version, meta)
+    wh.publish(pub)  # readers see the version only with its vector file
     meta.pop("chunks_segments")
-    return StepResult(pub, {**meta, "version": pub.version, "reused": False, "embedded": len(todo),
+    return StepResult(pub, {**meta, **files, "version": pub.version, "reused": False, "embedded": len(todo),
                             "sentences_per_s": round(len(todo) / embed_s, 1) if todo and embed_s else None,
                             "segments": len(pub.segments("vectors")),
                             "bytes_written": pub.manifest.get("bytes_written", 0),
@@ -450,16 +453,9 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
                                        index_text=make_index_text_fn(meta.get("contextual") or "off"),
                                        library_id=library, version=meta["snapshot_id"])
     index.info["chunker"] = snapshot_chunker(wh, snap)
-    if backend is not None and emb_version:
-        if ids is None:
-            ids = chunks.column("chunk_id").combine_chunks()
-        vt = _aligned(wh.read(EMBEDDINGS, library, "vectors", emb_version), ids,
+    if backend is not None and emb_version:  # the mapped vector file, else the table (the index holds no RESTRICTED row)
+        serve_vectors(wh.get(EMBEDDINGS, library, emb_version), index.retriever, chunks, ids,
                       f"snapshot {snap.version} of {library}: embeddings do not match its chunks")
-        vec = vt.column("vector").combine_chunks()
-        dim = len(vec[0]) if len(vec) else 0
-        flat = vec.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-        index.retriever.preload_vectors(flat.reshape(len(vec), dim) if len(vec) else np.zeros((0, dim), np.float32),
-                                        chunk_ids=ids.to_pylist())  # the index holds no RESTRICTED rows
     return index
 
 

@@ -1,0 +1,479 @@
+"""A version's dense vectors as one immutable, checksummed, memory-mapped file (issue 47).
+
+Why: serving held every library's vectors as a float32 matrix in each process (1.5 GB at
+1M x 384, copied again per process) and read them from Parquet at every open. The
+embeddings step now publishes ``VECTOR_FILE`` beside its tables; a serving process maps
+it (``open_vectors``: header, TOC and checksum tables only, milliseconds) and every
+process serving the version shares the same page-cache pages.
+
+What a query touches: the int8 codes, scales and bounds (``published_scan``: 384 MB +
+8 MB at 1M x 384) are scanned to pre-select the rows that may be in the top ``depth``;
+only those rows' float32 bytes are read (positional reads of the page cache:
+``PublishedVectors.unit_rows`` says why not through the mapping), and rescored exactly as the in-memory path
+scores (``dense_topk.exact_cosines``, float64), so ``PublishedVectors.top`` returns the
+same positions and the same cosine bits as ``dense_topk.dense_top`` over the float32
+matrix, in the same order (cosine desc, position asc).
+
+Layout (little-endian), the BM25 file's conventions (``lexical/format/file.py``)::
+
+    [0, 64)         header: magic b"RSPVEC\\0\\0", u32 version, u32 header size, u64 file
+                    size, u64 TOC offset, u64 TOC size, u32 TOC crc32, u32 page size,
+                    u64 crc tables offset, u32 reserved, u32 crc32 of bytes [0, 60)
+    [4096, crc_off) arrays, each at a page boundary: ``codes`` int8 (n, d), ``scale``
+                    float32 (n), ``bound`` float32 (n), ``id_off`` int64 (n+1), ``id_blob``
+                    uint8, ``id_digest`` uint8 (32), ``rows`` float32 (n, d) last
+    [crc_off, toc)  per array, the crc32 of each of its blocks (``crc_block`` bytes:
+                    one page for ``rows``, so a candidate's check reads only its own
+                    pages; 1 MiB for the others)
+    [toc, -32)      TOC: UTF-8 JSON: n, dim, quantization, metadata, and per array its
+                    dtype, shape, offset, size, crc block, crc table offset/count/crc32
+    [-32, end)      footer: magic b"RSPVECE\\0", u64 file size, u64 TOC offset, u32 TOC
+                    crc32, u32 crc32 of footer bytes [0, 28)
+
+Integrity: opening checks header, footer, size, version, TOC and every crc table (their
+own crc32s: 1.5 MB at 1M rows). The scanned arrays are verified whole by the first query
+(they are all read anyway); a ``rows`` page the first time a candidate on it is
+rescored; the ids when read. Publishing writes a temp file beside the target, verifies it
+whole, renames it into place and fsyncs the folder: a reader sees the whole file or none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import mmap
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..hybrid.dense_topk import exact_cosines
+from ..lexical.format.file import CorruptIndexError, IndexFormatError, id_digest, strings_to_blob
+from ..lexical.index.topk import ScoredDocs, empty_scored
+from .published_scan import approx_scores, candidates, numba_start, quantize, query_norm
+
+VECTOR_FILE = "vectors.rsvec"
+MAGIC, FOOTER_MAGIC = b"RSPVEC\0\0", b"RSPVECE\0"
+FORMAT_VERSION = 1
+READABLE_VERSIONS = (1,)
+QUANTIZATION = "int8-row-scale"
+HEADER_BYTES, FOOTER_BYTES, PAGE = 64, 32, 4096
+BULK_BLOCK = 1 << 20
+WRITE_BATCH = 16384  # rows quantized at a time (float64 temporaries of ~50 MB at d=384)
+SCAN_ROWS = 1 << 17  # rows scanned between two releases of their pages (48 MiB of codes at d=384)
+_HEADER = struct.Struct("<8sIIQQQIIQI")
+_FOOTER = struct.Struct("<8sQQI")
+_SCANNED = ("codes", "scale", "bound")
+
+
+class VectorFileVersionError(IndexFormatError):
+    """A vector file format version this code does not read."""
+
+    def __init__(self, path: str | os.PathLike[str], found: int) -> None:
+        self.found = found
+        super().__init__(path, f"vector file format version {found}; this ragspine reads "
+                               f"{', '.join(map(str, READABLE_VERSIONS))} (republish, or upgrade ragspine)")
+
+
+@dataclass(frozen=True)
+class Array:
+    """Where one array and its checksums live."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+    crc_block: int
+    crc_offset: int = 0
+    crc_count: int = 0
+    crc_crc32: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "shape": list(self.shape)}
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """float32 unit rows exactly as ``HybridRetriever.preload_vectors`` makes them (zero
+    rows stay zero): the bits the exact path scores, so the file must hold these."""
+    vectors = np.asarray(vectors, np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
+
+
+def _layout(n: int, dim: int, id_off: np.ndarray, id_blob: np.ndarray) -> tuple[dict[str, Array], int]:
+    """Offsets of every array (page-aligned, ``rows`` last) and where the data ends."""
+    specs: dict[str, tuple[str, tuple[int, ...], int]] = {
+        "codes": ("|i1", (n, dim), BULK_BLOCK), "scale": ("<f4", (n,), BULK_BLOCK),
+        "bound": ("<f4", (n,), BULK_BLOCK), "id_off": ("<i8", (len(id_off),), BULK_BLOCK),
+        "id_blob": ("|u1", (len(id_blob),), BULK_BLOCK), "id_digest": ("|u1", (32,), BULK_BLOCK),
+        "rows": ("<f4", (n, dim), PAGE)}
+    out, at = {}, PAGE
+    for name, (dt, shape, block) in specs.items():
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+        out[name] = Array(dt, shape, at, nbytes, block)
+        at += -(-nbytes // PAGE) * PAGE
+    return out, at
+
+
+def write_vectors(path: str | os.PathLike[str], batches: Iterable[np.ndarray], n: int, dim: int,
+                  ids: Sequence[str] | tuple[np.ndarray, np.ndarray], *,
+                  metadata: dict[str, Any] | None = None) -> Path:
+    """Publish ``n`` float32 rows of ``dim`` (fed as ``batches`` of rows, in position order:
+    already ``unit_rows``) with their ids (strings, or ``strings_to_blob``'s (offsets,
+    bytes)), atomically and verified whole. ``metadata`` (JSON) goes into the TOC."""
+    path = Path(path)
+    off, blob = ids if isinstance(ids, tuple) else strings_to_blob(ids)
+    off, blob = np.asarray(off, np.int64), np.asarray(blob, np.uint8)
+    if len(off) != n + 1:
+        raise ValueError(f"{len(off) - 1} ids for {n} vectors")
+    arrays, data_end = _layout(n, dim, off, blob)
+    with _replacing(path) as tmp:
+        with open(tmp, "wb+") as fh:
+            fh.truncate(data_end)
+            fd = fh.fileno()
+            done = 0
+            for batch in batches:
+                done = _write_rows(fd, arrays, np.asarray(batch, np.float32).reshape(-1, dim), done, n)
+            if done != n:
+                raise ValueError(f"{done} vectors fed for {n} announced")
+            for name, arr in (("id_off", off), ("id_blob", blob),
+                              ("id_digest", np.frombuffer(id_digest(off, blob), np.uint8))):
+                _pwrite(fd, arr, arrays[name].offset)
+            _finish(fh, arrays, data_end, {"n": n, "dim": dim, "quantization": QUANTIZATION,
+                                           "metadata": metadata or {}})
+        open_vectors(tmp).verify()
+    return path
+
+
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """A temp file beside ``path`` to write and check: renamed over ``path`` when the block
+    ends cleanly (then the folder is fsynced where POSIX allows), removed when it raises. A
+    reader sees the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    renamed = False
+    try:
+        yield tmp
+        os.replace(tmp, path)
+        renamed = True
+    finally:
+        if not renamed:
+            tmp.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # POSIX: the rename made durable
+        folder = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+
+
+def _write_rows(fd: int, arrays: dict[str, Array], rows: np.ndarray, at: int, n: int) -> int:
+    if at + len(rows) > n:
+        raise ValueError(f"more than the {n} announced vectors fed")
+    for lo in range(0, len(rows), WRITE_BATCH):
+        part = np.ascontiguousarray(rows[lo:lo + WRITE_BATCH])
+        codes, scale, bound = quantize(part)
+        r = at + lo
+        for name, arr in (("codes", codes), ("scale", scale), ("bound", bound), ("rows", part)):
+            a = arrays[name]
+            _pwrite(fd, arr, a.offset + r * (a.nbytes // max(n, 1)))
+    return at + len(rows)
+
+
+def _pwrite(fd: int, arr: np.ndarray, offset: int) -> None:
+    view = memoryview(np.ascontiguousarray(arr)).cast("B")
+    while len(view):
+        wrote = os.pwrite(fd, view, offset)
+        view, offset = view[wrote:], offset + wrote
+
+
+def _finish(fh: Any, arrays: dict[str, Array], data_end: int, toc: dict[str, Any]) -> None:
+    """Checksum tables, TOC, footer and header of a file whose data region is written."""
+    fh.flush()
+    buf = np.memmap(fh.name, np.uint8, mode="r", shape=(data_end,))
+    tables, at = [], data_end
+    for name, a in list(arrays.items()):
+        crcs = np.fromiter((zlib.crc32(buf[o:min(o + a.crc_block, a.offset + a.nbytes)])
+                            for o in range(a.offset, a.offset + a.nbytes, a.crc_block)), np.uint32)
+        raw = crcs.astype("<u4").tobytes()
+        arrays[name] = Array(a.dtype, a.shape, a.offset, a.nbytes, a.crc_block, at, len(crcs), zlib.crc32(raw))
+        tables.append(raw)
+        at += len(raw)
+    del buf
+    toc_raw = json.dumps({**toc, "format_version": FORMAT_VERSION,
+                          "arrays": {k: v.to_dict() for k, v in arrays.items()}}, sort_keys=True).encode()
+    toc_crc, size = zlib.crc32(toc_raw), at + len(toc_raw) + FOOTER_BYTES
+    fh.seek(data_end)
+    fh.write(b"".join(tables) + toc_raw)
+    foot = _FOOTER.pack(FOOTER_MAGIC, size, at, toc_crc)
+    fh.write(foot + struct.pack("<I", zlib.crc32(foot)))
+    head = _HEADER.pack(MAGIC, FORMAT_VERSION, HEADER_BYTES, size, at, len(toc_raw), toc_crc, PAGE, data_end, 0)
+    fh.seek(0)
+    fh.write(head + struct.pack("<I", zlib.crc32(head)))
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def _read_toc(path: Path, buf: np.ndarray) -> dict[str, Any]:
+    """Header, version, size, footer, TOC: the checks of an open (typed errors naming the file)."""
+    size = len(buf)
+    if size < HEADER_BYTES + FOOTER_BYTES or bytes(buf[:8]) != MAGIC:
+        raise CorruptIndexError(path, "not a RAGSpine vector file (bad magic or too short)")
+    head = bytes(buf[:HEADER_BYTES])
+    (_m, version, hsize, file_bytes, toc_off, toc_len, toc_crc, _page, crc_off, _r) = _HEADER.unpack(head[:60])
+    if version not in READABLE_VERSIONS:
+        raise VectorFileVersionError(path, version)
+    if zlib.crc32(head[:60]) != struct.unpack("<I", head[60:])[0]:
+        raise CorruptIndexError(path, "header checksum mismatch")
+    if file_bytes != size:
+        raise CorruptIndexError(path, f"file is {size} bytes, header says {file_bytes} (truncated?)")
+    foot = bytes(buf[size - FOOTER_BYTES:])
+    (fm, f_size, f_toc, f_crc) = _FOOTER.unpack(foot[:28])
+    if (fm != FOOTER_MAGIC or zlib.crc32(foot[:28]) != struct.unpack("<I", foot[28:])[0]
+            or (f_size, f_toc, f_crc) != (file_bytes, toc_off, toc_crc)):
+        raise CorruptIndexError(path, "footer does not match the header")
+    if not (HEADER_BYTES <= crc_off <= toc_off and toc_off + toc_len + FOOTER_BYTES == size):
+        raise CorruptIndexError(path, "header offsets out of range")
+    raw = bytes(buf[toc_off:toc_off + toc_len])
+    if zlib.crc32(raw) != toc_crc:
+        raise CorruptIndexError(path, "table of contents checksum mismatch")
+    toc = json.loads(raw)
+    toc["arrays"] = {k: Array(v["dtype"], tuple(v["shape"]), v["offset"], v["nbytes"], v["crc_block"],
+                              v["crc_offset"], v["crc_count"], v["crc_crc32"]) for k, v in toc["arrays"].items()}
+    n, dim = int(toc["n"]), int(toc["dim"])
+    want = {"codes": (n, dim), "scale": (n,), "bound": (n,), "rows": (n, dim), "id_off": (n + 1,), "id_digest": (32,)}
+    for name, shape in want.items():
+        a = toc["arrays"].get(name)
+        if a is None or a.shape != shape:
+            raise CorruptIndexError(path, f"array {name!r} missing or of the wrong shape")
+    for name, a in toc["arrays"].items():
+        if not (a.offset >= PAGE and a.offset + a.nbytes <= crc_off and a.crc_block > 0
+                and a.crc_count == -(-a.nbytes // a.crc_block)
+                and crc_off <= a.crc_offset and a.crc_offset + 4 * a.crc_count <= toc_off
+                and a.nbytes == int(np.prod(a.shape, dtype=np.int64)) * np.dtype(a.dtype).itemsize):
+            raise CorruptIndexError(path, f"array {name!r} out of range")
+        if zlib.crc32(buf[a.crc_offset:a.crc_offset + 4 * a.crc_count]) != a.crc_crc32:
+            raise CorruptIndexError(path, f"checksum table of {name!r} does not match its checksum")
+    return toc
+
+
+class PublishedVectors:
+    """A mapped vector file (``open_vectors``): exact top-k by cosine, rows on demand."""
+
+    def __init__(self, path: Path, buf: np.ndarray, toc: dict[str, Any]) -> None:
+        self.path, self._buf, self.toc = path, buf, toc
+        self.n, self.dim = int(toc["n"]), int(toc["dim"])
+        self.metadata: dict[str, Any] = toc.get("metadata", {})
+        self._a: dict[str, np.ndarray] = {}
+        self._ok: dict[str, np.ndarray] = {}
+        for name, a in toc["arrays"].items():
+            self._a[name] = np.asarray(buf[a.offset:a.offset + a.nbytes]).view(a.dtype).reshape(a.shape)
+            self._ok[name] = np.zeros(a.crc_count, np.bool_)
+        self._lock = threading.Lock()
+        self._fd = os.open(path, os.O_RDONLY)
+        with contextlib.suppress(AttributeError, OSError):  # no readahead around a candidate row
+            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
+        self._scan_ok = False
+        self.release = True  # unmap the scanned codes after each slice (``_scan``)
+        self.last_pool: list[int] = []  # candidates rescored per query of the last ``top``
+
+    def __len__(self) -> int:
+        return self.n
+
+    # ------------------------------------------------------------ checks
+    def _check_blocks(self, name: str, blocks: np.ndarray) -> None:
+        a, ok = self.toc["arrays"][name], self._ok[name]
+        todo = blocks[~ok[blocks]]
+        if not len(todo):
+            return
+        crcs = self._buf[a.crc_offset:a.crc_offset + 4 * a.crc_count].view("<u4")
+        with self._lock:
+            for b in todo.tolist():
+                lo = a.offset + b * a.crc_block
+                if zlib.crc32(self._buf[lo:min(lo + a.crc_block, a.offset + a.nbytes)]) != int(crcs[b]):
+                    raise CorruptIndexError(self.path, f"checksum mismatch in {name!r} block {b}")
+                ok[b] = True
+
+    def _whole(self, name: str) -> None:
+        a = self.toc["arrays"][name]
+        step = max(1, (SCAN_ROWS * max(self.dim, 1)) // a.crc_block)  # ~48 MiB mapped at a time
+        for b in range(0, a.crc_count, step):
+            if not self._ok[name][b:b + step].all():
+                self._check_blocks(name, np.arange(b, min(b + step, a.crc_count)))
+                lo = a.offset + b * a.crc_block  # checked through the mapping: unmap again
+                self._release(lo, min(step * a.crc_block, a.offset + a.nbytes - lo))
+
+    def _release(self, offset: int, nbytes: int) -> None:
+        """Unmap file bytes [offset, offset + nbytes) from this process (page cache kept)."""
+        mm = getattr(self._buf, "_mmap", None)
+        if self.release and mm is not None and nbytes > 0:
+            first = offset // PAGE * PAGE
+            with contextlib.suppress(OSError, ValueError):
+                mm.madvise(mmap.MADV_DONTNEED, first, min(offset + nbytes, len(self._buf)) - first)
+
+    def _scan_arrays(self) -> None:
+        """First query: the scanned arrays whole, and the values the bound relies on."""
+        if self._scan_ok:
+            return
+        numba_start()  # numba's first refresh without the BLAS probe's scipy import
+        for name in _SCANNED:
+            self._whole(name)
+        scale, bound = self._a["scale"], self._a["bound"]
+        if not (np.isfinite(scale).all() and (scale > 0).all() and np.isfinite(bound).all() and (bound >= 0).all()):
+            raise CorruptIndexError(self.path, "scales or bounds are not finite and positive")
+        self._scan_ok = True
+
+    def verify(self) -> None:
+        """Every checksum and the id table (what publishing runs before the rename)."""
+        for name in self.toc["arrays"]:
+            self._whole(name)
+        self._scan_arrays()
+        off = self._a["id_off"]
+        if not (off[0] == 0 and off[-1] == len(self._a["id_blob"]) and (np.diff(off) >= 0).all()
+                and self._a["id_digest"].tobytes() == id_digest(off, self._a["id_blob"])):
+            raise CorruptIndexError(self.path, "id table is inconsistent")
+
+    # ------------------------------------------------------------ ids
+    def ids_digest(self) -> bytes:
+        """``format.file.id_digest`` of the ids in position order (checksummed first)."""
+        self._whole("id_digest")
+        return self._a["id_digest"].tobytes()
+
+    def chunk_ids(self) -> list[str]:
+        """Every id, in position order."""
+        return self.ids_at(np.arange(self.n))
+
+    def ids_at(self, positions: np.ndarray) -> list[str]:
+        """The ids at ``positions`` (the id table verified whole first: 40 MB at 1M)."""
+        self._whole("id_off")
+        self._whole("id_blob")
+        off, raw = self._a["id_off"].tolist(), self._a["id_blob"].tobytes()
+        return [raw[off[p]:off[p + 1]].decode("utf-8", "surrogatepass") for p in self._positions(positions).tolist()]
+
+    # ------------------------------------------------------------ rows and scores
+    def unit_rows(self, positions: np.ndarray) -> np.ndarray:
+        """A float32 copy of the rows at ``positions``, their pages verified.
+
+        Read with positional reads of the page cache, not through the mapping: a fault in
+        a file mapping makes the kernel map up to 64 KiB of cached neighbours too (fault-
+        around), so at 100k x 384 the candidates of 400 queries made the whole rows region
+        resident in the process; a read copies only the candidate's bytes, and the page
+        cache holds one copy per machine, shared by every serving process. A request for
+        most rows (a whole matrix) copies through the mapping."""
+        pos = self._positions(positions)
+        if len(pos) * 8 > max(self.n, 1):
+            self._whole("rows")
+            return self._a["rows"][pos]  # a fancy index: one copy
+        rb, base, ok = 4 * self.dim, self.toc["arrays"]["rows"].offset, self._ok["rows"]
+        out = np.empty((len(pos), self.dim), np.float32)
+        flat = out.view(np.uint8).reshape(len(pos), rb)
+        first, last = (pos * rb // PAGE).tolist(), (((pos + 1) * rb - 1) // PAGE).tolist()
+        for i, p in enumerate(pos.tolist()):
+            b0, b1 = first[i], last[i]
+            if ok[b0:b1 + 1].all():
+                raw = os.pread(self._fd, rb, base + p * rb)
+                if len(raw) != rb:
+                    raise CorruptIndexError(self.path, f"row {p} is past the end of the file")
+                flat[i] = np.frombuffer(raw, np.uint8)
+            else:
+                lo = p * rb - b0 * PAGE
+                flat[i] = self._read_pages(b0, b1)[lo:lo + rb]
+        return out
+
+    def matrix(self) -> np.ndarray:
+        """Every row, verified, as a read-only view of the mapping (no copy): for a consumer
+        of the whole matrix (an ANN build). Serving uses ``top``/``unit_rows``."""
+        self._whole("rows")
+        return self._a["rows"]
+
+    def _read_pages(self, b0: int, b1: int) -> np.ndarray:
+        """``rows`` blocks b0..b1 (one page each) read and checked against their crc32s."""
+        a = self.toc["arrays"]["rows"]
+        start, end = a.offset + b0 * PAGE, min(a.offset + (b1 + 1) * PAGE, a.offset + a.nbytes)
+        raw = os.pread(self._fd, end - start, start)
+        if len(raw) != end - start:
+            raise CorruptIndexError(self.path, f"'rows' block {b0} is past the end of the file")
+        crcs = self._buf[a.crc_offset:a.crc_offset + 4 * a.crc_count].view("<u4")
+        with self._lock:
+            for b in range(b0, b1 + 1):
+                if zlib.crc32(raw[(b - b0) * PAGE:(b - b0 + 1) * PAGE]) != int(crcs[b]):
+                    raise CorruptIndexError(self.path, f"checksum mismatch in 'rows' block {b}")
+                self._ok["rows"][b] = True
+        return np.frombuffer(raw, np.uint8)
+
+    def close(self) -> None:
+        """Close the file descriptor the row reads use (the mapping goes with the object)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def _positions(self, positions: np.ndarray) -> np.ndarray:
+        pos = np.asarray(positions, np.int64)
+        if len(pos) and (int(pos.min()) < 0 or int(pos.max()) >= self.n):
+            raise IndexError(f"{self.path}: positions outside 0..{self.n - 1}")
+        return pos
+
+    def _scan(self, pos: np.ndarray, qv: np.ndarray) -> np.ndarray:
+        """``approx_scores`` of the rows ``pos``, ``SCAN_ROWS`` at a time; after each slice its
+        codes' pages are unmapped from this process again (``MADV_DONTNEED``: they stay in
+        the page cache, shared by every process, and the next scan maps them back at a
+        cost not measurable beside the scan). So a serving process holds a slice of the
+        codes, not all of them (375 MiB at 1M x 384). Concurrent scans only re-map."""
+        out = np.empty((len(qv), len(pos)), np.float32)
+        codes, scale, base = self._a["codes"], self._a["scale"], self.toc["arrays"]["codes"].offset
+        for lo in range(0, len(pos), SCAN_ROWS):
+            part = pos[lo:lo + SCAN_ROWS]
+            out[:, lo:lo + len(part)] = approx_scores(codes, scale, part, qv)
+            first, last = int(part.min()), int(part.max())
+            self._release(base + first * self.dim, (last + 1 - first) * self.dim)
+        return out
+
+    def top(self, qv: np.ndarray, positions: np.ndarray, depth: int) -> list[ScoredDocs]:
+        """Per unit query vector (a row of ``qv``): ``dense_topk.dense_top`` over these rows
+        (the top ``depth`` of ``positions`` by (cosine desc, position asc), exact float64
+        cosines), without the float32 matrix: int8 pre-selection, exact rescoring."""
+        qv = np.atleast_2d(np.asarray(qv, np.float32))
+        pos = self._positions(positions)
+        if not len(pos) or depth <= 0:
+            self.last_pool = [0] * len(qv)
+            return [empty_scored() for _ in qv]
+        if len(pos) <= 4 * depth:  # as dense_top: every row is rescored
+            sels = [np.arange(len(pos))] * len(qv)
+        else:
+            self._scan_arrays()
+            approx = self._scan(pos, qv)
+            bound = self._a["bound"][pos]
+            sels = [candidates(approx[j], bound, query_norm(qv[j]), depth) for j in range(len(qv))]
+        self.last_pool = [len(s) for s in sels]
+        out = []
+        for row, sel in zip(qv, sels, strict=True):
+            at = pos[sel]
+            sims = exact_cosines(self.unit_rows(at), np.asarray(row, np.float64))
+            order = np.lexsort((at, -sims))[:depth]
+            out.append(ScoredDocs(at[order], sims[order]))
+        return out
+
+
+def open_vectors(path: str | os.PathLike[str]) -> PublishedVectors:
+    """Map a published vector file read-only (shared pages); ``IndexFormatError`` naming it."""
+    path = Path(path)
+    try:
+        buf = np.memmap(path, dtype=np.uint8, mode="r")
+    except (OSError, ValueError) as exc:
+        raise CorruptIndexError(path, f"cannot map the file: {exc}") from exc
+    return PublishedVectors(path, buf, _read_toc(path, buf))
+
+
+__all__ = ["FORMAT_VERSION", "VECTOR_FILE", "PublishedVectors", "VectorFileVersionError", "open_vectors",
+           "unit_rows", "write_vectors"]

@@ -281,7 +281,7 @@ def test_hybrid_retriever_finds_every_script_with_the_default_analyzer(monkeypat
 
 # ------------------------------------------------------------------ Unicode tables
 def test_generated_mark_table_matches_this_pythons_unicode_database():
-    from ragspine_pipeline.retrieval.lexical.analysis import _unicode_ranges as t
+    from ragspine_pipeline.retrieval.lexical.analysis import unicode_ranges as t
 
     if unicodedata.unidata_version != t.UNIDATA_VERSION:
         pytest.skip("table generated for another Unicode version (scripts scans at import)")

@@ -93,7 +93,7 @@ def embed_corpus(index: NarrativeIndex) -> tuple[float, int]:
     if getattr(hybrid, "embedding_backend", None) is None or "dense" not in getattr(hybrid, "channels", ()):
         return 0.0, 0
     t0 = time.perf_counter()
-    hybrid._ensure_vectors(np.arange(len(hybrid.chunks)))  # the lazy path's own method: identical vectors
+    hybrid.ensure_vectors(np.arange(len(hybrid.chunks)))  # the lazy path's own method: identical vectors
     return time.perf_counter() - t0, len(hybrid.chunks)
 
 

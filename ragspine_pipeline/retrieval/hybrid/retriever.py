@@ -271,7 +271,7 @@ class HybridRetriever:
         return coded_mask(preds, self._column, self._field_codes, len(self.chunks))
 
     # ------------------------------------------------------------------ dense
-    def _ensure_vectors(self, positions: np.ndarray) -> np.ndarray:
+    def ensure_vectors(self, positions: np.ndarray) -> np.ndarray:
         """Unit vectors of ``positions``; embeds only the ones not embedded before.
 
         Vectors live in a position-aligned matrix (a chunk id maps to one position), so
@@ -357,7 +357,7 @@ class HybridRetriever:
         embedded once, and a sharded retriever's is its shards' (``scale.front.attach``)."""
         if len(positions) == 0:
             return [empty_scored() for _ in qv]
-        mat = self._ensure_vectors(positions)
+        mat = self.ensure_vectors(positions)
         return [dense_top(mat, positions, row, depth) for row in qv]
 
     # ----------------------------------------------------------------- search
@@ -443,7 +443,7 @@ class HybridRetriever:
                           count=len(self.chunks))
         return out, list(codes)
 
-    def _filtered(self, filters: Any, mask: np.ndarray | None, dense: bool) -> tuple[Any, Any]:
+    def prefilter(self, filters: Any, mask: np.ndarray | None = None, dense: bool = False) -> tuple[Any, Any]:
         """(positions, BM25 candidates) of ``filters`` AND ``mask``: positions for the dense
         channel only (every position without a filter), candidates None without a filter.
         A filter expression alone is kept in the ``FilterCache`` (the snapshot is immutable);
@@ -478,7 +478,7 @@ class HybridRetriever:
         run_dense = (self.embedding_backend is not None and "dense" in self.channels
                      and ("bm25" not in self.channels or fusion.dense_weight > 0))
         # The dense channel ranks the survivors' positions; BM25 may take them too (once for all variants).
-        positions, cand = self._filtered(filters, mask, run_dense)
+        positions, cand = self.prefilter(filters, mask, run_dense)
         for v in variants if "bm25" in self.channels else ():
             hits = self.index.search(self.analyzer.analyze_query(v.text, self._languages), k=depth, candidates=cand)
             ranked, scores = hits.ids.tolist(), hits.scores.tolist()

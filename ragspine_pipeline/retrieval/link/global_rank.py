@@ -193,7 +193,7 @@ def rank_union(parts: Mapping[str, HybridRetriever], query: str, filters: Any, t
                 and ("bm25" not in p.channels or fusion.dense_weight > 0) for lib, p in parts.items()}
     positions, cand = {}, {}
     for lib, p in parts.items():
-        positions[lib], cand[lib] = p._filtered(filters, None, dense_on[lib])
+        positions[lib], cand[lib] = p.prefilter(filters, None, dense_on[lib])
     bm25_best: dict[Key, float] = {}
     vec_best: dict[Key, float] = {}
     bm25, exact = _bm25_runs(parts, variants, cand, depth, bm25_best, top_k, language_scoped, report)

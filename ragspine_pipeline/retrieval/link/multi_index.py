@@ -56,8 +56,8 @@ from .global_rank import takes_stats, union_hits
 from .narrative_index import (
     DUPLICATE_MARGIN,
     REFILL_ROUNDS,
+    LabelCheck,
     NarrativeIndexRetriever,
-    _LabelCheck,
     cited_snippets,
     group_candidates,
     open_ranked,
@@ -216,7 +216,7 @@ class MultiIndexRetriever:
         first = self.retrievers[libs[0]]
         parts = {lib: self.retrievers[lib].index.retriever for lib in libs}
         budget = [int(p.restricted.sum()) for p in parts.values()]
-        restricted = _LabelCheck()
+        restricted = LabelCheck()
         self._scope_report: dict[str, Any] = {}
         depth = max(top_k, first.rerank_depth) if first.reranker is not None else top_k
         depth += DUPLICATE_MARGIN if first.collapse_duplicates else 0

@@ -155,7 +155,7 @@ class NarrativeIndex:
         return len(self.retriever)
 
 
-class _LabelCheck:
+class LabelCheck:
     """``is_restricted`` answered once per distinct label within one query.
 
     Every hit's label goes through ``is_restricted`` (the fail-closed rule); a query sees
@@ -311,7 +311,7 @@ class NarrativeIndexRetriever:
         reranker the candidates are the hits themselves (no dict at all); with one,
         candidate dicts for its window. When collapsing leaves fewer than ``top_k``, a
         deeper list is fetched (doubling, at most ``REFILL_ROUNDS`` times)."""
-        restricted = _LabelCheck()
+        restricted = LabelCheck()
         relaxed = False
         # With a reranker, fetch its whole window (top-N in), so top_k out is reranked.
         depth = max(top_k, self.rerank_depth) if self.reranker is not None else top_k
@@ -353,7 +353,7 @@ class NarrativeIndexRetriever:
         if self.reranker is not None:
             return [h.chunk for h in self.ranked_hits(query, top_k=top_k)]
         r = self.index.retriever
-        restricted = _LabelCheck()
+        restricted = LabelCheck()
         chunks = r.chunks
         out: list[Chunk] = []
         for p in r.ranked_positions(query, top_k=top_k + int(r.restricted.sum())):

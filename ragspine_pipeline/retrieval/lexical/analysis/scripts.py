@@ -7,7 +7,7 @@ through letters, digits and spacing/non-spacing marks (Mn, Mc). Enclosing marks 
 keycaps, circles) and variation selectors are left out so that emoji sequences such as
 ``❤️`` or ``1️⃣`` do not leave stray mark tokens behind.
 
-The category ranges come from a table generated from ``unicodedata`` (``_unicode_ranges``)
+The category ranges come from a table generated from ``unicodedata`` (``unicode_ranges``)
 because scanning all 1.1M code points costs ~0.3 s per process; when the running Python
 has another Unicode version than the table, the scan is redone at import instead of using
 stale data.
@@ -53,7 +53,7 @@ MARK_CATEGORIES = ("Mn", "Mc")
 
 
 def _load_tables() -> tuple[Ranges, Ranges]:
-    from . import _unicode_ranges as t
+    from . import unicode_ranges as t
 
     if unicodedata.unidata_version == t.UNIDATA_VERSION:
         return list(t.HEAD), list(t.MARK)
@@ -225,7 +225,7 @@ def _merge(ranges: Ranges) -> Ranges:
 
 
 def write_tables(path: str) -> None:
-    """Regenerate ``_unicode_ranges.py`` (run when Python's Unicode version moves)."""
+    """Regenerate ``unicode_ranges.py`` (run when Python's Unicode version moves)."""
     head, mark = scan_ranges(HEAD_CATEGORIES), scan_ranges(MARK_CATEGORIES)
 
     def fmt(rs: Ranges) -> str:

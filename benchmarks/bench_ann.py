@@ -168,6 +168,15 @@ def _stats(found, times, truth, setting) -> dict:
             "p50_ms": round(float(np.percentile(ms, 50)), 4), "p95_ms": round(float(np.percentile(ms, 95)), 4)}
 
 
+def _hwm_mib() -> float:
+    """This process's peak resident set (VmHWM). Not ``ru_maxrss``: Linux carries that over
+    ``exec`` from the parent, so a worker would report the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) / 1024
+
+
 def worker(engine: str, n: int, tmp: Path) -> dict:
     """Build, sweep and filter one engine at one size; returns its result row."""
     import numpy as np
@@ -176,11 +185,13 @@ def worker(engine: str, n: int, tmp: Path) -> dict:
     x = np.load(p["x"], mmap_mode="r")
     qs = np.load(p["q"])
     truth = dict(np.load(p["gt"]))
-    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss0 = _hwm_mib()
+
+    xa = np.asarray(x)  # a plain view of the mapped file: no np.memmap wrapper per gather
 
     def rescore(q, cand):
         cand = np.sort(cand)  # ascending positions: a forward walk over the mapped file
-        s = np.asarray(x[cand], dtype=np.float64) @ q.astype(np.float64)
+        s = xa[cand].astype(np.float64) @ q.astype(np.float64)
         return cand[np.argsort(-s, kind="stable")[:K]]
 
     def exact_over(q, pos):
@@ -228,14 +239,15 @@ def worker(engine: str, n: int, tmp: Path) -> dict:
             return idx.search(q[None], K, params=faiss.SearchParametersHNSW(efSearch=s))[1][0]
 
         def filtered(q, s, pos, mask):
-            sel = faiss.IDSelectorBitmap(n, faiss.swig_ptr(np.packbits(mask, bitorder="little")))
+            bits = np.packbits(mask, bitorder="little")  # the selector keeps a pointer: hold the array
+            sel = faiss.IDSelectorBitmap(n, faiss.swig_ptr(bits))
             return idx.search(q[None], K, params=faiss.SearchParametersHNSW(efSearch=s, sel=sel))[1][0]
     elif engine == "faiss_ivfpq":
         import faiss
         faiss.omp_set_num_threads(2)
         nlist = int(4 * math.sqrt(n))
         idx = faiss.index_factory(DIM, f"IVF{nlist},PQ48,RFlat", faiss.METRIC_INNER_PRODUCT)
-        faiss.extract_index_ivf(idx).do_polysemous_training = False  # Hamming pre-filter codes: unused here, ~4 min
+        faiss.downcast_index(faiss.extract_index_ivf(idx)).do_polysemous_training = False  # Hamming pre-filter codes: unused here, ~4 min
         sample = np.random.default_rng(3).choice(n, size=min(n, 40 * nlist), replace=False)
         idx.train(np.ascontiguousarray(x[np.sort(sample)]))
         for a in range(0, n, 262_144):
@@ -254,7 +266,8 @@ def worker(engine: str, n: int, tmp: Path) -> dict:
             return idx.search(q[None], K, params=_params(s))[1][0]
 
         def filtered(q, s, pos, mask):
-            sel = faiss.IDSelectorBitmap(n, faiss.swig_ptr(np.packbits(mask, bitorder="little")))
+            bits = np.packbits(mask, bitorder="little")  # the selector keeps a pointer: hold the array
+            sel = faiss.IDSelectorBitmap(n, faiss.swig_ptr(bits))
             return idx.search(q[None], K, params=_params(s, sel))[1][0]
     elif engine == "usearch":
         from usearch.index import Index
@@ -303,8 +316,8 @@ def worker(engine: str, n: int, tmp: Path) -> dict:
                      "non_survivors_returned": bad})
         print(engine, n, rows[-1], file=sys.stderr, flush=True)
     row["filtered"] = rows
-    row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-    row["rss_before_mib"] = round(rss0 / 1024, 1)
+    row["peak_rss_mib"] = _hwm_mib()  # the vectors' mapped pages the engine touched count too
+    row["rss_before_mib"] = rss0
     return row
 
 

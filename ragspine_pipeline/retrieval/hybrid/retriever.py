@@ -115,6 +115,7 @@ class _VectorCache:
 
     have: np.ndarray
     mat: np.ndarray | None = None
+    source: Any = None  # a published vector file (``vector.published``), mapped: no ``mat``
 
 
 @dataclass(frozen=True)
@@ -280,6 +281,8 @@ class HybridRetriever:
         """
         assert self.embedding_backend is not None
         cache = self._vectors
+        if cache.source is not None:
+            return cache.source.unit_rows(positions)
         missing = positions[~cache.have[positions]] if len(positions) else positions
         if len(missing):
             # The dense channel embeds what BM25 indexes (a contextual header when on).
@@ -327,6 +330,17 @@ class HybridRetriever:
             raise ValueError("preload_vectors needs one vector per chunk, in chunk_id order")
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         self._vectors.mat = (vectors / np.where(norms == 0, 1, norms)).astype(np.float32)
+        self._vectors.source = None
+        self._vectors.have[:] = True
+
+    def install_vectors(self, source: Any) -> None:
+        """Serve the dense channel from a published vector file (``vector.published``:
+        mapped and shared by every serving process, the same exact answers as a float32
+        matrix) instead of holding one. Its rows must be these chunks in chunk_id order
+        (the warehouse compares the ids' digests before it installs one)."""
+        if len(source) != len(self.chunks):
+            raise ValueError(f"install_vectors: {len(source)} vectors for {len(self.chunks)} chunks")
+        self._vectors.source, self._vectors.mat = source, None
         self._vectors.have[:] = True
 
     @property
@@ -357,6 +371,8 @@ class HybridRetriever:
         embedded once, and a sharded retriever's is its shards' (``scale.front.attach``)."""
         if len(positions) == 0:
             return [empty_scored() for _ in qv]
+        if self._vectors.source is not None:  # int8 pre-selection, exact rescoring: dense_top's answers
+            return self._vectors.source.top(qv, positions, depth)
         mat = self.ensure_vectors(positions)
         return [dense_top(mat, positions, row, depth) for row in qv]
 

@@ -4,6 +4,7 @@ against the in-memory exact path, integrity checks, and the warehouse's publish/
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import struct
 from pathlib import Path
@@ -58,6 +59,8 @@ def test_rows_round_trip_bit_for_bit_and_unit_rows_is_preloads_normalization(tmp
     assert len(pv) == 3000 and pv.dim == 48
     assert np.array_equal(pv.unit_rows(np.arange(3000)).view(np.uint32), whole.view(np.uint32))
     assert pv.chunk_ids() == _ids(3000)
+    again = pickle.loads(pickle.dumps(pv))  # by path: the copy maps the same file
+    assert len(pickle.dumps(pv)) < 1000 and np.array_equal(again.unit_rows(np.arange(5)), whole[:5])
     assert not list(tmp_path.glob(".*tmp*"))  # the temp file was renamed into place
 
 

@@ -287,6 +287,10 @@ class PublishedVectors:
     def __len__(self) -> int:
         return self.n
 
+    def __reduce__(self) -> tuple[Any, tuple[Path]]:
+        """Pickled as its path: a copy in another process maps the same file (never the bytes)."""
+        return open_vectors, (self.path,)
+
     # ------------------------------------------------------------ checks
     def _check_blocks(self, name: str, blocks: np.ndarray) -> None:
         a, ok = self.toc["arrays"][name], self._ok[name]

@@ -141,7 +141,7 @@ def chunks(context: dg.AssetExecutionContext, config: ChunksConfig, warehouse: W
     wh = warehouse.tables()
     with wh.lock(lib):
         res = P.build_chunks(wh, lib, config.chunker or None, full_checks=config.full_checks,
-                             on_parse_error=config.on_parse_error or None, executor=warehouse.executor_name(),
+                             on_parse_error=config.on_parse_error or None, executor=warehouse.step_executor(),
                              log=context.log.info)
         snap = wh.latest(P.SNAPSHOT, lib)
         protect = {snap.manifest["metadata"]["chunks"]} if snap else set()
@@ -223,7 +223,7 @@ def embeddings(context: dg.AssetExecutionContext, config: EmbeddingsConfig, ware
     with wh.lock(lib):
         res = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec,
                                  contextual=_contextual(config.contextual), log=context.log.info,
-                                 executor=warehouse.executor_name())
+                                 executor=warehouse.step_executor())
         if res is None:
             return dg.MaterializeResult(metadata={"backend": "none", "spec": spec, "embedded": 0},
                                         check_results=[dg.AssetCheckResult(

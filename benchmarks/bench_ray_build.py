@@ -74,6 +74,7 @@ def prepare(work: Path, data: Path, docs: int) -> Path:
 def child(root: str, executor: str, workers: int, out: str) -> None:
     """One measured run (in its own process): build_embeddings; its figures as JSON."""
     from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend
+    from ragspine_pipeline.scale.build import step_executor
     from ragspine_pipeline.warehouse.pipeline import build_embeddings
     from ragspine_pipeline.warehouse.versioned import VersionedTables
 
@@ -84,7 +85,7 @@ def child(root: str, executor: str, workers: int, out: str) -> None:
 
     def run() -> dict[str, Any]:
         c0, t1 = time.process_time(), time.perf_counter()  # this process, every thread
-        md = build_embeddings(wh, LIBRARY, backend, SPEC, executor=executor,
+        md = build_embeddings(wh, LIBRARY, backend, SPEC, executor=step_executor(executor),
                               log=lambda _line: stamps.append(time.perf_counter())).metadata
         md["driver_cpu_s"], md["driver_wall_s"] = time.process_time() - c0, time.perf_counter() - t1
         return md

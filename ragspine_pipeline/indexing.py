@@ -28,8 +28,18 @@ from pathlib import Path
 from typing import Any
 
 from . import paths, settings
+from .graph.step import RELATION_GRAPH, build_relation_graph
+from .ingest.parsers import SUFFIXES
 from .retrieval.lexical.analysis.glossary import load_glossary
+from .retrieval.link.assembly import default_glossary_path
+from .retrieval.link.narrative_link import NarrativeIndexRetriever
+from .retrieval.raptor import raptor_enabled, raptor_settings
+from .retrieval.vector.embedding_backends import embedding_spec_from_env, make_embedding_backend
+from .scale.build import step_executor
+from .warehouse import pipeline as P
 from .warehouse.common import StepResult
+from .warehouse.pipeline import published_libraries
+from .warehouse.raptor_tables import RAPTOR, build_raptor_step, embeddings_for_raptor
 from .warehouse.sources import SOURCES_FILE, WAREHOUSE_GLOSSARY, warehouse_glossary
 from .warehouse.versioned import VersionedTables, write_json_atomic
 
@@ -144,8 +154,6 @@ def plan_libraries(path: str | os.PathLike[str], library: str | None = None) -> 
 def loose_files(path: str | os.PathLike[str]) -> list[str]:
     """Supported files directly in ``path``: in one-library-per-subfolder mode they belong
     to no library, which the CLI says rather than skipping them silently."""
-    from .ingest.parsers import SUFFIXES
-
     root = Path(path)
     return sorted(p.name for p in root.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES)
 
@@ -194,8 +202,6 @@ def prior_glossary() -> Path | None:
     ``RAGSPINE_GLOSSARY``, else the corpus root's): recorded for the libraries a warehouse
     already serves when ``ragspine index`` first writes ``libraries.json`` (a demo warehouse
     keeps its demo glossary)."""
-    from .retrieval.link.assembly import default_glossary_path
-
     return default_glossary_path()
 
 
@@ -209,8 +215,6 @@ def record_sources(warehouse: str | os.PathLike[str], sources: list[LibrarySourc
     warehouse's published libraries not recorded yet with ``others_glossary``), and the
     union of the recorded glossaries in ``glossary.json`` (removed when none has one).
     Each file is written only when its content changes: a rerun writes nothing."""
-    from .warehouse.pipeline import published_libraries
-
     wh = Path(warehouse)
     file = wh / SOURCES_FILE
     try:
@@ -247,8 +251,6 @@ def record_corpus_if_indexed(warehouse: str | os.PathLike[str], corpus_root: str
     wh = Path(warehouse)
     if not (wh / SOURCES_FILE).is_file():
         return
-    from .warehouse.pipeline import published_libraries
-
     published = set(published_libraries(VersionedTables(wh)))
     sources = [s for s in plan_libraries(corpus_root) if s.name in published]
     if sources:
@@ -258,15 +260,11 @@ def record_corpus_if_indexed(warehouse: str | os.PathLike[str], corpus_root: str
 # --------------------------------------------------------------- in-process steps
 def _prune(wh: VersionedTables, asset: str, library: str, protect: set[str]) -> None:
     """As the assets prune: never a version a published snapshot (of any chunking) names."""
-    from .warehouse import pipeline as P
-
     keep = set(protect) | P.snapshot_protected(wh, library, asset)
     wh.prune(asset, library, keep=KEEP_VERSIONS, protect=keep, retain_for=settings.get("RAGSPINE_RETAIN_FOR_S"))
 
 
 def _snapshot_named(wh: VersionedTables, library: str, key: str) -> set[str]:
-    from .warehouse import pipeline as P
-
     snap = wh.latest(P.SNAPSHOT, library)
     value = snap.manifest["metadata"].get(key) if snap is not None else None
     return {str(value)} if value else set()
@@ -312,13 +310,6 @@ def report_from_metadata(name: str, md: dict[str, dict[str, Any]], checks: dict[
 
 def index_library(wh: VersionedTables, source: LibrarySource, *, progress: Progress | None = None) -> LibraryReport:
     """Every step of one library in-process, in the assets' order and with their pruning."""
-    from .graph.step import RELATION_GRAPH, build_relation_graph
-    from .retrieval.link.narrative_link import NarrativeIndexRetriever
-    from .retrieval.raptor import raptor_enabled, raptor_settings
-    from .retrieval.vector.embedding_backends import embedding_spec_from_env, make_embedding_backend
-    from .warehouse import pipeline as P
-    from .warehouse.raptor_tables import RAPTOR, build_raptor_step, embeddings_for_raptor
-
     lib, say = source.name, progress or (lambda _line: None)  # say: the embedding step's live progress
     md: dict[str, dict[str, Any]] = {}
     checks: dict[str, bool] = {}
@@ -328,7 +319,8 @@ def index_library(wh: VersionedTables, source: LibrarySource, *, progress: Progr
         md["raw_documents"] = raw.metadata
         _checks(checks, raw)
         say(step_line(lib, "raw_documents", raw.metadata))
-        chunks = P.build_chunks(wh, lib, None)
+        executor = step_executor()  # RAGSPINE_EXECUTOR: Ray's, or None (here), as the resource passes it
+        chunks = P.build_chunks(wh, lib, None, executor=executor)
         _prune(wh, P.CHUNKS, lib, _snapshot_named(wh, lib, "chunks"))
         md["chunks"] = chunks.metadata
         _checks(checks, chunks)
@@ -337,7 +329,7 @@ def index_library(wh: VersionedTables, source: LibrarySource, *, progress: Progr
         _prune(wh, P.LEXICAL, lib, _snapshot_named(wh, lib, "lexical_index"))
         say(step_line(lib, "lexical_index", lex.metadata))
         spec = embedding_spec_from_env("auto")
-        emb = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec, log=say)
+        emb = P.build_embeddings(wh, lib, make_embedding_backend(spec), spec, log=say, executor=executor)
         if emb is not None:
             _prune(wh, P.EMBEDDINGS, lib, _snapshot_named(wh, lib, "embeddings"))
             md["embeddings"] = emb.metadata
@@ -393,8 +385,6 @@ def index_in_process(warehouse: str | os.PathLike[str], sources: list[LibrarySou
     """Index ``sources`` into ``warehouse`` without Dagster, then refresh the catalog over
     every published library (the others are left as they are). A library that fails is
     reported and the next one still runs."""
-    from .warehouse import pipeline as P
-
     wh = VersionedTables(Path(warehouse))
     reports = []
     for source in sources:

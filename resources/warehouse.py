@@ -5,6 +5,9 @@ from pathlib import Path
 import dagster as dg
 
 from ragspine_pipeline import paths, settings
+from ragspine_pipeline.scale.build import step_executor
+from ragspine_pipeline.scale.config import executor as executor_setting
+from ragspine_pipeline.warehouse.step_executor import StepExecutor
 from ragspine_pipeline.warehouse.versioned import VersionedTables
 
 from .instance_storage import secure_instance_storage
@@ -51,9 +54,12 @@ class WarehouseResource(dg.ConfigurableResource):
 
     def executor_name(self) -> str:
         """``executor``, else ``RAGSPINE_EXECUTOR``; an unknown value fails here, naming it."""
-        from ragspine_pipeline.scale.config import executor
+        return executor_setting(self.executor or None)
 
-        return executor(self.executor or None)
+    def step_executor(self) -> StepExecutor | None:
+        """What the chunks and embeddings steps pass their heavy part to: Ray's executor when
+        ``executor_name()`` is "ray", else None (this process, the warehouse's default)."""
+        return step_executor(self.executor or None)
 
     def retain_for(self) -> float:
         return self.retain_for_seconds if self.retain_for_seconds >= 0 else default_retain_for()

@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:
 
 from ragspine_pipeline.paths import DEMO_ROOT  # noqa: E402
 from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend  # noqa: E402
+from ragspine_pipeline.scale.build import RayExecutor, step_executor  # noqa: E402
 from ragspine_pipeline.warehouse.pipeline import (  # noqa: E402
     CHUNKS,
     EMBEDDINGS,
@@ -68,8 +69,10 @@ needs_ray = pytest.mark.skipif(NAMESPACE_PROBLEM is not None, reason=f"Ray test 
 
 
 def build(root: Path, corpus: Path, libs: list[str], executor: str, log=None) -> dict[str, Any]:
-    """raw -> chunks -> embeddings (deterministic) of each library; the steps' metadata."""
+    """raw -> chunks -> embeddings (deterministic) of each library on the executor named
+    ``executor`` (passed in, as the resource and the indexing door do); the steps' metadata."""
     wh = VersionedTables(root)
+    executor = step_executor(executor)
     out: dict[str, Any] = {}
     for lib in libs:
         build_raw_documents(wh, corpus, lib)
@@ -118,11 +121,11 @@ def _child_run(run: dict[str, Any]) -> dict[str, Any]:
     wh = VersionedTables(run["root"])  # "fail"
     lib = run["libs"][0]
     build_raw_documents(wh, Path(run["corpus"]), lib)
-    build_chunks(wh, lib, executor="ray")
+    build_chunks(wh, lib, executor=RayExecutor())
     error = None
     with scale_build.inject_worker_kills(run["markers"], "embeddings", times=1000):
         try:
-            build_embeddings(wh, lib, make_embedding_backend(SPEC), SPEC, executor="ray")
+            build_embeddings(wh, lib, make_embedding_backend(SPEC), SPEC, executor=RayExecutor())
         except scale_build.RayStepFailed as exc:
             error = str(exc)
     return {"error": error, "published": wh.latest(EMBEDDINGS, lib) is not None}
@@ -272,6 +275,10 @@ def test_executor_setting_is_checked_and_local_needs_no_ray(tmp_path: Path) -> N
     from resources import WarehouseResource
 
     assert WarehouseResource(executor="ray").executor_name() == "ray"
+    assert isinstance(WarehouseResource(executor="ray").step_executor(), RayExecutor)
+    assert WarehouseResource(executor="local").step_executor() is None
+    with pytest.raises(TypeError, match="executor object"):  # the warehouse takes no names: its caller resolves one
+        build_chunks(VersionedTables(tmp_path / "wh0"), "acme_reports", executor="ray")
     with pytest.raises(SettingsError, match="RAGSPINE_EXECUTOR"):
         WarehouseResource(executor="spark").executor_name()
     steps = build(tmp_path / "wh", DEMO_ROOT, ["acme_reports"], "local")["acme_reports"]

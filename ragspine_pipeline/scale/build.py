@@ -1,4 +1,4 @@
-"""The chunks and embeddings steps' heavy loops as Ray Data pipelines (``executor="ray"``).
+"""The chunks and embeddings steps' heavy loops as Ray Data pipelines (``RayExecutor``).
 
 Only the per-document and per-text work moves to Ray; everything that decides *what* to
 do and *what is published* stays in the local step and runs unchanged on the driver:
@@ -23,6 +23,10 @@ Faults: Ray retries a task whose worker died (``RETRIES`` times; an actor is res
 and reloads its model); past that the step fails with ``RayStepFailed``, before the
 publish. ``inject_worker_kills`` is the test hook: a worker SIGKILLs itself while a
 marker file it creates exclusively says a kill is still owed (counted by files, not time).
+
+The warehouse never imports this module: its callers pass ``step_executor()`` (a
+``RayExecutor`` when ``RAGSPINE_EXECUTOR=ray``, else None, the local default) to
+``build_chunks`` and ``build_embeddings`` (``warehouse/step_executor.py``).
 """
 
 from __future__ import annotations
@@ -44,11 +48,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import settings
+from ..corpus import make_chunker
 from ..retrieval.chunking.chunking import Chunk
 from ..retrieval.vector.batching import DEFAULT_STREAM_BATCH
+from ..retrieval.vector.embedding_backends import backend_model_id, make_embedding_backend
 from ..warehouse.raw import RAW_COLUMNS, table_documents
 from ..warehouse.versioned import Published, WarehouseError
 from .cluster import ClusterInfo, ray_cluster
+from .config import executor
 
 RETRIES = 3  # task retries / actor restarts after a worker dies, per task or actor
 DOCS_PER_TASK = 64  # documents per chunking batch: small enough to spread a few hundred documents
@@ -118,7 +125,7 @@ class RayJob:
 
 def _quiet_data_context() -> None:
     """No Ray Data progress bars: the step logs its progress through its own ``log``."""
-    import ray.data
+    import ray.data  # the [scale] extra, as in every function here that runs on Ray
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
@@ -170,8 +177,6 @@ _CHUNKERS: dict[str, Any] = {}
 def _chunker(spec: str | None, key: str) -> Any:
     """The chunker of ``spec`` in this worker (built once), which must be the driver's ``key``."""
     if key not in _CHUNKERS:
-        from ..corpus import make_chunker
-
         chunker = make_chunker(spec)
         if chunker.key != key:
             raise RuntimeError(f"a Ray worker built chunker {chunker.key!r} from {spec!r}, "
@@ -205,7 +210,7 @@ def chunk_on_ray(raw_pub: Published, source_paths: dict[str, str], chunker_spec:
                  ) -> tuple[dict[str, Any], dict[str, list[Chunk]], dict[str, Any]]:
     """(doc_id -> Document, doc_id -> its chunks, the Ray job's metadata) of ``source_paths``
     (doc_id -> source path), read from ``raw_pub``'s Parquet and chunked on Ray."""
-    import ray.data
+    import ray.data  # the [scale] extra: loaded when a step runs on Ray
     from ray.data.expressions import col
 
     spec = settings.get("RAGSPINE_CHUNKER", chunker_spec)
@@ -245,9 +250,7 @@ class _Embedder:
     def __init__(self, spec: str, model_id: str, threads: int, fault: FaultHook | None) -> None:
         # This process is the actor's alone: its thread count is the actor's CPU share,
         # not the machine's (which every actor would otherwise take).
-        os.environ["RAGSPINE_EMBED_THREADS"] = str(threads)
-        from ..retrieval.vector.embedding_backends import backend_model_id, make_embedding_backend
-
+        os.environ["RAGSPINE_EMBED_THREADS"] = str(threads)  # read when the backend is built, next
         self.backend = make_embedding_backend(spec)
         got = backend_model_id(self.backend) if self.backend is not None else None
         if got != model_id:
@@ -279,7 +282,7 @@ def embed_on_ray(spec: str, model_id: str, texts: list[str], *, workers: int | N
                  ) -> tuple[np.ndarray, dict[str, Any]]:
     """(float32 vectors of ``texts`` in input order, the Ray job's metadata), embedded by a
     pool of actors that each build ``spec`` (which must give ``model_id``)."""
-    import ray.data
+    import ray.data  # the [scale] extra: loaded when a step runs on Ray
 
     groups = [texts[i: i + batch] for i in range(0, len(texts), batch)]
     order = sorted(range(len(groups)), key=lambda g: -sum(len(t) for t in groups[g]))  # longest first
@@ -306,3 +309,30 @@ def embed_on_ray(spec: str, model_id: str, texts: list[str], *, workers: int | N
     busy = sum(pc.sum(t.column("busy_s")).as_py() or 0.0 for t in out)
     cpu = sum(pc.sum(t.column("cpu_s")).as_py() or 0.0 for t in out)
     return vectors, RayJob(cluster, batches, len(texts), seconds, busy, cpu).metadata()
+
+
+class RayExecutor:
+    """The chunks and embeddings steps' heavy part on Ray (the warehouse's ``StepExecutor``):
+    ``workers`` per job (default ``RAGSPINE_RAY_WORKERS``)."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers
+
+    def chunk(self, raw_pub: Published, source_paths: dict[str, str], chunker_spec: str | None, chunker_key: str, *,
+              log: Log, desc: str) -> tuple[dict[str, Any], dict[str, list[Chunk]], dict[str, Any]]:
+        return chunk_on_ray(raw_pub, source_paths, chunker_spec, chunker_key, workers=self.workers, log=log,
+                            desc=desc)
+
+    def embed(self, spec: str, model_id: str, texts: list[str], *, log: Log, desc: str
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        return embed_on_ray(spec, model_id, texts, workers=self.workers, log=log, desc=desc)
+
+    def no_work(self) -> dict[str, Any]:
+        return {"executor": "ray", "ray_batches": 0}
+
+
+def step_executor(value: str | None = None) -> RayExecutor | None:
+    """The executor ``value`` (else ``RAGSPINE_EXECUTOR``) names for the chunks and
+    embeddings steps: Ray's, or None (the warehouse's local default). An unknown name is a
+    SettingsError naming the variable."""
+    return RayExecutor() if executor(value) == "ray" else None

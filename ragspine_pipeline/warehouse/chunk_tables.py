@@ -26,8 +26,10 @@ is the explicit opt-out for libraries that prefer availability.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -37,6 +39,7 @@ import pyarrow.parquet as pq
 
 from ..corpus import make_chunker
 from ..ingest.documents import on_parse_error_policy
+from ..ingest.locators import locate
 from ..retrieval.chunking.chunk_store import (
     CHUNK_COLUMNS,
     DOC_VERSION_COLUMNS,
@@ -50,6 +53,7 @@ from ..retrieval.chunking.chunking import Chunk
 from ..sensitivity import REDACTED, is_restricted, redact
 from .common import CHUNKS, RAW, CheckOutcome, StepResult, last_row_per_key, restricted_mask
 from .raw import fetch_documents, raw_delta, raw_state
+from .step_executor import StepExecutor, step_executor
 from .versioned import (
     Append,
     Inherit,
@@ -244,7 +248,7 @@ def _state_table(rows: list[dict[str, Any]]) -> pa.Table:
 @library_step
 def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = None,
                  raw_version: str | None = None, *, full_checks: bool = False,
-                 on_parse_error: str | None = None, executor: str | None = None, log=None) -> StepResult:
+                 on_parse_error: str | None = None, executor: StepExecutor | None = None, log=None) -> StepResult:
     """Publish the chunks of the raw version (default: the latest) incrementally.
 
     The documents looked at are the raw rows this step has not seen (the raw segments
@@ -253,11 +257,13 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
     this version wrote. ``on_parse_error`` (default ``RAGSPINE_ON_PARSE_ERROR`` or
     "withhold"): what a document whose file fails to parse serves meanwhile — nothing
     ("withhold"), or its last good version ("serve_last_good", availability first).
-    ``executor`` (default ``RAGSPINE_EXECUTOR``): "ray" reads and chunks the documents to
-    (re)chunk as a Ray Data pipeline (``scale.build``); everything else is this function's,
-    either way. ``log`` gets the progress of a Ray run, one line per batch.
+    ``executor`` (default None: here, in this process): e.g. ``scale.build.step_executor()``,
+    Ray's for ``RAGSPINE_EXECUTOR=ray``, reads and chunks the documents to (re)chunk as a
+    Ray Data pipeline; everything else is this function's, either way. ``log`` gets the
+    progress of a Ray run, one line per batch.
     """
     t0 = time.perf_counter()
+    executor = step_executor(executor)
     withhold = on_parse_error_policy(on_parse_error) == "withhold"
     chunker = make_chunker(chunker_spec)
     key = chunker.key
@@ -412,18 +418,14 @@ def build_chunks(wh: VersionedTables, library: str, chunker_spec: str | None = N
 
 
 def _chunk_todo(raw_pub: Published, paths: dict[str, str], chunker: Any, chunker_spec: str | None,
-                executor: str | None, log: Any, library: str,
+                executor: StepExecutor | None, log: Any, library: str,
                 ) -> tuple[dict[str, Any], dict[str, list[Chunk]], dict[str, Any]]:
-    """(doc_id -> Document, doc_id -> its chunks, the Ray job's metadata or {}) of the
-    documents to (re)chunk (doc_id -> source path): here, or on Ray (``executor="ray"``)."""
-    from ..scale.config import executor as executor_name
-
-    if executor_name(executor) == "ray":
+    """(doc_id -> Document, doc_id -> its chunks, the executor's job metadata or {}) of the
+    documents to (re)chunk (doc_id -> source path): here, or by ``executor`` (Ray's)."""
+    if executor is not None:
         if not paths:  # nothing to chunk: no cluster to start
-            return {}, {}, {"executor": "ray", "ray_batches": 0}
-        from ..scale.build import chunk_on_ray
-
-        return chunk_on_ray(raw_pub, paths, chunker_spec, chunker.key, log=log, desc=f"chunks[{library}]")
+            return {}, {}, executor.no_work()
+        return executor.chunk(raw_pub, paths, chunker_spec, chunker.key, log=log, desc=f"chunks[{library}]")
     docs = {d.doc_id: d for d in fetch_documents(raw_pub, set(paths.values()))}
     return docs, {d: chunker(docs[d]) for d in paths}, {}
 
@@ -434,11 +436,6 @@ def with_file_locators(chunks: list[Chunk], doc: Any) -> list[Chunk]:
     anchors = getattr(doc, "anchors", ()) if doc is not None else ()
     if not anchors:
         return chunks
-    import json
-    from dataclasses import replace
-
-    from ..ingest.locators import locate
-
     out = []
     for c in chunks:
         loc = c.source_locator

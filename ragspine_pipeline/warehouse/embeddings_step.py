@@ -53,6 +53,7 @@ from ..retrieval.vector.published import (
 )
 from ..sensitivity import is_restricted
 from .chunk_tables import active_chunk_table, served_chunk_table, withheld_docs
+from .step_executor import StepExecutor, step_executor
 from .versioned import read_segments
 
 LOG = logging.getLogger("ragspine.warehouse.embeddings")
@@ -82,10 +83,11 @@ def resolve_library_backend(backend: Any, spec: str, pub_chunks: Any) -> tuple[A
 
 
 def embed_for_step(backend: Any, spec: str, texts: list[str], library: str, log: Callable[[str], None] | None,
-                   executor: str | None, ids: Sequence[str] | None = None) -> tuple[Any, dict[str, Any]]:
-    """(vectors of ``texts``, the Ray job's metadata and the reuse counts): embedded here in
-    bounded batches, or with ``executor="ray"`` on a Ray actor pool that builds ``spec`` per
-    actor (it must build the same model id as ``backend``: a mismatch fails the step).
+                   executor: StepExecutor | None, ids: Sequence[str] | None = None) -> tuple[Any, dict[str, Any]]:
+    """(vectors of ``texts``, the executor's job metadata and the reuse counts): embedded here
+    in bounded batches (``executor`` None), or by ``executor``, e.g. Ray's actor pool that
+    builds ``spec`` per actor (it must build the same model id as ``backend``: a mismatch
+    fails the step).
     ``ids``: the chunk ids of ``texts`` (``doc#ordinal-hash``), so that a large document is
     announced by name.
 
@@ -97,11 +99,11 @@ def embed_for_step(backend: Any, spec: str, texts: list[str], library: str, log:
     texts it lacks reach the model. ``reuse`` in the returned
     metadata counts them."""
     from ..retrieval.vector.embedding_backends import backend_model_id
-    from ..scale.config import executor as executor_name
     from ..vector_cache import shared_reuse
 
+    executor = step_executor(executor)  # an object or None, never a name
     if not texts:
-        return [], ({"executor": "ray", "ray_batches": 0} if executor_name(executor) == "ray" else {})
+        return [], (executor.no_work() if executor is not None else {})
     model_id = backend_model_id(backend)
     job: dict[str, Any] = {}
 
@@ -111,15 +113,13 @@ def embed_for_step(backend: Any, spec: str, texts: list[str], library: str, log:
         if len(missing) < len(texts):
             say(f"embeddings[{library}]: {len(texts):,} texts, {len(texts) - len(missing):,} of them duplicates or "
                 f"embedded earlier with {model_id}: {len(missing):,} to embed")
-        if executor_name(executor) != "ray":
+        if executor is None:
             first_id: dict[str, str] = {}
             for cid, t in zip(ids or (), texts, strict=False):
                 first_id.setdefault(t, cid)
             return embed_with_progress(backend, missing, library, log,
                                        ids=[first_id.get(t, "") for t in missing] if ids else None)
-        from ..scale.build import embed_on_ray
-
-        vecs, meta = embed_on_ray(spec, model_id, missing, log=log or LOG.info, desc=f"embeddings[{library}]")
+        vecs, meta = executor.embed(spec, model_id, missing, log=log or LOG.info, desc=f"embeddings[{library}]")
         job.update(meta)
         return vecs
 

@@ -31,6 +31,7 @@ from .cli_delegated import DELEGATED_HELP, cmd_delegated
 from .cli_index import cmd_index, code_location
 from .corpus import ingest_folder, list_libraries, load_golden
 from .errors_format import ERROR_PREFIX
+from .eval import runner as eval_runner
 from .filter_input import (
     FilterValueError,
     Triple,
@@ -40,11 +41,19 @@ from .filter_input import (
     hybrid_retrievers,
     parse_filter_expr,
 )
+from .graph.channel import GraphChannel, query_rows
+from .graph.dimensions import DimensionsError
+from .graph.queries import GraphQueryError
+from .graph.step import RELATION_GRAPH, load_relation_graph, resolve_dimensions
+from .graph.store import GraphStoreError
 from .modes import LEXICAL_MODES, VECTOR_MODES, RetrievalModeError
 from .retrieval.chunking.chunk_store import ChunkStore
 from .retrieval.filters import FilterError
 from .retrieval.lexical.analysis.glossary import GlossaryError
+from .retrieval.vector.embedding_backends import backend_model_id
 from .snippet_format import format_snippet
+from .warehouse.common import SNAPSHOT
+from .warehouse.versioned import VersionedTables
 
 # Every spec make_embedding_backend accepts (name, then the optional ":ARG" it takes).
 EMBEDDING_SPECS = ("none", "off", "bm25", "auto", "onnx[:MODEL]", "fastembed[:MODEL]", "e5", "minilm",
@@ -212,8 +221,6 @@ def describe_retriever(retriever: Any) -> str:
     No restricted count: the served index holds no restricted chunk, and nothing it prints
     may depend on whether restricted documents exist.
     """
-    from .retrieval.vector.embedding_backends import backend_model_id
-
     hs = hybrid_retrievers(retriever)
     models = sorted({backend_model_id(h.embedding_backend)
                      for h in hs if h.embedding_backend is not None and "dense" in h.channels})
@@ -285,14 +292,12 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .eval.runner import EvalConfig, evaluate_dataset
-
     if not Path(args.dataset_dir).is_dir():
         raise CLIInputError("dataset_dir", f"no dataset folder at {args.dataset_dir}")
-    cfg = EvalConfig(mode=args.mode or "bm25", embedding=args.embedding, chunker=args.chunker,
-                     max_chars=args.max_chars, analyzer=args.analyzer, reranker=args.reranker,
-                     limit=args.limit, progress=not (args.no_progress or args.json))
-    res = evaluate_dataset(args.dataset_dir, cfg)
+    cfg = eval_runner.EvalConfig(mode=args.mode or "bm25", embedding=args.embedding, chunker=args.chunker,
+                                 max_chars=args.max_chars, analyzer=args.analyzer, reranker=args.reranker,
+                                 limit=args.limit, progress=not (args.no_progress or args.json))
+    res = eval_runner.evaluate_dataset(args.dataset_dir, cfg)
     if args.json:
         json.dump(res, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
@@ -313,11 +318,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _graph_channels(warehouse: Path, library: str | None, store: str | None) -> dict[str, Any]:
     """library -> GraphChannel over the relation graph each published snapshot names
     (the latest graph where no snapshot names one)."""
-    from .graph.channel import GraphChannel
-    from .graph.step import RELATION_GRAPH, load_relation_graph, resolve_dimensions
-    from .warehouse.pipeline import SNAPSHOT
-    from .warehouse.versioned import VersionedTables
-
     wh = VersionedTables(warehouse)
     libs = [library] if library else sorted(p.name for p in (warehouse / RELATION_GRAPH).glob("*") if p.is_dir())
     out = {}
@@ -343,11 +343,6 @@ def format_graph_row(r: dict[str, Any]) -> str:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from .graph.channel import query_rows
-    from .graph.dimensions import DimensionsError
-    from .graph.queries import GraphQueryError
-    from .graph.store import GraphStoreError
-
     try:
         channels = _graph_channels(Path(args.warehouse), args.library, args.store)
         rows: list[dict[str, Any]] = []

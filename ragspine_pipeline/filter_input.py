@@ -24,6 +24,7 @@ from typing import Any
 
 from .retrieval.filters import FilterError, compile_filters
 from .retrieval.hybrid.retriever import FILTER_FIELDS, HybridRetriever
+from .retrieval.hybrid.unwrap import hybrid_retrievers  # also the callers' name for it here
 from .sensitivity import is_restricted
 
 Triple = tuple[str, str, Any]
@@ -120,15 +121,6 @@ def conflicting(triples: Iterable[Triple]) -> str | None:
                         f"all filters must hold at once — use {field}:in=a,b for either value")
             seen[key] = operand
     return None
-
-
-def hybrid_retrievers(retriever: Any) -> list[HybridRetriever]:
-    """The HybridRetriever(s) behind a NarrativeIndexRetriever or a MultiIndexRetriever."""
-    if hasattr(retriever, "retrievers"):
-        return [h for r in retriever.retrievers.values() for h in hybrid_retrievers(r)]
-    index = getattr(retriever, "index", None)
-    inner = getattr(index, "retriever", None)
-    return [inner] if isinstance(inner, HybridRetriever) else []
 
 
 def open_values(hybrids: Iterable[HybridRetriever], field: str) -> set[Any]:

@@ -27,7 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from . import settings
 from .retrieval.hybrid.retriever import HybridRetriever
+from .retrieval.vector.batching import embed_in_batches, tqdm_progress
+from .retrieval.vector.embedding_backends import backend_model_id
 
 
 def _text_key(model_id: str, text: str) -> str:
@@ -83,8 +86,6 @@ def preload_cached_vectors(retriever: HybridRetriever, cache_dir: Path, *,
     keys = [_text_key(str(model_id), c.text) for c in retriever.chunks]
     missing = [i for i, k in enumerate(keys) if k not in cached and not restricted[i]]
     if missing:
-        from .retrieval.vector.batching import embed_in_batches, tqdm_progress
-
         hook = tqdm_progress("embedding chunks") if progress is True else (progress or None)
         new = embed_in_batches(backend, [retriever.chunks[i].text for i in missing], progress=hook)
         if new.ndim != 2 or len(new) != len(missing):
@@ -136,8 +137,6 @@ class CachingEmbeddingBackend:
             raise TypeError(f"{type(backend).__name__} is not an EmbeddingBackend: it needs embed_texts(texts)")
         if flush_every <= 0:
             raise ValueError("flush_every must be > 0")
-        from .retrieval.vector.embedding_backends import backend_model_id
-
         self.inner = backend
         self.model_id = backend_model_id(backend)
         self.folder = cache_file(Path(cache_dir), self.model_id).with_suffix("")
@@ -327,8 +326,6 @@ def shared_reuse(backend: Any) -> VectorReuse:
     benchmark timing a model) starts empty. A backend that cannot be weakly referenced gets
     a fresh store each call (reuse within the call only).
     """
-    from . import settings
-
     folder = settings.get("RAGSPINE_EMBED_CACHE") or ""
     with _SHARED_LOCK:
         stores = _stores_of(backend)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import settings
+from ..llm.provider import provider_from_env
 from ..retrieval.lexical.analysis.glossary import load_glossary
 from ..retrieval.link.narrative_link import default_glossary_path
 from ..warehouse.chunk_tables import (
@@ -37,6 +38,7 @@ from ..warehouse.common import CheckOutcome, StepResult
 from ..warehouse.served_refresh import KEYS, chunk_rows
 from ..warehouse.versioned import VersionedTables, WarehouseError, library_step
 from .build import assemble_graph, graph_from_tables, graph_tables
+from .communities import add_communities, detect_communities
 from .dimensions import Dimensions, load_dimensions, with_glossary
 from .fact_cache import FACT_COLUMNS, FACTS_TABLE, load_cache, served_facts
 from .relations import RelationExtractor, add_relations, make_relation_extractor
@@ -83,8 +85,6 @@ def build_relation_graph(wh: VersionedTables, library: str, chunks_version: str 
     if communities is None:
         communities = settings.get(COMMUNITIES_ENV)  # on-words on, anything else off (as always)
     if communities and provider is None:
-        from ..llm.provider import provider_from_env
-
         provider = provider_from_env()  # the service LLM when configured; else extractive summaries
     extras = ((f"extractor={extractor.name}",) if extractor is not None else ()) + \
         (("communities", "llm" if provider is not None else "extractive") if communities else ())
@@ -112,8 +112,6 @@ def build_relation_graph(wh: VersionedTables, library: str, chunks_version: str 
         if report:  # counts only: a refused name is not restricted text, but keep metadata small
             extra_md["extractor_report"] = {k: (len(v) if isinstance(v, list) else v) for k, v in report.items()}
     if communities:
-        from .communities import add_communities, detect_communities
-
         detected = detect_communities(store, chunks, provider=provider)
         add_communities(store, detected)
         extra_md["communities"] = len(detected)

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ..retrieval.lexical.refresh.segments import write_segments_stream
+
 
 def index_token_batches(index: Any, batch_docs: int = 20000) -> Iterator[list[list[str]]]:
     """The documents of a built BM25 index as bags of tokens (term repeated tf times), in
@@ -73,8 +75,6 @@ def write_layout(folder: str | os.PathLike[str], index: Any, doc_ids: Sequence[s
     """Write ``index`` (one file) as ``buckets`` hash-bucket segments into ``folder`` with the
     streaming segment writer (bounded memory): the layout a library published with
     ``RAGSPINE_BM25_BUCKETS=buckets`` has (tests and benchmarks; serving maps published buckets)."""
-    from ..retrieval.lexical.refresh.segments import write_segments_stream
-
     Path(folder).mkdir(parents=True, exist_ok=True)
     write_segments_stream(folder, index_token_batches(index), list(doc_ids), buckets=buckets, k1=index.k1,
                           b=index.b)

@@ -91,7 +91,7 @@ def _exit_for_restart(reason: str) -> None:
 
 
 def _in_ray_actor() -> bool:
-    try:
+    try:  # the [scale] extra: a shard built outside Ray (tests, benchmarks) runs without it
         import ray
     except ImportError:
         return False
@@ -205,7 +205,7 @@ class BM25Shard:
 def _node_host() -> str:
     """The address this node's Ray processes use (127.0.0.1 inside a private network
     namespace); loopback for a shard built outside a Ray worker (tests, benchmarks)."""
-    try:
+    try:  # the [scale] extra: a shard built outside Ray (tests, benchmarks) runs without it
         import ray
     except ImportError:
         return "127.0.0.1"

@@ -34,8 +34,8 @@ import os
 from typing import Any
 
 from ... import settings
-from ...filter_input import hybrid_retrievers
 from ...llm.provider import LLM_BASE_URL_ENV, provider_from_env
+from ..hybrid.unwrap import hybrid_retrievers
 from ..postprocess import IndexVectorLookup, make_postprocessor
 from .adaptive import HeuristicComplexityClassifier, LLMComplexityClassifier, Route
 from .auto_filters import AutoFilterExtractor, LLMFilterExtractor

@@ -42,14 +42,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from . import numba_start
 
-_LOCK = threading.Lock()
 _log = logging.getLogger(__name__)
 
 
@@ -61,12 +61,56 @@ def fell_back(err: BaseException) -> None:
                  "(identical answers, much slower)", type(err).__name__, err)
 
 
-_KERNELS: Kernels | None = None
-_TRIED = False
-# Flavours (``flavour``) whose signatures are loaded: the kernels are typed by each array's
-# dtype *and* read-only flag, so a memory-mapped index calls other signatures than one built
-# in memory, and a warm with the wrong flags loads code no query uses.
-_WARMED: set[Flavour] = set()
+K = TypeVar("K")
+
+
+class KernelLoader(Generic[K]):
+    """Load a family of compiled kernels once, warm them once per flavour, and fall back.
+
+    Why one: every kernel family (the plain layout's here, the packed layout's in
+    ``index.packed_index``) must start numba without its BLAS probe, import its kernel
+    modules once under a lock, warm each flavour of index arrays (dtypes, read-only flag)
+    before its first query, and on any failure take the numpy path *saying so*
+    (``fell_back``); the same steps written once. ``load`` imports (compiles) the family
+    and returns it; ``warm(kernels, key)`` calls every entry point with the argument types
+    of flavour ``key``. ``get`` returns the kernels warmed for ``key``, or None: numba not
+    installed (silently) or broken (said)."""
+
+    def __init__(self, load: Callable[[], K], warm: Callable[[K, Any], None]) -> None:
+        self._load = load
+        self._warm = warm
+        self._lock = threading.Lock()
+        self.kernels: K | None = None
+        self.tried = False
+        # Flavours whose signatures are loaded: the kernels are typed by each array's dtype
+        # *and* read-only flag, so a memory-mapped index calls other signatures than one built
+        # in memory, and a warm with the wrong flags loads code no query uses.
+        self.warmed: set[Hashable] = set()
+
+    def get(self, key: Hashable) -> K | None:
+        if self.tried and (self.kernels is None or key in self.warmed):
+            return self.kernels
+        with self._lock:
+            if not self.tried:
+                try:
+                    numba_start.start()  # numba's start-up, less its BLAS probe
+                    self.kernels = self._load()
+                except ImportError:  # numba not installed: the numpy path
+                    self.kernels = None
+                except Exception as err:  # noqa: BLE001 - numba present but broken: the numpy path, said
+                    fell_back(err)
+                    self.kernels = None
+                self.tried = True
+            if self.kernels is not None and key not in self.warmed:
+                try:
+                    self._warm(self.kernels, key)
+                except Exception as err:  # noqa: BLE001 - any numba compile error: the numpy path, said
+                    fell_back(err)
+                    return None
+                self.warmed.add(key)
+        return self.kernels
+
+
 # The index arrays the kernels read, in ``Flavour`` order, and what a tiny warm index holds.
 _TINY: dict[str, tuple[Any, Any]] = {
     "indptr": ([0, 1], np.int64), "indices": ([0], np.int32), "tf": ([1], np.uint8), "w": ([1.0], np.float64),
@@ -162,33 +206,15 @@ def _warm(k: Kernels, f: Flavour) -> None:
                       np.zeros(1, np.int64), np.zeros(0, np.int64))  # no stack statistics (bm25_stats_query)
 
 
+# The plain layout's kernels (``_warm`` looked up per call: a test may replace it).
+_PLAIN: KernelLoader[Kernels] = KernelLoader(_compile, lambda k, f: _warm(k, f))
+
+
 def load_kernels(like: Any = None, *, mapped: bool = False) -> Kernels | None:
     """The compiled kernels, warmed for an index whose arrays are like ``like`` (see
     ``flavour``; ``mapped`` without ``like``: a published file of the usual dtypes), or None
     when numba is not installed or cannot compile."""
-    global _KERNELS, _TRIED
-    f = flavour(like, mapped=mapped)
-    if _TRIED and (_KERNELS is None or f in _WARMED):
-        return _KERNELS
-    with _LOCK:
-        if not _TRIED:
-            try:
-                numba_start.start()  # numba's start-up, less its BLAS probe
-                _KERNELS = _compile()
-            except ImportError:  # numba not installed: the numpy path
-                _KERNELS = None
-            except Exception as err:  # noqa: BLE001 - numba present but broken: the numpy path, said
-                fell_back(err)
-                _KERNELS = None
-            _TRIED = True
-        if _KERNELS is not None and f not in _WARMED:
-            try:
-                _warm(_KERNELS, f)
-            except Exception as err:  # noqa: BLE001 - any numba compile error: the numpy path, said
-                fell_back(err)
-                return None
-            _WARMED.add(f)
-    return _KERNELS
+    return _PLAIN.get(flavour(like, mapped=mapped))
 
 
 def require(kernel: str, compiled: Any) -> None:

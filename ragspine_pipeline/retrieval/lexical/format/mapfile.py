@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..index.postings import BLOCK_SIZE
 from .file import BLOCK_BYTES, HEADER_BYTES, ArraySpec, CorruptIndexError, Toc, strings_to_blob
+from .raw import BLOCK_SIZE
 
 
 class _Blocks:
@@ -51,7 +51,7 @@ class _Blocks:
         self.check(spec.offset, spec.offset + spec.nbytes)
 
 
-class _MappedFile:
+class MappedFile:
     """The mapping, its table of contents and what has been verified so far.
 
     Shared by the index and its vocabulary, and holding neither, so dropping the index
@@ -130,7 +130,7 @@ class MappedDocIds:
     path: Path
     n_docs: int
     _toc: Toc
-    _file: _MappedFile
+    _file: MappedFile
     _doc_id_off: np.ndarray
     _doc_id_blob: np.ndarray
 

@@ -18,6 +18,9 @@ import numpy as np
 from .... import settings
 
 PLAIN, PACKED = "plain", "packed"
+# Postings per block-max bound, in both layouts (the kernels read this constant; the file
+# format's block arrays are counted in it).
+BLOCK_SIZE = 128
 
 
 @dataclass(frozen=True)

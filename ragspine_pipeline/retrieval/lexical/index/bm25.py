@@ -27,21 +27,20 @@ from ....cpus import usable_cpus
 from ..kernels import loader as bm25_kernel
 from . import filter as bm25_filter
 from . import numpy_search as bm25_numpy
-from . import stats_query as bm25_stats_query
+from .base import IndexBase
 from .corpus_stats import CorpusStats
-from .filter import PackedFilter, Survivors
+from .filter import FilterSupport, PackedFilter, Survivors
 from .pool import (
     POSTINGS_PER_THREAD,
     BatchArrays,
     batch_one_by_one,
     batch_pool,
-    batch_rows,
     empty_batch,
     run_batch,
 )
 from .postings import BITSET_DF_FRACTION, BLOCK_SIZE, Postings, build_postings
 from .reference import DEFAULT_B, DEFAULT_BM25_B, DEFAULT_BM25_K1, DEFAULT_K1, bm25_idf, bm25_scores
-from .stats_query import NO_STACK, StackArgs
+from .stats_query import NO_STACK, StackArgs, check_stack
 from .topk import DENSE, ScoredDocs, empty_scored, top_k, top_k_dense
 
 __all__ = [
@@ -64,7 +63,7 @@ _usable_cpus = usable_cpus  # the kernels' thread count (tests patch it)
 _POSTINGS_PER_THREAD = POSTINGS_PER_THREAD  # batch work per extra thread (tests patch it)
 
 
-class BM25Index:
+class BM25Index(IndexBase):
     """Postings index whose scores equal ``bm25_scores`` over the same candidates.
 
     Doc positions are the order of ``docs_tokens``; ties are broken by ascending
@@ -128,19 +127,10 @@ class BM25Index:
                         bmax=self._bmax, bit_row=self._bit_row, bits=self._bits)
 
     @property
-    def kernel(self) -> str:
-        """Which top-k path queries take: "numba" (compiled) or "numpy"."""
-        return "numba" if self._kernels is not None else "numpy"
-
-    @property
     def nbytes(self) -> int:
         return int(sum(a.nbytes for a in self.postings().arrays().values()))
 
     # ----------------------------------------------------------------- scoring
-    def _query_term_ids(self, query_tokens: Sequence[str]) -> list[int]:
-        get = self.vocab.get
-        return [t for t in (get(q) for q in query_tokens) if t is not None]
-
     def _doc_lengths_read(self) -> None:
         """Hook before a query reads every document length (a filter): the mapped index
         verifies the lengths' checksums there; built arrays need nothing."""
@@ -152,18 +142,6 @@ class BM25Index:
     def _maxscore(self, query_tokens: Sequence[str], k: int) -> ScoredDocs | None:
         """Exact MaxScore-pruned top-k, or None when pruning would not pay (``index.numpy_search``)."""
         return bm25_numpy.maxscore(self, self._query_term_ids(query_tokens), k, MAXSCORE_MIN_DOCS)
-
-    def get_scores(
-        self, query_tokens: Sequence[str], candidates: np.ndarray | PackedFilter | None = None
-    ) -> np.ndarray:
-        """Dense score vector over all docs (0 outside the candidate mask)."""
-        mask = self._as_mask(candidates)
-        ids, sc = self._accumulate(query_tokens, mask)
-        if ids is DENSE:
-            return sc
-        out = np.zeros(self.n_docs, dtype=np.float64)
-        out[ids] = sc
-        return out
 
     def search(
         self,
@@ -187,8 +165,7 @@ class BM25Index:
         when they cannot include this index's survivors.
         """
         if stats is not None:
-            return bm25_stats_query.search(self, query_tokens, k, candidates, stats, self._filtered_run,
-                                           lambda tids, mask, stack: bm25_numpy.accumulate(self, tids, mask, stack))
+            return self._stack_search(query_tokens, k, candidates, stats)
         if k > 0 and self._kernels is not None:
             return self._search_compiled(query_tokens, k, candidates)
         mask = self._as_mask(candidates)
@@ -201,28 +178,9 @@ class BM25Index:
             return top_k_dense(sc, k)
         return top_k(ids, sc, k)
 
-    def survivor_stats(self, query_tokens: Sequence[str],
-                       candidates: np.ndarray | PackedFilter | None = None) -> CorpusStats:
-        """The documents ``candidates`` keeps (any form ``search`` takes; None: all): their
-        count, summed length and, per query token in order, how many contain it: this
-        index's part of a stack's statistics (``CorpusStats``, summed with ``+``). Counted
-        by the filtered kernel's own routes (a reused ``PackedFilter`` costs no pass over
-        N and shares its df cache with the queries)."""
-        return bm25_stats_query.survivor_stats(self, query_tokens, candidates, self._filtered_run)
-
-    def search_batch(self, queries: Sequence[Sequence[str]], k: int = 10, *,
-                     threads: int | None = None) -> list[ScoredDocs]:
-        """``search(q, k)`` for each unfiltered query, in one call; results equal ``search``'s.
-
-        The compiled kernel runs the whole batch without the GIL and without per-query
-        Python work (``search_batch_arrays``); ``threads`` (default: the CPUs this process
-        may use) splits the batch into at most that many chunks run on Python threads.
-        """
-        if k <= 0 or not queries:
-            return [empty_scored() for _ in queries]
-        if self._kernels is None or self.avgdl == 0:
-            return [self.search(q, k) for q in queries]
-        return batch_rows(self.search_batch_arrays(queries, k, threads=threads))
+    def _stack_accumulate(self, term_ids: list[int], mask: np.ndarray,
+                          stack: StackArgs) -> tuple[np.ndarray, np.ndarray]:
+        return bm25_numpy.accumulate(self, term_ids, mask, stack)
 
     def search_batch_arrays(self, queries: Sequence[Sequence[str]], k: int = 10, *,
                             threads: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -274,13 +232,13 @@ class BM25Index:
         scores), or with ``k == 0`` (survivor df per distinct term, empty); and the survivors."""
         sc = self._scratch
         kern = self._kernels
-        sup = bm25_filter.support(self)
+        sup = self.filter_support()
         sup.ensure_terms(kern, tids)
         surv = bm25_filter.remembered(candidates, sup, lambda: bm25_filter.prepare(self, kern, candidates, sc),
                                       len(self.df))
         try:
             if stack.shape[0]:
-                bm25_stats_query.check_stack(stack, surv)
+                check_stack(stack, surv)
             ids, scores = kern.search_filtered(
                 self.indptr, self.indices, self.tf, sup.lengths(), surv.bits, surv.positions, surv.n, surv.total,
                 tids, self._bit_row, self._bits, sup.rank_dir, self.k1, self.b, k, sc.acc, sc.touched,
@@ -290,6 +248,25 @@ class BM25Index:
             if surv.scratch_set is not None:
                 kern.clear_bits(surv.scratch_set, surv.bits)
         return ids, scores, surv
+
+    def filter_support(self) -> FilterSupport:
+        """The lazily built helpers of this index's filtered queries (``index.filter``),
+        created on the first filtered query; ``dict.setdefault`` is atomic: threads racing
+        on the first query keep one."""
+        sup = self.__dict__.get("_filter_support")
+        if sup is None:
+            sup = self.__dict__.setdefault("_filter_support", FilterSupport(self.postings()))
+        return sup
+
+    @property
+    def idf(self) -> np.ndarray:
+        """Each term's idf over the full corpus (what ``w`` was scaled by at build)."""
+        return self._idf_full
+
+    @property
+    def w_max(self) -> np.ndarray:
+        """Each term's largest ``w``: its MaxScore bound before the idf."""
+        return self._w_max
 
     def _as_mask(self, candidates: np.ndarray | PackedFilter | None) -> np.ndarray | None:
         if candidates is None:

@@ -33,14 +33,11 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from .postings import BLOCK_SIZE, RANK_WORDS
-
-if TYPE_CHECKING:
-    from .bm25 import BM25Index
+from .postings import BLOCK_SIZE, RANK_WORDS, Postings
 
 FEW_SURVIVORS_DIV = 64  # survivors <= N / this: their positions go to the kernel (gallop, no scan)
 NO_KNOWN = np.zeros(0, np.int64)  # no survivor df cache (``Survivors.known``)
@@ -61,21 +58,22 @@ class Survivors:
 
 
 class FilterSupport:
-    """Lazily built, in-memory helpers of one index's filtered queries (thread-safe)."""
+    """Lazily built, in-memory helpers of one plain index's filtered queries (thread-safe),
+    over its postings arrays (``BM25Index.postings()``)."""
 
-    def __init__(self, ix: BM25Index) -> None:
-        self._ix = ix
+    def __init__(self, p: Postings) -> None:
+        self._p = p
         self._lock = threading.Lock()
         self._slices: np.ndarray | None = None
         self._lengths: np.ndarray | None = None
-        n_terms, n_blocks = len(ix.df), int(ix._bptr[-1])
+        n_terms, n_blocks = len(p.df), int(p.bptr[-1])
         self.done = np.zeros(n_terms, np.bool_)
         # np.zeros maps untouched pages lazily: only the blocks of queried terms cost memory.
         self.blk_tf = np.zeros(max(n_blocks, 1), np.uint32)
         self.blk_len = np.zeros(max(n_blocks, 1), np.uint32)
         self.t_maxtf = np.zeros(max(n_terms, 1), np.uint32)
         self.t_minlen = np.zeros(max(n_terms, 1), np.uint32)
-        rows, words = ix._bits.shape if ix._bits.ndim == 2 else (0, 0)
+        rows, words = p.bits.shape if p.bits.ndim == 2 else (0, 0)
         self.rank_dir = np.zeros((max(rows, 1), words // RANK_WORDS + 1), np.uint32)
         self.rank_done = np.zeros(max(rows, 1), np.bool_)
 
@@ -85,7 +83,7 @@ class FilterSupport:
         if self._slices is None:
             with self._lock:
                 if self._slices is None:
-                    self._slices = length_slices(self._ix._doc_len32)
+                    self._slices = length_slices(self._p.doc_len)
         return self._slices
 
     def lengths(self) -> np.ndarray:
@@ -93,26 +91,26 @@ class FilterSupport:
         if self._lengths is None:
             with self._lock:
                 if self._lengths is None:
-                    self._lengths = compact_lengths(self._ix._doc_len32)
+                    self._lengths = compact_lengths(self._p.doc_len)
         return self._lengths
 
     def ensure_terms(self, kernels: Any, tids: np.ndarray) -> None:
         """Block bounds of every term of ``tids`` that has none yet (a term's first filtered use)."""
         if self.done[tids].all():
             return
-        ix = self._ix
+        p = self._p
         with self._lock:
             for t in np.unique(tids).tolist():
                 if not self.done[t]:
-                    kernels.term_block_bounds(ix.indptr, ix.indices, ix.tf, ix._doc_len32, ix._bptr, t, BLOCK_SIZE,
+                    kernels.term_block_bounds(p.indptr, p.indices, p.tf, p.doc_len, p.bptr, t, BLOCK_SIZE,
                                               self.blk_tf, self.blk_len)
-                    b0, b1 = int(ix._bptr[t]), int(ix._bptr[t + 1])
+                    b0, b1 = int(p.bptr[t]), int(p.bptr[t + 1])
                     if b1 > b0:
                         self.t_maxtf[t] = self.blk_tf[b0:b1].max()
                         self.t_minlen[t] = self.blk_len[b0:b1].min()
-                    row = int(ix._bit_row[t])
+                    row = int(p.bit_row[t])
                     if row >= 0 and not self.rank_done[row]:
-                        kernels.rank_directory(ix._bits[row], self.rank_dir[row])
+                        kernels.rank_directory(p.bits[row], self.rank_dir[row])
                         self.rank_done[row] = True
                     self.done[t] = True  # after the arrays: a reader that sees it sees them
 
@@ -145,18 +143,22 @@ def length_slices(doc_len: np.ndarray) -> np.ndarray:
     return out
 
 
-def support(ix: BM25Index) -> FilterSupport:
-    """The index's ``FilterSupport``, created on its first filtered query."""
-    sup = ix.__dict__.get("_filter_support")
-    if sup is None:
-        with _CREATE_LOCK:
-            sup = ix.__dict__.get("_filter_support")
-            if sup is None:
-                sup = ix._filter_support = FilterSupport(ix)
-    return sup
+class Filtered(Protocol):
+    """What ``prepare`` reads of an index (either layout): its size, its document lengths
+    and the helpers of its filtered queries (an object with ``slices()``)."""
+
+    n_docs: int
+    doc_len: np.ndarray
+
+    def filter_support(self) -> Any: ...
 
 
-_CREATE_LOCK = threading.Lock()
+def support(ix: Filtered) -> Any:
+    """The index's filter helpers (``FilterSupport``, or ``PackedFilterSupport`` for a
+    packed index), created on its first filtered query."""
+    return ix.filter_support()
+
+
 
 
 @dataclass(frozen=True, eq=False)
@@ -262,7 +264,7 @@ def _checked_words(f: PackedFilter, n_docs: int) -> np.ndarray:
     return words
 
 
-def prepare(ix: BM25Index, kernels: Any, candidates: Any, scratch: Any) -> Survivors:
+def prepare(ix: Filtered, kernels: Any, candidates: Any, scratch: Any) -> Survivors:
     """The survivors of ``candidates``: a bool mask over the index positions, positions,
     or a ``PackedFilter``.
 
@@ -272,28 +274,28 @@ def prepare(ix: BM25Index, kernels: Any, candidates: Any, scratch: Any) -> Survi
     if isinstance(candidates, PackedFilter):
         bits = _checked_words(candidates, n_docs)
         n = int(kernels.count_bits(bits))
-        total = int(kernels.sliced_total(bits, support(ix).slices())) if n else 0
+        total = int(kernels.sliced_total(bits, ix.filter_support().slices())) if n else 0
         return Survivors(n, total, bits, _few_positions(kernels, bits, n, n_docs), None)
     cand = np.asarray(candidates)
     if cand.dtype == np.bool_:
         if cand.shape != (n_docs,):
             raise ValueError("candidate mask must have one entry per indexed document")
         bits = scratch.mask_bits
-        n, total = kernels.pack_mask(cand[: n_docs // 8 * 8].view(np.uint64), cand, support(ix).slices(), bits)
+        n, total = kernels.pack_mask(cand[: n_docs // 8 * 8].view(np.uint64), cand, ix.filter_support().slices(), bits)
         return Survivors(int(n), int(total), bits, _few_positions(kernels, bits, int(n), n_docs), None)
     pos = _positions(cand)
     bits = scratch.pos_bits
     gather = len(pos) <= n_docs // FEW_SURVIVORS_DIV
-    state, total = kernels.set_positions(pos, ix._doc_len32, bits, gather)
+    state, total = kernels.set_positions(pos, ix.doc_len, bits, gather)
     if state != 0:
         kernels.clear_bits(pos, bits)
         if state == 2:
             raise ValueError(f"candidate positions must lie in 0..{n_docs - 1}")
         pos = np.unique(pos)  # unsorted or repeated: sort once, then set again
         gather = len(pos) <= n_docs // FEW_SURVIVORS_DIV
-        state, total = kernels.set_positions(pos, ix._doc_len32, bits, gather)
+        state, total = kernels.set_positions(pos, ix.doc_len, bits, gather)
     if not gather:
-        total = kernels.sliced_total(bits, support(ix).slices())
+        total = kernels.sliced_total(bits, ix.filter_support().slices())
     return Survivors(len(pos), int(total), bits, pos if gather else _NONE, pos)
 
 

@@ -30,11 +30,11 @@ from ..format.file import (
     read_toc,
     term_hash,
 )
-from ..format.mapfile import MappedDocIds, _MappedFile
+from ..format.mapfile import MappedDocIds, MappedFile
 from ..format.raw import PACKED
 from ..kernels import loader as bm25_kernel
 from .bm25 import BM25Index
-from .packed_index import PackedBM25Index, _PackedFile, open_packed
+from .packed_index import PackedBM25Index, PackedFile, open_packed
 from .postings import ARRAY_NAMES, BLOCK_SIZE, Postings
 
 _CACHE_MAX = 1 << 16  # resolved tokens kept per index (cleared when full)
@@ -48,7 +48,7 @@ class MappedVocabulary:
     or not, are cached so repeated query tokens cost a dict lookup.
     """
 
-    def __init__(self, file: _MappedFile) -> None:
+    def __init__(self, file: MappedFile) -> None:
         self._f = file
         self._cache: dict[str, int] = {}
         self._table_ok = False
@@ -131,7 +131,7 @@ class MappedBM25Index(MappedDocIds, BM25Index):
         self.vocab._table_ok = True
 
 
-def tables_ok(f: _MappedFile) -> bool:
+def tables_ok(f: MappedFile) -> bool:
     """The vocabulary, doc ids and corpus positions of a file are well formed (either layout)."""
     a, n, nt = f.arrays, f.toc.n_docs, f.toc.n_terms
     ok = (strings_ok(a["vocab_off"], len(a["vocab_blob"]), nt)
@@ -147,7 +147,7 @@ def tables_ok(f: _MappedFile) -> bool:
     return bool(ok)
 
 
-def _hashes_ok(f: _MappedFile) -> bool:
+def _hashes_ok(f: MappedFile) -> bool:
     """The hash table is sorted and each entry is its term's hash (lookups depend on both)."""
     a = f.arrays
     hashes, off, raw = a["vocab_hash"], a["vocab_off"].tolist(), a["vocab_blob"].tobytes()
@@ -176,9 +176,9 @@ def open_index(path: str | os.PathLike[str], *, kernel: str = "auto") -> MappedB
     toc = read_toc(path, buf)
     if toc.layout == PACKED:
         # The vocabulary and the table checks are this module's (one implementation).
-        packed = _PackedFile(path, buf, toc)
+        packed = PackedFile(path, buf, toc)
         return open_packed(packed, MappedVocabulary(packed), tables_ok, kernel=kernel)
-    f = _MappedFile(path, buf, toc)
+    f = MappedFile(path, buf, toc)
     postings = Postings(**{name: f.array(name) for name in ARRAY_NAMES})
     if len(postings.doc_len) != toc.n_docs or len(postings.df) != toc.n_terms:
         raise CorruptIndexError(path, "array sizes do not match the recorded counts")

@@ -8,18 +8,39 @@ top-k for unfiltered queries over long postings. Selection is ``index.topk``'s.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from .reference import bm25_idf
 from .topk import DENSE, ScoredDocs, top_k
 
-if TYPE_CHECKING:
-    from .bm25 import BM25Index
+
+class ScoringArrays(Protocol):
+    """What the numpy path reads: plain postings (``indptr``/``indices``/``tf``, the
+    full-corpus weights ``w``), per term ``df``, ``idf`` and ``w_max``, the document
+    lengths and the corpus shape: a ``BM25Index``, or a packed index's decoded query terms
+    (``index.packed_views.QueryPostings``)."""
+
+    indptr: np.ndarray
+    indices: Any
+    tf: Any
+    w: np.ndarray
+    df: np.ndarray
+    doc_len: np.ndarray
+    n_docs: int
+    avgdl: float
+    k1: float
+    b: float
+
+    @property
+    def idf(self) -> np.ndarray: ...
+
+    @property
+    def w_max(self) -> np.ndarray: ...
 
 
-def accumulate(ix: BM25Index, term_ids: list[int], mask: np.ndarray | None,
+def accumulate(ix: ScoringArrays, term_ids: list[int], mask: np.ndarray | None,
                stack: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(doc positions, scores) of every candidate that matches a query term.
 
@@ -51,7 +72,7 @@ def accumulate(ix: BM25Index, term_ids: list[int], mask: np.ndarray | None,
     sl = [slice(indptr[t], indptr[t + 1]) for t in term_ids]
     lengths = np.array([x.stop - x.start for x in sl])
     if mask is None:
-        scale = ix._idf_full[tids] * (k1 + 1.0)
+        scale = ix.idf[tids] * (k1 + 1.0)
         if len(sl) == 1:
             all_i = ix.indices[sl[0]]
             w = ix.w[sl[0]] * scale[0]
@@ -100,7 +121,7 @@ def _stack_stats(n: int, total: int, dfs: np.ndarray, stack: np.ndarray) -> tupl
     return g_n, g_total / g_n, g_df
 
 
-def maxscore(ix: BM25Index, term_ids: list[int], k: int, min_docs: int) -> ScoredDocs | None:
+def maxscore(ix: ScoringArrays, term_ids: list[int], k: int, min_docs: int) -> ScoredDocs | None:
     """Exact top-k with MaxScore pruning (unfiltered queries over long postings).
 
     Terms are scanned rarest first. Once the summed upper bounds of the terms not yet
@@ -117,8 +138,8 @@ def maxscore(ix: BM25Index, term_ids: list[int], k: int, min_docs: int) -> Score
         return None
     order = np.argsort(df, kind="stable")
     uniq, mult = uniq[order], mult[order]
-    scale = ix._idf_full[uniq] * (ix.k1 + 1.0) * mult
-    ub = scale * ix._w_max[uniq]
+    scale = ix.idf[uniq] * (ix.k1 + 1.0) * mult
+    ub = scale * ix.w_max[uniq]
     rest = np.concatenate((np.cumsum(ub[::-1])[::-1][1:], [0.0]))  # bound of terms after j
     # theta_j <= prefix bound, so stopping after j needs prefix(j) > rest(j). If that first
     # happens only after most postings, pruning cannot pay: use the plain path.

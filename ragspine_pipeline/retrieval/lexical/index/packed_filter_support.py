@@ -7,8 +7,8 @@ accepts (a bool mask, positions, a ``PackedFilter``) and is prepared by the plai
 packed words are only counted, positions cost O(their number); the survivors' summed
 length (avgdl over the survivors, as the spec requires) comes from bit-sliced document
 lengths, never from a pass over N lengths. ``prepare`` reads the slices through
-``bm25_filter.support(ix)``, which returns this object once the index carries it (so the
-plain layout's code serves both, with no copy).
+``ix.filter_support()``, which for a packed index returns this object (so the plain
+layout's code serves both, with no copy).
 
 Per index, on the first filtered query (nothing is added to the file format, so a
 memory-mapped index shared by many processes stays shared):
@@ -35,21 +35,19 @@ from ..kernels.filter_stats import rank_directory
 from .filter import compact_lengths, length_slices
 from .postings import RANK_WORDS
 
-# The index (a PackedBM25Index) is typed Any: importing bm25_packed_index here, even for
-# type checking, would close an import cycle (it imports this module for filtered queries).
-
 
 class PackedFilterSupport:
     """Lazily built helpers of one packed index's filtered queries (thread-safe)."""
 
-    def __init__(self, ix: Any) -> None:
-        self._ix = ix
+    def __init__(self, arrays: dict[str, np.ndarray], n_terms: int, doc_len: np.ndarray) -> None:
+        """``arrays``: the mapped file's arrays (by name); ``doc_len``: its document lengths."""
+        self._arrays, self._doc_len = arrays, doc_len
         self._lock = threading.Lock()
         self._slices: np.ndarray | None = None
         self._lengths: np.ndarray | None = None
         self._codes: np.ndarray | None = None
-        a = ix._file.arrays
-        n_terms = max(ix.n_terms, 1)
+        a = arrays
+        n_terms = max(n_terms, 1)
         self.done = np.zeros(n_terms, np.bool_)
         self.t_maxtf = np.zeros(n_terms, np.uint32)
         self.t_minlen = np.zeros(n_terms, np.uint32)
@@ -75,7 +73,7 @@ class PackedFilterSupport:
         the file has no codes (its ``doc_code`` column is the lengths themselves): the
         filtered window kernel computes each code's weight denominator once per query."""
         if self._codes is None:
-            a = self._ix._file.arrays
+            a = self._arrays
             self._codes = (np.array(a["code_len"], np.uint32) if "doc_code" in a else np.zeros(0, np.uint32))
         return self._codes
 
@@ -83,13 +81,13 @@ class PackedFilterSupport:
         """``build`` of the document lengths, one build at a time (a racing reader waits
         and builds again: the same array)."""
         with self._lock:
-            return build(np.asarray(self._ix._doc_len32))
+            return build(np.asarray(self._doc_len))
 
     def ensure_terms(self, tids: np.ndarray) -> None:
         """Term bounds and rank directories of every term of ``tids`` that has none yet."""
         if self.done[tids].all():
             return
-        a = self._ix._file.arrays
+        a = self._arrays
         bptr, bit_row = a["bptr"], a["bit_row"]
         with self._lock:
             for t in np.unique(tids).tolist():
@@ -107,10 +105,6 @@ class PackedFilterSupport:
 
 
 def support(ix: Any) -> PackedFilterSupport:
-    """The index's ``PackedFilterSupport``, created on its first filtered query; stored as
-    ``_filter_support``, where ``index.filter.support`` (and so ``index.filter.prepare``) finds it.
-    ``dict.setdefault`` is atomic: threads racing on the first query keep one."""
-    sup = ix.__dict__.get("_filter_support")
-    if sup is None:
-        sup = ix.__dict__.setdefault("_filter_support", PackedFilterSupport(ix))
-    return sup
+    """The index's ``PackedFilterSupport`` (``PackedBM25Index.filter_support``), created on
+    its first filtered query, where ``index.filter.prepare`` finds it too."""
+    return ix.filter_support()

@@ -27,13 +27,13 @@ import numpy as np
 
 from ....cpus import usable_cpus
 from ..format.file import HEADER_BYTES, CorruptIndexError
-from ..format.mapfile import MappedDocIds, _MappedFile
+from ..format.mapfile import MappedDocIds, MappedFile
 from ..kernels import loader as bm25_kernel
 from ..kernels import numba_start
 from ..kernels.loader import fell_back
 from . import filter as bm25_filter
 from . import numpy_search as bm25_numpy
-from . import stats_query as bm25_stats_query
+from .base import IndexBase
 from .bm25 import EXHAUSTIVE_MAX_DOCS, KERNELS, MAXSCORE_MIN_DOCS, candidate_mask
 from .corpus_stats import CorpusStats
 from .packed import (
@@ -49,16 +49,17 @@ from .packed import (
     norm_of,
     w_of,
 )
-from .packed_views import _PostingsView, _QueryPostings
+from .packed_filter_support import PackedFilterSupport
+from .packed_views import PostingsView, QueryPostings
 from .pool import (
     POSTINGS_PER_THREAD,
     BatchArrays,
     batch_one_by_one,
-    batch_rows,
     empty_batch,
     run_batch,
 )
 from .postings import BLOCK_SIZE
+from .stats_query import NO_STACK, StackArgs
 from .topk import DENSE, ScoredDocs, empty_scored, top_k, top_k_dense
 
 _TABLE_MAX = 1 << 20  # longest document length the weight tables cover (8 MiB each at most)
@@ -154,7 +155,7 @@ def _pk_tuple(a: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
             a.get("doc_code", a["doc_len"]))
 
 
-class _PackedFile(_MappedFile):
+class PackedFile(MappedFile):
     """The mapping of a packed file: a term's first use checks its blocks."""
 
     def packed(self) -> PackedArrays:
@@ -194,7 +195,7 @@ class _PackedFile(_MappedFile):
             self.term_ok[t] = True
 
 
-class PackedBM25Index(MappedDocIds):
+class PackedBM25Index(MappedDocIds, IndexBase):
     """A packed BM25 file, memory-mapped (``open_packed``); ``BM25Index``'s query API."""
 
     path: Path
@@ -204,10 +205,6 @@ class PackedBM25Index(MappedDocIds):
     b: float
 
     # ------------------------------------------------------------ shape
-    @property
-    def kernel(self) -> str:
-        return "numba" if self._kernels is not None else "numpy"
-
     @property
     def nbytes(self) -> int:
         """Bytes of the postings arrays (what the plain index's ``nbytes`` counts)."""
@@ -222,6 +219,21 @@ class PackedBM25Index(MappedDocIds):
         if self._kernels is not None:
             return self._kernels.decode_term(self._pk, t)
         return decode_term(self._file.packed(), t)
+
+    def term_postings(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """(doc positions, tf) of term id ``t``, its blocks checked on first use."""
+        self._file.verify_term(t)
+        return self.decode(t)
+
+    def filter_support(self) -> PackedFilterSupport:
+        """The lazily built helpers of this index's filtered queries
+        (``index.packed_filter_support``), created on the first filtered query;
+        ``dict.setdefault`` is atomic: threads racing on the first query keep one."""
+        sup = self.__dict__.get("_filter_support")
+        if sup is None:
+            sup = self.__dict__.setdefault("_filter_support",
+                                           PackedFilterSupport(self._file.arrays, self.n_terms, self.doc_len))
+        return sup
 
     def _doc_lengths_read(self) -> None:
         """Before the first query: lengths (and length codes) verified, as every query reads them."""
@@ -238,10 +250,6 @@ class PackedBM25Index(MappedDocIds):
                                                                   np.array_equal(lengths[codes], self._doc_len32))):
                     raise CorruptIndexError(self.path, "document length codes do not match the lengths")
             self._lengths_ok = True
-
-    def _query_term_ids(self, query_tokens: Sequence[str]) -> list[int]:
-        get = self.vocab.get
-        return [t for t in (get(q) for q in query_tokens) if t is not None]
 
     def _weights(self) -> tuple[np.ndarray, np.ndarray, float, float, float]:
         """The kernels' ``wt``: per length code (or per length up to the longest, at most
@@ -264,7 +272,7 @@ class PackedBM25Index(MappedDocIds):
         return None if candidates is None else candidate_mask(candidates, self.n_docs)
 
     # ------------------------------------------------------------ numpy path
-    def _query_postings(self, term_ids: list[int]) -> tuple[_QueryPostings, list[int]]:
+    def _query_postings(self, term_ids: list[int]) -> tuple[QueryPostings, list[int]]:
         """The distinct query terms decoded (plain arrays) and the query's local term ids."""
         local: dict[int, int] = {}
         for t in term_ids:
@@ -277,23 +285,14 @@ class PackedBM25Index(MappedDocIds):
         tf = np.concatenate([f for _, f in decoded]) if decoded else np.zeros(0, np.int64)
         norm = norm_of(self._doc_len32[docs], self.k1, self.b, self._w_avgdl)
         tids = np.asarray(terms, np.int64)
-        qp = _QueryPostings(indptr=indptr, indices=docs.astype(np.int32), tf=tf, w=w_of(tf, norm),
-                            df=np.diff(indptr), _idf_full=self._idf[tids], _w_max=self._w_max[tids],
-                            doc_len=self._doc_len32, n_docs=self.n_docs, avgdl=self.avgdl, k1=self.k1, b=self.b)
+        qp = QueryPostings(indptr=indptr, indices=docs.astype(np.int32), tf=tf, w=w_of(tf, norm),
+                           df=np.diff(indptr), idf=self._idf[tids], w_max=self._w_max[tids],
+                           doc_len=self._doc_len32, n_docs=self.n_docs, avgdl=self.avgdl, k1=self.k1, b=self.b)
         return qp, [local[t] for t in term_ids]
 
     def _accumulate(self, query_tokens: Sequence[str], mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         qp, local = self._query_postings(self._query_term_ids(query_tokens))
-        return bm25_numpy.accumulate(qp, local, mask)  # type: ignore[arg-type]
-
-    def get_scores(self, query_tokens: Sequence[str], candidates: np.ndarray | None = None) -> np.ndarray:
-        """Dense score vector over all docs (0 outside the candidate mask)."""
-        ids, sc = self._accumulate(query_tokens, self._as_mask(candidates))
-        if ids is DENSE:
-            return sc
-        out = np.zeros(self.n_docs, dtype=np.float64)
-        out[ids] = sc
-        return out
+        return bm25_numpy.accumulate(qp, local, mask)
 
     # ------------------------------------------------------------ search
     def search(self, query_tokens: Sequence[str], k: int = 10, candidates: Any = None, *,
@@ -304,8 +303,7 @@ class PackedBM25Index(MappedDocIds):
         positions (any order), or a ``PackedFilter``; ``stats``: a stack's statistics;
         both as ``BM25Index.search`` takes them."""
         if stats is not None:
-            return bm25_stats_query.search(self, query_tokens, k, candidates, stats, self._filtered_run,
-                                           self._stack_accumulate)
+            return self._stack_search(query_tokens, k, candidates, stats)
         if k > 0 and self._kernels is not None:  # any filter form, prepared without a pass over N
             return self._search_compiled(query_tokens, k, candidates)
         mask = self._as_mask(candidates)
@@ -313,10 +311,10 @@ class PackedBM25Index(MappedDocIds):
             return empty_scored()
         if mask is None:
             qp, local = self._query_postings(self._query_term_ids(query_tokens))
-            pruned = bm25_numpy.maxscore(qp, local, k, MAXSCORE_MIN_DOCS)  # type: ignore[arg-type]
+            pruned = bm25_numpy.maxscore(qp, local, k, MAXSCORE_MIN_DOCS)
             if pruned is not None:
                 return pruned
-            ids, sc = bm25_numpy.accumulate(qp, local, None)  # type: ignore[arg-type]
+            ids, sc = bm25_numpy.accumulate(qp, local, None)
         else:
             ids, sc = self._accumulate(query_tokens, mask)
         return top_k_dense(sc, k) if ids is DENSE else top_k(ids, sc, k)
@@ -338,27 +336,14 @@ class PackedBM25Index(MappedDocIds):
         # lengths (bm25_packed_filter_search).
         return self._filtered.search(self, tids, int(k), candidates)
 
-    def survivor_stats(self, query_tokens: Sequence[str], candidates: Any = None) -> CorpusStats:
-        """This index's part of a stack's statistics (``BM25Index.survivor_stats``)."""
-        return bm25_stats_query.survivor_stats(self, query_tokens, candidates, self._filtered_run)
-
     def _filtered_run(self, tids: np.ndarray, k: int, candidates: Any,
-                      stack: bm25_stats_query.StackArgs) -> tuple[np.ndarray, np.ndarray, Any]:
+                      stack: StackArgs = NO_STACK) -> tuple[np.ndarray, np.ndarray, Any]:
         return self._filtered.run(self, tids, k, candidates, stack)
 
     def _stack_accumulate(self, term_ids: list[int], mask: np.ndarray,
-                          stack: bm25_stats_query.StackArgs) -> tuple[np.ndarray, np.ndarray]:
+                          stack: StackArgs) -> tuple[np.ndarray, np.ndarray]:
         qp, local = self._query_postings(term_ids)
-        return bm25_numpy.accumulate(qp, local, mask, stack)  # type: ignore[arg-type]
-
-    def search_batch(self, queries: Sequence[Sequence[str]], k: int = 10, *,
-                     threads: int | None = None) -> list[ScoredDocs]:
-        """``search(q, k)`` for each unfiltered query; results equal ``search``'s."""
-        if k <= 0 or not queries:
-            return [empty_scored() for _ in queries]
-        if self._kernels is None or self.avgdl == 0:
-            return [self.search(q, k) for q in queries]
-        return batch_rows(self.search_batch_arrays(queries, k, threads=threads))
+        return bm25_numpy.accumulate(qp, local, mask, stack)
 
     def search_batch_arrays(self, queries: Sequence[Sequence[str]], k: int = 10, *,
                             threads: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -438,7 +423,7 @@ def _lengths_dtype(a: dict[str, np.ndarray]) -> np.dtype:
     return bm25_filter.compact_dtype(int(a["doc_len"].max()) if len(a["doc_len"]) else 0)
 
 
-def open_packed(f: _PackedFile, vocab: Any, tables_ok: Callable[[_MappedFile], bool], *,
+def open_packed(f: PackedFile, vocab: Any, tables_ok: Callable[[MappedFile], bool], *,
                 kernel: str = "auto") -> PackedBM25Index:
     """A ``PackedBM25Index`` over a mapped packed file whose TOC ``read_toc`` has checked
     (``index.mapped.open_index`` calls this with its vocabulary and its table checks)."""
@@ -463,7 +448,7 @@ def open_packed(f: _PackedFile, vocab: Any, tables_ok: Callable[[_MappedFile], b
     ix.indptr, ix.doc_len = a["indptr"], a["doc_len"]
     ix._doc_len32 = a["doc_len"]
     ix._idf, ix._w_max = a["idf"], a["w_max"]
-    ix.indices, ix.tf = _PostingsView(ix, 0), _PostingsView(ix, 1)
+    ix.indices, ix.tf = PostingsView(ix.indptr, ix.term_postings, 0), PostingsView(ix.indptr, ix.term_postings, 1)
     ix.vocab = vocab
     ix._tables_ok = tables_ok
     for name in ("doc_id_off", "doc_id_blob", "global_pos"):

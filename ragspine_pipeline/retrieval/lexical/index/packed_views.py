@@ -6,17 +6,14 @@ plain layout's array names; these two adapters give it those, decoding terms on 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .packed_index import PackedBM25Index
-
 
 @dataclass(frozen=True)
-class _QueryPostings:
+class QueryPostings:
     """A few terms' postings decoded into the plain layout's arrays, for ``index.numpy_search``
     (local term ids 0..m-1; ``n_docs``, ``avgdl`` and ``doc_len`` are the index's)."""
 
@@ -25,8 +22,8 @@ class _QueryPostings:
     tf: np.ndarray
     w: np.ndarray
     df: np.ndarray
-    _idf_full: np.ndarray
-    _w_max: np.ndarray
+    idf: np.ndarray
+    w_max: np.ndarray
     doc_len: np.ndarray
     n_docs: int
     avgdl: float
@@ -34,31 +31,32 @@ class _QueryPostings:
     b: float
 
 
-class _PostingsView:
+class PostingsView:
     """``indices`` / ``tf`` of a packed index as slices over the plain postings numbering
-    (what ``refresh.segments`` reads: ``ix.indices[ix.indptr[t]:ix.indptr[t + 1]]``)."""
+    (what ``refresh.segments`` reads: ``ix.indices[ix.indptr[t]:ix.indptr[t + 1]]``):
+    ``term_postings(t)`` gives a term's (doc positions, tf), its blocks checked first."""
 
-    def __init__(self, ix: PackedBM25Index, which: int) -> None:
-        self._ix, self._which = ix, which
+    def __init__(self, indptr: np.ndarray, term_postings: Callable[[int], tuple[np.ndarray, np.ndarray]],
+                 which: int) -> None:
+        self._indptr, self._term_postings, self._which = indptr, term_postings, which
 
     def __len__(self) -> int:
-        return int(self._ix.indptr[-1])
+        return int(self._indptr[-1])
 
     def __getitem__(self, key: slice) -> np.ndarray:
         if not isinstance(key, slice) or key.step not in (None, 1):
             raise TypeError("packed postings are read by contiguous slices")
         start, stop, _ = key.indices(len(self))
-        ix = self._ix
+        indptr = self._indptr
         if stop <= start:
             return np.zeros(0, np.int64)
-        t = int(np.searchsorted(ix.indptr, start, side="right")) - 1
-        parts, pos = [], int(ix.indptr[t])
+        t = int(np.searchsorted(indptr, start, side="right")) - 1
+        parts, pos = [], int(indptr[t])
         while pos < stop:
-            ix._file.verify_term(t)
-            parts.append(ix.decode(t)[self._which])
+            parts.append(self._term_postings(t)[self._which])
             pos += len(parts[-1])
             t += 1
-        first = int(np.searchsorted(ix.indptr, start, side="right")) - 1
+        first = int(np.searchsorted(indptr, start, side="right")) - 1
         flat = np.concatenate(parts)
-        lo = start - int(ix.indptr[first])
+        lo = start - int(indptr[first])
         return flat[lo:lo + stop - start]

@@ -19,13 +19,12 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from ..format.raw import RawPostings
+from ..format.raw import BLOCK_SIZE, RawPostings
+from ..kernels.filter_stats import RANK_WORDS
 from .reference import bm25_idf
 
-BLOCK_SIZE = 128  # postings per block-max bound (the kernels read this constant)
-# Bitset words per rank-directory entry of a filtered query's bitset rows: one 64-byte cache line
-# (``index.filter`` builds the directory, ``kernels.filter_stats`` reads it).
-RANK_WORDS = 8
+__all__ = ["ARRAY_NAMES", "BITSET_DF_FRACTION", "BLOCK_SIZE", "RANK_WORDS", "Postings", "bitsets", "build_postings",
+           "count_postings", "postings_from_raw", "tf_dtype"]
 # Filtered queries: postings lists with df >= N / BITSET_DF_FRACTION get a bitset (corpora
 # of at least the caller's ``bitset_min_docs`` documents), so their survivor df is a popcount.
 BITSET_DF_FRACTION = 16

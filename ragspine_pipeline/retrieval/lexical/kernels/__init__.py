@@ -1,1 +1,1 @@
-"""The compiled (numba) BM25 kernels, their loader (``loader``) and numba's start-up and on-disk cache upkeep. Nothing here imports the index classes: the kernels take arrays."""
+"""The compiled (numba) BM25 kernels, their loader (``loader``) and numba's start-up and on-disk cache upkeep. The kernels take arrays: nothing here imports the index (only ``format.raw``'s block size; ``.importlinter`` keeps it so)."""

@@ -23,7 +23,9 @@ unfiltered query. Here:
 import numpy as np
 from numba import njit
 
-from ..index.postings import RANK_WORDS
+# Bitset words per rank-directory entry of a filtered query's bitset rows: one 64-byte cache line
+# (``index.filter`` builds the directory, ``rank_directory`` fills it, the kernels read it).
+RANK_WORDS = 8
 
 _PACK = np.uint64(0x0102040810204080)  # 8 bool bytes x this >> 56 = their 8 bits (little order)
 _SHIFT = np.uint64(56)

@@ -10,7 +10,7 @@ The packed loop unpacks a term's blocks with the query kernels' own decoder
 import numpy as np
 from numba import njit
 
-from ..index.postings import BLOCK_SIZE
+from ..format.raw import BLOCK_SIZE
 from .packed import _count, _unpack
 
 _FAR = np.int64(1) << 62

@@ -18,7 +18,7 @@ of ``PackedBM25Index._pk``.
 import numpy as np
 from numba import njit
 
-from ..index.postings import BLOCK_SIZE
+from ..format.raw import BLOCK_SIZE
 from .filter_stats import popcount64
 from .plain_unfiltered import _unique_terms
 from .selection import _SLACK, _gallop, _kth_score, _narrow, _prune, _push, _take_top

@@ -6,7 +6,7 @@ MaxScore- and block-bound-pruned). See ``kernels.loader``. The filter arrives pa
 import numpy as np
 from numba import njit
 
-from ..index.postings import BLOCK_SIZE
+from ..format.raw import BLOCK_SIZE
 from .filter_stats import known_df, popcount64, rank, remember_df, stack_scale
 from .selection import (
     _SLACK,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
-from ..index.postings import BLOCK_SIZE
+from ..format.raw import BLOCK_SIZE
 from .selection import (
     _SLACK,
     _distinct,

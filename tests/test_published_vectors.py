@@ -157,6 +157,9 @@ def test_damage_is_an_error_naming_the_file(tmp_path):
     pv = open_vectors(codes)  # opening reads no data block
     with pytest.raises(CorruptIndexError, match="codes.rsvec"):
         pv.top(q, np.arange(5000), 10)
+    with pytest.raises(CorruptIndexError, match="codes.rsvec"):
+        open_vectors(codes).warm()  # a serving process finds it at start
+    open_vectors(src).warm()
 
     rows = tmp_path / "rows.rsvec"
     shutil.copy(src, rows)

@@ -87,6 +87,7 @@ from .snapshots import (
     snapshot_protected,
     snapshot_summary,
 )
+from .step_executor import StepExecutor
 from .versioned import (
     Append,
     Published,
@@ -312,7 +313,7 @@ def _text_hash(text: str) -> str:
 @library_step
 def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
                      chunks_version: str | None = None, *, contextual: str | None = None, log=None,
-                     executor: str | None = None) -> StepResult | None:
+                     executor: StepExecutor | None = None) -> StepResult | None:
     """Vectors of the active chunks; only chunks without a vector from the same model are embedded.
 
     Returns None (nothing written) when no backend is configured: the default product is
@@ -320,9 +321,10 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
     version stays readable and keeps serving until a snapshot publishes the new one.
     ``contextual`` (default ``RAGSPINE_CONTEXTUAL``) embeds the header + text, the same
     index text the lexical step analyzes; a change of it re-embeds everything too.
-    ``executor`` (default ``RAGSPINE_EXECUTOR``): "ray" embeds the new chunks on a Ray actor
-    pool (``scale.build``), the same groups of texts, so the same vectors; the rest is this
-    function's either way.
+    ``executor`` (default None: here, in this process): e.g. ``scale.build.step_executor()``
+    embeds the new chunks on a Ray actor pool, the same groups of texts, so the same vectors;
+    the rest is this function's either way. The warehouse never reads ``RAGSPINE_EXECUTOR``:
+    the doors (the Dagster resource, the in-process indexing door) resolve it and pass it in.
     """
     if backend is None:
         return None

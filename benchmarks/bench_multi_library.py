@@ -18,10 +18,15 @@ nDCG@10 at document level (a document at its best chunk) over every judged query
 ``retrieve(top_k=10)``, the product's default analyzer and whole-document chunks (as
 ``ragspine eval``). The target: every split within 0.005 of the one-library line.
 
-``bm25`` runs on every set; ``hybrid`` (BM25 + the ``minilm`` dense backend, RRF) on the
-sets named by ``--hybrid-sets`` (default the two English ones, where MiniLM is the model
-``auto`` picks); passage and query vectors are cached under ``benchmarks/.cache/vectors``
-(git-ignored), so a rerun embeds nothing.
+``bm25`` runs on every set; hybrid (BM25 + a dense backend, RRF) on the sets named by
+``--hybrid-sets`` (default the two English ones) with the model of ``--hybrid-model``:
+``minilm`` (channels ``hybrid``, the model ``auto`` picks for English), ``e5`` (channels
+``hybrid-e5``, the multilingual model ``auto`` picks for every other language group,
+``auto_policy.json``), or ``auto`` (per set: ``minilm`` for the English sets, ``e5`` for the
+rest). Passage and query vectors are cached per text under ``benchmarks/.cache/vectors``
+(git-ignored), so the splits reuse the one library's vectors and a rerun embeds nothing.
+``--setups`` runs a subset of the setups (the ``split2+A+B`` one embeds the two extra sets
+too, the costly part for e5 on a small CPU).
 
 Resumable: each finished (set, channels, setup, mode) cell is written to the JSON at once,
 and a rerun skips the cells already there (``--fresh`` starts over).
@@ -54,6 +59,7 @@ from ragspine_pipeline.retrieval.chunking.chunk_store import ChunkStore  # noqa:
 from ragspine_pipeline.retrieval.link.multi_index import MultiIndexRetriever  # noqa: E402
 from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndex, NarrativeIndexRetriever  # noqa: E402
 
+ENGLISH_SETS = ("scifact", "cranfield")  # auto_policy.json's "en" group: minilm; every other group: e5
 SETS = ("scifact", "cranfield", "cmrc2018-trial", "xquad-de", "xquad-ru", "xquad-ar", "xquad-th")
 # Extra (unrelated) libraries per set: two other sets, English ones first (they share the
 # most vocabulary with the English sets, so they are the harder noise).
@@ -61,6 +67,7 @@ NOISE_POOL = ("cranfield", "scifact", "xquad-de")
 # ``global-union``: ``global`` with every library's BM25 statistics summed whatever the
 # query's language (``language_scope=False``; the default before the language scope).
 MODES = ("rrf", "global", "global-union")
+SETUPS = ("split2", "split4", "split2+")
 # nDCG@10 needs the first 10 only; a fused top 10 is the same from top-10 or top-100 lists
 # (a hit past rank 10 of its list is outranked by that list's own first 10, in RRF and in a
 # score-merged union alike). The "before" table was asked with top_k=100.
@@ -89,15 +96,23 @@ def set_chunks(root: Path, name: str, prefix: str = "") -> tuple[list[Any], Any]
 _BACKEND: dict[str, Any] = {}
 
 
+def hybrid_channels(name: str, model: str) -> str:
+    """The channels label of a set's hybrid cells: ``hybrid`` (MiniLM, the label of before) or ``hybrid-MODEL``."""
+    if model == "auto":
+        model = "minilm" if name in ENGLISH_SETS else "e5"
+    return "hybrid" if model == "minilm" else f"hybrid-{model}"
+
+
 def backend(channels: str) -> Any:
     if channels == "bm25":
         return None
-    if "minilm" not in _BACKEND:
+    model = "minilm" if channels == "hybrid" else channels.removeprefix("hybrid-")
+    if model not in _BACKEND:
         from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend
         from ragspine_pipeline.vector_cache import CachingEmbeddingBackend
 
-        _BACKEND["minilm"] = CachingEmbeddingBackend(make_embedding_backend("minilm"), CACHE)
-    return _BACKEND["minilm"]
+        _BACKEND[model] = CachingEmbeddingBackend(make_embedding_backend(model), CACHE)
+    return _BACKEND[model]
 
 
 def library(chunks: Sequence[Any], name: str, channels: str) -> NarrativeIndexRetriever:
@@ -122,20 +137,22 @@ def score(retriever: Any, queries: list[tuple[str, dict[str, float]]]) -> dict[s
             "ms_per_query": round((time.perf_counter() - t0) * 1000 / n, 2)}
 
 
-def setups(chunks: list[Any], name: str, root: Path, channels: str) -> dict[str, dict[str, list[Any]]]:
-    """Setup name -> {library: chunks}."""
+def setups(chunks: list[Any], name: str, root: Path, channels: str,
+           wanted: Sequence[str] = SETUPS) -> dict[str, dict[str, list[Any]]]:
+    """Setup name -> {library: chunks}, for the setups in ``wanted`` (``split2+``: with the extra sets)."""
     out: dict[str, dict[str, list[Any]]] = {}
     for n in (2, 4):
         libs: dict[str, list[Any]] = {}
         for c in chunks:
             libs.setdefault(f"part{bucket(c.doc_id, n)}", []).append(c)
         out[f"split{n}"] = libs
-    noise = [s for s in NOISE_POOL if s != name][:2]
-    plus = dict(out["split2"])
-    for s in noise:
-        plus[f"noise-{s}"] = set_chunks(root, s, prefix=f"noise-{s}/")[0]
-    out["split2+" + "+".join(noise)] = plus
-    return out
+    if "split2+" in wanted:
+        noise = [s for s in NOISE_POOL if s != name][:2]
+        plus = dict(out["split2"])
+        for s in noise:
+            plus[f"noise-{s}"] = set_chunks(root, s, prefix=f"noise-{s}/")[0]
+        out["split2+" + "+".join(noise)] = plus
+    return {k: v for k, v in out.items() if k in wanted or (k.startswith("split2+") and "split2+" in wanted)}
 
 
 def scope_arg(mode: str) -> dict[str, bool]:
@@ -158,6 +175,8 @@ def git_head() -> str:
 def write_md(path: Path, data: dict[str, Any]) -> None:
     lines = [f"# Multi-library ranking: a split collection against the same set as one library ({data['label']})",
              "", f"Command: `{data.get('command', '')}`  ", f"Code: {data['code']}; machine: {data['machine']}", "",
+             *[f"Then: `{m['command']}` (code {m['code']}; machine: {m['machine']})  " for m in data.get("more_commands", [])],
+             *([""] if data.get("more_commands") else []),
              f"nDCG@10 (document level, all judged queries, `retrieve(top_k={data.get('top_k', 100)})`, router none). "
              "Setups: the set "
              "hashed into 2 or 4 libraries by doc id; `split2+A+B`: the 2-way split plus sets A and B as extra "
@@ -253,6 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_io_args(ap)
     ap.add_argument("--sets", nargs="*", default=list(SETS))
     ap.add_argument("--hybrid-sets", nargs="*", default=["cranfield", "scifact"])
+    ap.add_argument("--hybrid-model", choices=("minilm", "e5", "e5-int8", "auto"), default="minilm",
+                    help="dense model of the hybrid cells (auto: minilm for English sets, e5 for the rest)")
+    ap.add_argument("--setups", nargs="*", choices=SETUPS, default=list(SETUPS))
     ap.add_argument("--modes", nargs="*", default=list(MODES))
     ap.add_argument("--label", default="after", help="results file suffix: multi_library[_LABEL].json")
     ap.add_argument("--limit", type=int, default=None, help="first N judged queries per set (smoke runs)")
@@ -267,9 +289,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     jpath, mpath = out / f"{stem}.json", out / f"{stem}.md"
     data: dict[str, Any] = {} if args.fresh or not jpath.exists() else json.loads(jpath.read_text())
     command = "python " + " ".join(sys.argv)
-    data.update({"label": args.label, "code": git_head(),
-                 "machine": {"cpu_count": os.cpu_count(), "loadavg_at_start": list(os.getloadavg())}})
-    data["diagnosis_command" if args.diagnose else "command"] = command
+    machine = {"cpu_count": os.cpu_count(), "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]}
+    data["label"] = args.label
+    if args.diagnose:
+        data["diagnosis_command"] = command
+    elif data.get("command", command) != command:
+        # A later run adding cells (other sets, another hybrid model) keeps the first run's header
+        # and is listed below it with its own code and load, so every cell's command is on the page.
+        more = data.setdefault("more_commands", [])
+        if not any(m["command"] == command for m in more):
+            more.append({"command": command, "code": git_head(), "machine": machine})
+    else:
+        data["command"] = command
+    data.setdefault("code", git_head())
+    data.setdefault("machine", machine)
     data.setdefault("cells", {})
     data["top_k"] = DEPTH
 
@@ -284,7 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(name, data["diagnosis"][name], file=sys.stderr, flush=True)
         say_written([jpath, mpath])
         return 0
-    plan = [(s, "bm25") for s in args.sets] + [(s, "hybrid") for s in args.sets if s in args.hybrid_sets]
+    plan = [(s, "bm25") for s in args.sets] + [(s, hybrid_channels(s, args.hybrid_model))
+                                                for s in args.sets if s in args.hybrid_sets]
     for name, channels in plan:
         chunks, ds = set_chunks(root, name)
         qids = ds.judged_queries[: args.limit] if args.limit else ds.judged_queries
@@ -294,11 +328,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             data["cells"][key] = score(library(chunks, name, channels), queries)
             save()
             print(key, data["cells"][key], file=sys.stderr, flush=True)
-        todo = [(setup, mode) for setup in ("split2", "split4", "split2+") for mode in args.modes]
+        todo = [(setup, mode) for setup in args.setups for mode in args.modes]
         if all(any(k.startswith(f"{name}|{channels}|{s}") and k.endswith(f"|{m}") for k in data["cells"])
                for s, m in todo):
             continue
-        for setup, libs in setups(chunks, name, root, channels).items():
+        for setup, libs in setups(chunks, name, root, channels, args.setups).items():
             retrievers = {lib: library(cs, lib, channels) for lib, cs in sorted(libs.items())}
             for mode in args.modes:
                 key = f"{name}|{channels}|{setup}|{mode}"

@@ -282,3 +282,36 @@ def test_a_large_enough_version_gets_its_ann_index_beside_the_file(tmp_path, mon
     assert index.size == len(pv)
     q = pv.unit_rows(np.array([3]))[0]
     assert 3 in index.search(q, 5).tolist()  # same row order as the vector file
+
+
+def test_top_with_an_ann_index_scores_exactly_keeps_survivors_and_refuses_a_stale_index(tmp_path):
+    """The dense channel over an attached ANN index (issue 47 item 3): the graph picks the
+    candidates, the file rescored them, so every returned score is the exact path's own
+    float64 cosine; a filter's survivors only; an index of another size is never attached."""
+    pytest.importorskip("faiss")
+    from ragspine_pipeline.retrieval.vector import ann
+
+    rng = np.random.default_rng(7)
+    mat = _clustered(rng, 3000, 32)
+    pv = open_vectors(_publish(tmp_path, mat))
+    ann.build_ann(mat, tmp_path / "v.ann", threads=1)
+    index = ann.open_ann(tmp_path / "v.ann")
+    assert pv.attach_ann(index) and pv.ann is index
+    queries = unit_rows(rng.standard_normal((20, 32)).astype(np.float32) + 1.5)
+    everything = np.arange(len(mat))
+    hits = 0
+    for q in queries:
+        got = pv.top(q[None, :], everything, 10)[0]
+        exact = dense_top(mat, everything, q, 10)
+        sims = exact_cosines(mat[got.ids], np.asarray(q, np.float64))
+        assert np.array_equal(np.asarray(got.scores).view(np.uint64), sims.view(np.uint64))
+        hits += len(set(got.ids.tolist()) & set(exact.ids.tolist()))
+    assert hits >= 0.9 * 10 * len(queries)  # approximate set, exact scores
+    kept = np.flatnonzero(rng.random(len(mat)) < 0.5)
+    got = pv.top(queries[:1], kept, 10)[0]
+    assert len(got.ids) == 10 and set(got.ids.tolist()) <= set(kept.tolist())
+    few = kept[:25]  # under the index's survivor threshold: the exact path answers
+    _same(pv.top(queries[:1], few, 10)[0], dense_top(mat[few], few, queries[0], 10))
+    ann.build_ann(mat[:2000], tmp_path / "stale.ann", threads=1)
+    other = open_vectors(_publish(tmp_path / "b" if (tmp_path / "b").mkdir() is None else tmp_path, mat))
+    assert not other.attach_ann(ann.open_ann(tmp_path / "stale.ann")) and other.ann is None

@@ -346,5 +346,24 @@ def attach_vector_file(emb: Any, retriever: Any, served: Any) -> bool:
     pv = open_vector_file(emb.path, served)
     if pv is None:
         return False
+    attach_ann_file(pv)
     install(pv)
     return True
+
+
+def attach_ann_file(pv: Any) -> bool:
+    """Attach the ANN index written beside ``pv``'s file (``write_ann_file``) when queries
+    use one (``RAGSPINE_ANN=auto``). Without the file, or without the ``[ann]`` extra
+    (faiss), the dense channel stays exact, as for a version under the size threshold."""
+    path = Path(pv.path).parent / ANN_FILE
+    if not path.is_file():
+        return False
+    try:
+        from ..retrieval.vector import ann  # faiss is an optional extra ([ann]); loaded only here
+
+        if not ann.ann_used():
+            return False
+        return bool(pv.attach_ann(ann.open_ann(path)))
+    except (ImportError, OSError, RuntimeError) as exc:
+        logging.getLogger(__name__).warning("ANN index %s not used (exact dense ranking): %s", path.name, exc)
+        return False

@@ -285,6 +285,7 @@ class PublishedVectors:
         self._scan_ok = False
         self.release = True  # unmap the scanned codes after each slice (``_scan``)
         self.last_pool: list[int] = []  # candidates rescored per query of the last ``top``
+        self.ann: Any = None  # an ``ann.AnnIndex`` over the same rows (``attach_ann``), else None
 
     def __len__(self) -> int:
         return self.n
@@ -452,26 +453,49 @@ class PublishedVectors:
             self._release(base + first * self.dim, (last + 1 - first) * self.dim)
         return out
 
+    def attach_ann(self, index: Any) -> bool:
+        """Let ``top`` take its candidates from an ANN index over the same rows (written
+        beside the file at publish, ``retrieval/vector/ann``). Refused (False) when its size
+        or dimension differs: a stale index must never pick rows of another version."""
+        if int(getattr(index, "size", -1)) != self.n or int(getattr(index, "dim", -1)) != self.dim:
+            return False
+        self.ann = index
+        return True
+
     def top(self, qv: np.ndarray, positions: np.ndarray, depth: int) -> list[ScoredDocs]:
         """Per unit query vector (a row of ``qv``): ``dense_topk.dense_top`` over these rows
         (the top ``depth`` of ``positions`` by (cosine desc, position asc), exact float64
-        cosines), without the float32 matrix: int8 pre-selection, exact rescoring."""
+        cosines), without the float32 matrix: int8 pre-selection, exact rescoring.
+
+        With an ANN index attached (a version of at least ``RAGSPINE_ANN_MIN_VECTORS``
+        vectors, ``RAGSPINE_ANN=auto``) the candidates come from the graph instead, searched
+        over the survivors only (``positions``), and are rescored exactly the same way: the
+        scores stay exact, the set is approximate (recall@10 >= 0.95 in bench_ann). Where the
+        index hands a query back (few survivors) the exact pre-selection runs as without it."""
         qv = np.atleast_2d(np.asarray(qv, np.float32))
         pos = self._positions(positions)
         if not len(pos) or depth <= 0:
             self.last_pool = [0] * len(qv)
             return [empty_scored() for _ in qv]
-        if len(pos) <= 4 * depth:  # as dense_top: every row is rescored
-            sels = [np.arange(len(pos))] * len(qv)
-        else:
+        picked: list[np.ndarray | None] = [None] * len(qv)
+        if self.ann is not None and len(pos) > 4 * depth:
+            allowed = None if len(pos) == self.n else pos  # positions are distinct: all n = no filter
+            for j, row in enumerate(qv):
+                picked[j] = self.ann.search(row, depth, allowed)
+        todo = [j for j, p in enumerate(picked) if p is None]
+        if todo and len(pos) <= 4 * depth:  # as dense_top: every row is rescored
+            for j in todo:
+                picked[j] = pos
+        elif todo:
             self._scan_arrays()
-            approx = self._scan(pos, qv)
+            approx = self._scan(pos, qv[todo])
             bound = self._a["bound"][pos]
-            sels = [candidates(approx[j], bound, query_norm(qv[j]), depth) for j in range(len(qv))]
-        self.last_pool = [len(s) for s in sels]
+            for i, j in enumerate(todo):
+                picked[j] = pos[candidates(approx[i], bound, query_norm(qv[j]), depth)]
+        self.last_pool = [len(p) for p in picked if p is not None]
         out = []
-        for row, sel in zip(qv, sels, strict=True):
-            at = pos[sel]
+        for row, at in zip(qv, picked, strict=True):
+            assert at is not None
             sims = exact_cosines(self.unit_rows(at), np.asarray(row, np.float64))
             order = np.lexsort((at, -sims))[:depth]
             out.append(ScoredDocs(at[order], sims[order]))

@@ -91,7 +91,8 @@ SETTINGS: tuple[Setting, ...] = (
             "retrieval", "0", spec=f"{S_PRESET} (MultiIndexRetriever; the gate is a project opt-in)"),
     Setting("RAGSPINE_MULTI_FUSION", Choice(("global", "rrf")),
             "How several libraries are ranked together: global (one ranking over the union: BM25 with the "
-            "union's statistics, raw cosine across libraries of one model, one fusion) or rrf (each library "
+            "statistics of the libraries that hold the query's language, raw cosine across libraries of one "
+            "model, one fusion) or rrf (each library "
             "ranked alone, the lists fused by rank: the spec's rule).", "retrieval", "global",
             spec=f"{S_PRESET} (the spec fuses per-library lists with RRF; global is a project default)",
             noun="multi-library fusion"),

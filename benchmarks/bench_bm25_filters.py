@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import add_io_args, out_dir, say_written  # noqa: E402
-from ragspine_pipeline.retrieval.hybrid.retriever import bm25_candidates  # noqa: E402
+from ragspine_pipeline.retrieval.hybrid.bm25_handover import bm25_candidates  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / ".cache"
 KEEPS = (0.5, 0.05, 0.001, 0.0001)

@@ -15,12 +15,9 @@ import pytest
 from ragspine_pipeline.retrieval.chunking.chunking import Chunk, SourceLocator
 from ragspine_pipeline.retrieval.filters import compile_filters, predicate_mask
 from ragspine_pipeline.retrieval.hybrid import retriever as hybrid
+from ragspine_pipeline.retrieval.hybrid.bm25_handover import bm25_candidates
 from ragspine_pipeline.retrieval.hybrid.filter_codes import code_values, coded_mask
-from ragspine_pipeline.retrieval.hybrid.retriever import (
-    FILTER_FIELDS,
-    HybridRetriever,
-    bm25_candidates,
-)
+from ragspine_pipeline.retrieval.hybrid.retriever import FILTER_FIELDS, HybridRetriever
 from ragspine_pipeline.retrieval.lexical.index.bm25 import BM25Index
 from ragspine_pipeline.retrieval.lexical.index.filter import (
     FEW_SURVIVORS_DIV,

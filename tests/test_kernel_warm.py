@@ -85,7 +85,7 @@ def test_a_kernel_that_fails_to_compile_is_said(monkeypatch, caplog):
     def broken(*_args, **_kwargs):
         raise RuntimeError("Failed in nopython mode pipeline")
 
-    monkeypatch.setattr(packed, "_WARMED", set())
+    monkeypatch.setattr(packed._PACKED, "warmed", set())
     monkeypatch.setattr(packed, "_warm", broken)
     with caplog.at_level(logging.WARNING, logger="ragspine_pipeline.retrieval.lexical.kernels.loader"):
         assert packed.load_packed_kernels(np.uint8, np.uint8) is None

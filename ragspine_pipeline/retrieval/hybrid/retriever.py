@@ -36,11 +36,9 @@ from ..filters import compile_filters
 from ..lexical.analysis.analyzer import Analyzer, make_analyzer
 from ..lexical.analysis.glossary import GlossaryQueryRewriter, query_variants
 from ..lexical.index.bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
-from ..lexical.index.filter import PackedFilter, handover
-from ..lexical.index.packed_index import PackedBM25Index
 from ..lexical.index.topk import ScoredDocs, empty_scored
-from ..lexical.refresh.stack import StackedBM25
 from ..vector.embedding_backends import EmbeddingBackend
+from .bm25_handover import bm25_candidates, check_prebuilt
 from .dense_topk import dense_top
 from .filter_codes import CachedFilter, FieldCodes, FilterCache, code_values, coded_mask, filter_key
 from .fusion import DEFAULT_RRF_K, FusionConfig, Run, fuse_runs, fusion_configured, fusion_from_env
@@ -63,50 +61,9 @@ def default_index_text(chunk: Chunk) -> str:
     return chunk.text
 
 
-def bm25_candidates(index: Any, mask: np.ndarray | None,
-                    positions: np.ndarray | None = None) -> np.ndarray | PackedFilter | None:
-    """The pre-filter as ``index.search(candidates=...)`` prepares it cheapest.
-
-    A ``BM25Index`` or ``PackedBM25Index`` with compiled kernels (in memory or
-    memory-mapped) gets packed words, or the survivors' ``positions`` when the caller holds
-    them and they are few (``index.filter.handover``): the filtered kernel then skips its pass
-    over N bools (at 10M, packing a bool mask alone costs ~0.9 ms). Every other index (the
-    numpy path, segments, the sharded front) turns any form back into a bool mask, so it gets
-    the mask as is. Either way the same survivors: the answers are the mask's.
-    """
-    compiled = isinstance(index, (BM25Index, PackedBM25Index)) and getattr(index, "_kernels", None) is not None
-    # A refresh stack translates packed words once per reused filter, and positions in O(their number).
-    compiled = compiled or isinstance(index, StackedBM25)
-    if mask is None or not compiled:
-        return mask
-    return handover(mask, positions)
-
-
 def _check_channels(channels: Sequence[str]) -> None:
     if not channels or set(channels) - {"bm25", "dense"}:
         raise ValueError(f"channels must be a non-empty subset of ('bm25', 'dense'), got {channels!r}")
-
-
-def _check_prebuilt(index: BM25Index, chunks: Sequence[Chunk]) -> None:
-    """A given index must cover exactly the retriever's chunks, position = chunk_id order
-    (checked against its recorded doc ids when it has them, e.g. a published file; for
-    columnar chunks straight from their id column, or by the two digests publish recorded)."""
-    blob = getattr(index, "same_doc_id_blob", None)
-    same = getattr(index, "same_doc_ids", None)
-    digest = getattr(index, "doc_id_digest", None)
-    if index.n_docs != len(chunks):
-        ok = False
-    elif isinstance(chunks, ChunkColumns) and chunks.id_digest is not None and callable(digest) \
-            and (theirs := digest()) is not None:
-        ok = theirs == chunks.id_digest  # both taken at publish over the same ids (id_digest)
-    elif isinstance(chunks, ChunkColumns) and callable(blob):
-        ok = blob(*chunks.chunk_id_blob())
-    else:
-        ok = not callable(same) or same([c.chunk_id for c in chunks])
-    if not ok:
-        where = f" ({index.path})" if getattr(index, "path", None) else ""
-        raise ValueError(f"bm25_index{where} indexes {index.n_docs} documents, not these {len(chunks)} chunks "
-                         "in chunk_id order")
 
 
 @dataclass
@@ -191,7 +148,7 @@ class HybridRetriever:
         if bm25_index is not None:
             # A published index (e.g. memory-mapped): nothing is tokenized or rebuilt. Its own
             # k1 and b hold; it must index exactly these chunks, in chunk_id order.
-            _check_prebuilt(bm25_index, self.chunks)
+            check_prebuilt(bm25_index, self.chunks)
             self.index = bm25_index
         elif docs_tokens is not None:
             if len(docs_tokens) != len(chunks):

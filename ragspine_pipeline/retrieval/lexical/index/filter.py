@@ -347,7 +347,7 @@ def handover(mask: np.ndarray, positions: np.ndarray | None = None) -> np.ndarra
 
     Only ``BM25Index`` (and the memory-mapped index, its subclass) with compiled kernels
     gains from it; other indexes turn any form back into a mask, so callers hand them the
-    mask itself (``hybrid.retriever.bm25_candidates``). Every form names the same survivors, so the
+    mask itself (``hybrid.bm25_handover.bm25_candidates``). Every form names the same survivors, so the
     answers are the mask's, bit for bit.
     """
     mask = np.asarray(mask, np.bool_)

@@ -18,7 +18,6 @@ numpy path.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,7 @@ from ....cpus import usable_cpus
 from ..format.file import HEADER_BYTES, CorruptIndexError
 from ..format.mapfile import MappedDocIds, MappedFile
 from ..kernels import loader as bm25_kernel
-from ..kernels import numba_start
-from ..kernels.loader import fell_back
+from ..kernels.loader import KernelLoader
 from . import filter as bm25_filter
 from . import numpy_search as bm25_numpy
 from .base import IndexBase
@@ -63,12 +61,19 @@ from .stats_query import NO_STACK, StackArgs
 from .topk import DENSE, ScoredDocs, empty_scored, top_k, top_k_dense
 
 _TABLE_MAX = 1 << 20  # longest document length the weight tables cover (8 MiB each at most)
-_LOCK = threading.Lock()
-_KERNELS: Any = None
-_FILTERED: Any = None
-_UNFILTERED: Any = None  # unfiltered queries, single and batched: bm25_packed_route
-_TRIED = False
-_WARMED: set[str] = set()  # "code/lengths" dtype pairs whose entry points are compiled
+def _load_family() -> tuple[Any, Any, Any]:
+    """The packed family: its kernels (``kernels.packed``), the filtered route
+    (``index.packed_filter_search``) and the unfiltered route (``kernels.packed_route``)."""
+    from ..kernels import packed as kernels
+    from ..kernels import packed_route
+    from . import packed_filter_search
+
+    return kernels, packed_filter_search, packed_route
+
+
+# Load once, warm once per (length-code dtype, compact-length dtype), numpy path on failure:
+# the one loader every kernel family shares (``kernels.loader.KernelLoader``).
+_PACKED: KernelLoader[tuple[Any, Any, Any]] = KernelLoader(_load_family, lambda fam, key: _warm(*fam, *key))
 
 
 def load_packed_kernels(code: np.dtype | None = None, lengths: np.dtype | None = None) -> Any:
@@ -82,35 +87,17 @@ def load_packed_kernels(code: np.dtype | None = None, lengths: np.dtype | None =
     a minute per dtype on 2 cores. A file warms only its own dtypes at open, so its first
     query never compiles, and a process that opens files of one kind never pays for (or
     loads) the others."""
-    global _KERNELS, _FILTERED, _UNFILTERED, _TRIED
     code = np.dtype(code if code is not None else np.uint8)
     lengths = np.dtype(lengths if lengths is not None else np.uint8)
-    key = f"{code.str}/{lengths.str}"
-    if _TRIED and (_KERNELS is None or key in _WARMED):
-        return _KERNELS
-    with _LOCK:
-        if not _TRIED:
-            try:
-                numba_start.start()  # numba's start-up, less its BLAS probe
-                from ..kernels import packed as kernels
-                from ..kernels import packed_route as bm25_packed_route
-                from . import packed_filter_search as bm25_packed_filter_search
+    family = _PACKED.get((code, lengths))
+    return None if family is None else family[0]
 
-                _KERNELS, _FILTERED, _UNFILTERED = kernels, bm25_packed_filter_search, bm25_packed_route
-            except ImportError:  # numba not installed: the numpy path
-                _KERNELS = None
-            except Exception as err:  # noqa: BLE001 - numba present but broken: the numpy path, said
-                fell_back(err)
-                _KERNELS = None
-            _TRIED = True
-        if _KERNELS is not None and key not in _WARMED:
-            try:
-                _warm(_KERNELS, _FILTERED, _UNFILTERED, code, lengths)
-            except Exception as err:  # noqa: BLE001 - a numba compile error: the numpy path, said
-                fell_back(err)
-                return None
-            _WARMED.add(key)
-    return _KERNELS
+
+def _routes() -> tuple[Any, Any]:
+    """(filtered, unfiltered) routes of the loaded family (only called once it loaded)."""
+    family = _PACKED.kernels
+    assert family is not None
+    return family[1], family[2]
 
 
 def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype, lengths: np.dtype) -> None:
@@ -329,7 +316,7 @@ class PackedBM25Index(MappedDocIds, IndexBase):
             return empty_scored()
         if candidates is None:
             sc = self._scratch
-            ids, scores = _UNFILTERED.search_one(self._pk, self._idf, self._w_max, tids, self._weights(), int(k),
+            ids, scores = _routes()[1].search_one(self._pk, self._idf, self._w_max, tids, self._weights(), int(k),
                                                  sc.acc, sc.touched, self._exhaustive_docs)
             return ScoredDocs(ids, scores)
         # A mask, positions or packed words: survivor statistics without a pass over N
@@ -355,7 +342,7 @@ class PackedBM25Index(MappedDocIds, IndexBase):
             return empty_batch(nq, kk)
         if self._kernels is None:
             return batch_one_by_one(self.search, queries, kk)
-        kernel = _UNFILTERED.search_batch
+        kernel = _routes()[1].search_batch
         wt = self._weights()
 
         def run(flat: np.ndarray, ptr: np.ndarray) -> BatchArrays:
@@ -456,7 +443,7 @@ def open_packed(f: PackedFile, vocab: Any, tables_ok: Callable[[MappedFile], boo
             setattr(ix, f"_{name}", a[name])
     ix._kernels = None if kernel == "numpy" else load_packed_kernels(a.get("doc_code", a["doc_len"]).dtype,
                                                                      _lengths_dtype(a))
-    ix._filtered = None if ix._kernels is None else _FILTERED
+    ix._filtered = None if ix._kernels is None else _routes()[0]
     bm25_kernel.require(kernel, ix._kernels)
     ix._pk = _pk_tuple(a)
     ix._exhaustive_docs = EXHAUSTIVE_MAX_DOCS

@@ -479,7 +479,10 @@ class PublishedVectors:
             return [empty_scored() for _ in qv]
         picked: list[np.ndarray | None] = [None] * len(qv)
         if self.ann is not None and len(pos) > 4 * depth:
-            allowed = None if len(pos) == self.n else pos  # positions are distinct: all n = no filter
+            allowed = None  # positions are distinct: all n = no filter
+            if len(pos) < self.n:  # the survivors' mask, built once for every query row
+                allowed = np.zeros(self.n, np.bool_)
+                allowed[pos] = True
             for j, row in enumerate(qv):
                 picked[j] = self.ann.search(row, depth, allowed)
         todo = [j for j, p in enumerate(picked) if p is None]
@@ -492,10 +495,10 @@ class PublishedVectors:
             bound = self._a["bound"][pos]
             for i, j in enumerate(todo):
                 picked[j] = pos[candidates(approx[i], bound, query_norm(qv[j]), depth)]
-        self.last_pool = [len(p) for p in picked if p is not None]
+        ranked = [p for p in picked if p is not None]  # every row has its candidates by now
+        self.last_pool = [len(p) for p in ranked]
         out = []
-        for row, at in zip(qv, picked, strict=True):
-            assert at is not None
+        for row, at in zip(qv, ranked, strict=True):
             sims = exact_cosines(self.unit_rows(at), np.asarray(row, np.float64))
             order = np.lexsort((at, -sims))[:depth]
             out.append(ScoredDocs(at[order], sims[order]))

@@ -36,7 +36,7 @@ position order, so a tie goes to the lower position, as ``_take_top`` orders the
 import numpy as np
 from numba import njit
 
-from ragspine_pipeline.retrieval.lexical.kernels.packed import _BLOCK, _unpack, _w
+from ragspine_pipeline.retrieval.lexical.kernels.packed import _BLOCK, _unpack
 from ragspine_pipeline.retrieval.lexical.kernels.packed_wand import (
     _block_cursors,
     _seek,
@@ -45,6 +45,7 @@ from ragspine_pipeline.retrieval.lexical.kernels.packed_wand import (
 )
 from ragspine_pipeline.retrieval.lexical.kernels.plain_unfiltered import _unique_terms
 from ragspine_pipeline.retrieval.lexical.kernels.selection import _SLACK, _drain, _push
+from ragspine_pipeline.retrieval.lexical.kernels.weight import plain_w as _w
 
 
 @njit(cache=True, nogil=True, inline="always")

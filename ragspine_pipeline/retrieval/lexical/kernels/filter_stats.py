@@ -23,6 +23,8 @@ unfiltered query. Here:
 import numpy as np
 from numba import njit
 
+from .weight import idf, term_scale
+
 # Bitset words per rank-directory entry of a filtered query's bitset rows: one 64-byte cache line
 # (``index.filter`` builds the directory, ``rank_directory`` fills it, the kernels read it).
 RANK_WORDS = 8
@@ -235,5 +237,5 @@ def stack_scale(n, avgdl, dfs, mult, first, k1p1, stack):
             dg = stack[2 + first[y]] if stacked else dfs[y]
             if dg < dfs[y]:
                 raise ValueError("stack statistics: a query token's df is below this index's survivor df")
-            scale[y] = np.log1p((sn - dg + 0.5) / (dg + 0.5)) * k1p1 * mult[y]
+            scale[y] = term_scale(idf(sn, dg), k1p1, mult[y])
     return scale, (stack[1] / stack[0] if stacked else avgdl)

@@ -22,6 +22,8 @@ from ..format.raw import BLOCK_SIZE
 from .filter_stats import popcount64
 from .plain_unfiltered import _unique_terms
 from .selection import _SLACK, _gallop, _kth_score, _narrow, _prune, _push, _take_top
+from .weight import filtered_part, term_scale
+from .weight import plain_w as _w
 
 _BLOCK = BLOCK_SIZE
 _ONE = np.uint64(1)
@@ -71,25 +73,6 @@ def _unpack(data, off, dbits, tbits, last, blk, first, n, docs, tfs):
             tfs[i] = 1
     else:
         _run(data, off[blk] + ((n * dw + 31) >> 5), tw, n, tfs, np.int64(0), False)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _w(f, ln, wt):
-    """The plain layout's w = tf / (k1 (1 - b + b len / avgdl) + tf), same operations.
-
-    ``ln`` is the document's length code (``pk[13]``: an index into the file's distinct
-    lengths, or the length itself). ``wt`` = (norm by code, w of tf 1 by code, k1, b,
-    avgdl): codes inside the tables (``PackedBM25Index._weights``) read the norm, or for
-    tf 1 the whole w, computed once per length with the same formula; a length past the
-    tables (only without codes) computes it here."""
-    ntab = wt[0]
-    if ln < ntab.shape[0]:
-        if f == 1:
-            return wt[1][ln]
-        ff = np.float64(f)
-        return ff / (ntab[ln] + ff)
-    ff = np.float64(f)
-    return ff / (wt[2] * ((1.0 - wt[3]) + (wt[3] * np.float64(ln)) / wt[4]) + ff)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -192,7 +175,7 @@ def _lookup(pk, t, cand, nc, acc, s, wt, k1, docs, tfs, kb, bavg):
             d = cand[docs[h]]
             if bavg > 0.0:
                 f = np.float64(tfs[h])
-                acc[d] += s * f / (f + k1 * (kb + bavg * doc_len[d]))
+                acc[d] += filtered_part(s, f, k1, kb, bavg, doc_len[d])
             else:
                 acc[d] += _w(tfs[h], pk[13][d], wt) * s
         blk += 1
@@ -207,7 +190,7 @@ def _exhaustive(pk, idf, qtids, k1p1, k, acc, wt):
     dcode = pk[13]
     for j in range(qtids.shape[0]):
         t = qtids[j]
-        s = idf[t] * k1p1
+        s = term_scale(idf[t], k1p1, 1.0)
         for blk in range(pk[1][t], pk[1][t + 1]):
             n = _count(pk, t, blk)
             _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == pk[1][t], n, docs, tfs)

@@ -42,6 +42,7 @@ from .packed_filtered_windows import from_plan, windows_suit
 from .packed_windows import MAX_TERMS
 from .plain_filtered import _add
 from .selection import _SLACK, _distinct, _gallop, _kth_score, _narrow, _prune, _push, _take_top
+from .weight import filtered_part, term_bound, tf_bound
 
 # Few survivors (their positions known): a term's postings at them are gathered by rank in
 # its bitset row when its list is this many times longer than the survivors, or, without a
@@ -62,12 +63,6 @@ def _and_count(bits, row):
     for w in range(bits.shape[0]):
         c += popcount64(bits[w] & row[w])
     return c
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _tf_bound(f, ln, k1, kb, bavg):
-    """tf / (tf + k1 (kb + bavg len)): grows with tf, shrinks with len."""
-    return f / (f + k1 * (kb + bavg * ln))
 
 
 @njit(cache=True, nogil=True)
@@ -165,7 +160,7 @@ def _ranked(pk, t, row, rdir, cand, nc, acc, touched, n_t, top1, sc, add_new, k1
             if v == 0.0 and not add_new:
                 continue
             f = np.float64(_tf_at(pk, t, rank(row, rdir, d)))
-            n_t, top1 = _add(acc, touched, n_t, top1, d, sc * f / (f + k1 * (kb + bavg * lens[d])))
+            n_t, top1 = _add(acc, touched, n_t, top1, d, filtered_part(sc, f, k1, kb, bavg, lens[d]))
     return n_t, top1
 
 
@@ -193,7 +188,7 @@ def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs
     nsk = 0
     nh = 0
     for blk in range(b0, b1):
-        if skip and nh == k and min(pk[6][blk] * grow, _tf_bound(np.float64(pk[9][blk]), np.float64(pk[10][blk]),
+        if skip and nh == k and min(pk[6][blk] * grow, tf_bound(np.float64(pk[9][blk]), np.float64(pk[10][blk]),
                                                                  k1, kb, bavg)) * sc * (1.0 + _SLACK) + rest < hs[0]:
             if n_before > 0:
                 skipped[nsk] = blk
@@ -213,7 +208,7 @@ def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs
                     v += tab[r, dcode[d]]
                 else:
                     f = np.float64(tf)
-                    v += sc * f / (f + k1 * (kb + bavg * lens[d]))
+                    v += filtered_part(sc, f, k1, kb, bavg, lens[d])
                 acc[d] = v
                 if v > top1:
                     top1 = v
@@ -227,7 +222,7 @@ def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs
             for h in range(m):
                 d = before[docs[h]]
                 f = np.float64(tfs[h])
-                acc[d] += sc * f / (f + k1 * (kb + bavg * lens[d]))
+                acc[d] += filtered_part(sc, f, k1, kb, bavg, lens[d])
     return n_t, top1
 
 
@@ -320,8 +315,8 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     for y in range(nu):
         if dfs[y] > 0:
             t = ut[y]
-            ub[y] = scale[y] * min(wmax[t] * grow, _tf_bound(np.float64(t_maxtf[t]), np.float64(t_minlen[t]),
-                                                             k1, kb, bavg))
+            ub[y] = term_bound(scale[y], min(wmax[t] * grow, tf_bound(np.float64(t_maxtf[t]),
+                                                                      np.float64(t_minlen[t]), k1, kb, bavg)))
     order = np.argsort(-ub, kind="mergesort")
     if not few and nu <= MAX_TERMS and (windows == 2 or windows == 1 and windows_suit(pk[0], ut, dfs, ub, n,
                                                                                    pk[13].shape[0], k)):
@@ -357,7 +352,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
             for q in range(g_lo[y], g_lo[y] + dfs[y]):
                 d = g_doc[q]
                 f = g_tf[q]
-                n_t, top1 = _add(acc, touched, n_t, top1, d, sc * f / (f + k1 * (kb + bavg * lens[d])))
+                n_t, top1 = _add(acc, touched, n_t, top1, d, filtered_part(sc, f, k1, kb, bavg, lens[d]))
         else:
             # Block skipping needs the documents touched before, sorted: only when they are
             # few against the list (always for the first term).
@@ -381,7 +376,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
                     d = g_doc[q]
                     if acc[d] != 0.0:
                         f = g_tf[q]
-                        acc[d] += scale[y] * f / (f + k1 * (kb + bavg * lens[d]))
+                        acc[d] += filtered_part(scale[y], f, k1, kb, bavg, lens[d])
             elif row >= 0:
                 _ranked(pk, ut[y], pk[12][row], rank_dir[row], cand, nc, acc, touched, 0, 0.0, scale[y], False, k1,
                         kb, bavg, lens)

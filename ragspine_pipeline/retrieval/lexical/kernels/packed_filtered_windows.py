@@ -45,6 +45,7 @@ from .packed_windows import (
     _postings_in,
 )
 from .selection import _SLACK, _drain, _gallop, _push
+from .weight import part, tf_bound
 
 DENSE_DIV = 4  # the window route serves filters keeping at least 1 / this of the documents
 HEAVY_POSTINGS = 2  # ... and queries whose lists hold at least this x N postings
@@ -69,7 +70,7 @@ def _bound(bmax, maxtf, minlen, b, s, grow, k1, kb, bavg):
     if grow <= TF_BOUND_GROW:
         return bmax[b] * grow * s
     f = np.float64(maxtf[b])
-    return min(bmax[b] * grow, f / (f + k1 * (kb + bavg * np.float64(minlen[b])))) * s
+    return min(bmax[b] * grow, tf_bound(f, np.float64(minlen[b]), k1, kb, bavg)) * s
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -224,7 +225,7 @@ def _seed(pk, bits, ut, scale, ub, k, den, grow, k1, kb, bavg):
             if not (bits[d >> 6] >> np.uint64(d & 63)) & np.uint64(1):
                 continue
             f = np.float64(bt[i])
-            c = s * f / (f + _den(den, dcode[d], k1, kb, bavg))
+            c = part(s, f, _den(den, dcode[d], k1, kb, bavg))
             if nh < k or c > hs[0]:
                 nh = _push(hs, hi, nh, k, c, d)
             if nh < k or (c + rest) * (1.0 + _SLACK) >= hs[0]:
@@ -253,7 +254,7 @@ def _seed(pk, bits, ut, scale, ub, k, den, grow, k1, kb, bavg):
             for h in range(m):
                 d = rd[bd[h]]
                 f = np.float64(bt[h])
-                score[bd[h]] += scale[j] * f / (f + _den(den, dcode[d], k1, kb, bavg))
+                score[bd[h]] += part(scale[j], f, _den(den, dcode[d], k1, kb, bavg))
             b += 1
         if nc >= k:
             floor = max(floor, np.partition(score[:nc], nc - k)[nc - k])
@@ -368,7 +369,7 @@ def _walk(data, off, dbits, tbits, last, bmax, maxtf, minlen, dcode, bits, scale
                     d = docs[j, p]
                     if (bits[d >> 6] >> np.uint64(d & 63)) & np.uint64(1):
                         f = np.float64(tfs[j, p])
-                        mj = max(mj, scale[j] * f / (f + _den(den, dcode[d], k1, kb, bavg)))
+                        mj = max(mj, part(scale[j], f, _den(den, dcode[d], k1, kb, bavg)))
                     p += 1
                 if mj == 0.0:
                     cap = min(cap, last[b])  # not in this window, which must end by its block's end

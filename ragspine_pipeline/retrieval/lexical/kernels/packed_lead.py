@@ -25,10 +25,11 @@ the lower position.
 import numpy as np
 from numba import njit
 
-from .packed import _BLOCK, _count, _unpack, _w
+from .packed import _BLOCK, _count, _unpack
 from .packed_windows import _above, _add_at
 from .plain_unfiltered import _unique_terms
 from .selection import _SLACK, _drain, _push
+from .weight import plain_w as _w
 
 
 @njit(cache=True, nogil=True)

@@ -41,10 +41,11 @@ import numpy as np
 from numba import njit
 
 from .filter_stats import popcount64
-from .packed import _BLOCK, _count, _match_block, _unpack, _w
+from .packed import _BLOCK, _count, _match_block, _unpack
 from .packed_wand import _block_cursors, _seek, _shallow, _sort_by_bound
 from .plain_unfiltered import _unique_terms
 from .selection import _SLACK, _drain, _gallop, _push
+from .weight import plain_w as _w
 
 WINDOW = 4096  # documents per window: the accumulator and hit masks stay in L1/L2
 MAX_TERMS = 62  # distinct terms: one bit each in an int64 hit mask

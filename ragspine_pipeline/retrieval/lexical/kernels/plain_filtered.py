@@ -18,6 +18,8 @@ from .selection import (
     _push,
     _take_top,
 )
+from .weight import filtered_part as _w
+from .weight import term_bound, tf_bound
 
 _BLOCK = BLOCK_SIZE  # postings per block of the block bounds (a compile-time constant)
 # Few survivors (their positions known): a bitset term is read by rank over them when its
@@ -42,19 +44,6 @@ def _and_count(bits, row):
     for w in range(bits.shape[0]):
         c += popcount64(bits[w] & row[w])
     return c
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _tf_bound(f, ln, k1, kb, bavg):
-    # tf/(tf + k1 (1 - b + b len/avgdl)) grows with tf and shrinks with len: the block's
-    # largest tf over its shortest document bounds every posting of the block.
-    return f / (f + k1 * (kb + bavg * ln))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _w(sc, f, k1, kb, bavg, ln):
-    # One posting's score at the survivors' avgdl: idf' (k1 + 1) tf / (tf + k1 (1 - b + b len / avgdl')).
-    return sc * f / (f + k1 * (kb + bavg * ln))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -99,7 +88,7 @@ def _scan_blocks(t, sc, rest, grow, indptr, indices, tf, doc_len, bits, bptr, bm
     any_skipped = False
     for p0 in range(s0, e0, _BLOCK):
         bk = b0 + (p0 - s0) // _BLOCK
-        if nh == k and min(bmax[bk] * grow, _tf_bound(np.float64(blk_tf[bk]), np.float64(blk_len[bk]), k1, kb,
+        if nh == k and min(bmax[bk] * grow, tf_bound(np.float64(blk_tf[bk]), np.float64(blk_len[bk]), k1, kb,
                                                       bavg)) * bound_sc + rest < hs[0]:
             skipped[bk - b0] = True
             any_skipped = True
@@ -227,7 +216,8 @@ def _scan_branchless(s0, e0, indices, tf, doc_len, bits, sc, k1, kb, bavg, acc, 
 
 @njit(cache=True, nogil=True)
 def _term_bound(y, t, scale, wmax, grow, t_maxtf, t_minlen, k1, kb, bavg):
-    return scale[y] * min(wmax[t] * grow, _tf_bound(np.float64(t_maxtf[t]), np.float64(t_minlen[t]), k1, kb, bavg))
+    return term_bound(scale[y], min(wmax[t] * grow, tf_bound(np.float64(t_maxtf[t]), np.float64(t_minlen[t]), k1, kb,
+                                                             bavg)))
 
 
 @njit(cache=True, nogil=True)

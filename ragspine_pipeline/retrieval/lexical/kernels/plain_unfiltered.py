@@ -23,6 +23,7 @@ from .selection import (
     _push,
     _take_top,
 )
+from .weight import term_bound, term_scale
 
 # Postings per block of the block-max bounds: the builder's constant (numba reads it as a
 # compile-time constant), so the two can never disagree.
@@ -37,8 +38,8 @@ def _unique_terms(qtids, idf, wmax, k1p1):
     scale = np.empty(nu, np.float64)
     ub = np.empty(nu, np.float64)
     for y in range(nu):
-        scale[y] = idf[ut[y]] * k1p1 * mult[y]
-        ub[y] = scale[y] * wmax[ut[y]]
+        scale[y] = term_scale(idf[ut[y]], k1p1, mult[y])
+        ub[y] = term_bound(scale[y], wmax[ut[y]])
     order = np.argsort(-ub, kind="mergesort")
     return ut[order], scale[order], ub[order]
 
@@ -54,7 +55,7 @@ def _exhaustive(indptr, indices, w, idf, qtids, k1p1, k, acc):
     """
     for j in range(qtids.shape[0]):  # per query token, in query order (as the reference)
         t = qtids[j]
-        s = idf[t] * k1p1
+        s = term_scale(idf[t], k1p1, 1.0)
         for p in range(indptr[t], indptr[t + 1]):
             acc[np.uint64(indices[p])] += w[p] * s
     kk = max(k, 1)

@@ -122,7 +122,7 @@ def test_window_kernel_seeds_from_a_rare_term_and_stays_exact(tmp_path):
     for q in ([rare[0], "w0"], [rare[1], "w3", "w0", "w1"], [rare[2], rare[3], "w2"], [rare[4], "w10", "w11"]):
         tids = np.array(packed._query_term_ids(q), np.int64)
         ut, scale, ub = windows._unique_terms(tids, packed._idf, packed._w_max, wt[2] + 1.0)
-        seed = windows._seed(pk, ar, ut, scale, ub, 10, pk[13], wt, packed.n_docs)
+        seed = windows._seed(pk, ar, ut, scale, ub, 10, pk[13], wt, None)  # no filter
         for k in (1, 10):
             (ids, sc), (m_ids, m_sc) = both(packed, q, k)
             assert ids.tolist() == m_ids.tolist() and np.array_equal(sc, m_sc), (q, k)

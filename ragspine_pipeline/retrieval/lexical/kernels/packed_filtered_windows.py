@@ -29,23 +29,22 @@ score, so ties go to the lower position.
 import numpy as np
 from numba import njit
 
-from .packed import _BLOCK, _count, _match_block, _unpack
+from .packed import _BLOCK, _match_block
 from .packed_filter_weights import code_dens, part_by_code, window_tables
-from .packed_filter_weights import den_of as _den
 from .packed_route import RARE_DF_FRACTION, RARE_WEIGHT
 from .packed_wand import _block_cursors, _seek, _shallow, _sort_by_bound
 from .packed_windows import (
     DEAD,
-    SEED_DF_FRACTION,
-    SEED_LOOKUPS,
     WINDOW,
-    _above,
     _drain_bitmap,
     _keep,
     _postings_in,
+    _seed,
 )
 from .selection import _SLACK, _drain, _gallop, _push
-from .weight import part, tf_bound
+from .weight import block_bound as _bound
+from .weight import den_of as _den
+from .weight import part
 
 DENSE_DIV = 4  # the window route serves filters keeping at least 1 / this of the documents
 HEAVY_POSTINGS = 2  # ... and queries whose lists hold at least this x N postings
@@ -58,19 +57,6 @@ HEAVY_POSTINGS = 2  # ... and queries whose lists hold at least this x N posting
 ALMOST_ALL_NUM, ALMOST_ALL_DEN = 9, 10
 COMMON_DF_DIV = 20
 LIGHT_POSTINGS_TENTHS = 3
-TF_BOUND_GROW = 1.05  # block bounds add the tf bound only when the stored max grows more
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _bound(bmax, maxtf, minlen, b, s, grow, k1, kb, bavg):
-    """Block b's bound under the survivors' avgdl, times the scale s (module docstring).
-    Both bounds hold for any survivor avgdl; the tf bound (a division per block, on every
-    block the walk passes) is taken only when the stored max grows (``grow`` over
-    ``TF_BOUND_GROW``): at about the corpus avgdl the stored max is the exact one."""
-    if grow <= TF_BOUND_GROW:
-        return bmax[b] * grow * s
-    f = np.float64(maxtf[b])
-    return min(bmax[b] * grow, tf_bound(f, np.float64(minlen[b]), k1, kb, bavg)) * s
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -181,89 +167,6 @@ def _look_up(data, off, dbits, tbits, last, j, lo, b0, bend, cnt, blk, dcode, de
 
 
 @njit(cache=True, nogil=True)
-def _seed(pk, bits, ut, scale, ub, k, den, grow, k1, kb, bavg):
-    """``kernels.packed_windows._seed`` over the survivors: a lower bound of the final k-th
-    score (or 0) from the query's rarest term (full list under 1 / ``SEED_DF_FRACTION`` of
-    the documents), its surviving documents' k-th best weight raised by looking the other
-    terms up at those that can still beat it, less a relative margin for summation order.
-    Without it the walk scores the long lists' first windows in full and cannot jump to
-    the rare term's documents."""
-    data, off, dbits, tbits, last = pk[7], pk[3], pk[4], pk[5], pk[2]
-    bmax, maxtf, minlen, dcode = pk[6], pk[9], pk[10], pk[13]
-    indptr = pk[0]
-    nu = ut.shape[0]
-    r = -1
-    best = dcode.shape[0] // SEED_DF_FRACTION
-    for j in range(nu):
-        df = indptr[ut[j] + 1] - indptr[ut[j]]
-        if df < best:
-            best = df
-            r = j
-    if r < 0 or nu < 2 or best < k:
-        return 0.0
-    rest = 0.0
-    for j in range(nu):
-        if j != r:
-            rest += ub[j]
-    rd = np.empty(best, np.int64)
-    score = np.empty(best, np.float64)
-    bd = np.empty(_BLOCK, np.int64)
-    bt = np.empty(_BLOCK, np.int64)
-    hs = np.empty(k, np.float64)
-    hi = np.empty(k, np.int64)
-    nh = 0
-    t = ut[r]
-    s = scale[r]
-    nc = 0
-    for b in range(pk[1][t], pk[1][t + 1]):
-        if nh == k and (_bound(bmax, maxtf, minlen, b, s, grow, k1, kb, bavg) + rest) * (1.0 + _SLACK) < hs[0]:
-            continue
-        n = _count(pk, t, b)
-        _unpack(data, off, dbits, tbits, last, b, b == pk[1][t], n, bd, bt)
-        for i in range(n):
-            d = bd[i]
-            if not (bits[d >> 6] >> np.uint64(d & 63)) & np.uint64(1):
-                continue
-            f = np.float64(bt[i])
-            c = part(s, f, _den(den, dcode[d], k1, kb, bavg))
-            if nh < k or c > hs[0]:
-                nh = _push(hs, hi, nh, k, c, d)
-            if nh < k or (c + rest) * (1.0 + _SLACK) >= hs[0]:
-                rd[nc] = d
-                score[nc] = c
-                nc += 1
-    if nh < k:
-        return 0.0
-    floor = hs[0]
-    nc = _above(rd, score, nc, rest, floor)
-    for j in range(nu):  # by descending bound: the candidates thin out fastest
-        if j == r:
-            continue
-        if nc > SEED_LOOKUPS:
-            break
-        t = ut[j]
-        b = pk[1][t]
-        bend = pk[1][t + 1]
-        y = 0
-        while y < nc and b < bend:
-            if last[b] < rd[y]:
-                b = _gallop(last, b, bend, rd[y])
-                continue
-            y, m = _match_block(data, off, dbits, tbits, last, b, b == pk[1][t], _count(pk, t, b), rd, y, nc,
-                                bd, bt)
-            for h in range(m):
-                d = rd[bd[h]]
-                f = np.float64(bt[h])
-                score[bd[h]] += part(scale[j], f, _den(den, dcode[d], k1, kb, bavg))
-            b += 1
-        if nc >= k:
-            floor = max(floor, np.partition(score[:nc], nc - k)[nc - k])
-        rest -= ub[j]
-        nc = _above(rd, score, nc, max(rest, 0.0), floor)
-    return floor * (1.0 - 4.0 * _SLACK)
-
-
-@njit(cache=True, nogil=True)
 def window_top_k_filtered(pk, bits, ut, scale, ub, k, grow, k1, kb, bavg, den):
     """Exact filtered top-k (ids, scores) of the distinct terms ``ut`` (in scoring order:
     by descending term bound ``ub``; each with a surviving posting; at most
@@ -282,7 +185,8 @@ def window_top_k_filtered(pk, bits, ut, scale, ub, k, grow, k1, kb, bavg, den):
     for j in range(nu - 1, -1, -1):
         gsuf[j] = gsuf[j + 1] + ub[j]
     # A lower bound of the k-th score from the rarest term's survivors, when it is rare.
-    theta = _seed(pk, bits, ut, scale, ub, k, den, grow, k1, kb, bavg)
+    # (``kernels.packed_windows._seed`` with the filtered weigher: the survivors' parts.)
+    theta = _seed(pk, (pk[7], pk[3], pk[4], pk[5], pk[2]), ut, scale, ub, k, pk[13], (den, k1, kb, bavg, grow), bits)
     tab = window_tables(scale, den)
     nh = _walk(pk[7], pk[3], pk[4], pk[5], pk[2], pk[6], pk[9], pk[10], pk[13], bits, scale, ub, grow, k1, kb, bavg,
                den, theta, b0, bend, cnt, blk, dec, pos, nb, docs, tfs, b0.copy(), gsuf,

@@ -25,11 +25,10 @@ the lower position.
 import numpy as np
 from numba import njit
 
-from .packed import _BLOCK, _count, _unpack
-from .packed_windows import _above, _add_at
+from .packed import _BLOCK
+from .packed_windows import _lead_candidates, _raise_floor
 from .plain_unfiltered import _unique_terms
 from .selection import _SLACK, _drain, _push
-from .weight import plain_w as _w
 
 
 @njit(cache=True, nogil=True)
@@ -46,7 +45,7 @@ def lead_top_k(pk, idf, wmax, qtids, wt, k):
     df = pk[0][t + 1] - pk[0][t] if nu > 0 else 0
     if nu < 2 or k <= 0 or df < k:
         return np.empty(0, np.int64), np.empty(0, np.float64), False
-    data, off, dbits, tbits, last, bmax, dcode = pk[7], pk[3], pk[4], pk[5], pk[2], pk[6], pk[13]
+    data, off, dbits, tbits, last, dcode = pk[7], pk[3], pk[4], pk[5], pk[2], pk[13]
     others = 0.0
     for j in range(1, nu):
         others += ub[j]
@@ -54,31 +53,11 @@ def lead_top_k(pk, idf, wmax, qtids, wt, k):
     score = np.empty(df, np.float64)
     bd = np.empty(_BLOCK, np.int64)
     bt = np.empty(_BLOCK, np.int64)
-    nh = 0
-    nc = 0
-    b0 = pk[1][t]
-    for b in range(b0, pk[1][t + 1]):
-        if nh == kk and (bmax[b] * scale[0] + others) * (1.0 + _SLACK) < hs[0]:
-            continue
-        n = _count(pk, t, b)
-        _unpack(data, off, dbits, tbits, last, b, b == b0, n, bd, bt)
-        for i in range(n):
-            c = _w(bt[i], dcode[bd[i]], wt) * scale[0]
-            if nh < kk or c > hs[0]:
-                nh = _push(hs, hi, nh, kk, c, bd[i])
-            if nh < kk or (c + others) * (1.0 + _SLACK) >= hs[0]:
-                rd[nc] = bd[i]
-                score[nc] = c
-                nc += 1
-    floor = hs[0]
-    rest = others
-    nc = _above(rd, score, nc, rest, floor)
-    for j in range(1, nu):
-        _add_at(pk, (data, off, dbits, tbits, last), ut[j], scale[j], rd, nc, score, dcode, wt, bd, bt)
-        if nc >= kk:  # partial scores of k documents: their k-th best is a lower bound too
-            floor = max(floor, np.partition(score[:nc], nc - kk)[nc - kk])
-        rest -= ub[j]
-        nc = _above(rd, score, nc, max(rest, 0.0), floor)
+    # The lead's documents that can reach the k-th best of its parts with the others' bounds,
+    # then every other term looked up at them (as the window kernel's seed, without a limit).
+    ar = (data, off, dbits, tbits, last)
+    _, nc = _lead_candidates(pk, ar, t, scale[0], others, kk, hs, hi, None, dcode, wt, rd, score, bd, bt)
+    floor, nc = _raise_floor(pk, ar, ut, scale, ub, 0, df, kk, rd, nc, score, hs[0], others, dcode, wt, bd, bt)
     if others * (1.0 + _SLACK) >= floor:
         return np.empty(0, np.int64), np.empty(0, np.float64), False
     nh = 0

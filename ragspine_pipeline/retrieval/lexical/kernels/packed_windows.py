@@ -45,6 +45,7 @@ from .packed import _BLOCK, _count, _match_block, _unpack
 from .packed_wand import _block_cursors, _seek, _shallow, _sort_by_bound
 from .plain_unfiltered import _unique_terms
 from .selection import _SLACK, _drain, _gallop, _push
+from .weight import kept, posting_bound, weigh
 from .weight import plain_w as _w
 
 WINDOW = 4096  # documents per window: the accumulator and hit masks stay in L1/L2
@@ -217,9 +218,10 @@ def _above(rd, score, n, rest, floor):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _add_at(pk, ar, t, s, rd, nc, score, dcode, wt, bd, bt):
-    """score[i] += term t's w x s at each sorted document rd[i] (i < nc) that holds it,
-    reading only the blocks that hold one (``_match_block``; bd/bt its scratch)."""
+def _add_at(pk, ar, t, s, rd, nc, score, dcode, wg, bd, bt):
+    """score[i] += term t's part (scale s, weigher ``wg``: ``weight.weigh``) at each sorted
+    document rd[i] (i < nc) that holds it, reading only the blocks that hold one
+    (``_match_block``; bd/bt its scratch)."""
     data, off, dbits, tbits, last = ar
     b = pk[1][t]
     bend = pk[1][t + 1]
@@ -230,29 +232,80 @@ def _add_at(pk, ar, t, s, rd, nc, score, dcode, wt, bd, bt):
             continue
         y, m = _match_block(data, off, dbits, tbits, last, b, b == pk[1][t], _count(pk, t, b), rd, y, nc, bd, bt)
         for h in range(m):
-            score[bd[h]] += _w(bt[h], dcode[rd[bd[h]]], wt) * s
+            score[bd[h]] += weigh(wg, s, bt[h], dcode[rd[bd[h]]])
         b += 1
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _lead_candidates(pk, ar, t, s, rest, k, hs, hi, bits, dcode, wg, rd, score, bd, bt):
+    """Term t's documents (those ``bits`` keeps; None: all) whose part (scale s) plus
+    ``rest`` can still reach the k-th best of its parts so far, into rd/score[:nc], with
+    those k best in the heap hs/hi; a block whose bound (``weight.posting_bound``) plus
+    ``rest`` cannot is not decoded. Returns (heap size, nc). The first step of the seeds
+    (``_seed``, ``kernels.packed_filtered_windows._seed``) and of ``kernels.packed_lead``."""
+    data, off, dbits, tbits, last = ar
+    bmax, maxtf, minlen = pk[6], pk[9], pk[10]
+    nh = 0
+    nc = 0
+    for b in range(pk[1][t], pk[1][t + 1]):
+        if nh == k and (posting_bound(wg, bmax, maxtf, minlen, b, s) + rest) * (1.0 + _SLACK) < hs[0]:
+            continue
+        n = _count(pk, t, b)
+        _unpack(data, off, dbits, tbits, last, b, b == pk[1][t], n, bd, bt)
+        for i in range(n):
+            d = bd[i]
+            if not kept(bits, d):
+                continue
+            c = weigh(wg, s, bt[i], dcode[d])
+            if nh < k or c > hs[0]:
+                nh = _push(hs, hi, nh, k, c, d)
+            if nh < k or (c + rest) * (1.0 + _SLACK) >= hs[0]:
+                rd[nc] = d
+                score[nc] = c
+                nc += 1
+    return nh, nc
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _raise_floor(pk, ar, ut, scale, ub, r, limit, k, rd, nc, score, floor, rest, dcode, wg, bd, bt):
+    """The candidates rd/score[:nc] of term r (``_lead_candidates``) that can still reach
+    ``floor`` take the other terms, largest bound first (the candidates thin out fastest),
+    while they number at most ``limit``; ``floor`` rises to the k-th best of their partial
+    scores (a lower bound of the final k-th score: k documents have at least that).
+    Returns (floor, nc)."""
+    nc = _above(rd, score, nc, rest, floor)
+    for j in range(ut.shape[0]):
+        if j == r:
+            continue
+        if nc > limit:
+            break
+        _add_at(pk, ar, ut[j], scale[j], rd, nc, score, dcode, wg, bd, bt)
+        if nc >= k:
+            floor = max(floor, np.partition(score[:nc], nc - k)[nc - k])
+        rest -= ub[j]
+        nc = _above(rd, score, nc, max(rest, 0.0), floor)
+    return floor, nc
+
+
 @njit(cache=True, nogil=True)
-def _seed(pk, ar, ut, scale, ub, k, dcode, wt, n_docs):
+def _seed(pk, ar, ut, scale, ub, k, dcode, wg, bits):
     """A lower bound of the final k-th score, or 0, from the rarest term when it holds at
-    least k documents and under 1/``SEED_DF_FRACTION`` of the corpus, as term-at-a-time
-    MaxScore starts: the k-th best of its weights (blocks that cannot beat it with the
-    other terms' bounds are not decoded), then the other terms, largest bound first,
-    looked up at the documents that can still beat it, raising it to the k-th best of
-    their partial scores; less a relative margin for summation order.
+    least k documents (survivors, under the filter ``bits``; None: none) and under
+    1/``SEED_DF_FRACTION`` of the corpus, as term-at-a-time MaxScore starts: the k-th best
+    of its parts (blocks that cannot beat it with the other terms' bounds are not decoded),
+    then the other terms, largest bound first, looked up at the documents that can still
+    beat it, raising it to the k-th best of their partial scores; less a relative margin
+    for summation order. ``wg``: the weigher (``weight.weigh``), unfiltered or filtered.
 
     Why: the window walk starts with nothing in its heap, so without a seed it scores
     the first windows of the long lists in full, and cannot jump to the rare term's
     documents. Every document of the final top k scores at least this (k documents do),
     so pruning strictly below it stays exact, and the walk finds and scores the seed
     documents again."""
-    data, off, dbits, tbits, last = ar
     indptr = pk[0]
     nu = ut.shape[0]
     r = -1
-    best = n_docs // SEED_DF_FRACTION
+    best = dcode.shape[0] // SEED_DF_FRACTION
     for j in range(nu):
         df = indptr[ut[j] + 1] - indptr[ut[j]]
         if df < best:
@@ -264,44 +317,17 @@ def _seed(pk, ar, ut, scale, ub, k, dcode, wt, n_docs):
     for j in range(nu):
         if j != r:
             rest += ub[j]
-    # The rarest term's documents that can still reach the k-th best of its weights so far
-    # with the other terms' bounds; a block whose max cannot is not decoded.
     rd = np.empty(best, np.int64)
     score = np.empty(best, np.float64)
     bd = np.empty(_BLOCK, np.int64)
     bt = np.empty(_BLOCK, np.int64)
     hs = np.empty(k, np.float64)
     hi = np.empty(k, np.int64)
-    nh = 0
-    t = ut[r]
-    bmax = pk[6]
-    nc = 0
-    for b in range(pk[1][t], pk[1][t + 1]):
-        if nh == k and (bmax[b] * scale[r] + rest) * (1.0 + _SLACK) < hs[0]:
-            continue
-        n = _count(pk, t, b)
-        _unpack(data, off, dbits, tbits, last, b, b == pk[1][t], n, bd, bt)
-        for i in range(n):
-            c = _w(bt[i], dcode[bd[i]], wt) * scale[r]
-            if nh < k or c > hs[0]:
-                nh = _push(hs, hi, nh, k, c, bd[i])
-            if nh < k or (c + rest) * (1.0 + _SLACK) >= hs[0]:
-                rd[nc] = bd[i]
-                score[nc] = c
-                nc += 1
-    floor = hs[0]
-    nc = _above(rd, score, nc, rest, floor)
-    for j in range(nu):  # by descending bound: the candidates thin out fastest
-        if j == r:
-            continue
-        if nc > SEED_LOOKUPS:
-            break
-        _add_at(pk, ar, ut[j], scale[j], rd, nc, score, dcode, wt, bd, bt)
-        # Partial scores of some documents: their k-th best is a lower bound too.
-        if nc >= k:
-            floor = max(floor, np.partition(score[:nc], nc - k)[nc - k])
-        rest -= ub[j]
-        nc = _above(rd, score, nc, max(rest, 0.0), floor)
+    nh, nc = _lead_candidates(pk, ar, ut[r], scale[r], rest, k, hs, hi, bits, dcode, wg, rd, score, bd, bt)
+    if nh < k:
+        return 0.0  # a filter left under k survivors
+    floor, nc = _raise_floor(pk, ar, ut, scale, ub, r, SEED_LOOKUPS, k, rd, nc, score, hs[0], rest, dcode, wg, bd,
+                             bt)
     return floor * (1.0 - 4.0 * _SLACK)
 
 
@@ -311,7 +337,6 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
     docstring). ``qtids`` holds at most ``MAX_TERMS`` distinct terms. Allocates the walk's
     state, seeds the k-th score and runs ``_walk``."""
     k1p1 = wt[2] + 1.0
-    end_doc = np.int64(pk[13].shape[0])
     ut, scale, ub = _unique_terms(qtids, idf, wmax, k1p1)
     nu = ut.shape[0]
     kk = max(k, 1)
@@ -326,7 +351,7 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
     for j in range(nu - 1, -1, -1):
         gsuf[j] = gsuf[j + 1] + ub[j]
     # A lower bound of the k-th score from the rarest term's documents, when it is rare.
-    theta = _seed(pk, ar, ut, scale, ub, k, pk[13], wt, end_doc)
+    theta = _seed(pk, ar, ut, scale, ub, k, pk[13], wt, None)
     nh = _walk(pk[7], pk[3], pk[4], pk[5], pk[2], pk[6], pk[13], wt, scale, ub, theta, b0, bend, cnt, blk, dec, pos,
                nb, docs, tfs, b0.copy(), gsuf, np.zeros((nu, WINDOW), np.float64),
                np.zeros(WINDOW, np.int64), np.zeros(WINDOW, np.float64), np.empty(WINDOW, np.int64),

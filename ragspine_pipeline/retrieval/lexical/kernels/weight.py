@@ -21,7 +21,10 @@ the operations is part of the contract: the routes' scores must be equal float f
 """
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import overload
+
+TF_BOUND_GROW = 1.05  # filtered block bounds add the tf bound only when the stored max grows more
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -86,3 +89,78 @@ def plain_w(f, ln, wt):
         return ff / (ntab[ln] + ff)
     ff = np.float64(f)
     return ff / (wt[2] * ((1.0 - wt[3]) + (wt[3] * np.float64(ln)) / wt[4]) + ff)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def den_of(den, ln, k1, kb, bavg):
+    """k1 (kb + bavg len) of a document of length code ``ln``: the per-code table, or from
+    the length itself when the file has no codes (``den`` empty); the same floats."""
+    if den.shape[0] > 0:
+        return den[ln]
+    return length_norm(k1, kb, bavg, ln)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def block_bound(bmax, maxtf, minlen, b, s, grow, k1, kb, bavg):
+    """Block b's bound under the survivors' avgdl, times the scale s (``kernels.packed_filtered_windows``' docstring).
+    Both bounds hold for any survivor avgdl; the tf bound (a division per block, on every
+    block the walk passes) is taken only when the stored max grows (``grow`` over
+    ``TF_BOUND_GROW``): at about the corpus avgdl the stored max is the exact one."""
+    if grow <= TF_BOUND_GROW:
+        return bmax[b] * grow * s
+    f = np.float64(maxtf[b])
+    return min(bmax[b] * grow, tf_bound(f, np.float64(minlen[b]), k1, kb, bavg)) * s
+
+
+# Weighers: a kernel written once for both packed weightings takes a weigher ``wg``, either
+# the unfiltered ``wt`` (norm by code, w of tf 1 by code, k1, b, avgdl; ``plain_w``) or the
+# filtered ``(den, k1, kb, bavg, grow)`` (survivor statistics; ``den_of``, ``block_bound``).
+# The three functions below are resolved at compile time by the weigher's type (numba
+# ``overload``, inlined), so each caller compiles to the written-out expression of its
+# weighting, with no branch left at run time.
+
+
+def weigh(wg, s, tf, code):
+    """A packed posting's scored part: tf ``tf`` at a document of length code ``code``,
+    term scale ``s``, under the weigher ``wg``. Callable from numba code only."""
+    raise NotImplementedError("numba only")
+
+
+def posting_bound(wg, bmax, maxtf, minlen, b, s):
+    """Block b's bound (its postings' largest part) under the weigher ``wg``, scale ``s``."""
+    raise NotImplementedError("numba only")
+
+
+def kept(bits, d):
+    """Whether document d passes the filter ``bits`` (packed words; None: no filter)."""
+    raise NotImplementedError("numba only")
+
+
+def _unfiltered(wg) -> bool:
+    return isinstance(wg, types.BaseTuple) and isinstance(wg.types[1], types.Array)
+
+
+@overload(weigh, inline="always")
+def _weigh(wg, s, tf, code):
+    if _unfiltered(wg):
+        return lambda wg, s, tf, code: plain_w(tf, code, wg) * s
+
+    def filtered(wg, s, tf, code):
+        f = np.float64(tf)
+        return part(s, f, den_of(wg[0], code, wg[1], wg[2], wg[3]))
+
+    return filtered
+
+
+@overload(posting_bound, inline="always")
+def _posting_bound(wg, bmax, maxtf, minlen, b, s):
+    if _unfiltered(wg):
+        return lambda wg, bmax, maxtf, minlen, b, s: bmax[b] * s
+    return lambda wg, bmax, maxtf, minlen, b, s: block_bound(bmax, maxtf, minlen, b, s, wg[4], wg[1], wg[2], wg[3])
+
+
+@overload(kept, inline="always")
+def _kept(bits, d):
+    if isinstance(bits, types.NoneType):
+        return lambda bits, d: True
+    return lambda bits, d: (bits[d >> 6] >> np.uint64(d & 63)) & np.uint64(1) != np.uint64(0)

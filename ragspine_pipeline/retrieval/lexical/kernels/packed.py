@@ -21,7 +21,17 @@ from numba import njit
 from ..format.raw import BLOCK_SIZE
 from .filter_stats import popcount64
 from .plain_unfiltered import _unique_terms
-from .selection import _SLACK, _gallop, _kth_score, _narrow, _prune, _push, _take_top
+from .selection import (
+    _SLACK,
+    _broad,
+    _gallop,
+    _kth_score,
+    _narrow,
+    _prune,
+    _push,
+    _suffix_sums,
+    _take_top,
+)
 from .weight import filtered_part, term_scale
 from .weight import plain_w as _w
 
@@ -259,22 +269,13 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
     indptr = pk[0]
     k1p1 = wt[2] + 1.0
     n_docs = acc.shape[0]
-    if n_docs <= exhaustive_docs:
-        total = 0
-        longest = 0
-        for j in range(qtids.shape[0]):
-            df = indptr[qtids[j] + 1] - indptr[qtids[j]]
-            total += df
-            longest = max(longest, df)
-        if 4 * total >= n_docs and 2 * longest < total:
-            return _exhaustive(pk, idf, qtids, k1p1, k, acc, wt)
+    if n_docs <= exhaustive_docs and _broad(indptr, qtids, n_docs):
+        return _exhaustive(pk, idf, qtids, k1p1, k, acc, wt)
     docs = np.empty(_BLOCK, np.int64)
     tfs = np.empty(_BLOCK, np.int64)
     ut, scale, ub = _unique_terms(qtids, idf, wmax, k1p1)
     nu = ut.shape[0]
-    remaining = np.zeros(nu + 1, np.float64)
-    for j in range(nu - 1, -1, -1):
-        remaining[j] = remaining[j + 1] + ub[j]
+    remaining = _suffix_sums(ub)
     hs = np.empty(max(k, 1), np.float64)
     hi = np.empty(max(k, 1), np.int64)
     n_t = 0

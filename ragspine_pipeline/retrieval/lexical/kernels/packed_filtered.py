@@ -41,7 +41,17 @@ from .packed_filter_weights import code_dens, tf1_tables
 from .packed_filtered_windows import from_plan, windows_suit
 from .packed_windows import MAX_TERMS
 from .plain_filtered import _add
-from .selection import _SLACK, _distinct, _gallop, _kth_score, _narrow, _prune, _push, _take_top
+from .selection import (
+    _SLACK,
+    _distinct,
+    _gallop,
+    _kth_score,
+    _narrow,
+    _prune,
+    _push,
+    _suffix_sums,
+    _take_top,
+)
 from .weight import filtered_part, term_bound, tf_bound
 
 # Few survivors (their positions known): a term's postings at them are gathered by rank in
@@ -324,9 +334,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     # Tables for the scanned terms only (mode 0): gathered and ranked terms never read them.
     tab, trow = tf1_tables(np.where(mode == 0, pk[0][ut + 1] - pk[0][ut], 0), dfs, scale,
                            code_dens(clen, k1, kb, bavg))
-    remaining = np.zeros(nu + 1, np.float64)
-    for j in range(nu - 1, -1, -1):
-        remaining[j] = remaining[j + 1] + ub[order[j]]
+    remaining = _suffix_sums(ub[order])
     hs = np.empty(max(k, 1), np.float64)
     hi = np.empty(max(k, 1), np.int64)
     n_t = 0

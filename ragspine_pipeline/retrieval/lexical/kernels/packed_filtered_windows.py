@@ -41,7 +41,7 @@ from .packed_windows import (
     _postings_in,
     _seed,
 )
-from .selection import _SLACK, _drain, _gallop, _push
+from .selection import _SLACK, _drain, _gallop, _push, _suffix_sums
 from .weight import block_bound as _bound
 from .weight import den_of as _den
 from .weight import part
@@ -181,9 +181,7 @@ def window_top_k_filtered(pk, bits, ut, scale, ub, k, grow, k1, kb, bavg, den):
         return _drain(hs, hi_, 0)
     b0, bend, cnt, blk, dec, pos, nb, docs, tfs = _block_cursors(pk, ut)
     # gsuf[j]: the term bounds of j.. summed (the scoring order is by descending bound).
-    gsuf = np.zeros(nu + 1, np.float64)
-    for j in range(nu - 1, -1, -1):
-        gsuf[j] = gsuf[j + 1] + ub[j]
+    gsuf = _suffix_sums(ub)
     # A lower bound of the k-th score from the rarest term's survivors, when it is rare.
     # (``kernels.packed_windows._seed`` with the filtered weigher: the survivors' parts.)
     theta = _seed(pk, (pk[7], pk[3], pk[4], pk[5], pk[2]), ut, scale, ub, k, pk[13], (den, k1, kb, bavg, grow), bits)

@@ -44,7 +44,7 @@ from .filter_stats import popcount64
 from .packed import _BLOCK, _count, _match_block, _unpack
 from .packed_wand import _block_cursors, _seek, _shallow, _sort_by_bound
 from .plain_unfiltered import _unique_terms
-from .selection import _SLACK, _drain, _gallop, _push
+from .selection import _SLACK, _drain, _gallop, _push, _suffix_sums
 from .weight import kept, posting_bound, weigh
 from .weight import plain_w as _w
 
@@ -347,9 +347,7 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
     ar = (pk[7], pk[3], pk[4], pk[5], pk[2])
     b0, bend, cnt, blk, dec, pos, nb, docs, tfs = _block_cursors(pk, ut)
     # gsuf[j]: the upper bounds of terms j.. summed (terms are by descending bound).
-    gsuf = np.zeros(nu + 1, np.float64)
-    for j in range(nu - 1, -1, -1):
-        gsuf[j] = gsuf[j + 1] + ub[j]
+    gsuf = _suffix_sums(ub)
     # A lower bound of the k-th score from the rarest term's documents, when it is rare.
     theta = _seed(pk, ar, ut, scale, ub, k, pk[13], wt, None)
     nh = _walk(pk[7], pk[3], pk[4], pk[5], pk[2], pk[6], pk[13], wt, scale, ub, theta, b0, bend, cnt, blk, dec, pos,

@@ -16,6 +16,7 @@ from .selection import (
     _narrow,
     _prune,
     _push,
+    _suffix_sums,
     _take_top,
 )
 from .weight import filtered_part as _w
@@ -331,9 +332,7 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
         if dfs[y] > 0:
             ub[y] = _term_bound(y, ut[y], scale, wmax, grow, t_maxtf, t_minlen, k1, kb, bavg)
     order = np.argsort(-ub, kind="mergesort")
-    remaining = np.zeros(nu + 1, np.float64)
-    for j in range(nu - 1, -1, -1):
-        remaining[j] = remaining[j + 1] + ub[order[j]]
+    remaining = _suffix_sums(ub[order])
     hs = np.empty(max(k, 1), np.float64)
     hi = np.empty(max(k, 1), np.int64)
     n_t = 0

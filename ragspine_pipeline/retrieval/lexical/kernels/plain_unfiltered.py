@@ -14,6 +14,7 @@ from numba import njit
 from ..format.raw import BLOCK_SIZE
 from .selection import (
     _SLACK,
+    _broad,
     _distinct,
     _drain,
     _gallop,
@@ -21,6 +22,7 @@ from .selection import (
     _narrow,
     _prune,
     _push,
+    _suffix_sums,
     _take_top,
 )
 from .weight import term_bound, term_scale
@@ -83,22 +85,11 @@ def search_one(indptr, indices, w, idf, wmax, qtids, k1p1, k, acc, touched, exha
     again on return.
     """
     n_docs = acc.shape[0]
-    if n_docs <= exhaustive_docs:
-        total = 0
-        longest = 0
-        for j in range(qtids.shape[0]):
-            df = indptr[qtids[j] + 1] - indptr[qtids[j]]
-            total += df
-            longest = max(longest, df)
-        # Broad query (postings >= a quarter of the corpus) and no single list holding
-        # half of them (that one MaxScore would mostly skip): score everything.
-        if 4 * total >= n_docs and 2 * longest < total:
-            return _exhaustive(indptr, indices, w, idf, qtids, k1p1, k, acc)
+    if n_docs <= exhaustive_docs and _broad(indptr, qtids, n_docs):  # a broad query: score everything
+        return _exhaustive(indptr, indices, w, idf, qtids, k1p1, k, acc)
     ut, scale, ub = _unique_terms(qtids, idf, wmax, k1p1)
     nu = ut.shape[0]
-    remaining = np.zeros(nu + 1, np.float64)  # remaining[j] = sum ub[j:]
-    for j in range(nu - 1, -1, -1):
-        remaining[j] = remaining[j + 1] + ub[j]
+    remaining = _suffix_sums(ub)  # remaining[j] = sum ub[j:]
     hs = np.empty(max(k, 1), np.float64)
     hi = np.empty(max(k, 1), np.int64)
     n_t = 0

@@ -201,3 +201,29 @@ def _distinct(qtids):
             mult[found] += 1.0
     return ut[:nu], mult[:nu], first[:nu]
 
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _suffix_sums(ub):
+    """out[j] = ub[j] + ub[j + 1] + ... (out[len] = 0), added from the end: the bounds of the
+    terms not read yet, as every MaxScore-style kernel keeps them (the same additions in the
+    same order everywhere, so the routes prune alike)."""
+    nu = ub.shape[0]
+    out = np.zeros(nu + 1, np.float64)
+    for j in range(nu - 1, -1, -1):
+        out[j] = out[j + 1] + ub[j]
+    return out
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _broad(indptr, qtids, n_docs):
+    """Whether a query's postings number at least a quarter of the corpus with no single
+    list holding half of them (that one MaxScore would mostly skip): the exhaustive route's
+    test, both layouts."""
+    total = 0
+    longest = 0
+    for j in range(qtids.shape[0]):
+        df = indptr[qtids[j] + 1] - indptr[qtids[j]]
+        total += df
+        longest = max(longest, df)
+    return 4 * total >= n_docs and 2 * longest < total

@@ -52,7 +52,7 @@ from .selection import (
     _suffix_sums,
     _take_top,
 )
-from .weight import filtered_part, term_bound, tf_bound
+from .weight import filtered_max, filtered_part, term_bound
 
 # Few survivors (their positions known): a term's postings at them are gathered by rank in
 # its bitset row when its list is this many times longer than the survivors, or, without a
@@ -198,8 +198,8 @@ def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs
     nsk = 0
     nh = 0
     for blk in range(b0, b1):
-        if skip and nh == k and min(pk[6][blk] * grow, tf_bound(np.float64(pk[9][blk]), np.float64(pk[10][blk]),
-                                                                 k1, kb, bavg)) * sc * (1.0 + _SLACK) + rest < hs[0]:
+        if skip and nh == k and filtered_max(pk[6][blk], grow, pk[9][blk], pk[10][blk], k1, kb,
+                                                     bavg) * sc * (1.0 + _SLACK) + rest < hs[0]:
             if n_before > 0:
                 skipped[nsk] = blk
                 nsk += 1
@@ -325,8 +325,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     for y in range(nu):
         if dfs[y] > 0:
             t = ut[y]
-            ub[y] = term_bound(scale[y], min(wmax[t] * grow, tf_bound(np.float64(t_maxtf[t]),
-                                                                      np.float64(t_minlen[t]), k1, kb, bavg)))
+            ub[y] = term_bound(scale[y], filtered_max(wmax[t], grow, t_maxtf[t], t_minlen[t], k1, kb, bavg))
     order = np.argsort(-ub, kind="mergesort")
     if not few and nu <= MAX_TERMS and (windows == 2 or windows == 1 and windows_suit(pk[0], ut, dfs, ub, n,
                                                                                    pk[13].shape[0], k)):

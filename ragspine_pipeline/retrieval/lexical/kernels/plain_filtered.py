@@ -19,8 +19,8 @@ from .selection import (
     _suffix_sums,
     _take_top,
 )
+from .weight import filtered_max, term_bound
 from .weight import filtered_part as _w
-from .weight import term_bound, tf_bound
 
 _BLOCK = BLOCK_SIZE  # postings per block of the block bounds (a compile-time constant)
 # Few survivors (their positions known): a bitset term is read by rank over them when its
@@ -89,8 +89,7 @@ def _scan_blocks(t, sc, rest, grow, indptr, indices, tf, doc_len, bits, bptr, bm
     any_skipped = False
     for p0 in range(s0, e0, _BLOCK):
         bk = b0 + (p0 - s0) // _BLOCK
-        if nh == k and min(bmax[bk] * grow, tf_bound(np.float64(blk_tf[bk]), np.float64(blk_len[bk]), k1, kb,
-                                                      bavg)) * bound_sc + rest < hs[0]:
+        if nh == k and filtered_max(bmax[bk], grow, blk_tf[bk], blk_len[bk], k1, kb, bavg) * bound_sc + rest < hs[0]:
             skipped[bk - b0] = True
             any_skipped = True
             continue
@@ -216,12 +215,6 @@ def _scan_branchless(s0, e0, indices, tf, doc_len, bits, sc, k1, kb, bavg, acc, 
 
 
 @njit(cache=True, nogil=True)
-def _term_bound(y, t, scale, wmax, grow, t_maxtf, t_minlen, k1, kb, bavg):
-    return term_bound(scale[y], min(wmax[t] * grow, tf_bound(np.float64(t_maxtf[t]), np.float64(t_minlen[t]), k1, kb,
-                                                             bavg)))
-
-
-@njit(cache=True, nogil=True)
 def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, bit_row, term_bits, rank_dir, k1, b,
                     k, acc, touched, wmax, avgdl_all, bptr, bmax, blk_tf, blk_len, t_maxtf, t_minlen, known, stack):
     """Exact filtered top-k: N, df and avgdl over the filter's n survivors (the spec),
@@ -330,7 +323,8 @@ def search_filtered(indptr, indices, tf, doc_len, bits, surv, n, total, qtids, b
     ub = np.zeros(nu, np.float64)
     for y in range(nu):
         if dfs[y] > 0:
-            ub[y] = _term_bound(y, ut[y], scale, wmax, grow, t_maxtf, t_minlen, k1, kb, bavg)
+            t = ut[y]
+            ub[y] = term_bound(scale[y], filtered_max(wmax[t], grow, t_maxtf[t], t_minlen[t], k1, kb, bavg))
     order = np.argsort(-ub, kind="mergesort")
     remaining = _suffix_sums(ub[order])
     hs = np.empty(max(k, 1), np.float64)

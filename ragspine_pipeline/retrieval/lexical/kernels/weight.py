@@ -72,6 +72,14 @@ def tf_bound(f, ln, k1, kb, bavg):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def filtered_max(wmax, grow, maxtf, minlen, k1, kb, bavg):
+    """The largest w of a list or block (``wmax``, stored at the corpus avgdl) under the
+    survivors' avgdl: the stored max grown by avgdl' / avgdl (``grow``), or, when smaller,
+    its largest tf over its shortest document (``tf_bound``). Times the scale: its bound."""
+    return min(wmax * grow, tf_bound(np.float64(maxtf), np.float64(minlen), k1, kb, bavg))
+
+
+@njit(cache=True, nogil=True, inline="always")
 def plain_w(f, ln, wt):
     """The plain layout's w = tf / (k1 (1 - b + b len / avgdl) + tf), same operations as its
     build, for the packed layout (which stores tf and a length code, not w).
@@ -108,8 +116,7 @@ def block_bound(bmax, maxtf, minlen, b, s, grow, k1, kb, bavg):
     ``TF_BOUND_GROW``): at about the corpus avgdl the stored max is the exact one."""
     if grow <= TF_BOUND_GROW:
         return bmax[b] * grow * s
-    f = np.float64(maxtf[b])
-    return min(bmax[b] * grow, tf_bound(f, np.float64(minlen[b]), k1, kb, bavg)) * s
+    return filtered_max(bmax[b], grow, maxtf[b], minlen[b], k1, kb, bavg) * s
 
 
 # Weighers: a kernel written once for both packed weightings takes a weigher ``wg``, either

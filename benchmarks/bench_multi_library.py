@@ -28,6 +28,20 @@ rest). Passage and query vectors are cached per text under ``benchmarks/.cache/v
 ``--setups`` runs a subset of the setups (the ``split2+A+B`` one embeds the two extra sets
 too, the costly part for e5 on a small CPU).
 
+``--hybrid-fusion policy`` measures hybrid the way ``RAGSPINE_EMBEDDING_BACKEND=auto``
+runs it (channels ``hybrid-policy``, with ``--hybrid-model auto``): the set's chunks are
+resolved by the product's own ``AutoEmbeddingBackend.resolve`` (``auto_policy.py``: the
+language profile of ``(text, language, doc_id)`` items, as the warehouse's embeddings step
+passes them), and the model AND the fusion it picks (e.g. CJK: e5, convex, dense weight
+0.5) are given to every library of every setup, the one library, the split parts and the
+extra libraries alike. So the one-library line, each library's own fusion (``rrf`` mode)
+and the union's one fusion (``global``: ``global_rank.common_fusion`` takes the libraries'
+shared config, convex included, when they share one model) all fuse as the product does
+for that set. The JSON's ``policy`` records each set's choice, whether every split part
+resolved alone picks the same, what each extra library would pick on its own, and how
+many texts were embedded rather than read from the cache. The default ``rrf`` is the
+behaviour of before (plain RRF, the index default).
+
 Resumable: each finished (set, channels, setup, mode) cell is written to the JSON at once,
 and a rerun skips the cells already there (``--fresh`` starts over).
 
@@ -44,7 +58,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +89,8 @@ DEPTH = 10
 TOLERANCE = 0.005
 CACHE = Path(__file__).resolve().parent / ".cache" / "vectors"
 MULTI_FUSION_ENV = "RAGSPINE_MULTI_FUSION"
+HYBRID_FUSIONS = ("rrf", "policy")
+POLICY_CHANNELS = "hybrid-policy"
 
 
 def bucket(doc_id: str, n: int) -> int:
@@ -96,17 +112,18 @@ def set_chunks(root: Path, name: str, prefix: str = "") -> tuple[list[Any], Any]
 _BACKEND: dict[str, Any] = {}
 
 
-def hybrid_channels(name: str, model: str) -> str:
-    """The channels label of a set's hybrid cells: ``hybrid`` (MiniLM, the label of before) or ``hybrid-MODEL``."""
+def hybrid_channels(name: str, model: str, fusion: str = "rrf") -> str:
+    """The channels label of a set's hybrid cells: ``hybrid`` (MiniLM, the label of before),
+    ``hybrid-MODEL``, or ``hybrid-policy`` (model and fusion from ``auto_policy``)."""
+    if fusion == "policy":
+        return POLICY_CHANNELS
     if model == "auto":
         model = "minilm" if name in ENGLISH_SETS else "e5"
     return "hybrid" if model == "minilm" else f"hybrid-{model}"
 
 
-def backend(channels: str) -> Any:
-    if channels == "bm25":
-        return None
-    model = "minilm" if channels == "hybrid" else channels.removeprefix("hybrid-")
+def model_backend(model: str) -> Any:
+    """One backend per model and process, its vectors cached per text under ``CACHE``."""
     if model not in _BACKEND:
         from ragspine_pipeline.retrieval.vector.embedding_backends import make_embedding_backend
         from ragspine_pipeline.vector_cache import CachingEmbeddingBackend
@@ -115,10 +132,40 @@ def backend(channels: str) -> Any:
     return _BACKEND[model]
 
 
-def library(chunks: Sequence[Any], name: str, channels: str) -> NarrativeIndexRetriever:
-    be = backend(channels)
+def backend(channels: str) -> Any:
+    if channels == "bm25":
+        return None
+    return model_backend("minilm" if channels == "hybrid" else channels.removeprefix("hybrid-"))
+
+
+def policy_choice(chunks: Sequence[Any]) -> Any:
+    """What ``RAGSPINE_EMBEDDING_BACKEND=auto`` picks for a library of ``chunks``: the
+    product's ``AutoEmbeddingBackend.resolve`` over ``(text, language, doc_id)`` items, as
+    the warehouse's embeddings step builds them (an ``AutoChoice``: model, fusion, reason).
+    No model is loaded to decide."""
+    from ragspine_pipeline.retrieval.vector.auto_policy import AutoEmbeddingBackend
+
+    return AutoEmbeddingBackend(model_backend).resolve((c.text, c.language or None, c.doc_id) for c in chunks)
+
+
+def choice_text(choice: Any) -> str:
+    """``model method w=weight``: one choice in a table cell."""
+    return f"{choice.model} {choice.fusion.method} w={choice.fusion.dense_weight:g}"
+
+
+def same_choice(a: Any, b: Any) -> bool:
+    return (a.model, a.fusion.method, a.fusion.dense_weight) == (b.model, b.fusion.method, b.fusion.dense_weight)
+
+
+def library(chunks: Sequence[Any], name: str, channels: str, choice: Any = None) -> NarrativeIndexRetriever:
+    """One library's retriever; ``choice`` (an ``AutoChoice``) sets its dense model and fusion."""
+    if choice is not None:  # dense weight 0 (auto's guard): hybrid is BM25 only, nothing is embedded
+        be = model_backend(choice.model) if choice.uses_dense else None
+    else:
+        be = backend(channels)
+    extra = {"fusion": choice.fusion} if choice is not None else {}
     idx = NarrativeIndex.from_chunks(list(chunks), embedding_backend=be, library_id=name,
-                                     channels=("bm25", "dense") if be is not None else ("bm25",))
+                                     channels=("bm25", "dense") if be is not None else ("bm25",), **extra)
     if be is not None:
         import numpy as np
 
@@ -203,6 +250,8 @@ def write_md(path: Path, data: dict[str, Any]) -> None:
         d = cell["ndcg@10"] - one["ndcg@10"]
         lines.append(f"| {s} | {ch} | {one['ndcg@10']:.4f} | {setup} | {mode} | {cell['ndcg@10']:.4f} | "
                      f"{d:+.4f} | {'yes' if abs(d) <= TOLERANCE else 'no'} | {cell['ms_per_query']} |")
+    if data.get("policy"):
+        lines += policy_lines(data)
     if data.get("diagnosis"):
         lines += ["", f"Where the `split2+A+B` loss of `global-union` comes from (BM25, "
                   f"`{data.get('diagnosis_command', '--diagnose')}`: "
@@ -220,6 +269,40 @@ def write_md(path: Path, data: dict[str, Any]) -> None:
     if data.get("notes"):
         lines += ["", *data["notes"]]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def policy_lines(data: dict[str, Any]) -> list[str]:
+    """The ``hybrid-policy`` summary: per set the ``auto`` choice, BM25 and hybrid one
+    library, hybrid >= BM25, and each split's Δ per mode."""
+    cells = data["cells"]
+    setups_seen = sorted({k.split("|")[2] for k in cells if k.split("|")[1] == POLICY_CHANNELS} - {"one"},
+                         key=lambda s: (("split2", "split4").index(s) if s in ("split2", "split4") else 2, s))
+    modes = [m for m in MODES if any(k.endswith(f"|{m}") for k in cells)]
+    out = ["", f"Hybrid as `RAGSPINE_EMBEDDING_BACKEND=auto` runs it (channels `{POLICY_CHANNELS}`): the model "
+           "and fusion `auto_policy` picks for the set (`AutoEmbeddingBackend.resolve` over the set's chunks), "
+           "given to every library of every setup. Δ = hybrid-policy split − hybrid-policy one library, per "
+           f"mode ({' / '.join(f'`{m}`' for m in modes)}); *parts agree*: each split part resolved alone picks "
+           "the same; *embedded*: texts embedded by the run rather than read from the vector cache.", "",
+           "| set | auto choice | BM25 one library | hybrid-policy one library | hybrid ≥ BM25 | "
+           + " | ".join(f"{s} Δ" for s in setups_seen) + " | parts agree | embedded |",
+           "|---|---|---|---|---|" + "---|" * len(setups_seen) + "---|---|"]
+    for s in sorted(data["policy"], key=lambda s: SETS.index(s) if s in SETS else len(SETS)):
+        p = data["policy"][s]
+        bm, hy = cells.get(f"{s}|bm25|one|-"), cells.get(f"{s}|{POLICY_CHANNELS}|one|-")
+        if hy is None:
+            continue
+        deltas = []
+        for setup in setups_seen:
+            got = [cells.get(f"{s}|{POLICY_CHANNELS}|{setup}|{m}") for m in modes]
+            deltas.append(" / ".join("–" if c is None else f"{c['ndcg@10'] - hy['ndcg@10']:+.4f}" for c in got))
+        agree = {st: v["parts_agree"] for st, v in p.get("setups", {}).items()}
+        emb = sum(n for c in p.get("embedded_now", {}).values() for n in c.values())
+        f = p["fusion"]
+        out.append(f"| {s} | {p['group']}: {p['model']} {f['method']} w={f['dense_weight']:g} | "
+                   f"{'–' if bm is None else format(bm['ndcg@10'], '.4f')} | {hy['ndcg@10']:.4f} | "
+                   f"{'–' if bm is None else ('yes' if hy['ndcg@10'] >= bm['ndcg@10'] else 'no')} | "
+                   + " | ".join(deltas) + f" | {'–' if not agree else 'yes' if all(agree.values()) else 'no'} | {emb} |")
+    return out
 
 
 class _Unranked:
@@ -267,13 +350,53 @@ def diagnose(root: Path, name: str) -> dict[str, Any]:
             "worse": int((union < one - 1e-9).sum()), "better": int((union > one + 1e-9).sum())}
 
 
+def record_choice(data: dict[str, Any], name: str, choice: Any) -> None:
+    """The set's ``auto`` choice (model, fusion, why) under ``data["policy"][name]``."""
+    entry = data.setdefault("policy", {}).setdefault(name, {})
+    entry.update({"group": choice.group, "model": choice.model, "fusion": choice.fusion.to_dict(),
+                  "reason": choice.reason})
+
+
+def record_setup_choices(data: dict[str, Any], name: str, setup: str, libs: Mapping[str, Sequence[Any]],
+                         choice: Any) -> None:
+    """What each library of ``setup`` would pick if resolved on its own: a split part should
+    pick the set's choice (the bench gives it that choice either way); an extra library of
+    another language may not (in the product its own model, and ``global`` would then fuse
+    the two models' lists by rank: ``global_rank``'s ``rank_per_model``)."""
+    own = {lib: policy_choice(cs) for lib, cs in sorted(libs.items())}
+    entry = data.setdefault("policy", {}).setdefault(name, {})
+    entry.setdefault("setups", {})[setup] = {
+        "parts_agree": all(same_choice(c, choice) for lib, c in own.items() if not lib.startswith("noise-")),
+        "own_choice": {lib: choice_text(c) for lib, c in own.items()}}
+
+
+def embedded_counts() -> dict[str, dict[str, int]]:
+    """Texts each model's backend embedded in this process (not read from the vector cache)."""
+    return {m: dict(be.embedded) for m, be in sorted(_BACKEND.items())}
+
+
+def note_embedded(data: dict[str, Any], name: str, start: Mapping[str, Mapping[str, int]] | None) -> None:
+    """Texts embedded for set ``name`` since ``start`` (its counts when the set began): 0 is
+    every vector from the cache. Nothing without a policy choice (``start`` None)."""
+    if start is None:
+        return
+    now = embedded_counts()
+    data["policy"][name]["embedded_now"] = {m: {k: n - start.get(m, {}).get(k, 0) for k, n in c.items()}
+                                            for m, c in now.items()}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_io_args(ap)
     ap.add_argument("--sets", nargs="*", default=list(SETS))
     ap.add_argument("--hybrid-sets", nargs="*", default=["cranfield", "scifact"])
     ap.add_argument("--hybrid-model", choices=("minilm", "e5", "e5-int8", "auto"), default="minilm",
-                    help="dense model of the hybrid cells (auto: minilm for English sets, e5 for the rest)")
+                    help="dense model of the hybrid cells (auto: minilm for English sets, e5 for the rest; "
+                         "with --hybrid-fusion policy: the model auto_policy picks)")
+    ap.add_argument("--hybrid-fusion", choices=HYBRID_FUSIONS, default="rrf",
+                    help="how the hybrid cells fuse BM25 and dense: rrf (plain RRF, the index default) or policy "
+                         "(model and fusion of RAGSPINE_EMBEDDING_BACKEND=auto for the set, channels hybrid-policy; "
+                         "needs --hybrid-model auto)")
     ap.add_argument("--setups", nargs="*", choices=SETUPS, default=list(SETUPS))
     ap.add_argument("--modes", nargs="*", default=list(MODES))
     ap.add_argument("--label", default="after", help="results file suffix: multi_library[_LABEL].json")
@@ -282,6 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--diagnose", action="store_true",
                     help="only the split2+A+B BM25 diagnosis of each set (statistics vs unrelated documents)")
     args = ap.parse_args(argv)
+    if args.hybrid_fusion == "policy" and args.hybrid_model != "auto":
+        ap.error("--hybrid-fusion policy takes the model auto_policy picks: pass --hybrid-model auto")
     root = use_data(args.data)
     require_sets(root, set(args.sets) | set(NOISE_POOL))
     out = out_dir(args.out)
@@ -317,15 +442,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(name, data["diagnosis"][name], file=sys.stderr, flush=True)
         say_written([jpath, mpath])
         return 0
-    plan = [(s, "bm25") for s in args.sets] + [(s, hybrid_channels(s, args.hybrid_model))
+    plan = [(s, "bm25") for s in args.sets] + [(s, hybrid_channels(s, args.hybrid_model, args.hybrid_fusion))
                                                 for s in args.sets if s in args.hybrid_sets]
     for name, channels in plan:
         chunks, ds = set_chunks(root, name)
         qids = ds.judged_queries[: args.limit] if args.limit else ds.judged_queries
         queries = [(ds.queries[q], {d: float(g) for d, g in ds.qrels[q].items()}) for q in qids]
+        choice = policy_choice(chunks) if channels == POLICY_CHANNELS else None
+        start = None
+        if choice is not None:
+            record_choice(data, name, choice)
+            start = embedded_counts()
         key = f"{name}|{channels}|one|-"
         if key not in data["cells"]:
-            data["cells"][key] = score(library(chunks, name, channels), queries)
+            data["cells"][key] = score(library(chunks, name, channels, choice), queries)
+            note_embedded(data, name, start)
             save()
             print(key, data["cells"][key], file=sys.stderr, flush=True)
         todo = [(setup, mode) for setup in args.setups for mode in args.modes]
@@ -333,7 +464,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                for s, m in todo):
             continue
         for setup, libs in setups(chunks, name, root, channels, args.setups).items():
-            retrievers = {lib: library(cs, lib, channels) for lib, cs in sorted(libs.items())}
+            if choice is not None:
+                record_setup_choices(data, name, setup, libs, choice)
+            retrievers = {lib: library(cs, lib, channels, choice) for lib, cs in sorted(libs.items())}
+            note_embedded(data, name, start)
+            save()
             for mode in args.modes:
                 key = f"{name}|{channels}|{setup}|{mode}"
                 if key in data["cells"]:

@@ -41,6 +41,7 @@ from .retrieval.link.assembly import (
     serving_reranker,
     with_layers,
 )
+from .retrieval.link.assembly_warm import WarmReport, warm_retriever
 from .retrieval.link.multi_index import MultiIndexRetriever
 from .retrieval.link.narrative_index import NarrativeIndex, NarrativeIndexRetriever
 from .retrieval.link.routing import make_router
@@ -141,6 +142,7 @@ def open_published_retriever(
     router: str | None = None,
     chunker: str | None = None,
     layers: Mapping[str, Any] | None = None,
+    warm: bool = False,
 ) -> Any:
     """Read-only retriever over the published snapshots under ``warehouse``.
 
@@ -154,7 +156,10 @@ def open_published_retriever(
     ``router``: rules, llm or none (None: ``RAGSPINE_ROUTER``); ``layers``:
     ``make_query_layers`` keywords over their variables; ``embedding_backend`` (an object or
     a spec) embeds only where the mode needs vectors a snapshot lacks (``modes``); ``chunker``
-    serves each library's newest snapshot of that chunking. Raises ``NoPublishedSnapshot``
+    serves each library's newest snapshot of that chunking. ``warm``: a serving process
+    (the service, an app holding the retriever) pays the first query's costs now
+    (``warm_retriever``): its first answer then takes what any other does; off for a one-shot
+    query, which would read whole files to answer once. Raises ``NoPublishedSnapshot``
     naming the folder and the command that publishes one.
     """
     m = retrieval_mode(mode)
@@ -172,6 +177,8 @@ def open_published_retriever(
     rr = serving_reranker(reranker, provider)
     retrievers = {lib: library_retriever(wh, lib, reranker=rr, mode=m, glossary=gl, embedding=embedding_backend,
                                          chunker=chunker, postprocessor=postprocessor) for lib in libs}
+    if warm:
+        warm_retriever(*retrievers.values())
     layers = dict(layers or {})
     if postprocessor is not None:
         layers.setdefault("postprocessor", "none")  # the argument replaces RAGSPINE_POSTPROCESSOR
@@ -235,4 +242,4 @@ def open_retriever(warehouse: str | os.PathLike[str], *, mode: str | None = None
 
 __all__ = ["BUILD_COMMAND", "STORE_FILE", "VECTOR_CACHE_DIR", "NoPublishedSnapshot", "NoWarehouse",
            "library_retriever", "open_published_retriever", "open_retriever", "open_store_retriever",
-           "published_index", "published_library_ids", "serve", "store_path"]
+           "published_index", "published_library_ids", "serve", "store_path", "WarmReport", "warm_retriever"]

@@ -9,7 +9,11 @@ and swaps a single reference. The old generation lives until its last request fi
 the warehouse's retention window (``RAGSPINE_RETAIN_FOR_S``) keeps its files readable.
 
 Retrievers come from the one serving assembly (``serving.library_retriever`` per library,
-``serving.serve`` for the libraries a request may read), never assembled here. The
+``serving.serve`` for the libraries a request may read), never assembled here. Each
+library is warmed (``serving.warm_retriever``: its files read into the page cache, its
+kernels' first calls, lazy checks and vectors done by a probe) before the generation that
+holds it is swapped in, so neither the first request after start nor the first after a
+reload pays for them, and ``/readyz`` says ready only after. The
 snapshot loader reads the *latest* snapshot, so a build records the version before and
 after loading and retries when a publish landed in between: versions only grow, so equal
 versions mean the loaded index is that version's.
@@ -140,6 +144,10 @@ class ServingAssembly:
                           for m in self.modes}
             after = wh.latest(SNAPSHOT, library)
             if after is not None and after.version == before.version:
+                # Before the generation holding it is swapped in (and before /readyz says
+                # ready): the first query's costs paid here, not by a caller.
+                warmed = serving.warm_retriever(*retrievers.values())
+                log.info("library %s@%s warmed: %s", library, before.version, warmed.describe())
                 meta = before.manifest["metadata"]
                 hs = hybrid_retrievers(retrievers[self.modes[0]])
                 graph = meta.get("relation_graph")

@@ -1,0 +1,211 @@
+"""Ready before ready: what a served index's first query would pay, paid at start (#47 item 4).
+
+Why: opening a published BM25 file loads its kernels (``open_index`` warms them for the
+file's dtypes), but the first query still paid everything else that is checked or built
+lazily, measured at 1M documents with a ~2M-term vocabulary (packed layout, 2 shared
+cores): the vocabulary's hash table checksummed whole (~9-25 ms), the document lengths
+checksummed and summed (~7-20 ms), the weight tables, and the query terms' posting
+pages read from disk when the page cache is cold (~90 ms for one query's terms): ~30 ms
+with the file in the page cache, ~120 ms without. A dense channel adds the published
+vectors' scan arrays (checksums, ~1 s at 1M x 384) and the query embedder's model load.
+
+``warm_retriever`` pays all of it for every ``HybridRetriever`` a served retriever wraps
+(``hybrid_retrievers``), before a serving process says it is ready:
+
+* the BM25 file is read once through the page cache (``prefetch``: positional reads, so
+  nothing is mapped into the process and a second serving process's own memory does not
+  grow), when it fits in half the memory available; a first query then never waits on
+  the disk for its terms;
+* one probe query, unfiltered and then filtered by a mask, through the retriever's own
+  search (analyzer, BM25 kernels on their real arguments, vocabulary and length checks,
+  the dense channel and its embedder where there is one, fusion);
+* ``PublishedVectors.warm`` where vectors are published;
+* the label and document codes every answer's exits read.
+
+No answer is returned, counted or cached for a caller, and no reranker or LLM runs: the
+probe stops at the hybrid retriever. The CLI's one-shot query does not warm (it would
+read a whole file to answer one query: the query itself pays only for its own terms).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..hybrid.retriever import HybridRetriever
+from ..hybrid.unwrap import hybrid_retrievers
+
+log = logging.getLogger("ragspine.serving")
+
+READ_BYTES = 1 << 20  # one positional read of the prefetch
+PROBE_CHUNKS = 16  # chunks looked at for a probe text
+PROBE_CHARS = 200
+
+
+@dataclass
+class WarmReport:
+    """What one warm-up did, in seconds per part (logged; tests read it)."""
+
+    indexes: int = 0
+    prefetched_bytes: int = 0
+    skipped_prefetch: list[str] = field(default_factory=list)
+    prefetched: set[str] = field(default_factory=set)  # files read (or tried) once per warm-up
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, part: str, seconds: float) -> None:
+        self.seconds[part] = self.seconds.get(part, 0.0) + seconds
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{k} {v:.3f} s" for k, v in self.seconds.items())
+        return f"{self.indexes} index(es), {self.prefetched_bytes / 2**20:.1f} MiB prefetched; {parts}"
+
+
+def available_bytes() -> int | None:
+    """MemAvailable of ``/proc/meminfo`` (None where there is none)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def prefetch(path: str | os.PathLike[str], *, limit: int | None = None) -> int:
+    """Read a file once through the page cache (positional reads into one small buffer:
+    the pages land in the shared page cache, none in this process's memory). Returns the
+    bytes read, 0 when the file is larger than ``limit`` (default: half of MemAvailable)
+    or cannot be read: a file that does not fit is left to the queries, never allowed to
+    evict the rest of the page cache."""
+    try:
+        size = os.path.getsize(path)
+        if limit is None:
+            avail = available_bytes()
+            limit = size if avail is None else avail // 2
+        if size > limit:
+            return 0
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return 0
+    try:
+        buf = memoryview(bytearray(READ_BYTES))
+        done = 0
+        while done < size:
+            n = os.preadv(fd, [buf], done)
+            if n <= 0:
+                break
+            done += n
+        return done
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
+def probe_text(h: HybridRetriever) -> str | None:
+    """A served chunk's own words (the first non-blank of the first ``PROBE_CHUNKS``): a
+    probe that matches terms of the index, so the query path runs to its kernels."""
+    for i in range(min(len(h), PROBE_CHUNKS)):
+        text = (getattr(h.chunks[i], "text", "") or "").strip()
+        if text:
+            return text[:PROBE_CHARS]
+    return None
+
+
+def probe_tokens(index: Any) -> list[str] | None:
+    """One indexed term of a bare BM25 index (a mapped file's term 0, else the first of an
+    in-memory vocabulary), or None for an empty one."""
+    vocab = getattr(index, "vocab", None)
+    if vocab is None or not len(vocab):
+        return None
+    term = getattr(vocab, "term", None)
+    return [term(0)] if callable(term) else [next(iter(vocab))]
+
+
+def _prefetch_file(index: Any, report: WarmReport) -> None:
+    """The published file a BM25 index maps (an index built in memory has none) into the
+    page cache, said in ``report``."""
+    path = getattr(index, "path", None)
+    if path is None or str(path) in report.prefetched:
+        return
+    report.prefetched.add(str(path))
+    t0 = time.perf_counter()
+    got = prefetch(path)
+    report.add("prefetch", time.perf_counter() - t0)
+    report.prefetched_bytes += got
+    if not got:
+        report.skipped_prefetch.append(str(path))
+
+
+def _half_mask(n: int) -> np.ndarray:
+    mask = np.zeros(n, np.bool_)
+    mask[::2] = True
+    return mask
+
+
+def warm_index(index: Any, tokens: Sequence[str] | None = None, report: WarmReport | None = None) -> WarmReport:
+    """A bare BM25 index (``open_index``'s): its file prefetched, then one probe query
+    (``tokens``, else ``probe_tokens``) unfiltered and filtered by a mask, so the lazy checks
+    and every kernel call of a first query are done."""
+    report = report or WarmReport()
+    report.indexes += 1
+    _prefetch_file(index, report)
+    toks = list(tokens) if tokens is not None else probe_tokens(index)
+    if toks and getattr(index, "n_docs", 0):
+        t0 = time.perf_counter()
+        index.search(toks, k=1)
+        index.search(toks, k=1, candidates=_half_mask(int(index.n_docs)))
+        report.add("bm25 probe", time.perf_counter() - t0)
+    return report
+
+
+def warm_hybrid(h: HybridRetriever, report: WarmReport | None = None) -> WarmReport:
+    """One hybrid retriever: its BM25 file prefetched, published vectors warmed, one probe
+    search unfiltered and one filtered by a mask (every channel it serves), its codes built."""
+    report = report or WarmReport()
+    report.indexes += 1
+    if "bm25" in h.channels:
+        _prefetch_file(h.index, report)
+    # The published vector file install_vectors gave the retriever (it keeps it as its
+    # vector cache's source; None for vectors held in memory or none at all).
+    source = getattr(getattr(h, "_vectors", None), "source", None)
+    if source is not None and callable(getattr(source, "warm", None)):
+        t0 = time.perf_counter()
+        source.warm()
+        report.add("vectors", time.perf_counter() - t0)
+    text = probe_text(h)
+    if text is not None:
+        t0 = time.perf_counter()
+        h.search(text, top_k=1)
+        h.search(text, top_k=1, mask=_half_mask(len(h)))
+        report.add("probe", time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    _ = h.label_codes, h.doc_codes  # what every answer's exits read
+    report.add("codes", time.perf_counter() - t0)
+    return report
+
+
+def warm_retriever(*retrievers: Any) -> WarmReport:
+    """Every hybrid retriever the served retrievers wrap (one library's, or a multi-library
+    one's), each warmed once, each published file read once (a library served in two modes
+    maps its file twice, and each mapping has its own lazy checks: both are probed)."""
+    report = WarmReport()
+    seen: set[int] = set()
+    t0 = time.perf_counter()
+    for h in (h for r in retrievers for h in hybrid_retrievers(r)):
+        if id(h) not in seen:
+            seen.add(id(h))
+            warm_hybrid(h, report)
+    log.info("warmed %s (%.3f s)", report.describe(), time.perf_counter() - t0)
+    return report
+
+
+__all__ = ["WarmReport", "available_bytes", "prefetch", "probe_text", "probe_tokens", "warm_hybrid", "warm_index",
+           "warm_retriever"]

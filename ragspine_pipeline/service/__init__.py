@@ -16,8 +16,7 @@ from .main import mcp_main, serve_main
 
 
 def create_app(*args: Any, **kwargs: Any) -> Any:
-    # FastAPI and the mcp SDK (the [service] extra) load only when an app is built.
-    from .app import create_app as build
+    from .app import create_app as build  # lazy: FastAPI, mcp ([service] extra)
 
     return build(*args, **kwargs)
 

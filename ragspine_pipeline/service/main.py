@@ -143,12 +143,11 @@ def serve_main(argv: list[str] | None = None) -> int:
         warn(prog, open_to_all)
     if args.ray:
         return _serve_ray(prog, args, root, keys_file)
-    # uvicorn and prometheus_client: the [service] extra, loaded only when a server starts.
-    import uvicorn
+    import uvicorn  # lazy: [service] extra, only when a server starts
 
-    from .connections import uvicorn_options
-    from .metrics import MULTIPROC_ENV
-    from .readiness import RUNTIME_ENV, prepare
+    from .connections import uvicorn_options  # lazy: uvicorn at its top
+    from .metrics import MULTIPROC_ENV  # lazy: prometheus_client at its top
+    from .readiness import RUNTIME_ENV, prepare  # lazy: anyio at its top
 
     metrics_dir = None  # workers > 1: /metrics sums every worker (prometheus_client's multiprocess mode)
     if args.workers > 1 and not os.environ.get(MULTIPROC_ENV):
@@ -188,10 +187,9 @@ def _serve_ray(prog: str, args: argparse.Namespace, root: Path, keys_file: str |
 def mcp_main(argv: list[str] | None = None) -> int:
     """``ragspine mcp``: the MCP tools over stdio, reading every library of the warehouse
     (or those named by ``--library``) as the local user. stdout carries the protocol only."""
-    # anyio and the mcp SDK: the [service] extra, loaded only when the tools start.
-    import anyio
+    import anyio  # lazy: [service] extra, only when the tools start
 
-    from .mcp_tools import build_mcp
+    from .mcp_tools import build_mcp  # lazy: the mcp SDK at its top
 
     prog = "mcp"
     p = OneLineParser(prog="ragspine mcp", description="MCP tools over stdio for desktop assistants")

@@ -24,9 +24,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
+import Stemmer  # PyStemmer: maintained C Snowball stemmers
+
 from .... import settings
 from .scripts import KIND_CACHE as _KIND_CACHE
 from .scripts import kind_of, token_patterns
+from .stopwords import stop_words_for
 
 _CJK_CLASS = (
     "\u1100-\u11ff"  # Hangul Jamo
@@ -92,8 +95,6 @@ class Analyzer:
 
     @cached_property
     def _stemmer(self):  # type: ignore[no-untyped-def]
-        import Stemmer  # PyStemmer: maintained C Snowball stemmers
-
         return Stemmer.Stemmer("english")
 
     def __call__(self, text: str) -> list[str]:
@@ -293,8 +294,6 @@ class UnicodeAnalyzer:
     def _stemmer(self, language: str):  # type: ignore[no-untyped-def]
         st = self._stemmers.get(language)
         if st is None:
-            import Stemmer  # PyStemmer
-
             # PyStemmer's own cache costs more than it saves here; _stem_words memoizes.
             st = self._stemmers[language] = Stemmer.Stemmer(language, 0)
         return st
@@ -347,8 +346,6 @@ class UnicodeAnalyzer:
 
     def _ascii(self, text: str, lang: str | None) -> list[str]:
         """Fast path for ASCII text: every word is Latin, one language, nothing to fold."""
-        from .stopwords import stop_words_for
-
         words = _ASCII_WORD_RE.findall(text.lower())
         if not lang:
             return words
@@ -359,8 +356,6 @@ class UnicodeAnalyzer:
 
     def _actions(self, langs: dict[str, tuple[str, ...]]) -> dict[str, tuple[int, object, frozenset[str]]]:
         """Per kind of run: (mode, stemmer or languages, stop words)."""
-        from .stopwords import stop_words_for
-
         acts: dict[str, tuple[int, object, frozenset[str]]] = {"cjk": (_CJK, None, frozenset()),
                                                                 "nospace": (_NOSPACE, None, frozenset())}
         for script, ls in langs.items():

@@ -25,6 +25,8 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
+from . import unicode_ranges
+
 Ranges = list[tuple[int, int]]
 
 _VARIATION_SELECTORS: Ranges = [(0xFE00, 0xFE0F), (0xE0100, 0xE01EF)]
@@ -53,10 +55,8 @@ MARK_CATEGORIES = ("Mn", "Mc")
 
 
 def _load_tables() -> tuple[Ranges, Ranges]:
-    from . import unicode_ranges as t
-
-    if unicodedata.unidata_version == t.UNIDATA_VERSION:
-        return list(t.HEAD), list(t.MARK)
+    if unicodedata.unidata_version == unicode_ranges.UNIDATA_VERSION:
+        return list(unicode_ranges.HEAD), list(unicode_ranges.MARK)
     return scan_ranges(HEAD_CATEGORIES), scan_ranges(MARK_CATEGORIES)
 
 

@@ -204,6 +204,7 @@ def _block_layout(indptr: np.ndarray, bptr: np.ndarray, b0: int,
 def compiled() -> ModuleType | None:
     """``kernels.packed`` when numba imports (encoding and checking then run compiled)."""
     try:
+        # lazy: the numba kernels (~15 ms of import; without numba the numpy path runs)
         from ..kernels import packed as bm25_packed_kernels
     except ImportError:
         return None

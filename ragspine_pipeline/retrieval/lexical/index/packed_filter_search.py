@@ -23,6 +23,14 @@ import numpy as np
 
 from ..kernels import filter_stats as bm25_filter_numba
 from ..kernels import packed_filtered as bm25_packed_filtered
+from ..kernels.filter_stats import (
+    bits_to_positions,
+    clear_bits,
+    count_bits,
+    pack_mask,
+    rank_directory,
+    set_positions,
+)
 from . import filter as bm25_filter
 from .filter import FEW_SURVIVORS_DIV, NO_KNOWN, PackedFilter, Survivors
 from .packed_filter_support import PackedFilterSupport, support
@@ -117,15 +125,6 @@ def warm(pk: tuple[np.ndarray, ...], wt: tuple[Any, ...], w_max: np.ndarray, n_d
     ``PackedBM25Index`` passes them), positions given or not, with the compact lengths
     (``PackedFilterSupport.lengths``) of dtype ``lengths``: the one width a file's queries
     use, so a process compiles and loads no other (each width is a compile of ~15 s)."""
-    from ..kernels.filter_stats import (
-        bits_to_positions,
-        clear_bits,
-        count_bits,
-        pack_mask,
-        rank_directory,
-        set_positions,
-    )
-
     words = (n_docs + 63) // 64
     bits = np.zeros(words, np.uint64)
     mask = np.ones(n_docs, np.bool_)

@@ -27,7 +27,9 @@ import numpy as np
 from ....cpus import usable_cpus
 from ..format.file import HEADER_BYTES, CorruptIndexError
 from ..format.mapfile import MappedDocIds, MappedFile
+from ..format.raw import RawPostings
 from ..kernels import loader as bm25_kernel
+from ..kernels.filter_stats import sliced_total
 from ..kernels.loader import KernelLoader
 from . import filter as bm25_filter
 from . import numpy_search as bm25_numpy
@@ -44,6 +46,7 @@ from .packed import (
     check_blocks,
     compiled,
     decode_term,
+    encode,
     norm_of,
     w_of,
 )
@@ -64,9 +67,11 @@ _TABLE_MAX = 1 << 20  # longest document length the weight tables cover (8 MiB e
 def _load_family() -> tuple[Any, Any, Any]:
     """The packed family: its kernels (``kernels.packed``), the filtered route
     (``index.packed_filter_search``) and the unfiltered route (``kernels.packed_route``)."""
+    # lazy: the packed family's numba kernels (~45 ms of import, loaded at the first packed
+    # file's open; without numba the loader falls back to the numpy path)
     from ..kernels import packed as kernels
     from ..kernels import packed_route
-    from . import packed_filter_search
+    from . import packed_filter_search  # imports kernels.packed_filtered
 
     return kernels, packed_filter_search, packed_route
 
@@ -107,10 +112,6 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype, lengths:
     ``lengths``. Not ``kernels.packed.search_one`` (the route runs it compiled into
     its own code: no query calls its dispatcher, and loading it cost ~40 ms of a first
     open) nor ``check_all`` (``verify``, at publish: it loads there)."""
-    from ..format.raw import RawPostings
-    from ..kernels.filter_stats import sliced_total
-    from .packed import encode
-
     raw = RawPostings(indptr=np.array([0, 2], np.int64), indices=np.array([0, 1], np.int32),
                       tf=np.array([1, 3], np.uint8), doc_len=np.array([1, 3], np.uint32), terms=["a"])
     enc = encode(raw, 1.5, 0.75)

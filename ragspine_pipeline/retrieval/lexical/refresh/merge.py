@@ -112,6 +112,7 @@ def index_in(values: pa.Array, value_set: pa.Array) -> np.ndarray:
     the hash look-up takes 1.5-2.5 s. The walk runs only when numba is there, neither list
     has nulls, and both are strictly ascending (it checks); otherwise the hash look-up."""
     if kernels()["compiled"] and not values.null_count and not value_set.null_count:
+        # lazy: numba kernels (~6 ms of import), loaded only where numba is there
         from ..kernels.merge import sorted_join
 
         out = np.empty(len(values), np.int64)

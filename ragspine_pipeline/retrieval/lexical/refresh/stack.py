@@ -385,6 +385,7 @@ def _load_translation(segments: Sequence[Any], rows_of: Sequence[np.ndarray]) ->
     if any(getattr(seg, "kernel", "numpy") == "numpy" for seg in segments):
         return ()
     try:
+        # lazy: numba kernels, kept off an index's open (a tracked figure); ImportError: numpy path
         from ..kernels import stack_filters as sf
 
         return sf.warm(), [sf.plan(r) for r in rows_of]

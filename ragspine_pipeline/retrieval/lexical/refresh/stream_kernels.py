@@ -256,7 +256,7 @@ def kernels(kernel: str = "auto") -> dict[str, Any]:
         raise ValueError(f"kernel must be auto, numba or numpy (got {kernel!r})")
     if _COMPILED is None:
         try:
-            import numba
+            import numba  # lazy: numba, optional for this build: without it the numpy kernels run
         except ImportError as exc:
             if kernel == "numba":
                 raise RuntimeError("kernel='numba' needs numba (pip install 'numba>=0.60')") from exc

@@ -37,7 +37,8 @@ from ..lexical.analysis.analyzer import Analyzer, make_analyzer
 from ..lexical.analysis.glossary import GlossaryQueryRewriter, query_variants
 from ..lexical.index.bm25 import DEFAULT_B, DEFAULT_K1, BM25Index
 from ..lexical.index.topk import ScoredDocs, empty_scored
-from ..vector.embedding_backends import EmbeddingBackend
+from ..vector.batching import embed_in_batches
+from ..vector.embedding_backends import EmbeddingBackend, backend_model_id
 from .bm25_handover import bm25_candidates, check_prebuilt
 from .dense_topk import dense_top
 from .filter_codes import CachedFilter, FieldCodes, FilterCache, code_values, coded_mask, filter_key
@@ -243,8 +244,6 @@ class HybridRetriever:
         missing = positions[~cache.have[positions]] if len(positions) else positions
         if len(missing):
             # The dense channel embeds what BM25 indexes (a contextual header when on).
-            from ..vector.batching import embed_in_batches
-
             vecs = embed_in_batches(self.embedding_backend,
                                     [self.index_text(self.chunks[int(p)]) for p in missing],
                                     progress=self.embed_progress)
@@ -473,8 +472,6 @@ class HybridRetriever:
 
     def fusion_info(self) -> dict[str, Any]:
         """The fusion and model choice, as snippets and metadata report it."""
-        from ..vector.embedding_backends import backend_model_id
-
         info: dict[str, Any] = {**self.fusion.to_dict(), "channels": list(self.channels)}
         backend = self.embedding_backend
         if backend is not None:

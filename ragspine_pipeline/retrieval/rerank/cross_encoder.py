@@ -43,16 +43,18 @@ __all__ = ["ACCEPTED", "AUTO_ORDER", "LOCAL_RERANKERS", "MODEL_ENV", "RERANKER_E
            "RerankerUnavailable", "make_reranker", "reranker_from_env"]
 
 
-# The two model families load when chosen: importing them costs 0.2 s (the ONNX embedding
-# backends) and 0.6 s (scipy.special) that every other reranker choice would pay.
+# The two model families load when chosen: importing them costs ~0.1 s (the ONNX embedding
+# backends, where the vector package is not loaded yet) and ~0.2 s (scipy.special) that every
+# other reranker choice would pay.
 def _colbert() -> Reranker:
+    # lazy: the ONNX embedding backends (~0.1 s of import in a process without the vector package)
     from .late_interaction import LateInteractionReranker
 
     return LateInteractionReranker()
 
 
 def _splade() -> Reranker:
-    from .splade import SpladeReranker
+    from .splade import SpladeReranker  # lazy: scipy.special (~0.2 s of import)
 
     return SpladeReranker()
 

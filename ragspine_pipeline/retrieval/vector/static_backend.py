@@ -68,6 +68,7 @@ class StaticEmbeddingBackend:
     def __init__(self, *, batch_size: int = DEFAULT_BATCH, max_chars: int = 8192) -> None:
         weights, tok = _package_files()
         try:
+            # lazy: wordllama and its safetensors and tokenizers (the optional [embed-static] extra)
             from safetensors import safe_open
             from tokenizers import Tokenizer
             from wordllama.inference import WordLlamaInference

@@ -42,9 +42,9 @@ def code_location() -> Any | None:
         return None
     if str(defs_path.parent) not in sys.path:  # the checkout's root, where definitions.py puts assets/ too
         sys.path.insert(0, str(defs_path.parent))
-    # Lazy: the code location imports Dagster, a heavy optional dependency (the [pipeline]
-    # extra), and exists only in a checkout. An ordinary import so import-linter sees this
-    # edge; engine-without-dagster allows it and no other.
+    # The code location exists only in a checkout. An ordinary import so import-linter sees
+    # this edge; engine-without-dagster allows it and no other.
+    # lazy: the code location imports Dagster, the heavy optional [pipeline] extra
     import definitions
 
     if Path(definitions.__file__).resolve() != defs_path.resolve():  # another project's module of that name

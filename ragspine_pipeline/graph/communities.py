@@ -45,8 +45,8 @@ class Community:
 
 
 def _projection(store: GraphStore) -> Any:
-    try:  # the [graph] extra, loaded when communities are detected
-        import networkx as nx
+    try:
+        import networkx as nx  # lazy: networkx, the optional [graph] extra, loaded when communities are detected
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise GraphStoreError("communities need the [graph] extra (networkx)") from exc
     weights: Counter[tuple[str, str]] = Counter()
@@ -90,7 +90,7 @@ def detect_communities(store: GraphStore, chunks: Sequence[Any] = (), *, provide
     RESTRICTED one is skipped, never summarized. ``provider``: an ``LLMProvider`` for
     model summaries; a failed call falls back to the extractive one.
     """
-    import networkx as nx  # the [graph] extra: _projection has checked it is there
+    import networkx as nx  # lazy: networkx, the optional [graph] extra (_projection has checked it is there)
 
     g = _projection(store)
     parts = nx.community.louvain_communities(g, weight="weight", resolution=resolution, seed=seed)

@@ -84,8 +84,8 @@ class NetworkxGraphStore:
     """The same graph in a ``networkx.MultiDiGraph`` (for its algorithms: communities, paths)."""
 
     def __init__(self) -> None:
-        try:  # the [graph] extra, loaded when this store is chosen
-            import networkx as nx
+        try:
+            import networkx as nx  # lazy: networkx, the optional [graph] extra, loaded when this store is chosen
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise GraphStoreError("RAGSPINE_GRAPH_STORE=networkx needs the [graph] extra (networkx)") from exc
         self.graph = nx.MultiDiGraph()

@@ -208,8 +208,8 @@ def parse_markdown(path: Path, *, markdown: bool = True) -> ParsedFile:
 
 
 def parse_html(path: Path) -> ParsedFile:
-    try:  # the [pipeline] extra: loaded when an HTML file is read
-        from bs4 import BeautifulSoup
+    try:
+        from bs4 import BeautifulSoup  # lazy: beautifulsoup4, the optional [pipeline] extra
     except ImportError:
         raise ParseError("HTML parsing needs beautifulsoup4 (the [pipeline] extra)") from None
     text = parse_text(path)
@@ -304,7 +304,8 @@ def _html_meta(soup: Any) -> tuple[dict[str, list[Any]], tuple[str, ...]]:
 
 
 def parse_pdf(path: Path) -> ParsedFile:
-    try:  # the [pipeline] extra: loaded when a PDF is read
+    try:
+        # lazy: pypdf, the optional [pipeline] extra, for PDF files
         from pypdf import PdfReader
         from pypdf.errors import PdfReadError
     except ImportError:
@@ -344,7 +345,8 @@ def _docx_blocks(document: Any) -> list[tuple[str, int, tuple[tuple[str, int], .
 
     A table row becomes one line, its cells joined by `` | `` (a figure keeps its row label).
     """
-    from docx.table import Table  # the [docx] extra: parse_docx has loaded it
+    # lazy: python-docx, the optional [docx] extra (parse_docx has loaded it)
+    from docx.table import Table
 
     blocks: list[tuple[str, int, tuple[tuple[str, int], ...]]] = []
     n_par = n_table = 0
@@ -375,7 +377,8 @@ def parse_docx(path: Path) -> ParsedFile:
     interleaved) without Word or LibreOffice. A legacy ``.doc`` or a corrupt archive is a
     ParseError for this file alone.
     """
-    try:  # the [docx] extra: loaded when a Word file is read
+    try:
+        # lazy: python-docx, the optional [docx] extra, for Word files
         import docx
         from docx.opc.exceptions import PackageNotFoundError
     except ImportError:

@@ -125,7 +125,7 @@ class RayJob:
 
 def _quiet_data_context() -> None:
     """No Ray Data progress bars: the step logs its progress through its own ``log``."""
-    import ray.data  # the [scale] extra, as in every function here that runs on Ray
+    import ray.data  # lazy: Ray, the heavy optional [scale] extra, where a step runs on Ray
 
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
@@ -210,7 +210,8 @@ def chunk_on_ray(raw_pub: Published, source_paths: dict[str, str], chunker_spec:
                  ) -> tuple[dict[str, Any], dict[str, list[Chunk]], dict[str, Any]]:
     """(doc_id -> Document, doc_id -> its chunks, the Ray job's metadata) of ``source_paths``
     (doc_id -> source path), read from ``raw_pub``'s Parquet and chunked on Ray."""
-    import ray.data  # the [scale] extra: loaded when a step runs on Ray
+    # lazy: Ray, the heavy optional [scale] extra, loaded when a step runs on Ray
+    import ray.data
     from ray.data.expressions import col
 
     spec = settings.get("RAGSPINE_CHUNKER", chunker_spec)
@@ -282,7 +283,7 @@ def embed_on_ray(spec: str, model_id: str, texts: list[str], *, workers: int | N
                  ) -> tuple[np.ndarray, dict[str, Any]]:
     """(float32 vectors of ``texts`` in input order, the Ray job's metadata), embedded by a
     pool of actors that each build ``spec`` (which must give ``model_id``)."""
-    import ray.data  # the [scale] extra: loaded when a step runs on Ray
+    import ray.data  # lazy: Ray, the heavy optional [scale] extra, where a step runs on Ray
 
     groups = [texts[i: i + batch] for i in range(0, len(texts), batch)]
     order = sorted(range(len(groups)), key=lambda g: -sum(len(t) for t in groups[g]))  # longest first

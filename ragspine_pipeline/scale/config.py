@@ -34,8 +34,8 @@ def shard_timeout_s(value: float | None = None) -> float:
 
 def require_ray() -> object:
     """The ``ray`` module, or a ScaleUnavailable naming the extra to install."""
-    try:  # the [scale] extra: imported only where Ray is asked for
-        import ray
+    try:
+        import ray  # lazy: Ray, the heavy optional [scale] extra, only where Ray is asked for
     except ImportError as exc:
         raise ScaleUnavailable(
             "Ray is not installed: install the [scale] extra (pip install 'ragspine-pipeline[scale]')") from exc

@@ -197,7 +197,7 @@ class RayServiceConfig:
 def build_app(config: RayServiceConfig) -> Any:
     """The service's FastAPI app over ``ShardedAssembly`` (what each replica runs), with
     Ray's backend registered in this replica's process."""
-    # FastAPI and the mcp SDK (the [service] extra) load only where an app is built.
+    # lazy: FastAPI and the mcp SDK (the optional [service] extra) load only where an app is built
     from ..service.app import create_app
 
     register()
@@ -246,7 +246,7 @@ class ServingReplica:
     server (a thread with its own event loop), listening on the service's port."""
 
     def __init__(self, config: RayServiceConfig) -> None:
-        import uvicorn  # the [service] extra, loaded in the replica that serves
+        import uvicorn  # lazy: uvicorn, the optional [service] extra, in the replica that serves
 
 
         replica_logging(config.log_level)
@@ -277,7 +277,7 @@ def deploy(config: RayServiceConfig) -> None:
     """Run ``replicas`` replicas of the app answering on ``host:port`` (their own
     servers, or behind Serve's proxy: ``config.ingress``)."""
     ray = ensure_ray()
-    from ray import serve  # the [scale] extra: ensure_ray has checked it is there
+    from ray import serve  # lazy: Ray Serve, the heavy [scale] extra (ensure_ray checked it)
 
     shard_timeout_s(config.timeout_s)  # a bad RAGSPINE_SHARD_TIMEOUT_S fails here, not in a replica
     options: dict[str, Any] = {"name": "ragspine-service", "num_replicas": config.replicas,
@@ -309,7 +309,7 @@ def shutdown() -> None:
     ray = require_ray()
     if not ray.is_initialized():
         return
-    from ray import serve  # the [scale] extra: require_ray has checked it is there
+    from ray import serve  # lazy: Ray Serve, the heavy [scale] extra (require_ray checked it)
 
     serve.shutdown()
     for name in shard_actors():

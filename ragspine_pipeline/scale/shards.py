@@ -91,8 +91,8 @@ def _exit_for_restart(reason: str) -> None:
 
 
 def _in_ray_actor() -> bool:
-    try:  # the [scale] extra: a shard built outside Ray (tests, benchmarks) runs without it
-        import ray
+    try:  # a shard built outside Ray (tests, benchmarks) runs without it
+        import ray  # lazy: Ray, the heavy optional [scale] extra
     except ImportError:
         return False
     return bool(ray.is_initialized() and ray.get_runtime_context().get_actor_id())
@@ -205,8 +205,8 @@ class BM25Shard:
 def _node_host() -> str:
     """The address this node's Ray processes use (127.0.0.1 inside a private network
     namespace); loopback for a shard built outside a Ray worker (tests, benchmarks)."""
-    try:  # the [scale] extra: a shard built outside Ray (tests, benchmarks) runs without it
-        import ray
+    try:  # a shard built outside Ray (tests, benchmarks) runs without it
+        import ray  # lazy: Ray, the heavy optional [scale] extra
     except ImportError:
         return "127.0.0.1"
     return str(ray.util.get_node_ip_address()) if ray.is_initialized() else "127.0.0.1"

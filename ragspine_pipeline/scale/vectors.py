@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 
-if TYPE_CHECKING:
-    from ..warehouse.versioned import VersionedTables
+from ..retrieval.vector.published import open_vectors
+from ..warehouse.common import EMBEDDINGS
+from ..warehouse.embeddings_step import vector_file
+from ..warehouse.served_refresh import aligned_rows
+from ..warehouse.versioned import VersionedTables
 
 
 @dataclass(frozen=True)
@@ -38,17 +41,11 @@ class VectorSource:
     def rows(self, positions: np.ndarray, chunk_ids: Sequence[str]) -> np.ndarray:
         if self.npy is not None:
             return np.asarray(np.load(self.npy, mmap_mode="r")[positions], dtype=np.float32)
-        import pyarrow as pa
-
-        from ..warehouse.common import EMBEDDINGS
-        from ..warehouse.pipeline import _aligned
-        from ..warehouse.versioned import VersionedTables
-
         wh = VersionedTables(Path(str(self.warehouse)))
         mapped = self._mapped(wh, positions, chunk_ids)
         if mapped is not None:
             return mapped
-        table = _aligned(wh.read(EMBEDDINGS, str(self.library), "vectors", self.version),
+        table = aligned_rows(wh.read(EMBEDDINGS, str(self.library), "vectors", self.version),
                          pa.array(list(chunk_ids), pa.string()), f"shard vectors of {self.library}")
         vec = table.column("vector").combine_chunks()
         dim = len(vec[0]) if len(vec) else 0
@@ -60,10 +57,6 @@ class VectorSource:
     def _mapped(self, wh: VersionedTables, positions: np.ndarray, chunk_ids: Sequence[str]) -> np.ndarray | None:
         """The shard's rows from the version's vector file, or None (no file, or its rows at
         ``positions`` are not these chunks: the corpus it was written for is not this one)."""
-        from ..retrieval.vector.published import open_vectors
-        from ..warehouse.common import EMBEDDINGS
-        from ..warehouse.embeddings_step import vector_file
-
         path = vector_file(wh.get(EMBEDDINGS, str(self.library), self.version).path)
         if path is None:
             return None

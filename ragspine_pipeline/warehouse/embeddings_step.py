@@ -41,8 +41,10 @@ import pyarrow.compute as pc
 
 from ..retrieval.hybrid.fusion import fusion_configured, fusion_from_env
 from ..retrieval.lexical.format.file import id_digest
+from ..retrieval.vector import ann
 from ..retrieval.vector.base import EmbeddingBackendUnavailable
 from ..retrieval.vector.batching import DEFAULT_STREAM_BATCH, embed_in_batches
+from ..retrieval.vector.embedding_backends import backend_model_id
 from ..retrieval.vector.published import FORMAT_VERSION as VECTOR_FORMAT
 from ..retrieval.vector.published import (
     VECTOR_FILE,
@@ -52,7 +54,9 @@ from ..retrieval.vector.published import (
     write_vectors,
 )
 from ..sensitivity import is_restricted
+from ..vector_cache import shared_reuse
 from .chunk_tables import active_chunk_table, served_chunk_table, withheld_docs
+from .served_refresh import aligned_rows
 from .step_executor import StepExecutor, step_executor
 from .versioned import read_segments
 
@@ -98,9 +102,6 @@ def embed_for_step(backend: Any, spec: str, texts: list[str], library: str, log:
     all; ``RAGSPINE_EMBED_CACHE`` keeps it on disk for later processes); only the distinct
     texts it lacks reach the model. ``reuse`` in the returned
     metadata counts them."""
-    from ..retrieval.vector.embedding_backends import backend_model_id
-    from ..vector_cache import shared_reuse
-
     executor = step_executor(executor)  # an object or None, never a name
     if not texts:
         return [], (executor.no_work() if executor is not None else {})
@@ -271,10 +272,6 @@ def write_ann_file(path: Path) -> dict[str, Any]:
     (``ann_wanted``), built from the file's own verified rows (mapped: no second copy).
     Without the ``[ann]`` extra (faiss) nothing is written and ``ann_skipped`` says why;
     serving then scans exactly, as without an index."""
-    try:
-        from ..retrieval.vector import ann
-    except ImportError:
-        return {}
     pv = open_vectors(path)
     if not ann.ann_wanted(len(pv)):
         return {}
@@ -325,8 +322,6 @@ def serve_vectors(emb: Any, retriever: Any, chunks: Any, ids: Any, error: str) -
     ``error`` says where otherwise) and preloaded, as before the file."""
     if attach_vector_file(emb, retriever, chunks if ids is None else ids):
         return
-    from .served_refresh import aligned_rows
-
     if ids is None:
         ids = chunks.column("chunk_id").combine_chunks()
     vec = aligned_rows(read_segments(emb, "vectors"), ids, error).column("vector").combine_chunks()
@@ -359,8 +354,6 @@ def attach_ann_file(pv: Any) -> bool:
     if not path.is_file():
         return False
     try:
-        from ..retrieval.vector import ann  # faiss is an optional extra ([ann]); loaded only here
-
         if not ann.ann_used():
             return False
         return bool(pv.attach_ann(ann.open_ann(path)))

@@ -40,10 +40,14 @@ import pyarrow.parquet as pq
 
 from ..retrieval.chunking.chunk_columns import ChunkColumns
 from ..retrieval.chunking.contextual import IndexTextFn, make_index_text_fn, plain_index_text
+from ..retrieval.hybrid.fusion import FusionConfig
 from ..retrieval.lexical.analysis.analyzer import make_analyzer
 from ..retrieval.lexical.analysis.glossary import GlossaryQueryRewriter
 from ..retrieval.lexical.index.mapped import MappedBM25Index
+from ..retrieval.link.multi_index import MultiIndexRetriever
 from ..retrieval.link.narrative_link import NarrativeIndex
+from ..retrieval.vector import embedding_backends
+from ..retrieval.vector.embedding_backends import backend_model_id
 from ..sensitivity import is_restricted
 from .catalog import CATALOG_LOCK, build_catalog, quote_ident, redacted_doc_ids, view_name
 from .chunk_tables import (
@@ -70,7 +74,13 @@ from .common import (
     last_row_per_key,
     restricted_mask,
 )
-from .embeddings_step import serve_vectors, vector_file, write_vector_file
+from .embeddings_step import (
+    embed_for_step,
+    resolve_library_backend,
+    serve_vectors,
+    vector_file,
+    write_vector_file,
+)
 from .lexical_files import bm25_file, open_bm25_file
 from .raw import build_raw_documents, raw_state, table_documents
 from .served_records import open_served_records, records_current
@@ -330,9 +340,6 @@ def build_embeddings(wh: VersionedTables, library: str, backend, spec: str,
         return None
     t0 = time.perf_counter()
     pub_chunks = published_chunks(wh, library, chunks_version)
-    from ..retrieval.vector.embedding_backends import backend_model_id
-    from .embeddings_step import embed_for_step, resolve_library_backend
-
     backend, spec, auto_meta = resolve_library_backend(backend, spec, pub_chunks)  # auto: per library
 
     model_id = backend_model_id(backend)  # model_id is optional on a backend
@@ -433,9 +440,8 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
     emb_version = meta.get("embeddings") if meta.get("embeddings") not in (None, "None") else None
     backend = None
     if dense and emb_version:
-        from ..retrieval.vector.embedding_backends import backend_model_id, make_embedding_backend
-
-        backend = make_embedding_backend(meta["embedding_spec"])
+        # looked up at call time: a test replaces the factory to prove a lexical mode never calls it
+        backend = embedding_backends.make_embedding_backend(meta["embedding_spec"])
         if backend is None or backend_model_id(backend) != meta["embedding_model"]:
             raise WarehouseError(f"snapshot {snap.version} of {library} was embedded with {meta['embedding_model']}, "
                                  f"which {meta['embedding_spec']!r} no longer builds here")
@@ -446,8 +452,6 @@ def load_snapshot_index(wh: VersionedTables, library: str, *, glossary: str | os
         use_channels = tuple(c for c in use_channels if c != "dense") or ("bm25",)
     fusion = None
     if backend is not None and isinstance(meta.get("fusion"), dict):
-        from ..retrieval.hybrid.fusion import FusionConfig
-
         fusion = FusionConfig(**meta["fusion"])  # the snapshot's recorded fusion
     index = NarrativeIndex.from_chunks(chunks, analyzer=meta["analyzer"], rewriter=rewriter,
                                        embedding_backend=backend, channels=use_channels, fusion=fusion,
@@ -479,8 +483,6 @@ def _published_files(wh: VersionedTables, library: str,
 
 def serving_retriever(retrievers: dict[str, Any]):
     """One library's retriever as it is; several fused by a MultiIndexRetriever."""
-    from ..retrieval.link.multi_index import MultiIndexRetriever
-
     if not retrievers:
         raise WarehouseError("no published snapshots to serve")
     return next(iter(retrievers.values())) if len(retrievers) == 1 else MultiIndexRetriever(retrievers)

@@ -66,7 +66,7 @@ def _encode(value: Any) -> tuple[str, int, int, bytes | None, bytes]:
 
 def _decode(kind: str, rows: int, cols: int, ids: bytes | None, data: bytes) -> Any:
     if kind == KIND_SPARSE:
-        # splade.py loads scipy.special (0.6 s): only a store that holds SPLADE rows pays it.
+        # lazy: splade.py loads scipy.special (~0.2 s): only a store holding SPLADE rows pays it
         from ..retrieval.rerank.splade import SparseVector
 
         return SparseVector(np.frombuffer(ids or b"", dtype=np.int32).copy(),

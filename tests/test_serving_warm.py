@@ -24,7 +24,12 @@ from ragspine_pipeline.corpus import DEMO_ROOT, list_libraries
 from ragspine_pipeline.retrieval.hybrid.unwrap import hybrid_retrievers
 from ragspine_pipeline.retrieval.lexical import kernels as kernel_pkg
 from ragspine_pipeline.retrieval.lexical.index.packed_index import PackedBM25Index
-from ragspine_pipeline.retrieval.link.assembly_warm import prefetch, warm_index
+from ragspine_pipeline.retrieval.link.assembly_warm import (
+    WarmReport,
+    check_heavy_terms,
+    prefetch,
+    warm_index,
+)
 from ragspine_pipeline.retrieval.vector.published import PublishedVectors
 from ragspine_pipeline.service.served import ServedLibraries, ServingAssembly
 from ragspine_pipeline.warehouse.versioned import VersionedTables
@@ -122,6 +127,18 @@ def test_a_bare_index_warms_its_kernels_and_checks(warehouse):
     ix.search(["revenue"], k=3)
     ix.search(["margin"], k=3, candidates=np.arange(0, ix.n_docs, 3))
     assert _signatures() == before
+
+
+def test_the_heaviest_terms_are_checked_at_start_the_rest_on_first_use(warehouse):
+    r = serving.open_published_retriever(warehouse, mode="bm25", library=list_libraries()[0])
+    (ix,) = _indexes(r)
+    df = np.asarray(ix.df)
+    cut = int(np.quantile(df, 0.9))
+    report = WarmReport()
+    check_heavy_terms(ix, report, min_postings=cut)
+    ok = ix._file.term_ok
+    assert report.heavy_terms == int((df >= cut).sum()) > 0
+    assert ok[df >= cut].all() and not ok[df < cut].any()
 
 
 def test_readyz_waits_for_the_warm_up(warehouse, monkeypatch):

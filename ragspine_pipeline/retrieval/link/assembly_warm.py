@@ -16,6 +16,10 @@ vectors' scan arrays (checksums, ~1 s at 1M x 384) and the query embedder's mode
   nothing is mapped into the process and a second serving process's own memory does not
   grow), when it fits in half the memory available; a first query then never waits on
   the disk for its terms;
+* the terms with the most postings (``HEAVY_TERM_POSTINGS`` or more) resolved through the
+  vocabulary, which checks each on first use: at 1M documents with a ~2M-term vocabulary
+  a first query holding one of them paid 100-400 ms for that alone (322 terms, 31% of the
+  postings, ~3 s at start);
 * one probe query, unfiltered and then filtered by a mask, through the retriever's own
   search (analyzer, BM25 kernels on their real arguments, vocabulary and length checks,
   the dense channel and its embedder where there is one, fusion);
@@ -44,6 +48,11 @@ from ..hybrid.unwrap import hybrid_retrievers
 log = logging.getLogger("ragspine.serving")
 
 READ_BYTES = 1 << 20  # one positional read of the prefetch
+# A mapped term's first use checks its postings (checksums, then block structure): ~0.15-0.2
+# us a posting on 2 shared cores, 215 ms for the most frequent term at 1M documents. Terms
+# with at least this many postings are checked at start; a query of five lighter terms then
+# pays at most ~15 ms for their checks.
+HEAVY_TERM_POSTINGS = 16_384
 PROBE_CHUNKS = 16  # chunks looked at for a probe text
 PROBE_CHARS = 200
 
@@ -56,6 +65,7 @@ class WarmReport:
     prefetched_bytes: int = 0
     skipped_prefetch: list[str] = field(default_factory=list)
     prefetched: set[str] = field(default_factory=set)  # files read (or tried) once per warm-up
+    heavy_terms: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
     def add(self, part: str, seconds: float) -> None:
@@ -63,7 +73,8 @@ class WarmReport:
 
     def describe(self) -> str:
         parts = ", ".join(f"{k} {v:.3f} s" for k, v in self.seconds.items())
-        return f"{self.indexes} index(es), {self.prefetched_bytes / 2**20:.1f} MiB prefetched; {parts}"
+        return (f"{self.indexes} index(es), {self.prefetched_bytes / 2**20:.1f} MiB prefetched, "
+                f"{self.heavy_terms} heavy terms checked; {parts}")
 
 
 def available_bytes() -> int | None:
@@ -144,6 +155,22 @@ def _prefetch_file(index: Any, report: WarmReport) -> None:
         report.skipped_prefetch.append(str(path))
 
 
+def check_heavy_terms(index: Any, report: WarmReport, min_postings: int = HEAVY_TERM_POSTINGS) -> None:
+    """Resolve every term of a mapped index with at least ``min_postings`` postings, the
+    longest first, so its first-use check (the vocabulary's ``get`` runs it) is paid now.
+    An index built in memory checks nothing lazily and is left alone."""
+    vocab = getattr(index, "vocab", None)
+    if not callable(getattr(vocab, "term", None)):
+        return
+    t0 = time.perf_counter()
+    df = np.asarray(index.df)
+    heavy = np.flatnonzero(df >= min_postings)
+    for t in heavy[np.argsort(-df[heavy], kind="stable")].tolist():
+        vocab.get(vocab.term(t))
+    report.heavy_terms += len(heavy)
+    report.add("heavy terms", time.perf_counter() - t0)
+
+
 def _half_mask(n: int) -> np.ndarray:
     mask = np.zeros(n, np.bool_)
     mask[::2] = True
@@ -157,6 +184,7 @@ def warm_index(index: Any, tokens: Sequence[str] | None = None, report: WarmRepo
     report = report or WarmReport()
     report.indexes += 1
     _prefetch_file(index, report)
+    check_heavy_terms(index, report)
     toks = list(tokens) if tokens is not None else probe_tokens(index)
     if toks and getattr(index, "n_docs", 0):
         t0 = time.perf_counter()
@@ -173,6 +201,7 @@ def warm_hybrid(h: HybridRetriever, report: WarmReport | None = None) -> WarmRep
     report.indexes += 1
     if "bm25" in h.channels:
         _prefetch_file(h.index, report)
+        check_heavy_terms(h.index, report)
     # The published vector file install_vectors gave the retriever (it keeps it as its
     # vector cache's source; None for vectors held in memory or none at all).
     source = getattr(getattr(h, "_vectors", None), "source", None)
@@ -207,5 +236,5 @@ def warm_retriever(*retrievers: Any) -> WarmReport:
     return report
 
 
-__all__ = ["WarmReport", "available_bytes", "prefetch", "probe_text", "probe_tokens", "warm_hybrid", "warm_index",
+__all__ = ["HEAVY_TERM_POSTINGS", "WarmReport", "available_bytes", "check_heavy_terms", "prefetch", "probe_text", "probe_tokens", "warm_hybrid", "warm_index",
            "warm_retriever"]

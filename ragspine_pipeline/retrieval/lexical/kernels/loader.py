@@ -139,6 +139,8 @@ class Kernels:
 
 
 def _compile() -> Kernels:
+    # lazy: numba (optional: the numpy path serves without it) and the kernels' load, which
+    # the first index to search pays, not every import of the package
     from . import filter_stats as fp
     from . import plain as nb
 

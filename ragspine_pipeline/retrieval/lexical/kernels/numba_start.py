@@ -61,6 +61,7 @@ def start() -> None:
     global _done
     if _done:
         return
+    # lazy: numba is optional, and this runs once, just before the first kernel load
     from numba.core.compiler_lock import global_compiler_lock
     from numba.core.registry import cpu_target
 

@@ -32,6 +32,7 @@ from ragspine_pipeline.retrieval.link.assembly_warm import (
 )
 from ragspine_pipeline.retrieval.vector.published import PublishedVectors
 from ragspine_pipeline.service.served import ServedLibraries, ServingAssembly
+from ragspine_pipeline.warehouse import served_records
 from ragspine_pipeline.warehouse.versioned import VersionedTables
 
 QUESTIONS = ["revenue 2023", "travel policy", "gross margin", "why did the plant close"]
@@ -52,6 +53,7 @@ def _signatures() -> dict[str, int]:
 
 def _publish(root: Path, *, packed: bool) -> Path:
     with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(served_records, "BATCH_ROWS", 4)  # many record batches: a probe reads few of them
         if packed:
             mp.setenv("RAGSPINE_BM25_LAYOUT", "packed")
         wh = VersionedTables(root)
@@ -98,6 +100,8 @@ def test_the_service_generation_is_warm_before_it_is_served(warehouse, layout, m
     libs = list(gen.libraries.values())
     indexes = _indexes(*(r for lib in libs for r in lib.retrievers.values()))
     assert indexes and all(_checked(ix) for ix in indexes)
+    for h in hybrid_retrievers(libs[0].retrievers["bm25"]):  # every record batch's checksums checked
+        assert h.chunks._verify.__self__.batch_ok.all()
     assert all(isinstance(ix, PackedBM25Index) == (layout == "packed") for ix in indexes)
     # Every library's published vectors warmed once (the bm25 mode serves none).
     assert len(warmed_vectors) == len(libs)

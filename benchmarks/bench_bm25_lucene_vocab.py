@@ -30,6 +30,14 @@ Lucene, ...), each query keeping its fastest pass: the ratios come from one run,
 interleaved, on a shared box. Results are written after every step to
 ``benchmarks/results/bm25_lucene_vocab.json`` (keyed by seed, size, engine: a stopped run
 resumes where it stopped; ``--force`` redoes a key).
+
+First query after open (issue 47 item 4), ``--first-query``: fresh processes, each opening
+a built index and answering one query first (run i takes query i of ``FIRST_QUERIES``, both
+classes), ``--first-runs`` times per combination of the open (``bare``: ``open_index`` alone,
+the CLI's one-shot query; ``served``: then the serving warm-up,
+``retrieval.link.assembly_warm.warm_index``, what a serving process runs before it says
+ready) and the page cache (``warm``: as the box left it; ``cold``: the file's pages
+dropped first, ``posix_fadvise(DONTNEED)``). Written per engine under ``first_query``.
 """
 
 from __future__ import annotations
@@ -69,6 +77,7 @@ MID_DF = (0.001, 0.1)
 N_MID, N_MIXED = 50, 100
 ENGINES = ("lucene", "packed", "plain")
 LUCENE_XMX = "6g"
+FIRST_QUERIES = (0, 30, 60, 90, 120, 15, 45, 75, 105, 135)  # mid below N_MID, mixed above
 
 
 # --------------------------------------------------------------------------- corpus
@@ -247,6 +256,8 @@ def step(spec: dict) -> dict:
         rep = build_index_file(arrow_batches(c), path, k1=K1, b=B, layout=layout)
         return {"build_s": time.perf_counter() - t0, "index_bytes": path.stat().st_size, "layout": rep.layout,
                 "terms": rep.terms, "postings": rep.postings}
+    if spec["step"] == "first":
+        return first_step(spec, path)
     t0 = time.perf_counter()
     from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
     from ragspine_pipeline.retrieval.lexical.kernels import loader as bm25_kernel
@@ -273,6 +284,99 @@ def step(spec: dict) -> dict:
     return {"import_and_kernels_s": import_s, "open_s": open_s, "first_query_ms": first_ms,
             "best_ms": [1000 * x for x in best], "ids": [r.ids.tolist() for r in res],
             "scores": [np.asarray(r.scores).tolist() for r in res], "index_class": type(ix).__name__}
+
+
+def first_step(spec: dict, path: Path) -> dict:
+    """One fresh process: the file's pages dropped (``cold``), the index opened, the serving
+    warm-up (``served``), then the first query, timed, and the same query again."""
+    import os
+
+    if spec["cold"]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+    from ragspine_pipeline.retrieval.link.assembly_warm import warm_index
+
+    q = json.loads(Path(spec["queries"]).read_text())[spec["query"]]
+    t0 = time.perf_counter()
+    ix = open_index(path)
+    out = {"open_s": time.perf_counter() - t0, "warm_s": None}
+    if spec["served"]:
+        t0 = time.perf_counter()
+        rep = warm_index(ix)
+        out.update(warm_s=time.perf_counter() - t0, prefetched_bytes=rep.prefetched_bytes, warm_parts=rep.seconds)
+    t0 = time.perf_counter()
+    ix.search(q, k=K)
+    out["first_query_ms"] = 1000 * (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    ix.search(q, k=K)
+    out["again_ms"] = 1000 * (time.perf_counter() - t0)
+    return out
+
+
+FIRST_KINDS = [(served, cold) for served in (False, True) for cold in (False, True)]
+
+
+def first_queries(n: int, seed: int, args, report: dict) -> None:
+    """``--first-query``: every built ragspine layout, the four kinds of first query
+    interleaved run by run (the same box load for each), saved after each layout."""
+    key = f"{n}/{seed}"
+    run = report["runs"].setdefault(key, {"n": n, "seed": seed})
+    qjson = CACHE / f"corpus_{n}_{seed}" / "queries_tokens.json"
+    for eng in (e for e in args.engines if e != "lucene"):
+        if not _index_path(n, seed, eng).exists() or not qjson.exists():
+            continue
+        if run.get("first_query", {}).get(eng) and not args.force:
+            continue
+        rows: dict[str, list[dict]] = {f"{'served' if sv else 'bare'}/{'cold' if c else 'warm'}": []
+                                       for sv, c in FIRST_KINDS}
+        for i in range(args.first_runs):
+            for sv, c in FIRST_KINDS:
+                spec = {"step": "first", "n": n, "seed": seed, "layout": eng, "queries": str(qjson),
+                        "query": FIRST_QUERIES[i % len(FIRST_QUERIES)], "served": sv, "cold": c}
+                print(f"[{time.strftime('%H:%M:%S')}] {key} first query {eng} run {i} served={sv} cold={c}",
+                      flush=True)
+                res = _run_measured(_self(spec), heavy=False, cap=OURS_AS_CAP)
+                rows[f"{'served' if sv else 'bare'}/{'cold' if c else 'warm'}"].append(res)
+        run.setdefault("first_query", {})[eng] = {"measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                                  "machine": machine(), "runs": rows}
+        disk = load()  # only this key's first-query figures change (the other runs' commands stay)
+        disk["runs"].setdefault(key, {"n": n, "seed": seed})["first_query"] = run["first_query"]
+        disk["first_query_command"] = report["first_query_command"] = "python " + " ".join(sys.argv)
+        save(disk)
+
+
+def first_lines(report: dict) -> list[str]:
+    """The first-query table (median and worst of the fresh processes per kind)."""
+    lines = []
+    for key in sorted(report["runs"], key=lambda s: tuple(int(x) for x in s.split("/"))):
+        run = report["runs"][key]
+        for eng, fq in run.get("first_query", {}).items():
+            for kind, rows in fq["runs"].items():
+                ok = [r for r in rows if "error" not in r]
+                if not ok:
+                    continue
+                first = [r["first_query_ms"] for r in ok]
+                warm = [r["warm_s"] for r in ok if r.get("warm_s") is not None]
+                lines.append(f"| {run['n']:,} | {run['seed']} | {eng} | {kind.replace('/', ' | ')} | {len(ok)} | "
+                             f"{statistics.median(r['open_s'] for r in ok):.3f} | "
+                             f"{f'{statistics.median(warm):.3f}' if warm else '-'} | "
+                             f"{statistics.median(first):.1f} | {max(first):.1f} | "
+                             f"{statistics.median(r['again_ms'] for r in ok):.2f} |")
+    if not lines:
+        return []
+    return ["", "First query after open (issue 47 item 4; `--first-query`): fresh processes, run i answers query "
+            f"{list(FIRST_QUERIES)}[i] first. `bare`: `open_index` alone (the CLI's one-shot query); `served`: then "
+            "`assembly_warm.warm_index`, the serving warm-up (the file read once through the page cache, the terms "
+            "of 16,384 postings or more checked, one probe query unfiltered and masked). Page cache `cold`: the file's pages dropped before the process "
+            "opened it. " + (f"Command: `{report['first_query_command']}`" if report.get("first_query_command")
+                             else ""), "",
+            "| docs | seed | layout | open | page cache | runs | open s p50 | warm-up s p50 | first query ms p50 | "
+            "first query ms max | same query again ms p50 |", "|---|---|---|---|---|---|---|---|---|---|---|",
+            *lines]
 
 
 def _self(spec: dict) -> list[str]:
@@ -418,6 +522,7 @@ def markdown(report: dict) -> str:
             ik = f"{q['import_and_kernels_s']:.2f}" if q.get("import_and_kernels_s") is not None else "-"
             lines.append(f"| {run['n']:,} | {run['seed']} | {eng} | {bs} | {_mib(bd.get('peak_rss_mib'))} | "
                          f"{_mib(ib)} | {ratio} | {op} | {fq} | {ik} |")
+    lines += first_lines(report)
     notes = report.get("notes", [])
     if notes:
         lines += [""] + [f"- {x}" for x in notes]
@@ -488,9 +593,18 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--force", action="store_true", help="rebuild and re-query")
     ap.add_argument("--requery", action="store_true", help="re-query the built indexes (the code changed)")
+    ap.add_argument("--first-query", action="store_true", help="only the first query after open, bare and "
+                    "served, page cache warm and cold, on the built indexes")
+    ap.add_argument("--first-runs", type=int, default=5, help="fresh processes per kind of first query")
     args = ap.parse_args()
     args.engines = args.engines.split(",")
     report = load()
+    if args.first_query:
+        for n in map(int, args.sizes.split(",")):
+            for seed in map(int, args.seeds.split(",")):
+                first_queries(n, seed, args, report)
+        print(markdown(report))
+        return
     report["command"] = "python " + " ".join(sys.argv)
     report["machine"] = machine()
     lucene = lucene_setup()

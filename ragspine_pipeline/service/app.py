@@ -205,7 +205,7 @@ def create_app(warehouse: str | Path, *, keys_file: str | Path | None = None, mo
 
     @app.get("/readyz", tags=["health"], response_model=Status, responses=error_responses(*ANY_ROUTE, 503))
     async def readyz() -> dict[str, Any]:
-        """Snapshots and models loaded, by every worker (503 until then)."""
+        """Snapshots loaded and warmed (their first query paid: assembly_warm), by every worker (503 until then)."""
         # With workers, readiness reads the runtime folder: off the event loop.
         ready = await anyio.to_thread.run_sync(readiness.ready) if readiness.shared else readiness.ready()
         if not ready:

@@ -44,7 +44,7 @@ def _drop(folder: Path) -> None:
             os.close(fd)
 
 
-def child(warehouse: str, library: str, data: str, query: int, served: bool, cold: bool) -> dict:
+def child(warehouse: str, library: str, data: str, query: int, served: bool, cold: bool, **_: object) -> dict:
     """One fresh process: open through the door (warmed or not), the first query, again."""
     from ragspine_pipeline.eval.beir import load_beir
     from ragspine_pipeline.serving import open_published_retriever
@@ -65,13 +65,40 @@ def child(warehouse: str, library: str, data: str, query: int, served: bool, col
     return out
 
 
+def service_child(warehouse: str, library: str, data: str, query: int, **_: object) -> dict:
+    """One fresh process: the service app (``create_app``, in-process client), the time
+    until ``/readyz`` says ready, then the first ``POST /v1/search`` and the same again."""
+    from fastapi.testclient import TestClient
+
+    from ragspine_pipeline.eval.beir import load_beir
+    from ragspine_pipeline.service.app import create_app
+    from ragspine_pipeline.service.limits import ServiceLimits
+
+    q = list(load_beir(Path(data) / "scifact").queries.values())[query]
+    t0 = time.perf_counter()
+    app = create_app(warehouse, mode="bm25", libraries=[library], limits=ServiceLimits(rate_per_s=0))
+    with TestClient(app, base_url="http://127.0.0.1:8080") as c:
+        while c.get("/readyz").status_code != 200:
+            time.sleep(0.02)
+        out = {"open_s": time.perf_counter() - t0, "load_1min": os.getloadavg()[0]}
+        body = {"query": q, "top_k": 10}
+        for name in ("first_query_ms", "again_ms"):
+            t0 = time.perf_counter()
+            r = c.post("/v1/search", json=body)
+            out[name] = 1000 * (time.perf_counter() - t0)
+            if r.status_code != 200:
+                raise RuntimeError(f"/v1/search answered {r.status_code}: {r.text[:200]}")
+    return out
+
+
 def markdown(rep: dict) -> str:
     lines = [f"# First query after open through the serving door, SciFact x{rep['copies']} (BM25-only)", "",
              f"Command: `{rep['command']}`", "", f"Machine: {rep['machine']}", "",
              "Fresh processes; run i answers SciFact query i first, then the same query again. `bare`: "
              "`open_published_retriever(..., warm=False)` (the CLI's one-shot door); `served`: `warm=True` "
              "(the serving warm-up the service runs before /readyz says ready). Page cache `cold`: the served "
-             "files' pages dropped before the open.", "",
+             "files' pages dropped before the open. `service`: the service app in-process (`create_app`, "
+             "`--service`): open s is the time until /readyz says ready, the queries are `POST /v1/search`.", "",
              "| open | page cache | runs | open s p50 (warm-up included) | first query ms p50 | first query ms max | "
              "same query again ms p50 | load 1 min p50 |", "|---|---|---|---|---|---|---|---|"]
     for kind, rows in rep["runs"].items():
@@ -92,11 +119,13 @@ def main() -> None:
     ap.add_argument("--cache", default=None, help="bench_open.py's warehouse cache (default: its own for --copies)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--label", default="1m")
+    ap.add_argument("--service", action="store_true", help="also the service app: ready, then POST /v1/search")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     data = use_data(args.data)
     if args.child:
-        print(json.dumps(child(**json.loads(args.child))), flush=True)
+        spec = json.loads(args.child)
+        print(json.dumps((service_child if spec.get("service") else child)(**spec)), flush=True)
         return
     warehouse = Path(args.cache or default_cache(args.copies)) / "warehouse"
     library = library_name(args.copies)
@@ -105,13 +134,15 @@ def main() -> None:
     rep.update(command="python " + " ".join(sys.argv), copies=args.copies,
                machine={"cpus": os.cpu_count(), "python": sys.version.split()[0]})
     runs = rep.setdefault("runs", {f"{'served' if s else 'bare'}/{'cold' if c else 'warm'}": [] for s, c in KINDS})
+    kinds = [*KINDS, *([("service", False)] if args.service else [])]
     for i in range(args.runs):
-        for s, c in KINDS:
-            rows = runs[f"{'served' if s else 'bare'}/{'cold' if c else 'warm'}"]
+        for s, c in kinds:
+            rows = runs.setdefault("service/warm" if s == "service" else
+                                   f"{'served' if s else 'bare'}/{'cold' if c else 'warm'}", [])
             if len(rows) > i:
                 continue  # resumed
-            spec = {"warehouse": str(warehouse), "library": library, "data": str(data), "query": i, "served": s,
-                    "cold": c}
+            spec = {"warehouse": str(warehouse), "library": library, "data": str(data), "query": i,
+                    "served": s is True, "cold": c, "service": s == "service"}
             p = subprocess.run(["nice", "-n", "10", sys.executable, __file__, "--child", json.dumps(spec)],
                                capture_output=True, text=True)
             rows.append(json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0

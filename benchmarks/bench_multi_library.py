@@ -39,7 +39,10 @@ and the union's one fusion (``global``: ``global_rank.common_fusion`` takes the 
 shared config, convex included, when they share one model) all fuse as the product does
 for that set. The JSON's ``policy`` records each set's choice, whether every split part
 resolved alone picks the same, what each extra library would pick on its own, and how
-many texts were embedded rather than read from the cache. The default ``rrf`` is the
+many texts were embedded rather than read from the cache. ``--hybrid-fusion policy-own``
+(channels ``hybrid-policy-own``) resolves every library on its own chunks instead, as the
+warehouse does per library: parts (or extra libraries) that pick another model or fusion
+make ``global`` fall back to RRF between them (``global_rank``). The default ``rrf`` is the
 behaviour of before (plain RRF, the index default).
 
 Resumable: each finished (set, channels, setup, mode) cell is written to the JSON at once,
@@ -89,8 +92,9 @@ DEPTH = 10
 TOLERANCE = 0.005
 CACHE = Path(__file__).resolve().parent / ".cache" / "vectors"
 MULTI_FUSION_ENV = "RAGSPINE_MULTI_FUSION"
-HYBRID_FUSIONS = ("rrf", "policy")
+HYBRID_FUSIONS = ("rrf", "policy", "policy-own")
 POLICY_CHANNELS = "hybrid-policy"
+OWN_CHANNELS = "hybrid-policy-own"  # every library resolved on its own chunks
 
 
 def bucket(doc_id: str, n: int) -> int:
@@ -115,8 +119,8 @@ _BACKEND: dict[str, Any] = {}
 def hybrid_channels(name: str, model: str, fusion: str = "rrf") -> str:
     """The channels label of a set's hybrid cells: ``hybrid`` (MiniLM, the label of before),
     ``hybrid-MODEL``, or ``hybrid-policy`` (model and fusion from ``auto_policy``)."""
-    if fusion == "policy":
-        return POLICY_CHANNELS
+    if fusion.startswith("policy"):
+        return POLICY_CHANNELS if fusion == "policy" else OWN_CHANNELS
     if model == "auto":
         model = "minilm" if name in ENGLISH_SETS else "e5"
     return "hybrid" if model == "minilm" else f"hybrid-{model}"
@@ -250,8 +254,9 @@ def write_md(path: Path, data: dict[str, Any]) -> None:
         d = cell["ndcg@10"] - one["ndcg@10"]
         lines.append(f"| {s} | {ch} | {one['ndcg@10']:.4f} | {setup} | {mode} | {cell['ndcg@10']:.4f} | "
                      f"{d:+.4f} | {'yes' if abs(d) <= TOLERANCE else 'no'} | {cell['ms_per_query']} |")
-    if data.get("policy"):
-        lines += policy_lines(data)
+    for ch in (POLICY_CHANNELS, OWN_CHANNELS):
+        if data.get("policy") and any(k.split("|")[1] == ch for k in data["cells"]):
+            lines += policy_lines(data, ch)
     if data.get("diagnosis"):
         lines += ["", f"Where the `split2+A+B` loss of `global-union` comes from (BM25, "
                   f"`{data.get('diagnosis_command', '--diagnose')}`: "
@@ -271,32 +276,34 @@ def write_md(path: Path, data: dict[str, Any]) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def policy_lines(data: dict[str, Any]) -> list[str]:
-    """The ``hybrid-policy`` summary: per set the ``auto`` choice, BM25 and hybrid one
-    library, hybrid >= BM25, and each split's Δ per mode."""
+def policy_lines(data: dict[str, Any], channels: str = POLICY_CHANNELS) -> list[str]:
+    """The ``hybrid-policy`` (or ``-own``) summary: per set the ``auto`` choice, BM25 and
+    hybrid one library, hybrid >= BM25, and each split's Δ per mode."""
     cells = data["cells"]
-    setups_seen = sorted({k.split("|")[2] for k in cells if k.split("|")[1] == POLICY_CHANNELS} - {"one"},
+    setups_seen = sorted({k.split("|")[2] for k in cells if k.split("|")[1] == channels} - {"one"},
                          key=lambda s: (("split2", "split4").index(s) if s in ("split2", "split4") else 2, s))
     modes = [m for m in MODES if any(k.endswith(f"|{m}") for k in cells)]
-    out = ["", f"Hybrid as `RAGSPINE_EMBEDDING_BACKEND=auto` runs it (channels `{POLICY_CHANNELS}`): the model "
+    given = ("given to every library of every setup" if channels == POLICY_CHANNELS else
+             "the one library's; each library of a setup resolves its own (its *own choice* in the JSON)")
+    out = ["", f"Hybrid as `RAGSPINE_EMBEDDING_BACKEND=auto` runs it (channels `{channels}`): the model "
            "and fusion `auto_policy` picks for the set (`AutoEmbeddingBackend.resolve` over the set's chunks), "
-           "given to every library of every setup. Δ = hybrid-policy split − hybrid-policy one library, per "
+           f"{given}. Δ = {channels} split − {channels} one library, per "
            f"mode ({' / '.join(f'`{m}`' for m in modes)}); *parts agree*: each split part resolved alone picks "
            "the same; *embedded*: texts embedded by the run rather than read from the vector cache.", "",
-           "| set | auto choice | BM25 one library | hybrid-policy one library | hybrid ≥ BM25 | "
+           f"| set | auto choice | BM25 one library | {channels} one library | hybrid ≥ BM25 | "
            + " | ".join(f"{s} Δ" for s in setups_seen) + " | parts agree | embedded |",
            "|---|---|---|---|---|" + "---|" * len(setups_seen) + "---|---|"]
     for s in sorted(data["policy"], key=lambda s: SETS.index(s) if s in SETS else len(SETS)):
         p = data["policy"][s]
-        bm, hy = cells.get(f"{s}|bm25|one|-"), cells.get(f"{s}|{POLICY_CHANNELS}|one|-")
+        bm, hy = cells.get(f"{s}|bm25|one|-"), cells.get(f"{s}|{channels}|one|-")
         if hy is None:
             continue
         deltas = []
         for setup in setups_seen:
-            got = [cells.get(f"{s}|{POLICY_CHANNELS}|{setup}|{m}") for m in modes]
+            got = [cells.get(f"{s}|{channels}|{setup}|{m}") for m in modes]
             deltas.append(" / ".join("–" if c is None else f"{c['ndcg@10'] - hy['ndcg@10']:+.4f}" for c in got))
         agree = {st: v["parts_agree"] for st, v in p.get("setups", {}).items()}
-        emb = sum(n for c in p.get("embedded_now", {}).values() for n in c.values())
+        emb = sum(n for c in p.get("embedded_now", {}).get(channels, {}).values() for n in c.values())
         f = p["fusion"]
         out.append(f"| {s} | {p['group']}: {p['model']} {f['method']} w={f['dense_weight']:g} | "
                    f"{'–' if bm is None else format(bm['ndcg@10'], '.4f')} | {hy['ndcg@10']:.4f} | "
@@ -358,7 +365,7 @@ def record_choice(data: dict[str, Any], name: str, choice: Any) -> None:
 
 
 def record_setup_choices(data: dict[str, Any], name: str, setup: str, libs: Mapping[str, Sequence[Any]],
-                         choice: Any) -> None:
+                         choice: Any) -> dict[str, Any]:
     """What each library of ``setup`` would pick if resolved on its own: a split part should
     pick the set's choice (the bench gives it that choice either way); an extra library of
     another language may not (in the product its own model, and ``global`` would then fuse
@@ -368,6 +375,7 @@ def record_setup_choices(data: dict[str, Any], name: str, setup: str, libs: Mapp
     entry.setdefault("setups", {})[setup] = {
         "parts_agree": all(same_choice(c, choice) for lib, c in own.items() if not lib.startswith("noise-")),
         "own_choice": {lib: choice_text(c) for lib, c in own.items()}}
+    return own
 
 
 def embedded_counts() -> dict[str, dict[str, int]]:
@@ -375,14 +383,15 @@ def embedded_counts() -> dict[str, dict[str, int]]:
     return {m: dict(be.embedded) for m, be in sorted(_BACKEND.items())}
 
 
-def note_embedded(data: dict[str, Any], name: str, start: Mapping[str, Mapping[str, int]] | None) -> None:
-    """Texts embedded for set ``name`` since ``start`` (its counts when the set began): 0 is
-    every vector from the cache. Nothing without a policy choice (``start`` None)."""
+def note_embedded(data: dict[str, Any], name: str, channels: str,
+                  start: Mapping[str, Mapping[str, int]] | None) -> None:
+    """Texts embedded for set ``name``'s ``channels`` cells since ``start`` (the counts when
+    they began): 0 is every vector from the cache. Nothing without a policy choice."""
     if start is None:
         return
     now = embedded_counts()
-    data["policy"][name]["embedded_now"] = {m: {k: n - start.get(m, {}).get(k, 0) for k, n in c.items()}
-                                            for m, c in now.items()}
+    data["policy"][name].setdefault("embedded_now", {})[channels] = {
+        m: {k: n - start.get(m, {}).get(k, 0) for k, n in c.items()} for m, c in now.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -395,8 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "with --hybrid-fusion policy: the model auto_policy picks)")
     ap.add_argument("--hybrid-fusion", choices=HYBRID_FUSIONS, default="rrf",
                     help="how the hybrid cells fuse BM25 and dense: rrf (plain RRF, the index default) or policy "
-                         "(model and fusion of RAGSPINE_EMBEDDING_BACKEND=auto for the set, channels hybrid-policy; "
-                         "needs --hybrid-model auto)")
+                         "(model and fusion of RAGSPINE_EMBEDDING_BACKEND=auto for the set, channels hybrid-policy) "
+                         "or policy-own (each library resolved on its own chunks); policy* needs --hybrid-model auto")
     ap.add_argument("--setups", nargs="*", choices=SETUPS, default=list(SETUPS))
     ap.add_argument("--modes", nargs="*", default=list(MODES))
     ap.add_argument("--label", default="after", help="results file suffix: multi_library[_LABEL].json")
@@ -405,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--diagnose", action="store_true",
                     help="only the split2+A+B BM25 diagnosis of each set (statistics vs unrelated documents)")
     args = ap.parse_args(argv)
-    if args.hybrid_fusion == "policy" and args.hybrid_model != "auto":
+    if args.hybrid_fusion != "rrf" and args.hybrid_model != "auto":
         ap.error("--hybrid-fusion policy takes the model auto_policy picks: pass --hybrid-model auto")
     root = use_data(args.data)
     require_sets(root, set(args.sets) | set(NOISE_POOL))
@@ -448,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         chunks, ds = set_chunks(root, name)
         qids = ds.judged_queries[: args.limit] if args.limit else ds.judged_queries
         queries = [(ds.queries[q], {d: float(g) for d, g in ds.qrels[q].items()}) for q in qids]
-        choice = policy_choice(chunks) if channels == POLICY_CHANNELS else None
+        choice = policy_choice(chunks) if channels in (POLICY_CHANNELS, OWN_CHANNELS) else None
         start = None
         if choice is not None:
             record_choice(data, name, choice)
@@ -456,7 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         key = f"{name}|{channels}|one|-"
         if key not in data["cells"]:
             data["cells"][key] = score(library(chunks, name, channels, choice), queries)
-            note_embedded(data, name, start)
+            note_embedded(data, name, channels, start)
             save()
             print(key, data["cells"][key], file=sys.stderr, flush=True)
         todo = [(setup, mode) for setup in args.setups for mode in args.modes]
@@ -464,10 +473,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                for s, m in todo):
             continue
         for setup, libs in setups(chunks, name, root, channels, args.setups).items():
-            if choice is not None:
-                record_setup_choices(data, name, setup, libs, choice)
-            retrievers = {lib: library(cs, lib, channels, choice) for lib, cs in sorted(libs.items())}
-            note_embedded(data, name, start)
+            own = record_setup_choices(data, name, setup, libs, choice) if choice is not None else {}
+            if channels != OWN_CHANNELS:
+                own = dict.fromkeys(libs, choice)
+            retrievers = {lib: library(cs, lib, channels, own[lib]) for lib, cs in sorted(libs.items())}
+            note_embedded(data, name, channels, start)
             save()
             for mode in args.modes:
                 key = f"{name}|{channels}|{setup}|{mode}"

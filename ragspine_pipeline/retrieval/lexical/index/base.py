@@ -56,6 +56,20 @@ class IndexBase:
         get = self.vocab.get
         return [t for t in (get(q) for q in query_tokens) if t is not None]
 
+    def _compiled_terms(self, query_tokens: Sequence[str], candidates: Any) -> np.ndarray | None:
+        """The query's known term ids for a compiled search, or None when it can match
+        nothing (no known term, or no text in the index): then a filter is still checked
+        (a malformed one is an error whatever the query). Under a filter the document
+        lengths are read first (the survivors' statistics need them)."""
+        tids = np.array(self._query_term_ids(query_tokens), np.int64)
+        if candidates is not None:
+            self._doc_lengths_read()
+        if not len(tids) or self.avgdl == 0:
+            if candidates is not None:
+                bm25_filter.check(candidates, self.n_docs)
+            return None
+        return tids
+
     # ------------------------------------------------------------ the layout's calls
     def _doc_lengths_read(self) -> None:
         """Hook before a query reads every document length (a filter)."""

@@ -209,12 +209,8 @@ class BM25Index(IndexBase):
 
     def _search_compiled(self, query_tokens: Sequence[str], k: int, candidates: np.ndarray | PackedFilter | None) -> ScoredDocs:
         """Top-k through the compiled kernels (pruned unfiltered, or survivor statistics)."""
-        tids = np.array(self._query_term_ids(query_tokens), np.int64)
-        if candidates is not None:
-            self._doc_lengths_read()
-        if not len(tids) or self.avgdl == 0:
-            if candidates is not None:
-                bm25_filter.check(candidates, self.n_docs)
+        tids = self._compiled_terms(query_tokens, candidates)
+        if tids is None:
             return empty_scored()
         sc = self._scratch
         kern = self._kernels

@@ -151,36 +151,28 @@ class PackedFile(MappedFile):
         return PackedArrays(data=a["data"], indptr=a["indptr"], bptr=a["bptr"],
                             **{n: a[n] for n in BLOCK_ARRAYS})
 
-    def verify_term(self, t: int) -> None:
-        with self.lock:
-            if self.term_ok[t]:
-                return
-            a = self.arrays
-            for name in ("indptr", "bptr"):
-                self.elems(name, t, t + 2)
-            for name in ("idf", "w_max", "bit_row"):
-                self.elems(name, t, t + 1)
-            b0, b1 = int(a["bptr"][t]), int(a["bptr"][t + 1])
-            s, e = int(a["indptr"][t]), int(a["indptr"][t + 1])
-            row = int(a["bit_row"][t])
-            if not (0 <= s <= e and b0 >= 0 and b1 - b0 == -(-(e - s) // BLOCK_SIZE)
-                    and b1 < len(a["blk_off"]) and -1 <= row < a["bits"].shape[0]):
-                raise CorruptIndexError(self.path, f"postings pointers of term {t} are out of range")
-            if row >= 0:
-                words = a["bits"].shape[1]
-                self.elems("bits", row * words, (row + 1) * words)
-            for name in BLOCK_ARRAYS:
-                self.elems(name, b0, b1 + (name == "blk_off"))
-            if b0 > 0:
-                self.elems("blk_last", b0 - 1, b0)
-            w0, w1 = int(a["blk_off"][b0]), int(a["blk_off"][b1])
-            if not 0 <= w0 <= w1 <= len(a["data"]) - PAD_WORDS:
-                raise CorruptIndexError(self.path, f"packed words of term {t} lie outside the data")
-            self.elems("data", w0, w1 + PAD_WORDS)
-            problem = check_blocks(self.packed(), b0, b1, self.toc.n_docs, len(a["data"]))
-            if problem is not None:
-                raise CorruptIndexError(self.path, f"term {t}: {problem}")
-            self.term_ok[t] = True
+    PER_TERM = ("idf", "w_max", "bit_row")
+
+    def _check_term(self, t: int) -> None:
+        """The packed layout: pointers in range, the bit-set row, the term's block arrays
+        and packed words verified, then its blocks decoded in bounds (``check_blocks``)."""
+        a = self.arrays
+        s, e, b0, b1, row = self._term_pointers(t)
+        if not (0 <= s <= e and b0 >= 0 and b1 - b0 == -(-(e - s) // BLOCK_SIZE)
+                and b1 < len(a["blk_off"]) and -1 <= row < a["bits"].shape[0]):
+            raise CorruptIndexError(self.path, f"postings pointers of term {t} are out of range")
+        self._bits_row(row)
+        for name in BLOCK_ARRAYS:
+            self.elems(name, b0, b1 + (name == "blk_off"))
+        if b0 > 0:
+            self.elems("blk_last", b0 - 1, b0)
+        w0, w1 = int(a["blk_off"][b0]), int(a["blk_off"][b1])
+        if not 0 <= w0 <= w1 <= len(a["data"]) - PAD_WORDS:
+            raise CorruptIndexError(self.path, f"packed words of term {t} lie outside the data")
+        self.elems("data", w0, w1 + PAD_WORDS)
+        problem = check_blocks(self.packed(), b0, b1, self.toc.n_docs, len(a["data"]))
+        if problem is not None:
+            raise CorruptIndexError(self.path, f"term {t}: {problem}")
 
 
 class PackedBM25Index(MappedDocIds, IndexBase):
@@ -308,12 +300,8 @@ class PackedBM25Index(MappedDocIds, IndexBase):
         return top_k_dense(sc, k) if ids is DENSE else top_k(ids, sc, k)
 
     def _search_compiled(self, query_tokens: Sequence[str], k: int, candidates: Any) -> ScoredDocs:
-        tids = np.array(self._query_term_ids(query_tokens), np.int64)
-        if candidates is not None:
-            self._doc_lengths_read()
-        if not len(tids) or self.avgdl == 0:
-            if candidates is not None:
-                bm25_filter.check(candidates, self.n_docs)
+        tids = self._compiled_terms(query_tokens, candidates)
+        if tids is None:
             return empty_scored()
         if candidates is None:
             sc = self._scratch

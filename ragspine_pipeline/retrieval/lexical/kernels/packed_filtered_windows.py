@@ -29,19 +29,13 @@ score, so ties go to the lower position.
 import numpy as np
 from numba import njit
 
-from .packed import _BLOCK, _match_block
-from .packed_filter_weights import code_dens, part_by_code, window_tables
+from .packed import _BLOCK
+from .packed_filter_weights import code_dens, window_tables
 from .packed_route import RARE_DF_FRACTION, RARE_WEIGHT
-from .packed_wand import _block_cursors, _seek, _shallow, _sort_by_bound
-from .packed_windows import (
-    DEAD,
-    WINDOW,
-    _drain_bitmap,
-    _keep,
-    _postings_in,
-    _seed,
-)
-from .selection import _SLACK, _drain, _gallop, _push, _suffix_sums
+from .packed_seed import _seed
+from .packed_wand import _block_cursors, _seek, _shallow
+from .packed_windows import WINDOW, _jump, _score_window
+from .selection import _drain, _suffix_sums
 from .weight import block_bound as _bound
 from .weight import den_of as _den
 from .weight import part
@@ -57,113 +51,6 @@ HEAVY_POSTINGS = 2  # ... and queries whose lists hold at least this x N posting
 ALMOST_ALL_NUM, ALMOST_ALL_DEN = 9, 10
 COMMON_DF_DIV = 20
 LIGHT_POSTINGS_TENTHS = 3
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _move(pos, docs, j, lo):
-    """Term j's cursor, in its decoded block whose last document is >= lo, onto its first
-    posting >= lo; returns that document."""
-    p = pos[j]
-    while docs[j, p] < lo:
-        p += 1
-    pos[j] = p
-    return docs[j, p]
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _widen(last, bmax, maxtf, minlen, scale, grow, k1, kb, bavg, blk, bend, m, ordm, ne, live, pre, lo, cap):
-    """``kernels.packed_windows._widen`` with the filtered block bounds: the window widened to
-    the essential terms' nearest block end, each non-essential term's bound its largest
-    over the window, the window ending by ``cap`` (the blocks of sparse terms without a
-    surviving posting in it). Returns its last document."""
-    hi = min(lo + WINDOW - 1, cap)
-    for i in range(ne, live):
-        hi = min(hi, last[blk[ordm[i]]])
-    for i in range(ne):
-        j = ordm[i]
-        b = blk[j]
-        mx = _bound(bmax, maxtf, minlen, b, scale[j], grow, k1, kb, bavg)
-        while b + 1 < bend[j] and last[b] < hi:
-            b += 1
-            mx = max(mx, _bound(bmax, maxtf, minlen, b, scale[j], grow, k1, kb, bavg))
-        m[j] = mx
-    _sort_by_bound(m, ordm, ne, pre)
-    return hi
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _scatter(ar, last, j, lo, hi, b0, bend, cnt, blk, dec, pos, nb, docs, tfs, bits, dcode, den, s, k1, kb, bavg,
-             wc, whit, wacc, wset, nw, only_alive, floor, cut, tab):
-    """``kernels.packed_windows._scatter`` over the survivors: term j's surviving postings in
-    [lo, hi] into the window (its contribution apart in wc, its bit in whit, the partial
-    sum in wacc), a new document's slot set in the window's bitmap ``wset``; a posting
-    whose weight plus ``floor`` cannot beat ``cut`` marks its document dead. With
-    ``only_alive``, only candidates take it (they are survivors). Returns the new count
-    of documents in the window."""
-    bit = np.int64(1) << np.int64(j)
-    b = blk[j]
-    while b < bend[j] and (b == b0[j] or last[b - 1] < hi):
-        if dec[j] != b:
-            _seek(ar, j, b, lo, b0, bend, cnt, dec, pos, nb, docs, tfs)
-        else:
-            _move(pos, docs, j, lo)
-        p = pos[j]
-        n = nb[j]
-        while p < n and docs[j, p] <= hi:
-            d = docs[j, p]
-            p += 1
-            x = d - lo
-            h = whit[x]
-            if only_alive:
-                if h > 0:
-                    c = part_by_code(s, tfs[j, p - 1], dcode[d], tab, j, den, k1, kb, bavg)
-                    whit[x] = h | bit
-                    wc[j, x] = c
-                    wacc[x] += c
-            elif h >= 0 and (bits[d >> 6] >> np.uint64(d & 63)) & np.uint64(1):
-                c = part_by_code(s, tfs[j, p - 1], dcode[d], tab, j, den, k1, kb, bavg)
-                if h == 0:
-                    wset[x >> 6] |= np.uint64(1) << np.uint64(x & 63)
-                    nw += 1
-                if (c + floor) * (1.0 + _SLACK) < cut:
-                    whit[x] = DEAD
-                    continue
-                whit[x] = h | bit
-                wc[j, x] = c
-                wacc[x] += c
-        pos[j] = p
-        if p < n:
-            break
-        b += 1
-    blk[j] = min(b, bend[j])
-    return nw
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _look_up(data, off, dbits, tbits, last, j, lo, b0, bend, cnt, blk, dcode, den, s, k1, kb, bavg, wc, whit, wacc,
-             wlist, nw, keys, hit_key, hit_tf, tab):
-    """``kernels.packed_windows._look_up`` with the filtered weight: term j at each candidate
-    wlist[:nw] (ascending), only blocks holding one read, gaps only as far as needed."""
-    bit = np.int64(1) << np.int64(j)
-    for y in range(nw):
-        keys[y] = lo + wlist[y]
-    b = blk[j]
-    y = 0
-    while y < nw and b < bend[j]:
-        if last[b] < keys[y]:
-            b = _gallop(last, b, bend[j], keys[y])
-            continue
-        n = _BLOCK if b + 1 < bend[j] else cnt[j]
-        y, m = _match_block(data, off, dbits, tbits, last, b, b == b0[j], n, keys, y, nw, hit_key, hit_tf)
-        for h in range(m):
-            x = wlist[hit_key[h]]
-            c = part_by_code(s, hit_tf[h], dcode[lo + x], tab, j, den, k1, kb, bavg)
-            wc[j, x] = c
-            whit[x] |= bit
-            wacc[x] += c
-        if y < nw:
-            b += 1
-    blk[j] = min(b, bend[j])
 
 
 @njit(cache=True, nogil=True)
@@ -183,7 +70,7 @@ def window_top_k_filtered(pk, bits, ut, scale, ub, k, grow, k1, kb, bavg, den):
     # gsuf[j]: the term bounds of j.. summed (the scoring order is by descending bound).
     gsuf = _suffix_sums(ub)
     # A lower bound of the k-th score from the rarest term's survivors, when it is rare.
-    # (``kernels.packed_windows._seed`` with the filtered weigher: the survivors' parts.)
+    # (``kernels.packed_seed._seed`` with the filtered weigher: the survivors' parts.)
     theta = _seed(pk, (pk[7], pk[3], pk[4], pk[5], pk[2]), ut, scale, ub, k, pk[13], (den, k1, kb, bavg, grow), bits)
     tab = window_tables(scale, den)
     nh = _walk(pk[7], pk[3], pk[4], pk[5], pk[2], pk[6], pk[9], pk[10], pk[13], bits, scale, ub, grow, k1, kb, bavg,
@@ -200,48 +87,29 @@ def _walk(data, off, dbits, tbits, last, bmax, maxtf, minlen, dcode, bits, scale
           b0, bend, cnt, blk, dec, pos, nb, docs, tfs, jb, gsuf, wc, whit, wacc, wlist, keys, hit_key, hit_tf, m, ordm,
           pre, hs, hi_, wset, tab):
     """The window walk of ``window_top_k_filtered`` over preallocated state (``jb``: the
-    jump cursor, blocks passed for good, apart from ``blk``); returns the heap's size.
+    jump cursor, blocks passed for good, apart from ``blk``); returns the heap's size. The
+    jump and a window's scoring are the unfiltered walk's (``kernels.packed_windows._jump``,
+    ``_score_window``) under the filtered weigher; what is the filtered walk's own is a
+    window's bounds: a sparse block's from its surviving postings.
 
     Compiled without the runtime's reference counting (``_nrt=False``: it allocates
     nothing): with it, the arrays handed to the inlined helpers cost an atomic increment
     and decrement each per call, which measured most of a dense filtered query's time."""
     end_doc = np.int64(dcode.shape[0])
     nu = scale.shape[0]
-    kk = hs.shape[0]
     nh = 0
     ar = (data, off, dbits, tbits, last)
+    wg = (den, k1, kb, bavg, grow)
+    bd = (bmax, maxtf, minlen)
+    cur = (b0, bend, cnt, blk, dec, pos, nb, docs, tfs)
+    win = (wc, whit, wacc, wlist, keys, hit_key, hit_tf, wset)
     lo = np.int64(0)
     while lo < end_doc:
         if theta > 0.0:
-            # Terms ge.. cannot beat theta together, nor can a block of another term whose
-            # bound plus every other term's bound: jump to the next document that can.
-            ge = nu
-            while ge > 0 and gsuf[ge - 1] * (1.0 + _SLACK) < theta:
-                ge -= 1
-            if ge == 0:
+            lo = _jump(ar, wg, bmax, maxtf, minlen, scale, ub, gsuf, theta, lo, end_doc, jb, b0, bend, cnt, dec, pos,
+                       nb, docs, tfs)
+            if lo >= end_doc:
                 break
-            nxt = end_doc
-            for j in range(ge):
-                b = _shallow(last, jb[j], bend[j], lo)
-                others = gsuf[0] - ub[j]
-                while b < bend[j] and (_bound(bmax, maxtf, minlen, b, scale[j], grow, k1, kb, bavg)
-                                       + others) * (1.0 + _SLACK) < theta:
-                    b += 1
-                jb[j] = b
-                if b >= bend[j]:
-                    continue
-                start = lo if b == b0[j] else max(lo, last[b - 1] + 1)
-                if start > lo:
-                    nxt = min(nxt, start)
-                elif last[b] - lo < WINDOW:
-                    nxt = lo
-                    break
-                else:
-                    nxt = min(nxt, _seek(ar, j, b, lo, b0, bend, cnt, dec, pos, nb, docs, tfs) if dec[j] != b
-                              else _move(pos, docs, j, lo))
-            if nxt >= end_doc:
-                break
-            lo = nxt
         hi = min(lo + WINDOW - 1, end_doc - 1)
         cap = end_doc - 1
         live = 0
@@ -260,10 +128,7 @@ def _walk(data, off, dbits, tbits, last, bmax, maxtf, minlen, dcode, bits, scale
                 # keep every window from being skipped, and under a filter fewer than k of
                 # its documents may survive, so no seed lifts the k-th score past the long
                 # lists.
-                if dec[j] != b:
-                    _seek(ar, j, b, lo, b0, bend, cnt, dec, pos, nb, docs, tfs)
-                else:
-                    _move(pos, docs, j, lo)
+                _seek(ar, j, b, lo, b0, bend, cnt, dec, pos, nb, docs, tfs)
                 mj = 0.0
                 lim = min(lo + WINDOW - 1, last[b])
                 p = pos[j]
@@ -283,61 +148,9 @@ def _walk(data, off, dbits, tbits, last, bmax, maxtf, minlen, dcode, bits, scale
             live += 1
         if left == 0:
             break
-        if live == 0:
-            lo = hi + 1
-            continue
-        _sort_by_bound(m, ordm, live, pre)
-        if theta > 0.0 and pre[live] * (1.0 + _SLACK) < theta:
-            lo = hi + 1
-            continue
-        ne = 0
-        if theta > 0.0:
-            while ne < live and pre[ne + 1] * (1.0 + _SLACK) < theta:
-                ne += 1
-        if ne > 0:
-            hi = _widen(last, bmax, maxtf, minlen, scale, grow, k1, kb, bavg, blk, bend, m, ordm, ne, live, pre, lo,
-                        cap)
-            while ne > 0 and pre[ne] * (1.0 + _SLACK) >= theta:
-                ne -= 1
-                hi = min(hi, last[blk[ordm[ne]]])
-        nw = 0
-        total = pre[ne]
-        for i in range(ne, live):
-            total += m[ordm[i]]
-        for i in range(ne, live):
-            j = ordm[i]
-            nw = _scatter(ar, last, j, lo, hi, b0, bend, cnt, blk, dec, pos, nb, docs, tfs, bits, dcode, den, scale[j],
-                          k1, kb, bavg, wc, whit, wacc, wset, nw, False, total - m[j], theta, tab)
-        # Candidates in position order, from the window's bitmap (a word per 64 documents:
-        # no sort, no pass over the window's slots), which is cleared on the way.
-        if nw > 0:
-            nw = _drain_bitmap(wset, ((hi - lo) >> 6) + 1, wlist)
-        nw = _keep(wlist, nw, wacc, whit, pre[ne], theta)
-        for i in range(ne - 1, -1, -1):
-            if nw == 0:
-                break
-            j = ordm[i]
-            if 8 * nw >= _postings_in(last, blk[j], bend[j], hi):
-                _scatter(ar, last, j, lo, hi, b0, bend, cnt, blk, dec, pos, nb, docs, tfs, bits, dcode, den, scale[j],
-                         k1, kb, bavg, wc, whit, wacc, wset, 0, True, 0.0, 0.0, tab)
-            else:
-                _look_up(data, off, dbits, tbits, last, j, lo, b0, bend, cnt, blk, dcode, den, scale[j], k1, kb, bavg,
-                         wc, whit, wacc, wlist, nw, keys, hit_key, hit_tf, tab)
-            nw = _keep(wlist, nw, wacc, whit, pre[i], theta)
-        for y in range(nw):
-            x = wlist[y]
-            # The exact score: the hits summed in scoring order from 0.0, as the filtered acc.
-            hb = whit[x]
-            sc = 0.0
-            for j in range(nu):
-                if (hb >> np.int64(j)) & 1:
-                    sc += wc[j, x]
-            if sc > 0.0 and (nh < kk or sc > hs[0]):
-                nh = _push(hs, hi_, nh, kk, sc, lo + x)
-                if nh == kk:
-                    theta = max(theta, hs[0])
-            whit[x] = 0
-            wacc[x] = 0.0
+        if live > 0:
+            nh, theta, hi = _score_window(ar, wg, tab, bits, bd, dcode, scale, theta, lo, hi, cap, cur, win, m, ordm,
+                                          live, pre, hs, hi_, nh)
         lo = hi + 1
     return nh
 

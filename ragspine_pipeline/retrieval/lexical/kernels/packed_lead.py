@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 from .packed import _BLOCK
-from .packed_windows import _lead_candidates, _raise_floor
+from .packed_seed import _lead_candidates, _raise_floor
 from .plain_unfiltered import _unique_terms
 from .selection import _SLACK, _drain, _push
 

@@ -28,7 +28,7 @@ MaxScore bulk scorer does:
   jumps to the next block of the other terms that can still beat it.
 
 Exactness: a document's score is summed over its terms in ``_unique_terms`` order, each
-``w`` recomputed by ``_w`` and multiplied by the term's scale: the very operations, in the
+``w`` recomputed by ``weight.plain_w`` and multiplied by the term's scale: the very operations, in the
 very order, of the MaxScore kernel's accumulator, so the floats are identical. Bounds are
 compared with the shared relative slack (``_SLACK``) and the seed is a lower bound of the
 final k-th score, so nothing that can reach the top k is pruned; a document enters a full
@@ -41,36 +41,37 @@ import numpy as np
 from numba import njit
 
 from .filter_stats import popcount64
-from .packed import _BLOCK, _count, _match_block, _unpack
+from .packed import _BLOCK, _match_block
+from .packed_seed import _seed
 from .packed_wand import _block_cursors, _seek, _shallow, _sort_by_bound
 from .plain_unfiltered import _unique_terms
 from .selection import _SLACK, _drain, _gallop, _push, _suffix_sums
-from .weight import kept, posting_bound, weigh
-from .weight import plain_w as _w
+from .weight import kept, posting_bound, weigh_coded
 
 WINDOW = 4096  # documents per window: the accumulator and hit masks stay in L1/L2
 MAX_TERMS = 62  # distinct terms: one bit each in an int64 hit mask
 DEAD = np.int64(-(2**63))  # a window document's hit mask once it cannot reach the top k
-SEED_DF_FRACTION = 100  # seed the k-th score from the rarest term when df x this < documents
-SEED_LOOKUPS = 8192  # at most this many seed documents have the other terms looked up
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _widen(last, bmax, scale, blk, bend, m, ordm, ne, live, pre, lo, end_doc, theta):
-    """Widen the window to the essential terms' nearest block end (at most ``WINDOW``):
-    each non-essential term's bound becomes its largest block max over the window (skip
-    data only), re-sorted with the prefix sums. Returns the window's last document."""
-    hi = min(lo + WINDOW - 1, end_doc - 1)
+def _widen(last, wg, bmax, maxtf, minlen, scale, blk, bend, m, ordm, ne, live, pre, lo, cap):
+    """Widen the window to the essential terms' nearest block end (at most ``WINDOW``,
+    ending by ``cap``): each non-essential term's bound becomes its largest block bound
+    over the window (skip data only, ``weight.posting_bound`` of the weigher ``wg``),
+    re-sorted with the prefix sums. Returns the window's last document. Both weightings:
+    the unfiltered bound is the block max x scale, whose largest over blocks is the
+    largest max x scale (a product by a positive scale keeps the order: the same float)."""
+    hi = min(lo + WINDOW - 1, cap)
     for i in range(ne, live):
         hi = min(hi, last[blk[ordm[i]]])
     for i in range(ne):
         j = ordm[i]
         b = blk[j]
-        mx = bmax[b]
+        mx = posting_bound(wg, bmax, maxtf, minlen, b, scale[j])
         while b + 1 < bend[j] and last[b] < hi:
             b += 1
-            mx = max(mx, bmax[b])
-        m[j] = mx * scale[j]
+            mx = max(mx, posting_bound(wg, bmax, maxtf, minlen, b, scale[j]))
+        m[j] = mx
     _sort_by_bound(m, ordm, ne, pre)
     return hi
 
@@ -88,18 +89,19 @@ def _postings_in(last, b, bend, hi):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale, wc, whit, wacc,
+def _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, bits, dcode, wg, tab, s, wc, whit, wacc,
              wset, nw, only_alive, floor, cut):
-    """Term j's postings in [lo, hi], term at a time, into the window: its contribution
+    """Term j's postings in [lo, hi] that pass the filter ``bits`` (None: no filter; a
+    candidate has passed it already), term at a time, into the window: its contribution
     apart (wc), its bit (whit) and the partial sum (wacc); new documents counted in nw and
     set in the window's bitmap wset (a bit per document: read back in position order with
     no sort). With ``only_alive``, only documents already in the window (candidates) take
     it. Otherwise a posting whose weight plus ``floor`` (every other term's bound) cannot
     beat ``cut`` (0: none) marks its document dead (``DEAD``): its whole score is below
-    the k-th, whichever terms it holds, so it is dropped with no further work. Returns
-    the new count."""
+    the k-th, whichever terms it holds, so it is dropped with no further work. The weight
+    is ``weight.weigh_coded`` of the weigher ``wg`` (``tab``: the filtered tf-1 table).
+    Returns the new count."""
     bit = np.int64(1) << np.int64(j)
-    s = scale[j]
     last = ar[4]
     b = blk[j]
     while b < bend[j] and (b == b0[j] or last[b - 1] < hi):
@@ -112,12 +114,12 @@ def _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, 
             h = whit[x]
             if only_alive:
                 if h > 0:
-                    c = _w(tfs[j, p], dcode[d], wt) * s
+                    c = weigh_coded(wg, tab, j, s, tfs[j, p], dcode[d])
                     whit[x] = h | bit
                     wc[j, x] = c
                     wacc[x] += c
-            elif h >= 0:
-                c = _w(tfs[j, p], dcode[d], wt) * s
+            elif h >= 0 and kept(bits, d):
+                c = weigh_coded(wg, tab, j, s, tfs[j, p], dcode[d])
                 if h == 0:
                     wset[x >> 6] |= np.uint64(1) << np.uint64(x & 63)
                     nw += 1
@@ -138,13 +140,13 @@ def _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, 
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _look_up(ar, j, lo, blk, b0, bend, cnt, dcode, wt, scale, wc, whit, wacc, wlist, nw, keys, hit_key, hit_tf):
+def _look_up(ar, j, lo, blk, b0, bend, cnt, dcode, wg, tab, s, wc, whit, wacc, wlist, nw, keys, hit_key, hit_tf):
     """Term j looked up at each candidate wlist[:nw] (ascending), through its block skip
     data: a block holding candidates has its gaps unpacked only as far as the last of
-    them, and a tf only for a hit (``_match_block``); other blocks are not read."""
+    them, and a tf only for a hit (``_match_block``); other blocks are not read. Both
+    weightings (``weight.weigh_coded``)."""
     data, off, dbits, tbits, last = ar
     bit = np.int64(1) << np.int64(j)
-    s = scale[j]
     for y in range(nw):
         keys[y] = lo + wlist[y]
     b = blk[j]
@@ -157,7 +159,7 @@ def _look_up(ar, j, lo, blk, b0, bend, cnt, dcode, wt, scale, wc, whit, wacc, wl
         y, m = _match_block(data, off, dbits, tbits, last, b, b == b0[j], n, keys, y, nw, hit_key, hit_tf)
         for h in range(m):
             x = wlist[hit_key[h]]
-            c = _w(hit_tf[h], dcode[lo + x], wt) * s
+            c = weigh_coded(wg, tab, j, s, hit_tf[h], dcode[lo + x])
             wc[j, x] = c
             whit[x] |= bit
             wacc[x] += c
@@ -203,132 +205,111 @@ def _keep(wlist, nw, wacc, whit, bound, theta):
     return m
 
 
-
 @njit(cache=True, nogil=True, inline="always")
-def _above(rd, score, n, rest, floor):
-    """Keep, in order, the documents rd[:n] whose score plus ``rest`` can still reach
-    ``floor``; returns how many."""
-    m = 0
-    for i in range(n):
-        if (score[i] + rest) * (1.0 + _SLACK) >= floor:
-            rd[m] = rd[i]
-            score[m] = score[i]
-            m += 1
-    return m
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _add_at(pk, ar, t, s, rd, nc, score, dcode, wg, bd, bt):
-    """score[i] += term t's part (scale s, weigher ``wg``: ``weight.weigh``) at each sorted
-    document rd[i] (i < nc) that holds it, reading only the blocks that hold one
-    (``_match_block``; bd/bt its scratch)."""
-    data, off, dbits, tbits, last = ar
-    b = pk[1][t]
-    bend = pk[1][t + 1]
-    y = 0
-    while y < nc and b < bend:
-        if last[b] < rd[y]:
-            b = _gallop(last, b, bend, rd[y])
+def _jump(ar, wg, bmax, maxtf, minlen, scale, ub, gsuf, theta, lo, end_doc, jb, b0, bend, cnt, dec, pos, nb, docs,
+          tfs):
+    """Where the walk goes next when theta > 0 (both weightings): terms ge.. cannot beat
+    theta together, nor can a block of another term whose bound plus every other term's
+    bound; the next document that can (``end_doc``: none). ``jb`` only moves on: lo and
+    theta only rise, so a block passed stays passed."""
+    nu = scale.shape[0]
+    ge = nu
+    while ge > 0 and gsuf[ge - 1] * (1.0 + _SLACK) < theta:
+        ge -= 1
+    if ge == 0:
+        return end_doc
+    last = ar[4]
+    nxt = end_doc
+    for j in range(ge):
+        b = _shallow(last, jb[j], bend[j], lo)
+        others = gsuf[0] - ub[j]
+        while b < bend[j] and (posting_bound(wg, bmax, maxtf, minlen, b, scale[j]) + others) * (1.0 + _SLACK) < theta:
+            b += 1
+        jb[j] = b
+        if b >= bend[j]:
             continue
-        y, m = _match_block(data, off, dbits, tbits, last, b, b == pk[1][t], _count(pk, t, b), rd, y, nc, bd, bt)
-        for h in range(m):
-            score[bd[h]] += weigh(wg, s, bt[h], dcode[rd[bd[h]]])
-        b += 1
+        start = lo if b == b0[j] else max(lo, last[b - 1] + 1)
+        if start > lo:
+            nxt = min(nxt, start)  # the block's start: a bound, nothing decoded
+        elif last[b] - lo < WINDOW:
+            return lo  # a short block holds lo: no jump worth a decode
+        else:
+            nxt = min(nxt, _seek(ar, j, b, lo, b0, bend, cnt, dec, pos, nb, docs, tfs))
+    return nxt
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _lead_candidates(pk, ar, t, s, rest, k, hs, hi, bits, dcode, wg, rd, score, bd, bt):
-    """Term t's documents (those ``bits`` keeps; None: all) whose part (scale s) plus
-    ``rest`` can still reach the k-th best of its parts so far, into rd/score[:nc], with
-    those k best in the heap hs/hi; a block whose bound (``weight.posting_bound``) plus
-    ``rest`` cannot is not decoded. Returns (heap size, nc). The first step of the seeds
-    (``_seed``, ``kernels.packed_filtered_windows._seed``) and of ``kernels.packed_lead``."""
-    data, off, dbits, tbits, last = ar
-    bmax, maxtf, minlen = pk[6], pk[9], pk[10]
-    nh = 0
-    nc = 0
-    for b in range(pk[1][t], pk[1][t + 1]):
-        if nh == k and (posting_bound(wg, bmax, maxtf, minlen, b, s) + rest) * (1.0 + _SLACK) < hs[0]:
-            continue
-        n = _count(pk, t, b)
-        _unpack(data, off, dbits, tbits, last, b, b == pk[1][t], n, bd, bt)
-        for i in range(n):
-            d = bd[i]
-            if not kept(bits, d):
-                continue
-            c = weigh(wg, s, bt[i], dcode[d])
-            if nh < k or c > hs[0]:
-                nh = _push(hs, hi, nh, k, c, d)
-            if nh < k or (c + rest) * (1.0 + _SLACK) >= hs[0]:
-                rd[nc] = d
-                score[nc] = c
-                nc += 1
-    return nh, nc
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _raise_floor(pk, ar, ut, scale, ub, r, limit, k, rd, nc, score, floor, rest, dcode, wg, bd, bt):
-    """The candidates rd/score[:nc] of term r (``_lead_candidates``) that can still reach
-    ``floor`` take the other terms, largest bound first (the candidates thin out fastest),
-    while they number at most ``limit``; ``floor`` rises to the k-th best of their partial
-    scores (a lower bound of the final k-th score: k documents have at least that).
-    Returns (floor, nc)."""
-    nc = _above(rd, score, nc, rest, floor)
-    for j in range(ut.shape[0]):
-        if j == r:
-            continue
-        if nc > limit:
+def _score_window(ar, wg, tab, bits, bd, dcode, scale, theta, lo, hi, cap, cur, win, m, ordm, live, pre, hs, hi_, nh):
+    """One window [lo, hi] whose ``live`` terms (``ordm``) have their bounds in ``m``, both
+    weightings: sorted by bound, skipped when they cannot beat theta together, else the
+    non-essential ones split off (the window widened over them, by ``cap``), the essential
+    ones scattered, the candidates left taking the others (largest bound first) while
+    they can still beat theta, then the survivors' exact scores pushed on the heap (the
+    hits summed in scoring order from 0.0, as the term-at-a-time kernels' accumulator).
+    Returns (heap size, theta, the window's last document). The block bounds ``bd``, the
+    cursors ``cur`` and the window's state ``win`` come as tuples: an inlined call takes at
+    most 30 arguments (past that Python passes them as *args, which numba's inliner refuses)."""
+    bmax, maxtf, minlen = bd
+    b0, bend, cnt, blk, dec, pos, nb, docs, tfs = cur
+    wc, whit, wacc, wlist, keys, hit_key, hit_tf, wset = win
+    last = ar[4]
+    nu = scale.shape[0]
+    kk = hs.shape[0]
+    _sort_by_bound(m, ordm, live, pre)
+    if theta > 0.0 and pre[live] * (1.0 + _SLACK) < theta:
+        return nh, theta, hi
+    ne = 0
+    if theta > 0.0:
+        while ne < live and pre[ne + 1] * (1.0 + _SLACK) < theta:
+            ne += 1
+    if ne > 0:
+        hi = _widen(last, wg, bmax, maxtf, minlen, scale, blk, bend, m, ordm, ne, live, pre, lo, cap)
+        while ne > 0 and pre[ne] * (1.0 + _SLACK) >= theta:
+            # Wider bounds made the largest non-essential term essential again: its
+            # documents must lie in its current block, so the window ends there.
+            ne -= 1
+            hi = min(hi, last[blk[ordm[ne]]])
+    nw = 0
+    total = pre[ne]
+    for i in range(ne, live):
+        total += m[ordm[i]]
+    for i in range(ne, live):
+        # A posting whose weight plus every other term's bound cannot beat theta kills
+        # its document.
+        j = ordm[i]
+        nw = _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, bits, dcode, wg, tab, scale[j],
+                      wc, whit, wacc, wset, nw, False, total - m[j], theta)
+    # Candidates in position order, from the window's bitmap (a word per 64 documents:
+    # no sort, no pass over the window's slots), which is cleared on the way.
+    if nw > 0:
+        nw = _drain_bitmap(wset, ((hi - lo) >> 6) + 1, wlist)
+    nw = _keep(wlist, nw, wacc, whit, pre[ne], theta)
+    for i in range(ne - 1, -1, -1):
+        if nw == 0:
             break
-        _add_at(pk, ar, ut[j], scale[j], rd, nc, score, dcode, wg, bd, bt)
-        if nc >= k:
-            floor = max(floor, np.partition(score[:nc], nc - k)[nc - k])
-        rest -= ub[j]
-        nc = _above(rd, score, nc, max(rest, 0.0), floor)
-    return floor, nc
+        j = ordm[i]
+        if 8 * nw >= _postings_in(last, blk[j], bend[j], hi):
+            _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, bits, dcode, wg, tab, scale[j],
+                     wc, whit, wacc, wset, 0, True, 0.0, 0.0)
+        else:
+            _look_up(ar, j, lo, blk, b0, bend, cnt, dcode, wg, tab, scale[j], wc, whit, wacc, wlist, nw,
+                     keys, hit_key, hit_tf)
+        nw = _keep(wlist, nw, wacc, whit, pre[i], theta)
+    for y in range(nw):
+        x = wlist[y]
+        hb = whit[x]
+        sc = 0.0
+        for j in range(nu):
+            if (hb >> np.int64(j)) & 1:
+                sc += wc[j, x]
+        if sc > 0.0 and (nh < kk or sc > hs[0]):
+            nh = _push(hs, hi_, nh, kk, sc, lo + x)
+            if nh == kk:
+                theta = max(theta, hs[0])
+        whit[x] = 0
+        wacc[x] = 0.0
+    return nh, theta, hi
 
-
-@njit(cache=True, nogil=True)
-def _seed(pk, ar, ut, scale, ub, k, dcode, wg, bits):
-    """A lower bound of the final k-th score, or 0, from the rarest term when it holds at
-    least k documents (survivors, under the filter ``bits``; None: none) and under
-    1/``SEED_DF_FRACTION`` of the corpus, as term-at-a-time MaxScore starts: the k-th best
-    of its parts (blocks that cannot beat it with the other terms' bounds are not decoded),
-    then the other terms, largest bound first, looked up at the documents that can still
-    beat it, raising it to the k-th best of their partial scores; less a relative margin
-    for summation order. ``wg``: the weigher (``weight.weigh``), unfiltered or filtered.
-
-    Why: the window walk starts with nothing in its heap, so without a seed it scores
-    the first windows of the long lists in full, and cannot jump to the rare term's
-    documents. Every document of the final top k scores at least this (k documents do),
-    so pruning strictly below it stays exact, and the walk finds and scores the seed
-    documents again."""
-    indptr = pk[0]
-    nu = ut.shape[0]
-    r = -1
-    best = dcode.shape[0] // SEED_DF_FRACTION
-    for j in range(nu):
-        df = indptr[ut[j] + 1] - indptr[ut[j]]
-        if df < best:
-            best = df
-            r = j
-    if r < 0 or nu < 2 or best < k:
-        return 0.0
-    rest = 0.0
-    for j in range(nu):
-        if j != r:
-            rest += ub[j]
-    rd = np.empty(best, np.int64)
-    score = np.empty(best, np.float64)
-    bd = np.empty(_BLOCK, np.int64)
-    bt = np.empty(_BLOCK, np.int64)
-    hs = np.empty(k, np.float64)
-    hi = np.empty(k, np.int64)
-    nh, nc = _lead_candidates(pk, ar, ut[r], scale[r], rest, k, hs, hi, bits, dcode, wg, rd, score, bd, bt)
-    if nh < k:
-        return 0.0  # a filter left under k survivors
-    floor, nc = _raise_floor(pk, ar, ut, scale, ub, r, SEED_LOOKUPS, k, rd, nc, score, hs[0], rest, dcode, wg, bd,
-                             bt)
-    return floor * (1.0 - 4.0 * _SLACK)
 
 
 @njit(cache=True, nogil=True)
@@ -364,7 +345,8 @@ def _walk(data, off, dbits, tbits, last, bmax, dcode, wt, scale, ub, theta, b0, 
           jb, gsuf, wc, whit, wacc, wlist, keys, hit_key, hit_tf, m, ordm, pre, hs, hi_, wset):
     """The window walk of ``window_top_k`` over preallocated state (``jb``: the jump
     cursor, blocks passed for good, apart from ``blk``; ``wset``: the window's bitmap of
-    documents in play); returns the heap's size.
+    documents in play); returns the heap's size. A window's bounds are its blocks' maxes;
+    the jump and the window's scoring are the filtered walk's (``_jump``, ``_score_window``).
 
     Compiled without the runtime's reference counting (``_nrt=False``: it allocates
     nothing), as ``kernels.packed_filtered_windows._walk`` is: with it, every array handed to
@@ -372,40 +354,18 @@ def _walk(data, off, dbits, tbits, last, bmax, dcode, wt, scale, ub, theta, b0, 
     at about a third of an unfiltered query loop's samples."""
     end_doc = np.int64(dcode.shape[0])
     nu = scale.shape[0]
-    kk = hs.shape[0]
     nh = 0
     ar = (data, off, dbits, tbits, last)
+    bd = (bmax, bmax, bmax)  # the unfiltered bound reads the block max only
+    cur = (b0, bend, cnt, blk, dec, pos, nb, docs, tfs)
+    win = (wc, whit, wacc, wlist, keys, hit_key, hit_tf, wset)
     lo = np.int64(0)
     while lo < end_doc:
         if theta > 0.0:
-            # Terms ge.. cannot beat theta together, nor can a block of another term whose
-            # max plus every other term's bound: jump to the next document that can.
-            ge = nu
-            while ge > 0 and gsuf[ge - 1] * (1.0 + _SLACK) < theta:
-                ge -= 1
-            if ge == 0:
+            lo = _jump(ar, wt, bmax, bmax, bmax, scale, ub, gsuf, theta, lo, end_doc, jb, b0, bend, cnt, dec, pos, nb,
+                       docs, tfs)
+            if lo >= end_doc:
                 break
-            nxt = end_doc
-            for j in range(ge):
-                # jb only moves on: lo and theta only rise, so a block passed stays passed.
-                b = _shallow(last, jb[j], bend[j], lo)
-                others = gsuf[0] - ub[j]
-                while b < bend[j] and (bmax[b] * scale[j] + others) * (1.0 + _SLACK) < theta:
-                    b += 1
-                jb[j] = b
-                if b >= bend[j]:
-                    continue
-                start = lo if b == b0[j] else max(lo, last[b - 1] + 1)
-                if start > lo:
-                    nxt = min(nxt, start)  # the block's start: a bound, nothing decoded
-                elif last[b] - lo < WINDOW:
-                    nxt = lo  # a short block holds lo: no jump worth a decode
-                    break
-                else:
-                    nxt = min(nxt, _seek(ar, j, b, lo, b0, bend, cnt, dec, pos, nb, docs, tfs))
-            if nxt >= end_doc:
-                break
-            lo = nxt
         # The window: up to the nearest end of the blocks holding lo (each term has one
         # bound there), at most WINDOW documents.
         hi = min(lo + WINDOW - 1, end_doc - 1)
@@ -420,59 +380,7 @@ def _walk(data, off, dbits, tbits, last, bmax, dcode, wt, scale, ub, theta, b0, 
                 live += 1
         if live == 0:
             break
-        _sort_by_bound(m, ordm, live, pre)
-        if theta > 0.0 and pre[live] * (1.0 + _SLACK) < theta:
-            lo = hi + 1
-            continue
-        ne = 0
-        if theta > 0.0:
-            while ne < live and pre[ne + 1] * (1.0 + _SLACK) < theta:
-                ne += 1
-        if ne > 0:
-            hi = _widen(last, bmax, scale, blk, bend, m, ordm, ne, live, pre, lo, end_doc, theta)
-            while ne > 0 and pre[ne] * (1.0 + _SLACK) >= theta:
-                # Wider bounds made the largest non-essential term essential again: its
-                # documents must lie in its current block, so the window ends there.
-                ne -= 1
-                hi = min(hi, last[blk[ordm[ne]]])
-        nw = 0
-        total = pre[ne]
-        for i in range(ne, live):
-            total += m[ordm[i]]
-        for i in range(ne, live):
-            # A posting whose weight plus every other term's bound cannot beat theta
-            # kills its document.
-            nw = _scatter(ar, ordm[i], lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale,
-                          wc, whit, wacc, wset, nw, False, total - m[ordm[i]], theta)
-        # Candidates in position order, from the window's bitmap (a word per 64 documents:
-        # no sort, no pass over the window's slots), which is cleared on the way.
-        if nw > 0:
-            nw = _drain_bitmap(wset, ((hi - lo) >> 6) + 1, wlist)
-        nw = _keep(wlist, nw, wacc, whit, pre[ne], theta)
-        for i in range(ne - 1, -1, -1):
-            if nw == 0:
-                break
-            j = ordm[i]
-            if 8 * nw >= _postings_in(last, blk[j], bend[j], hi):
-                _scatter(ar, j, lo, hi, blk, b0, bend, cnt, dec, pos, nb, docs, tfs, dcode, wt, scale,
-                         wc, whit, wacc, wset, 0, True, 0.0, 0.0)
-            else:
-                _look_up(ar, j, lo, blk, b0, bend, cnt, dcode, wt, scale, wc, whit, wacc, wlist, nw,
-                         keys, hit_key, hit_tf)
-            nw = _keep(wlist, nw, wacc, whit, pre[i], theta)
-        for y in range(nw):
-            x = wlist[y]
-            # The exact score: the hits summed in _unique_terms order, as MaxScore's acc.
-            bits = whit[x]
-            sc = 0.0
-            for j in range(nu):
-                if (bits >> np.int64(j)) & 1:
-                    sc += wc[j, x]
-            if sc > 0.0 and (nh < kk or sc > hs[0]):
-                nh = _push(hs, hi_, nh, kk, sc, lo + x)
-                if nh == kk:
-                    theta = max(theta, hs[0])
-            whit[x] = 0
-            wacc[x] = 0.0
+        nh, theta, hi = _score_window(ar, wt, wc, None, bd, dcode, scale, theta, lo, hi, end_doc - 1, cur, win, m, ordm,
+                                      live, pre, hs, hi_, nh)
         lo = hi + 1
     return nh

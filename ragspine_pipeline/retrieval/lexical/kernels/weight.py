@@ -20,9 +20,19 @@ The filtered kernels use N, df and avgdl over the filter's survivors and pass
 the operations is part of the contract: the routes' scores must be equal float for float.
 """
 
+import warnings
+
 import numpy as np
 from numba import njit, types
+from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import overload
+
+# Inlining an ``inline="always"`` overload whose body holds a call or a branch into a loop
+# makes numba's SSA pass warn "variable ... is not in scope" on Python 3.11 (numba issues
+# #7802, #9489: the inliner does not move the variable's scope; the IR and the machine code
+# are right, the check is pedantic). The weighers below are such overloads; the warning
+# would greet every cold compile, so it is silenced for that message only.
+warnings.filterwarnings("ignore", message=r"variable '.*' is not in scope", category=NumbaIRAssumptionWarning)
 
 TF_BOUND_GROW = 1.05  # filtered block bounds add the tf bound only when the stored max grows more
 
@@ -138,6 +148,14 @@ def posting_bound(wg, bmax, maxtf, minlen, b, s):
     raise NotImplementedError("numba only")
 
 
+def weigh_coded(wg, tab, j, s, tf, code):
+    """Term j's part (scale ``s``) for tf ``tf`` at a document of length code ``code`` under the
+    weigher ``wg``, tf 1 read from row j of the filtered window kernel's table ``tab``
+    (``part_by_code``; the unfiltered weigher reads its own w-of-tf-1 table and ignores
+    ``tab``). Callable from numba code only."""
+    raise NotImplementedError("numba only")
+
+
 def kept(bits, d):
     """Whether document d passes the filter ``bits`` (packed words; None: no filter)."""
     raise NotImplementedError("numba only")
@@ -164,6 +182,24 @@ def _posting_bound(wg, bmax, maxtf, minlen, b, s):
     if _unfiltered(wg):
         return lambda wg, bmax, maxtf, minlen, b, s: bmax[b] * s
     return lambda wg, bmax, maxtf, minlen, b, s: block_bound(bmax, maxtf, minlen, b, s, wg[4], wg[1], wg[2], wg[3])
+
+
+@njit(cache=True, nogil=True, inline="always")
+def part_by_code(s, tf, code, tab, j, den, k1, kb, bavg):
+    """Term j's part for tf ``tf`` at a document of length code ``code``: s x tf / (tf +
+    ``den_of``), tf 1 read from row j of ``packed_filter_weights.window_tables``' table when
+    it has columns (the same floats)."""
+    if tf == 1 and tab.shape[1] > 0:
+        return tab[j, code]
+    f = np.float64(tf)
+    return part(s, f, den_of(den, code, k1, kb, bavg))
+
+
+@overload(weigh_coded, inline="always")
+def _weigh_coded(wg, tab, j, s, tf, code):
+    if _unfiltered(wg):
+        return lambda wg, tab, j, s, tf, code: plain_w(tf, code, wg) * s
+    return lambda wg, tab, j, s, tf, code: part_by_code(s, tf, code, tab, j, wg[0], wg[1], wg[2], wg[3])
 
 
 @overload(kept, inline="always")

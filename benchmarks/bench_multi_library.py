@@ -280,8 +280,9 @@ def policy_lines(data: dict[str, Any], channels: str = POLICY_CHANNELS) -> list[
     """The ``hybrid-policy`` (or ``-own``) summary: per set the ``auto`` choice, BM25 and
     hybrid one library, hybrid >= BM25, and each split's Δ per mode."""
     cells = data["cells"]
-    setups_seen = sorted({k.split("|")[2] for k in cells if k.split("|")[1] == channels} - {"one"},
-                         key=lambda s: (("split2", "split4").index(s) if s in ("split2", "split4") else 2, s))
+    seen = {k.split("|")[2].split("+")[0] + ("+" if "+" in k.split("|")[2] else "")
+            for k in cells if k.split("|")[1] == channels}
+    setups_seen = [s for s in SETUPS if s in seen]  # split2+: each set's own split2+A+B
     modes = [m for m in MODES if any(k.endswith(f"|{m}") for k in cells)]
     given = ("given to every library of every setup" if channels == POLICY_CHANNELS else
              "the one library's; each library of a setup resolves its own (its *own choice* in the JSON)")
@@ -291,7 +292,8 @@ def policy_lines(data: dict[str, Any], channels: str = POLICY_CHANNELS) -> list[
            f"mode ({' / '.join(f'`{m}`' for m in modes)}); *parts agree*: each split part resolved alone picks "
            "the same; *embedded*: texts embedded by the run rather than read from the vector cache.", "",
            f"| set | auto choice | BM25 one library | {channels} one library | hybrid ≥ BM25 | "
-           + " | ".join(f"{s} Δ" for s in setups_seen) + " | parts agree | embedded |",
+           + " | ".join(f"{s}{'A+B' if s.endswith('+') else ''} Δ" for s in setups_seen)
+           + " | parts agree | embedded |",
            "|---|---|---|---|---|" + "---|" * len(setups_seen) + "---|---|"]
     for s in sorted(data["policy"], key=lambda s: SETS.index(s) if s in SETS else len(SETS)):
         p = data["policy"][s]
@@ -299,7 +301,8 @@ def policy_lines(data: dict[str, Any], channels: str = POLICY_CHANNELS) -> list[
         if hy is None:
             continue
         deltas = []
-        for setup in setups_seen:
+        for column in setups_seen:
+            setup = next((k.split("|")[2] for k in cells if k.startswith(f"{s}|{channels}|{column}")), column)
             got = [cells.get(f"{s}|{channels}|{setup}|{m}") for m in modes]
             deltas.append(" / ".join("–" if c is None else f"{c['ndcg@10'] - hy['ndcg@10']:+.4f}" for c in got))
         agree = {st: v["parts_agree"] for st, v in p.get("setups", {}).items()}

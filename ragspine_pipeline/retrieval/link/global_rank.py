@@ -10,8 +10,10 @@ relevance. Here the selected libraries are scored as the union of their chunks:
   summed, and each library scores its postings with the sum (``search(stats=...)``), the
   two-phase statistics of refresh stacks and shards. With the same analyzer everywhere the
   scores are those of one index over the union, so the per-library lists merge by score.
-  An index that cannot take outside statistics (the sharded front) scores with its own and
-  the response says so (``fusion.bm25_stats: "per_library"``).
+  Every index of this project takes outside statistics (the sharded front sums its shards'
+  parts and scores with the caller's in one phase); an injected index that cannot (no
+  ``survivor_stats`` or no ``search(stats=)``) scores with its own, and the response says
+  so (``fusion.bm25_stats: "per_library"``).
 * The union is the libraries that hold the query's language (``language_scope``): a
   library in another language only raises N and flattens every idf of the query (xquad-de
   with two English sets added: -0.040 nDCG@10, all of it from the statistics). The union

@@ -302,7 +302,8 @@ def policy_lines(data: dict[str, Any], channels: str = POLICY_CHANNELS) -> list[
             continue
         deltas = []
         for column in setups_seen:
-            setup = next((k.split("|")[2] for k in cells if k.startswith(f"{s}|{channels}|{column}")), column)
+            exact = "" if column.endswith("+") else "|"  # split2 is not split2+A+B
+            setup = next((k.split("|")[2] for k in cells if k.startswith(f"{s}|{channels}|{column}{exact}")), column)
             got = [cells.get(f"{s}|{channels}|{setup}|{m}") for m in modes]
             deltas.append(" / ".join("–" if c is None else f"{c['ndcg@10'] - hy['ndcg@10']:+.4f}" for c in got))
         agree = {st: v["parts_agree"] for st, v in p.get("setups", {}).items()}

@@ -381,3 +381,23 @@ def test_warehouse_auto_records_the_choice_and_the_snapshot_serves_it(tmp_path):
     assert P.publish_snapshot(wh, lib).metadata["fusion"]["dense_weight"] == 0.6
     again = P.build_embeddings(wh, lib, AutoEmbeddingBackend(make_embedding_backend, pol2), "auto")
     assert again.metadata["reused"] is True
+
+
+def test_dense_english_is_english_and_other_latin_needs_evidence():
+    """A document of terms with few English function words stays English (SciFact's
+    24721866 and Cranfield's 1395 once gave their English libraries the multilingual
+    model); another Latin-script language needs its own function words to outnumber
+    English's, or English's to be all but absent (a language without a stop list)."""
+    jargon = ("Activation of AMP-activated protein kinase suppresses oxidized low-density "
+              "lipoprotein-induced macrophage proliferation. Macrophage-derived foam cells, "
+              "oxidized LDL, AMPK activators AICAR metformin, cell cycle arrest, p27Kip1 "
+              "expression, ERK phosphorylation, atherosclerotic lesions in ApoE mice.")
+    assert text_group(jargon) == "en"
+    assert text_group("low density stagnation point heat transfer measurements in the hypersonic "
+                      "shock tunnel . low density stagnation point heat transfer rates") == "en"
+    assert text_group("Der Vorstand hat die Richtlinie mit einer Mehrheit und ohne Gegenstimmen "
+                      "für das nächste Jahr beschlossen, so die Zeitung.") == "latin"
+    # Vietnamese (no stop list here): no English function words at all.
+    assert text_group("Hội đồng quản trị đã phê duyệt chính sách mới về công tác phí năm nay") == "latin"
+    assert profile([(jargon, None, "d1"), ("The board approved the new policy for the year.", None, "d2")]
+                   ).languages == ["en"]

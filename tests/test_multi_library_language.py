@@ -132,3 +132,39 @@ def test_restricted_chunks_do_not_decide_a_library_language():
     RESTRICTED is not a German library (its restricted text cannot steer a ranking)."""
     hidden = library(GERMAN[:20], "hidden", label="RESTRICTED").index.retriever
     assert library_groups(hidden) == frozenset()
+
+
+def test_libraries_of_different_models_answer_dense_in_the_query_language():
+    """``auto`` embeds a German library with one model and an English one with another,
+    and may fuse them differently: the question's language decides which library's model
+    answers the dense channel and whose fusion holds (``last["dense_scope"]``), as it
+    decides the BM25 statistics; a German question then ranks as the German library alone."""
+    from ragspine_pipeline.retrieval.hybrid.fusion import FusionConfig
+    from ragspine_pipeline.retrieval.link.global_rank import rank_union
+    from ragspine_pipeline.retrieval.vector.embedding_backends import DeterministicHashBackend
+
+    def build(docs, name, dim, fusion):
+        chunks = [c for d, t in docs for c in chunk_document(t, doc_id=d, metadata={"sensitivity": "PUBLIC"})]
+        ix = NarrativeIndex.from_chunks(chunks, library_id=name, embedding_backend=DeterministicHashBackend(dim=dim))
+        ix.retriever.fusion = fusion
+        return ix
+
+    convex = FusionConfig(method="convex", dense_weight=0.7, source="auto:latin")
+    de = build(GERMAN, "de", 16, convex)
+    en = build(ENGLISH[:60], "en", 24, FusionConfig(method="convex", dense_weight=0.5, source="auto:en"))
+    parts = {"de": de.retriever, "en": en.retriever}
+    q = "Wie ist der wort5 und wort17?"
+    report: dict = {}
+    hits = rank_union(parts, q, None, 10, report=report)
+    assert report["dense_scope"] == ["de"]
+    assert {h.library_id for h in hits} == {"de"} and all(h.hit.fusion["dense"] == "raw_cosine" for h in hits)
+    assert all(h.hit.fusion["method"] == "convex" and h.hit.fusion["dense_weight"] == 0.7 for h in hits)
+    alone = rank_union({"de": de.retriever}, q, None, 10)
+    assert [(h.hit.position, h.hit.fused) for h in hits] == [(h.hit.position, h.hit.fused) for h in alone]
+    report = {}
+    rank_union(parts, "What is the term5 of the term17?", None, 10, report=report)
+    assert report["dense_scope"] == ["en"]
+    # One model and one fusion everywhere: the union's rule, no scope.
+    report = {}
+    rank_union({"de": de.retriever, "de2": de.retriever}, q, None, 10, report=report)
+    assert "dense_scope" not in report

@@ -53,7 +53,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..lexical.analysis.stopwords import STOP_WORDS
+from ..lexical.analysis.stopwords import latin_function_words
 
 LATIN_GROUPS = frozenset({"en", "latin"})
 QUERY_MIN_SHARE = 0.25  # a script group must hold this share of a query's letters to count
@@ -75,11 +75,6 @@ _SCRIPTS = {
 }
 _LETTER = re.compile(r"[^\W\d_]")
 _LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u1e00-\u1eff]+")
-# Latin-script languages with a stop list (``lexical.stopwords``), English apart.
-_ENGLISH = STOP_WORDS["english"]
-_OTHER_LATIN = {lang: words for lang, words in STOP_WORDS.items()
-                if lang != "english" and any(_SCRIPTS["latin"].match(w) for w in words)}
-_ANY_OTHER = frozenset().union(*_OTHER_LATIN.values())
 
 
 def script_counts(text: str) -> Counter[str]:
@@ -91,11 +86,7 @@ def script_counts(text: str) -> Counter[str]:
 
 def latin_groups(text: str) -> frozenset[str]:
     """``{"en"}``, ``{"latin"}`` or both (cannot tell) for the Latin words of ``text``."""
-    words = [w.casefold() for w in _LATIN_WORD.findall(text)]
-    en_any = sum(w in _ENGLISH for w in words)
-    en_only = sum(w in _ENGLISH and w not in _ANY_OTHER for w in words)
-    other_only = max((sum(w in stop and w not in _ENGLISH for w in words) for stop in _OTHER_LATIN.values()),
-                     default=0)
+    en_any, en_only, other_only = latin_function_words(w.casefold() for w in _LATIN_WORD.findall(text))
     if other_only > en_any:
         return frozenset({"latin"})
     if en_only > other_only:

@@ -5,7 +5,10 @@ Latin-script languages; measured on German), ``cyrillic`` (Russian), ``arabic``,
 ``cjk`` (Chinese, Japanese, Korean; measured on Chinese) and ``other``. A chunk's declared
 ``language`` metadata wins; without one, the dominant script of its letters decides, and
 Latin text counts as English when English function words make up a sizeable share of its
-words (German, French, ... use other ones).
+words, or, when they are fewer, as long as no other listed language's own function words
+outnumber them and they are not all but absent (``lexical.analysis.stopwords.
+latin_function_words``, the counts a query's language is told by too): German, French, ...
+use other ones, and a dense English abstract of terms still holds some.
 
 A library's *languages* are every group its documents are in (a document's declared
 ``language``, else the group of a sample of its text), plus every non-Latin script group
@@ -23,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..lexical.analysis.scripts import script_of
-from ..lexical.analysis.stopwords import stop_words_for
+from ..lexical.analysis.stopwords import latin_function_words
 
 GROUPS = ("en", "latin", "cyrillic", "arabic", "thai", "cjk", "other")
 
@@ -39,9 +42,9 @@ _LATIN_CODES = {"de", "german", "fr", "french", "es", "spanish", "it", "italian"
                 "vi", "ca"}
 _CJK_RANGES = ((0x3040, 0x30FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF))
 _WORD = re.compile(r"[^\W\d_]+")
-_ENGLISH = stop_words_for("english")
 SAMPLE_CHARS = 2000
 ENGLISH_STOPWORD_SHARE = 0.2
+UNLISTED_LATIN_SHARE = 0.05  # under this share of English function words, and no other list's: not English
 
 
 def _is_cjk(ch: str) -> bool:
@@ -77,8 +80,15 @@ def text_group(text: str) -> str:
     script, _ = counts.most_common(1)[0]
     if script == "latin":
         words = [w.casefold() for w in _WORD.findall(sample)]
-        share = sum(w in _ENGLISH for w in words) / max(len(words), 1)
-        return "en" if share >= ENGLISH_STOPWORD_SHARE else "latin"
+        en_any, en_only, other_only = latin_function_words(words)
+        share = en_any / max(len(words), 1)
+        if share >= ENGLISH_STOPWORD_SHARE:
+            return "en"
+        # Few English function words: another language when its own function words
+        # outnumber English's, or when English's are all but absent (a language without a
+        # stop list); else English written densely (titles, abstracts of terms: SciFact and
+        # Cranfield hold such documents, which gave an English library a multilingual model).
+        return "latin" if other_only > en_only or share < UNLISTED_LATIN_SHARE else "en"
     return script if script in GROUPS else "other"
 
 

@@ -10,7 +10,9 @@ filter.
 
 from __future__ import annotations
 
+import re
 import unicodedata
+from collections.abc import Iterable
 
 # The project's English list, unchanged (the legacy "stop"/"english" analyzers use it).
 ENGLISH = (
@@ -105,3 +107,25 @@ STOP_WORDS: dict[str, frozenset[str]] = {
 def stop_words_for(language: str) -> frozenset[str]:
     """The stop list of a Snowball language name (empty when there is none)."""
     return STOP_WORDS.get(language, frozenset())
+
+
+# Latin-script languages with a stop list, English apart (what tells English from them).
+_LATIN_LETTER = re.compile(r"[A-Za-z\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u024f\u1e00-\u1eff]")
+_OTHER_LATIN = {lang: words for lang, words in STOP_WORDS.items()
+                if lang != "english" and any(_LATIN_LETTER.match(w) for w in words)}
+_ANY_OTHER_LATIN = frozenset().union(*_OTHER_LATIN.values())
+
+
+def latin_function_words(words: Iterable[str]) -> tuple[int, int, int]:
+    """Among casefolded Latin-script words: (English function words, those of them no
+    other listed Latin-script language shares, the most function words of its own that
+    any other listed Latin-script language has). Why: function words are the evidence a
+    short text carries of its language; a query's (``link.language_scope``) and a
+    document's (``vector.language_profile``) are told English or not by the same counts."""
+    words = list(words)
+    english = STOP_WORDS["english"]
+    en_any = sum(w in english for w in words)
+    en_only = sum(w in english and w not in _ANY_OTHER_LATIN for w in words)
+    other_only = max((sum(w in stop and w not in english for w in words) for stop in _OTHER_LATIN.values()),
+                     default=0)
+    return en_any, en_only, other_only

@@ -98,8 +98,10 @@ def test_policy_own_resolves_each_library_alone(data, tmp_path):
     parts = {lib: bml.library(cs, lib, bml.OWN_CHANNELS, own[lib]) for lib, cs in libs.items()}
     multi = MultiIndexRetriever(parts, router=None, fusion="global")
     hit = multi.retrieve(ds.queries["q1"], top_k=3)[0]
-    # Two models in one union: their lists are fused by rank, not by min-max of incomparable scores.
-    assert hit["scores"]["fusion"]["method"] == "rrf" and hit["scores"]["fusion"]["dense"] == "rank_per_model"
+    # Two models in one union (e5 for the Chinese parts, MiniLM for the English extras): the
+    # libraries of the question's language answer the dense channel with their model and fusion.
+    assert hit["scores"]["fusion"]["method"] == "convex" and hit["scores"]["fusion"]["dense"] == "raw_cosine"
+    assert multi.last["dense_scope"] and not any(lib.startswith("noise") for lib in multi.last["dense_scope"])
 
 
 def test_every_mode_fuses_with_the_choice(data):

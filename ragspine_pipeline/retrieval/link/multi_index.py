@@ -183,12 +183,16 @@ class MultiIndexRetriever:
                 s["route_widened"] = True
         self.last = {"routed": routed, "searched": libs, "widened": widened, "filters_relaxed": relaxed,
                      "fusion": how}
-        if how == "global":  # a sharded front scores with its own statistics (``global_rank``)
+        if how == "global":  # an injected index without outside statistics scores with its own
             exact = all(takes_stats(self.retrievers[lib].index.retriever.index) for lib in libs)
             self.last["bm25_stats"] = "union" if exact else "per_library"
             # The libraries whose statistics weighed each query text (``language_scope``);
             # a text not listed was weighed against every library searched.
             self.last["bm25_scope"] = self._scope_report.get("bm25_scope", {})
+            if "dense_scope" in self._scope_report:
+                # Libraries differing in dense model or fusion: those of the query's language
+                # answered the dense channel with their fusion (``global_rank._language_home``).
+                self.last["dense_scope"] = self._scope_report["dense_scope"]
         return out
 
     # ------------------------------------------------------------------ one step

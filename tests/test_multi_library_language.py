@@ -164,6 +164,13 @@ def test_libraries_of_different_models_answer_dense_in_the_query_language():
     report = {}
     rank_union(parts, "What is the term5 of the term17?", None, 10, report=report)
     assert report["dense_scope"] == ["en"]
+    # No function word, so no language: the text it matches best decides (the German library).
+    report = {}
+    rank_union(parts, "wort5 wort17", None, 10, report=report)
+    assert report["dense_scope"] == ["de"]
+    report = {}
+    rank_union(parts, "term5 term17", None, 10, report=report)
+    assert report["dense_scope"] == ["en"]
     # One model and one fusion everywhere: the union's rule, no scope.
     report = {}
     rank_union({"de": de.retriever, "de2": de.retriever}, q, None, 10, report=report)

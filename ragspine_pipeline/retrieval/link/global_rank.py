@@ -51,7 +51,7 @@ from ..hybrid.retriever import HybridRetriever, RetrievalHit
 from ..lexical.analysis.glossary import query_variants
 from ..lexical.index.corpus_stats import CorpusStats
 from ..vector.base import backend_model_id
-from .language_scope import stats_scope
+from .language_scope import library_groups, stats_scope
 
 Key = tuple[str, int]  # (library id, position in that library's index)
 
@@ -90,8 +90,8 @@ def common_fusion(parts: Mapping[str, HybridRetriever], rrf_k: int) -> FusionCon
     return configs[0] if len(sources) == 1 else replace(configs[0], source=" + ".join(sources))
 
 
-def _language_home(parts: Mapping[str, HybridRetriever], query: str, rrf_k: int
-                   ) -> tuple[FusionConfig, set[str]] | None:
+def _language_home(parts: Mapping[str, HybridRetriever], query: str, rrf_k: int,
+                   bm25_best: Mapping[Key, float] | None = None) -> tuple[FusionConfig, set[str]] | None:
     """When the libraries' dense models or fusions differ (``auto`` picks them per library's
     languages), those of the libraries that hold the query's language (``stats_scope``, as
     BM25 is weighed): their common fusion and the libraries whose dense channel answers
@@ -105,6 +105,13 @@ def _language_home(parts: Mapping[str, HybridRetriever], query: str, rrf_k: int
     if len(models) <= 1 and len({_fuses(p.fusion) for p in dense.values()}) <= 1:
         return None
     scope = stats_scope(parts, query, list(parts))
+    if len(scope) == len(parts) and bm25_best:
+        # The query's language cannot be told from its words (a claim of terms without a
+        # function word, most of SciFact's): the language of the text it matches best, the
+        # library of its best BM25 match (whose statistics were the union's).
+        (top, _), _ = max(bm25_best.items(), key=lambda kv: (kv[1], kv[0]))
+        groups = library_groups(parts[top])
+        scope = [lib for lib in parts if library_groups(parts[lib]) & groups] or scope
     home = {lib: parts[lib] for lib in scope}
     if len(home) == len(parts) or not any(p.embedding_backend is not None for p in home.values()):
         return None
@@ -222,24 +229,26 @@ def rank_union(parts: Mapping[str, HybridRetriever], query: str, filters: Any, t
         return []
     depth = max(top_k, *(p.candidate_k for p in parts.values()))
     fusion = common_fusion(parts, rrf_k)
-    dense_libs = set(parts)
-    home = _language_home(parts, query, rrf_k) if language_scoped else None
-    if home is not None:
-        fusion, dense_libs = home
-        if report is not None:
-            report["dense_scope"] = sorted(dense_libs)
     variants: dict[tuple[str, float], list[str]] = {}
     for lib, p in parts.items():
         for v in query_variants(p.rewriter, query):
             variants.setdefault((v.text, float(v.weight)), []).append(lib)
-    dense_on = {lib: p.embedding_backend is not None and "dense" in p.channels and lib in dense_libs
-                and ("bm25" not in p.channels or fusion.dense_weight > 0) for lib, p in parts.items()}
     positions, cand = {}, {}
     for lib, p in parts.items():
-        positions[lib], cand[lib] = p.prefilter(filters, None, dense_on[lib])
+        positions[lib], cand[lib] = p.prefilter(filters, None, p.embedding_backend is not None
+                                                and "dense" in p.channels)
     bm25_best: dict[Key, float] = {}
     vec_best: dict[Key, float] = {}
     bm25, exact = _bm25_runs(parts, variants, cand, depth, bm25_best, top_k, language_scoped, report)
+    dense_libs = set(parts)
+    home = _language_home(parts, query, rrf_k, bm25_best) if language_scoped else None
+    if home is not None:
+        fusion, dense_libs = home
+        if report is not None:
+            report["dense_scope"] = sorted(dense_libs)
+    for lib, p in parts.items():
+        if lib not in dense_libs or ("bm25" in p.channels and fusion.dense_weight <= 0):
+            positions[lib] = None  # no dense channel here (a dense weight of 0 runs none)
     dense, models = _dense_runs(parts, variants, positions, depth, vec_best)
     if models > 1 and fusion.method == "convex":
         fusion = FusionConfig(k=fusion.k, source=fusion.source)  # scores of different models: ranks only

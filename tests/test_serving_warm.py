@@ -169,3 +169,22 @@ def test_readyz_waits_for_the_warm_up(warehouse, monkeypatch):
         release.set()
         wait_ready(c.get)
         assert c.post("/v1/search", json={"query": QUESTIONS[0]}).status_code == 200
+
+
+def test_the_probe_never_takes_restricted_text():
+    """The warm-up's probe query is embedded like any query: it is taken from an open chunk,
+    never from a RESTRICTED one or one with an odd label (fail closed), and none at all when
+    no open chunk is among the first few."""
+    from ragspine_pipeline.retrieval.chunking.chunking import chunk_document
+    from ragspine_pipeline.retrieval.link.assembly_warm import probe_text
+    from ragspine_pipeline.retrieval.link.narrative_link import NarrativeIndex
+
+    def retriever(labels):
+        chunks = [c for i, label in enumerate(labels)
+                  for c in chunk_document(f"secret merger plan number {i}" if label != "PUBLIC"
+                                          else f"open annual report {i}", doc_id=f"d{i}",
+                                          metadata={"sensitivity": label})]
+        return NarrativeIndex.from_chunks(chunks, library_id="lib", exclude_restricted=False).retriever
+
+    assert probe_text(retriever(["RESTRICTED", "Restricted-ish", "PUBLIC"])) == "open annual report 2"
+    assert probe_text(retriever(["RESTRICTED", "RESTRICTED"])) is None

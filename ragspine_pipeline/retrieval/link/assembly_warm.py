@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from ...sensitivity import is_restricted
 from ..hybrid.retriever import HybridRetriever
 from ..hybrid.unwrap import hybrid_retrievers
 
@@ -131,10 +132,16 @@ def prefetch(path: str | os.PathLike[str], *, limit: int | None = None) -> int:
 
 
 def probe_text(h: HybridRetriever) -> str | None:
-    """A served chunk's own words (the first non-blank of the first ``PROBE_CHUNKS``): a
-    probe that matches terms of the index, so the query path runs to its kernels."""
+    """A served chunk's own words (the first non-blank open chunk of the first
+    ``PROBE_CHUNKS``): a probe that matches terms of the index, so the query path runs to its
+    kernels. Never a RESTRICTED chunk's (an odd or unreadable label counts as one,
+    ``is_restricted``): the probe is embedded as a query, and restricted text is never sent
+    to the embedding model."""
     for i in range(min(len(h), PROBE_CHUNKS)):
-        text = (getattr(h.chunks[i], "text", "") or "").strip()
+        chunk = h.chunks[i]
+        if is_restricted(getattr(chunk, "sensitivity", None)):
+            continue
+        text = (getattr(chunk, "text", "") or "").strip()
         if text:
             return text[:PROBE_CHARS]
     return None

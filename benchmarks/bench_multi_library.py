@@ -263,14 +263,19 @@ def write_md(path: Path, data: dict[str, Any]) -> None:
                   "`rank_union` top 10, no duplicate collapsing): *stats only* ranks the set's own libraries with "
                   "the union's statistics (the unrelated libraries count in N, length and df but return no hit); "
                   "*their documents* = union − stats only; *in top 10*: queries with an unrelated document in the "
-                  "union's top 10 (documents in all); *scoped*: with the language scope.", "",
+                  "union's top 10 (documents in all); *scoped*: with the language scope; *one collection*: every "
+                  "document of the setup indexed as a single library (what the union is meant to rank alike; "
+                  "*max query diff*: the largest per-query nDCG@10 difference between the union and it).", "",
                   "| set | setup | one library | union Δ | stats only Δ | their documents Δ | in top 10 | "
-                  "queries worse / better (union) | scoped Δ |", "|---|---|---|---|---|---|---|---|---|"]
+                  "queries worse / better (union) | scoped Δ | one collection Δ | max query diff |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for s, d in data["diagnosis"].items():
             lines.append(f"| {s} | {d['setup']} | {d['one']:.4f} | {d['union'] - d['one']:+.4f} | "
                          f"{d['stats_only'] - d['one']:+.4f} | {d['union'] - d['stats_only']:+.4f} | "
                          f"{d['queries_with_unrelated']} ({d['unrelated_docs']}) | {d['worse']} / {d['better']} | "
-                         f"{d['scoped'] - d['one']:+.4f} |")
+                         f"{d['scoped'] - d['one']:+.4f} | "
+                         + (f"{d['one_collection'] - d['one']:+.4f} | {d['union_vs_one_collection_max_query_diff']:.4f} |"
+                            if "one_collection" in d else "- | - |"))
     if data.get("notes"):
         lines += ["", *data["notes"]]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -355,7 +360,12 @@ def diagnose(root: Path, name: str) -> dict[str, Any]:
 
     one, _ = run({name: library(chunks, name, "bm25").index.retriever}, False)
     union, noise = run(parts, False)
+    # The reference the union is meant to equal: every document of the setup in one library.
+    every = [c for lib in sorted(libs) for c in libs[lib]]
+    together, _ = run({"together": library(every, f"{name}-together", "bm25").index.retriever}, False)
     return {"setup": key, "one": float(one.mean()), "union": float(union.mean()),
+            "one_collection": float(together.mean()),
+            "union_vs_one_collection_max_query_diff": float(abs(union - together).max()),
             "stats_only": float(run(muted, False)[0].mean()), "scoped": float(run(parts, True)[0].mean()),
             "queries_with_unrelated": int((noise > 0).sum()), "unrelated_docs": int(noise.sum()),
             "worse": int((union < one - 1e-9).sum()), "better": int((union > one + 1e-9).sum())}

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .llm.provider import LLMProvider
-from .modes import resolve_retrieval, retrieval_mode
+from .modes import LEXICAL_MODES, resolve_retrieval, retrieval_mode
 from .retrieval.chunking.chunk_store import ChunkStore
 from .retrieval.lexical.analysis.analyzer import Analyzer
 from .retrieval.link.assembly import (
@@ -37,6 +37,7 @@ from .retrieval.link.assembly import (
     RerankerSpec,
     glossary_file,
     index_retriever,
+    lexical_view,
     resolve_glossary,
     serving_reranker,
     with_layers,
@@ -110,6 +111,34 @@ def library_retriever(wh: VersionedTables, library: str, *, reranker: Any, mode:
     attach_library_vectors(reranker, wh.root, [library])
     index = published_index(wh, library, mode=mode, glossary=glossary, embedding=embedding, chunker=chunker)
     return index_retriever(index, reranker=reranker, postprocessor=postprocessor)
+
+
+def library_retrievers(wh: VersionedTables, library: str, modes: Sequence[str | None], *, reranker: Any,
+                       glossary: Path | None = None, embedding: str | EmbeddingBackend | None = None,
+                       chunker: str | None = None, postprocessor: Postprocessor | None = None
+                       ) -> dict[str | None, NarrativeIndexRetriever]:
+    """One published library's retriever per mode (keyed as given), over one open of its
+    published files: the first mode that is not lexical (else the first) is loaded
+    (``library_retriever``), every lexical mode is a BM25-only view of that index
+    (``lexical_view``). Why: a service serving ``hybrid`` and ``bm25`` mapped the library's
+    BM25 file twice, and each mapping paid its own lazy checks and warm-up (the heaviest
+    terms' checks, ~2-6 s at 1M documents, twice); the answers are those of a load per mode."""
+    lexical = [m for m in modes if retrieval_mode(m) in LEXICAL_MODES]
+    first = next((m for m in modes if m not in lexical), modes[0])
+    base = library_retriever(wh, library, reranker=reranker, mode=first, glossary=glossary, embedding=embedding,
+                             chunker=chunker, postprocessor=postprocessor)
+    view = None
+    out: dict[str | None, NarrativeIndexRetriever] = {}
+    for m in modes:
+        if m == first:
+            out[m] = base
+        elif m in lexical:
+            view = view or index_retriever(lexical_view(base.index), reranker=reranker, postprocessor=postprocessor)
+            out[m] = view
+        else:  # a second dense mode (none is served so): a load of its own
+            out[m] = library_retriever(wh, library, reranker=reranker, mode=m, glossary=glossary,
+                                       embedding=embedding, chunker=chunker, postprocessor=postprocessor)
+    return out
 
 
 def serve(retrievers: Mapping[str, Any], *, router: str | None = None, glossary: Path | None = None,
@@ -241,5 +270,5 @@ def open_retriever(warehouse: str | os.PathLike[str], *, mode: str | None = None
 
 
 __all__ = ["BUILD_COMMAND", "STORE_FILE", "VECTOR_CACHE_DIR", "NoPublishedSnapshot", "NoWarehouse",
-           "library_retriever", "open_published_retriever", "open_retriever", "open_store_retriever",
+           "library_retriever", "library_retrievers", "open_published_retriever", "open_retriever", "open_store_retriever",
            "published_index", "published_library_ids", "serve", "store_path", "WarmReport", "warm_retriever"]

@@ -5,6 +5,11 @@ Each call checks the libraries' published snapshot ids and rebuilds an index onl
 one changed, so a refresh is picked up without a restart, and a query sees one whole
 snapshot (the one it resolved), never a mix of versions.
 
+A library's retriever is warmed when it is opened (``warm``, on by default:
+``serving.warm_retriever``, what the service does before it says ready), so the process
+holding the resource answers its first question as fast as the next; the CLI's one-shot
+query stays unwarmed.
+
 A thin adapter over ``ragspine_pipeline.serving``, the one assembly the CLI and the
 Python API serve too (same settings, byte-identical snippets; ``tests/test_one_door.py``):
 ``serving.library_retriever`` per library (cached here by snapshot id), ``serving.serve``
@@ -71,6 +76,11 @@ class RetrievalResource(dg.ConfigurableResource):
                                                  "'layout:480:80'): each library's newest snapshot built by it; "
                                                  "empty: the published snapshot.")
 
+    warm: bool = Field(default=True, description="Warm each library's index when it is opened, before its "
+                                                 "first answer (its files read into the page cache, lazy checks "
+                                                 "and kernels paid by a probe: serving.warm_retriever), as the "
+                                                 "service does; false for a run that asks one question.")
+
     _cache: dict = PrivateAttr(default_factory=dict)
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
@@ -134,6 +144,8 @@ class RetrievalResource(dg.ConfigurableResource):
                                                   chunker=self.chunker or None)
                 except RetrievalModeError as exc:
                     raise dg.Failure(str(exc)) from None
+                if self.warm:  # under the lock, before it is cached: no caller gets it cold
+                    serving.warm_retriever(r, name=f"library {library}@{snap.version}")
                 self._cache[library] = (key, r)
             return self._cache[library][1]
 

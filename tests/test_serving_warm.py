@@ -156,10 +156,10 @@ def test_readyz_waits_for_the_warm_up(warehouse, monkeypatch):
     started, release = threading.Event(), threading.Event()
     real = serving.warm_retriever
 
-    def slow_warm(*retrievers):
+    def slow_warm(*retrievers, **kwargs):
         started.set()
         assert release.wait(30)
-        return real(*retrievers)
+        return real(*retrievers, **kwargs)
 
     monkeypatch.setattr(serving, "warm_retriever", slow_warm)
     with TestClient(create_app(warehouse, mode="bm25", limits=ServiceLimits(rate_per_s=0)),

@@ -48,7 +48,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ from .. import settings
 from ..cpus import usable_cpus
 from ..errors_format import fail
 from ..filter_input import hybrid_retrievers
-from ..service.served import LibrarySnapshot, ServedLibraries, ServingAssembly
+from ..service.served import ServedLibraries, ServingAssembly
 from ..service.sharded import register_sharded_backend
 from ..warehouse.common import LEXICAL, SNAPSHOT
 from ..warehouse.versioned import VersionedTables
@@ -105,16 +105,18 @@ class ShardedAssembly(ServingAssembly):
     layout_root: Path | None = None
     fronts: dict[tuple[str, str], ShardedBM25] = dataclasses.field(default_factory=dict)
 
-    def build_library(self, wh: VersionedTables, library: str) -> LibrarySnapshot:
-        snap = super().build_library(wh, library)
-        hybrids = [h for r in snap.retrievers.values() for h in hybrid_retrievers(r)]
-        front = self.fronts.get((library, snap.version))
+    def prepare(self, wh: VersionedTables, library: str, version: str, retrievers: Mapping[str, Any]) -> None:
+        """Point the library's retrievers at its shards (started, and warm, once per
+        version) before ``build_library`` warms them: the warm-up's probes then run through
+        the front and the shards every query goes to, and the replica never reads the whole
+        BM25 file it no longer searches."""
+        hybrids = [h for r in retrievers.values() for h in hybrid_retrievers(r)]
+        front = self.fronts.get((library, version))
         if front is None:
-            front = self._front(wh, library, snap.version, hybrids)
-            self.fronts[(library, snap.version)] = front
+            front = self._front(wh, library, version, hybrids)
+            self.fronts[(library, version)] = front
         for h in hybrids:
             attach(h, front)
-        return snap
 
     def _front(self, wh: VersionedTables, library: str, version: str, hybrids: list[Any]) -> ShardedBM25:
         pub = wh.get(SNAPSHOT, library, version)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ import numpy as np
 from ..retrieval.hybrid.dense_topk import dense_top
 from ..retrieval.lexical.index.topk import ScoredDocs, empty_scored
 from ..retrieval.lexical.refresh.segments import SurvivorStats, open_segments
+from ..retrieval.link.assembly_warm import WarmReport, probe_tokens, warm_index
 from .config import require_ray
 from .front import ShardedBM25, attach, ids_digest
 from .layout import index_token_batches, write_layout
@@ -123,11 +125,24 @@ class BM25Shard:
                                on_unhealthy=_exit_for_restart if _in_ray_actor() else None)
 
     def _warm(self) -> None:
-        """Load the compiled kernels and verify a term now, not inside the first deadline."""
+        """What a first query would pay, paid before the shard says where it listens (a
+        front waits for ``describe``, so a replica is ready only after its shards are warm),
+        not inside the first deadline: each segment's file read into the page cache, its
+        heaviest terms checked and its kernels called unfiltered and filtered (the serving
+        warm-up's ``warm_index``), then the shard's own steps once (unfiltered search,
+        survivor statistics, filtered search with them). Kept in ``self.warmed``."""
+        self.warmed = WarmReport()
+        toks = None
         for seg in self.index.segments:
-            if seg.n_terms:
-                self.index.search([seg.vocab.term(0)], 1)
-                return
+            warm_index(seg, report=self.warmed)
+            toks = toks or probe_tokens(seg)
+        if toks and self.index.n_docs:
+            t0 = time.perf_counter()
+            packed = np.packbits(np.arange(self.index.n_docs) % 2 == 0)
+            self.search(toks, 1)
+            self.search(toks, 1, packed, self.survivor_stats([toks], packed)[0])
+            self.warmed.add("shard probe", time.perf_counter() - t0)
+        log.info("shard %s warmed: %s", list(self.buckets), self.warmed.describe())
 
     def check_health(self) -> None:
         """Raise ``ShardUnhealthy`` when the listener cannot accept (what Serve would call

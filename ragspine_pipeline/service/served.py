@@ -134,20 +134,25 @@ class ServingAssembly:
     def whole(self, retrievers: Mapping[str, Any]) -> Any:
         return serving.serve(retrievers, router=self.router, glossary=self.glossary)
 
+    def prepare(self, wh: VersionedTables, library: str, version: str, retrievers: Mapping[str, Any]) -> None:
+        """What a subclass does to a library's retrievers before they are warmed and served
+        (``scale.serve.ShardedAssembly`` points them at the library's shards, so the warm-up
+        probes the shards the queries will go to); nothing here."""
+
     def build_library(self, wh: VersionedTables, library: str) -> LibrarySnapshot:
         for _ in range(BUILD_ATTEMPTS):
             before = wh.latest(SNAPSHOT, library)
             if before is None:
                 raise serving.NoPublishedSnapshot(f"no retrieval snapshot published for {library}")
-            retrievers = {m: serving.library_retriever(wh, library, reranker=self.reranker, mode=m,
-                                                       glossary=self.glossary, embedding=self.embedding)
-                          for m in self.modes}
+            # One open per library: every mode's retriever shares its BM25 mapping.
+            retrievers = serving.library_retrievers(wh, library, self.modes, reranker=self.reranker,
+                                                    glossary=self.glossary, embedding=self.embedding)
             after = wh.latest(SNAPSHOT, library)
             if after is not None and after.version == before.version:
+                self.prepare(wh, library, before.version, retrievers)
                 # Before the generation holding it is swapped in (and before /readyz says
-                # ready): the first query's costs paid here, not by a caller.
-                warmed = serving.warm_retriever(*retrievers.values())
-                log.info("library %s@%s warmed: %s", library, before.version, warmed.describe())
+                # ready): the first query's costs paid here, not by a caller (its one log line).
+                serving.warm_retriever(*retrievers.values(), name=f"library {library}@{before.version}")
                 meta = before.manifest["metadata"]
                 hs = hybrid_retrievers(retrievers[self.modes[0]])
                 graph = meta.get("relation_graph")

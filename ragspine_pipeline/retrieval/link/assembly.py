@@ -29,6 +29,7 @@ from typing import Any
 
 from ... import paths, settings
 from ...llm.provider import LLMProvider
+from ..hybrid.retriever import HybridRetriever
 from ..lexical.analysis.glossary import GlossaryError, GlossaryQueryRewriter
 from ..postprocess.base import Postprocessor
 from ..query import make_query_layers
@@ -118,6 +119,19 @@ def index_retriever(index: NarrativeIndex, *, reranker: Reranker | ListwiseJudge
                                    reranker=reranker, postprocessor=postprocessor)
 
 
+def lexical_view(index: NarrativeIndex) -> NarrativeIndex:
+    """The BM25-only index a lexical mode serves, over ``index``'s own chunks and BM25 index
+    object (nothing opened, mapped or tokenized again): a service that serves a library in a
+    dense mode and in ``bm25`` opens its published files once, and pays their lazy checks
+    and its warm-up once. Built as a lexical load builds it (no backend, no vectors, the
+    fusion of a retriever without one), from the same analyzer, glossary rewriter, index
+    text and candidate depth, so its answers are those of a second load."""
+    h = index.retriever
+    view = HybridRetriever(h.chunks, analyzer=h.analyzer, rewriter=h.rewriter, index_text=h.index_text,
+                           rrf_k=h.rrf_k, candidate_k=h.candidate_k, channels=("bm25",), bm25_index=h.index)
+    return NarrativeIndex(view, index.library_id, index.version, info=index.info)
+
+
 def check_layers(layers: Mapping[str, Any] | None) -> dict[str, Any]:
     """``layers`` as make_query_layers keywords; an unknown key is a TypeError naming them."""
     layers = dict(layers or {})
@@ -154,5 +168,5 @@ def assemble(index: NarrativeIndex, provider: LLMProvider | None = None, *, rera
 
 
 __all__ = ["GLOSSARY_ENV", "LAYER_KEYS", "GlossarySpec", "RerankerSpec", "assemble", "check_layers",
-           "default_glossary_path", "glossary_file", "index_retriever", "resolve_glossary", "serving_reranker",
-           "with_layers"]
+           "default_glossary_path", "glossary_file", "index_retriever", "lexical_view", "resolve_glossary",
+           "serving_reranker", "with_layers"]

@@ -75,6 +75,7 @@ class WarmReport:
     prefetched_bytes: int = 0
     skipped_prefetch: list[str] = field(default_factory=list)
     prefetched: set[str] = field(default_factory=set)  # files read (or tried) once per warm-up
+    checked: set[int] = field(default_factory=set)  # ids of the indexes whose heavy terms were checked
     heavy_terms: int = 0
     record_batches: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
@@ -158,10 +159,11 @@ def probe_tokens(index: Any) -> list[str] | None:
 
 
 def _prefetch_file(index: Any, report: WarmReport) -> None:
-    """The published file a BM25 index maps (an index built in memory has none) into the
-    page cache, said in ``report``."""
+    """The published file a BM25 index maps (an index built in memory has none, and a
+    sharded front's ``path`` names its shards' folder: their own processes read it) into
+    the page cache, said in ``report``."""
     path = getattr(index, "path", None)
-    if path is None or str(path) in report.prefetched:
+    if path is None or str(path) in report.prefetched or not os.path.isfile(path):
         return
     report.prefetched.add(str(path))
     t0 = time.perf_counter()
@@ -172,13 +174,18 @@ def _prefetch_file(index: Any, report: WarmReport) -> None:
         report.skipped_prefetch.append(str(path))
 
 
-def check_heavy_terms(index: Any, report: WarmReport, min_postings: int = HEAVY_TERM_POSTINGS) -> None:
-    """Resolve every term of a mapped index with at least ``min_postings`` postings, the
-    longest first, so its first-use check (the vocabulary's ``get`` runs it) is paid now.
-    An index built in memory checks nothing lazily and is left alone."""
+def check_heavy_terms(index: Any, report: WarmReport, min_postings: int | None = None) -> None:
+    """Resolve every term of a mapped index with at least ``min_postings`` postings
+    (default ``HEAVY_TERM_POSTINGS``, read at call time), the longest first, so its first-use
+    check (the vocabulary's ``get`` runs it) is paid now. An index built in memory checks
+    nothing lazily and is left alone; an index already checked by this warm-up (one mapping
+    shared by the retrievers of several modes) is not checked again."""
     vocab = getattr(index, "vocab", None)
-    if not callable(getattr(vocab, "term", None)):
+    if not callable(getattr(vocab, "term", None)) or id(index) in report.checked:
         return
+    report.checked.add(id(index))
+    if min_postings is None:
+        min_postings = HEAVY_TERM_POSTINGS
     t0 = time.perf_counter()
     df = np.asarray(index.df)
     heavy = np.flatnonzero(df >= min_postings)
@@ -233,9 +240,10 @@ def warm_hybrid(h: HybridRetriever, report: WarmReport | None = None) -> WarmRep
     search unfiltered and one filtered by a mask (every channel it serves), its codes built."""
     report = report or WarmReport()
     report.indexes += 1
-    if "bm25" in h.channels:
-        _prefetch_file(h.index, report)
-        check_heavy_terms(h.index, report)
+    if "bm25" in h.channels:  # a library published in hash buckets maps one file per segment
+        for ix in getattr(h.index, "segments", None) or [h.index]:
+            _prefetch_file(ix, report)
+            check_heavy_terms(ix, report)
     # The published vector file install_vectors gave the retriever (it keeps it as its
     # vector cache's source; None for vectors held in memory or none at all).
     source = getattr(getattr(h, "_vectors", None), "source", None)
@@ -256,10 +264,12 @@ def warm_hybrid(h: HybridRetriever, report: WarmReport | None = None) -> WarmRep
     return report
 
 
-def warm_retriever(*retrievers: Any) -> WarmReport:
+def warm_retriever(*retrievers: Any, name: str = "served retrievers") -> WarmReport:
     """Every hybrid retriever the served retrievers wrap (one library's, or a multi-library
-    one's), each warmed once, each published file read once (a library served in two modes
-    maps its file twice, and each mapping has its own lazy checks: both are probed)."""
+    one's), each warmed once, each published file read and each index's heavy terms checked
+    once (the retrievers of a library's modes share one mapping: ``serving.library_retrievers``).
+    One log line says what was warmed: ``name`` (e.g. ``library acme@v3``) and the report;
+    the caller logs none of its own."""
     report = WarmReport()
     seen: set[int] = set()
     t0 = time.perf_counter()
@@ -267,7 +277,7 @@ def warm_retriever(*retrievers: Any) -> WarmReport:
         if id(h) not in seen:
             seen.add(id(h))
             warm_hybrid(h, report)
-    log.info("warmed %s (%.3f s)", report.describe(), time.perf_counter() - t0)
+    log.info("%s warmed: %s (%.3f s)", name, report.describe(), time.perf_counter() - t0)
     return report
 
 

@@ -90,6 +90,14 @@ def common_fusion(parts: Mapping[str, HybridRetriever], rrf_k: int) -> FusionCon
     return configs[0] if len(sources) == 1 else replace(configs[0], source=" + ".join(sources))
 
 
+def _dense_differ(parts: Mapping[str, HybridRetriever]) -> bool:
+    """Whether the libraries with a dense backend differ in model or fusion: only then may
+    ``_language_home`` leave some of them out of the dense channel."""
+    dense = [p for p in parts.values() if p.embedding_backend is not None]
+    return (len({backend_model_id(p.embedding_backend) for p in dense}) > 1
+            or len({_fuses(p.fusion) for p in dense}) > 1)
+
+
 def _language_home(parts: Mapping[str, HybridRetriever], query: str, rrf_k: int,
                    bm25_best: Mapping[Key, float] | None = None) -> tuple[FusionConfig, set[str]] | None:
     """When the libraries' dense models or fusions differ (``auto`` picks them per library's
@@ -100,10 +108,9 @@ def _language_home(parts: Mapping[str, HybridRetriever], query: str, rrf_k: int,
     over German libraries embedded with e5 and English ones with MiniLM would otherwise fall
     back to RRF and fuse the English model's ranking, which knows no German, by rank beside
     e5's (xquad-de with two English sets as extra libraries: -0.0095 nDCG@10)."""
-    dense = {lib: p for lib, p in parts.items() if p.embedding_backend is not None}
-    models = {backend_model_id(p.embedding_backend) for p in dense.values()}
-    if len(models) <= 1 and len({_fuses(p.fusion) for p in dense.values()}) <= 1:
+    if not _dense_differ(parts):
         return None
+    models = {backend_model_id(p.embedding_backend) for p in parts.values() if p.embedding_backend is not None}
     scope = stats_scope(parts, query, list(parts))
     if len(scope) == len(parts) and bm25_best:
         # The query's language cannot be told from its words (a claim of terms without a
@@ -233,10 +240,14 @@ def rank_union(parts: Mapping[str, HybridRetriever], query: str, filters: Any, t
     for lib, p in parts.items():
         for v in query_variants(p.rewriter, query):
             variants.setdefault((v.text, float(v.weight)), []).append(lib)
+    dense_capable = {lib for lib, p in parts.items() if p.embedding_backend is not None and "dense" in p.channels}
+    # Which libraries answer the dense channel may hang on BM25's best match (``_language_home``):
+    # then their dense positions (an arange(n) without a filter) are built after it, for those
+    # kept only; otherwise in the one pre-filter call, as always.
+    later = language_scoped and _dense_differ(parts)
     positions, cand = {}, {}
     for lib, p in parts.items():
-        positions[lib], cand[lib] = p.prefilter(filters, None, p.embedding_backend is not None
-                                                and "dense" in p.channels)
+        positions[lib], cand[lib] = p.prefilter(filters, None, lib in dense_capable and not later)
     bm25_best: dict[Key, float] = {}
     vec_best: dict[Key, float] = {}
     bm25, exact = _bm25_runs(parts, variants, cand, depth, bm25_best, top_k, language_scoped, report)
@@ -249,6 +260,8 @@ def rank_union(parts: Mapping[str, HybridRetriever], query: str, filters: Any, t
     for lib, p in parts.items():
         if lib not in dense_libs or ("bm25" in p.channels and fusion.dense_weight <= 0):
             positions[lib] = None  # no dense channel here (a dense weight of 0 runs none)
+        elif later and lib in dense_capable:  # positions only: its BM25 candidates are built
+            positions[lib] = p.prefilter(filters, None, True)[0]
     dense, models = _dense_runs(parts, variants, positions, depth, vec_best)
     if models > 1 and fusion.method == "convex":
         fusion = FusionConfig(k=fusion.k, source=fusion.source)  # scores of different models: ranks only

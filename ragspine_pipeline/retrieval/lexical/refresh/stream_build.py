@@ -11,9 +11,12 @@ buffer (``RAGSPINE_BM25_BUILD_MEMORY_MIB``). Two threads: one pulls the next bat
 turns Python lists into Arrow, which holds the GIL) while the other encodes and counts the
 current one (compiled, GIL released).
 A full run is counting-sorted by term into CSC postings and spilled to ``tmp_dir``; at the
-end the runs are merged term by term into memory-mapped corpus arrays. Runs hold
-consecutive documents, so a term's postings are its runs' slices one after the other: the
-merge is a sequential copy, never a sort. Every loop is O(tokens) (``refresh.stream_kernels``).
+end the runs are merged a range of terms at a time into the corpus arrays' files
+(``refresh.spill_io``). Runs hold consecutive documents, so a term's postings are its runs'
+slices one after the other: the merge is a sequential copy, never a sort. Every loop is
+O(tokens) (``refresh.stream_kernels``). The merged files are written and read without
+memory maps (the packed writer reads them a slice at a time), so the build's resident
+peak is the run buffer or the writer's tables, not the postings (issue 47 item 4).
 
 The result is exactly ``count_postings``'s on the same documents: the same term ids in
 first-seen order, the same ``indptr``/``indices``/``tf``/``doc_len`` (tests check it).
@@ -30,7 +33,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -39,9 +42,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..format.raw import RawPostings, build_memory_budget, choose_layout
+from ..format.raw import PACKED, RawPostings, build_memory_budget, choose_layout
 from ..index.postings import tf_dtype
 from .publish import write_layout
+from .spill_io import NpyReader, merge_runs
 from .stream_kernels import kernels
 from .term_ids import TermIds
 
@@ -303,9 +307,11 @@ class StreamCounter:
         n = self._pos
         npost = np.concatenate(self._npost) if self._npost else np.zeros(0, np.int64)
         indptr = np.zeros(len(self.vocab) + 1, np.int64)
-        indices, tf = np.empty(n, np.int32), np.empty(n, np.uint32)
+        # tf in its smallest type from the start: no narrowing copy beside the run (128-256 MB
+        # of a 1 GiB budget's peak)
+        indices, tf = np.empty(n, np.int32), np.empty(n, tf_dtype(self._tf[:n]))
         self.k["to_csc"](self._term, self._tf, n, npost, self._run_doc0, indptr, indices, tf)
-        return indptr, indices, tf.astype(tf_dtype(tf), copy=False)
+        return indptr, indices, tf
 
     def _spill(self, next_doc: int) -> None:
         """Sort the run buffer into a CSC run file set in ``tmp_dir`` and empty it."""
@@ -320,12 +326,14 @@ class StreamCounter:
         self.runs.append(run)
         self._pos, self._npost, self._run_doc0 = 0, [], next_doc
 
-    def finish(self) -> tuple[RawPostings, dict[str, int]]:
+    def finish(self, *, mapped: bool = True) -> tuple[RawPostings, dict[str, int]]:
         """The corpus's raw postings and its vocabulary (term -> id, first seen first).
 
         When runs were spilled, ``indices`` and ``tf`` (5-8 bytes a posting) are memory-mapped
-        from ``tmp_dir``; ``indptr`` (8 bytes a term) and ``doc_len`` (4 bytes a document)
-        stay in memory: 40 MB at 10M documents."""
+        from ``tmp_dir``, or with ``mapped=False`` read a slice at a time from there
+        (``spill_io.NpyReader``: for a consumer that reads them in slices, as the packed
+        writer does, the process then never holds them whole); ``indptr`` (8 bytes a term)
+        and ``doc_len`` (4 bytes a document) stay in memory: 40 MB at 10M documents."""
         doc_len = np.concatenate(self.doc_len) if self.doc_len else np.zeros(0, np.uint32)
         terms = list(self.vocab)
         if not self.runs:
@@ -335,43 +343,22 @@ class StreamCounter:
         if self._pos or self._run_doc0 < self.n_docs:
             self._spill(self.n_docs)
         self._release()
-        indptr, indices, tf = self._merge()
+        indptr, indices, tf = self._merge(mapped=mapped)
         return RawPostings(indptr, indices, tf, doc_len, terms), self.vocab
 
     def _release(self) -> None:
         self._term = self._tf = self._last = self._slot = np.empty(0, np.int32)
 
-    def _merge(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Concatenate every term's run slices into memory-mapped corpus arrays."""
-        n_terms = len(self.vocab)
-        df = np.zeros(n_terms, np.int64)
-        tf_types = []
-        for run in self.runs:
-            r = np.load(run.indptr)
-            df[:len(r) - 1] += np.diff(r)
-            tf_types.append(np.load(run.tf, mmap_mode="r").dtype)
-        indptr = np.zeros(n_terms + 1, np.int64)
-        np.cumsum(df, out=indptr[1:])
-        total = int(indptr[-1])
-        dtype = np.result_type(*tf_types)
-        if total == 0:
-            return indptr, np.zeros(0, np.int32), np.zeros(0, dtype)
-        out_idx = np.lib.format.open_memmap(self.tmp / "indices.npy", "w+", np.int32, (total,))
-        out_tf = np.lib.format.open_memmap(self.tmp / "tf.npy", "w+", dtype, (total,))
-        base = indptr[:-1].copy()
-        for run in self.runs:
-            r_idx, r_tf = np.load(run.indices, mmap_mode="r"), np.load(run.tf, mmap_mode="r")
-            if len(r_idx):
-                self.k["merge_run"](np.load(run.indptr), np.asarray(r_idx), np.asarray(r_tf), base,
-                                    np.asarray(out_idx), np.asarray(out_tf))
-            del r_idx, r_tf
-            for p in (run.indptr, run.indices, run.tf):
-                p.unlink()
-        out_idx.flush()
-        out_tf.flush()
-        del out_idx, out_tf
-        return (indptr, np.load(self.tmp / "indices.npy", mmap_mode="r"),
-                np.load(self.tmp / "tf.npy", mmap_mode="r"))
+    def _merge(self, *, mapped: bool = True) -> tuple[np.ndarray, Any, Any]:
+        """The corpus arrays from the spilled runs (``spill_io.merge_runs``): memory maps of
+        the merged files, or with ``mapped=False`` slice readers (``NpyReader``)."""
+        indptr, idx_path, tf_path = merge_runs([(r.indptr, r.indices, r.tf) for r in self.runs], len(self.vocab),
+                                               self.tmp, self.k["merge_run"])
+        if int(indptr[-1]) == 0:
+            return indptr, np.zeros(0, np.int32), np.load(tf_path)
+        if mapped:
+            return indptr, np.load(idx_path, mmap_mode="r"), np.load(tf_path, mmap_mode="r")
+        return indptr, NpyReader(idx_path), NpyReader(tf_path)
 
 
 def count_stream(batches: Iterable[Batch], *, memory_mib: int | None = None, tmp_dir: str | os.PathLike[str],
@@ -464,11 +451,17 @@ def build_index_file(batches: Iterable[Batch], path: str | os.PathLike[str], *, 
         if tmp_dir is None:
             tmp_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix=".bm25-build-", dir=path.parent))
         counter = StreamCounter(tmp_dir, memory_mib=memory_mib, kernel=kernel)
-        raw, _vocab = counter.consume(batches).finish()
+        raw, _vocab = counter.consume(batches).finish(mapped=False)
+        # The writer takes the terms from raw.terms: the vocabulary's dict and its encoder
+        # tables (~0.25 GB at 2M terms) go before it runs.
+        del _vocab
+        counter.vocab = TermIds()
         t_count = time.perf_counter() - t0
         if doc_ids is not None and len(doc_ids) != raw.n_docs:
             raise ValueError(f"{len(doc_ids)} doc ids for {raw.n_docs} documents")
         chosen = choose_layout(raw.n_postings, layout)
+        if chosen != PACKED:  # the plain writer computes on whole arrays: it gets the memory maps
+            raw = replace(raw, indices=np.asarray(raw.indices), tf=np.asarray(raw.tf))
         write_layout(raw, path, layout=chosen, k1=k1, b=b, doc_ids=doc_ids)
         report = BuildReport(docs=raw.n_docs, postings=raw.n_postings, terms=raw.n_terms, layout=chosen,
                              bytes=path.stat().st_size, seconds=round(time.perf_counter() - t0, 3),

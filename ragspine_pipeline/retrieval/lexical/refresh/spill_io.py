@@ -1,0 +1,152 @@
+"""The streaming build's spill files, written and read without memory maps (issue 47 item 4).
+
+Why: every page of a memory map that a process has touched counts in its resident set
+until the map goes (file-backed, but resident all the same: ``ru_maxrss`` and the OOM
+killer see it). At 3M documents (250M postings) the merged postings are 1.5 GB: written
+through one map by the merge, then read whole through another by the packed writer, they
+were ~1.4 GB of the build's 4.5 GB peak. Written with ``write`` and read back a slice at a
+time with ``pread`` (``NpyReader``), they sit in the page cache, which the kernel may
+reclaim, and the process holds one slice at a time. The bytes are the same.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MERGE_POSTINGS = 1 << 23  # postings per merged range of terms (~50 MB of buffers)
+
+
+class NpyReader:
+    """A read-only 1-D ``.npy`` array read a slice at a time (``pread``).
+
+    It offers what the packed writer asks of ``RawPostings.indices``/``tf``: ``len``,
+    ``dtype``, ``[a:b]`` and ``[i]`` (copies of just those items). ``np.asarray`` of it is a
+    read-only memory map of the whole array, what ``np.load(mmap_mode="r")`` gives: a
+    consumer that wants every item at once still gets them without a copy in memory.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        with open(self.path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = read_header(f)
+            self.offset = f.tell()
+        if len(shape) != 1 or fortran or dtype.hasobject:
+            raise ValueError(f"{self.path}: NpyReader reads 1-D numeric arrays (shape {shape}, {dtype})")
+        self.dtype: np.dtype[Any] = dtype
+        self.shape: tuple[int] = (int(shape[0]),)
+        self._fd = os.open(self.path, os.O_RDONLY)
+        weakref.finalize(self, os.close, self._fd)
+
+    ndim = 1
+
+    @property
+    def size(self) -> int:
+        return self.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        whole = np.load(self.path, mmap_mode="r")
+        return whole if dtype is None and not copy else np.array(whole, dtype=dtype)
+
+    def __getitem__(self, key: Any) -> Any:
+        n = self.shape[0]
+        if isinstance(key, (int, np.integer)):
+            i = int(key) + n if key < 0 else int(key)
+            if not 0 <= i < n:
+                raise IndexError(f"index {int(key)} is out of bounds for size {n}")
+            return self.read(i, i + 1)[0]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(n)
+            if step == 1:
+                return self.read(start, max(start, stop))
+        return np.asarray(self)[key]
+
+    def read(self, a: int, b: int) -> np.ndarray:
+        """Items a..b-1, read from the file into a new array (thread-safe: positional reads)."""
+        out = np.empty(b - a, self.dtype)
+        buf = memoryview(out).cast("B")
+        pos, got = self.offset + a * self.dtype.itemsize, 0
+        while got < len(buf):
+            n = os.preadv(self._fd, [buf[got:]], pos + got)
+            if n <= 0:
+                raise EOFError(f"{self.path}: {len(buf) - got} bytes missing at offset {pos + got}")
+            got += n
+        return out
+
+
+def _write_header(f: Any, dtype: np.dtype[Any], n: int) -> None:
+    np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(dtype),
+                                             "fortran_order": False, "shape": (n,)})
+
+
+def merge_runs(runs: Sequence[tuple[Path, Path, Path]], n_terms: int, out_dir: Path,
+               merge_run: Callable[..., None], *,
+               range_postings: int = MERGE_POSTINGS) -> tuple[np.ndarray, Path, Path]:
+    """(indptr, indices.npy, tf.npy in ``out_dir``) of the corpus from its spilled CSC runs
+    (each (indptr, indices, tf) ``.npy`` paths, in document order).
+
+    A term's postings are its runs' slices one after the other, so the merge goes a range
+    of terms at a time (about ``range_postings`` postings): each run's part of the range
+    is one contiguous read, ``merge_run`` places it in the range's buffers, and the range
+    is appended to the two output files. Nothing is mapped; the runs are removed at the
+    end (the folder holds the runs and the merged arrays at once: ~2x the postings' bytes).
+    """
+    df = np.zeros(n_terms, np.int64)
+    tf_types = []
+    ptrs, idxs, tfs = [], [], []
+    for p_path, i_path, t_path in runs:
+        r = np.load(p_path)
+        df[:len(r) - 1] += np.diff(r)
+        del r
+        ptrs.append(NpyReader(p_path))
+        idxs.append(NpyReader(i_path))
+        tfs.append(NpyReader(t_path))
+        tf_types.append(tfs[-1].dtype)
+    indptr = np.zeros(n_terms + 1, np.int64)
+    np.cumsum(df, out=indptr[1:])
+    del df
+    total = int(indptr[-1])
+    dtype = np.result_type(*tf_types) if tf_types else np.dtype(np.uint8)
+    paths = (out_dir / "indices.npy", out_dir / "tf.npy")
+    with open(paths[0], "wb") as f_idx, open(paths[1], "wb") as f_tf:
+        _write_header(f_idx, np.dtype(np.int32), total)
+        _write_header(f_tf, dtype, total)
+        t0 = 0
+        while t0 < n_terms and total:
+            t1 = int(np.searchsorted(indptr, indptr[t0] + range_postings, side="right")) - 1
+            t1 = min(n_terms, max(t0 + 1, t1))
+            p0 = int(indptr[t0])
+            out_idx = np.empty(int(indptr[t1]) - p0, np.int32)
+            out_tf = np.empty(len(out_idx), dtype)
+            base = indptr[t0:t1] - p0
+            for r_ptr, r_idx, r_tf in zip(ptrs, idxs, tfs, strict=True):
+                hi = min(t1, len(r_ptr) - 1)  # a run knows the terms seen before it was spilled
+                if hi <= t0:
+                    continue
+                rp = r_ptr.read(t0, hi + 1)
+                a, b = int(rp[0]), int(rp[-1])
+                if b > a:
+                    merge_run(rp - a, r_idx.read(a, b), r_tf.read(a, b), base, out_idx, out_tf)
+            out_idx.tofile(f_idx)
+            out_tf.tofile(f_tf)
+            t0 = t1
+    del ptrs, idxs, tfs
+    for run in runs:
+        for p in run:
+            p.unlink()
+    return indptr, paths[0], paths[1]

@@ -8,11 +8,18 @@ worker process (its peak RSS is the worker's), built with 2 threads and searched
 engine's search knob is swept and the row "at recall 0.95" is the cheapest swept
 setting whose recall@10 >= 0.95.
 
-* ``ragspine``: ``retrieval.vector.ann`` (faiss HNSW, M=32, efConstruction=80) opened
-  with its flat storage memory-mapped, plus the caller's exact rescoring of the returned
-  candidates (float64 dot products over the float32 vectors) -- the latency includes it.
-  Filtered queries use its ``allowed`` pre-filter, or the caller's exact survivor scan
-  when it answers None.
+* ``ragspine``: ``retrieval.vector.ann`` (faiss HNSW over 8-bit scalar-quantised storage,
+  M=32, efConstruction=80) with the index file memory-mapped, plus the caller's exact
+  rescoring of the returned candidates (float64 dot products over the float32 vectors) --
+  the latency includes it. Filtered queries use its ``allowed`` pre-filter, or the
+  caller's exact survivor scan when it answers None. ``ragspine_flat``: the same with the
+  float32 storage published before (``build_ann(storage="flat")``), for before/after.
+* serving memory (``ragspine*`` rows, ``serve``): a fresh process opens the index file as
+  a server does, answers the 200 queries at the row's operating ``efSearch`` with the
+  candidates' rows read by ``pread`` from the vector file (as ``PublishedVectors.unit_rows``
+  reads them) and reports VmRSS, VmHWM and ``/proc/self/smaps_rollup`` (Rss, Pss, USS =
+  private clean + dirty, anonymous) minus what the bare interpreter with numpy and faiss
+  imported held before the open (``*_base``).
 * ``faiss_hnsw``: ``IndexHNSWFlat(d, 32, METRIC_INNER_PRODUCT)``, efConstruction 40 (the
   faiss default and its wiki's HNSW32 setting), efSearch swept; filters via
   ``SearchParametersHNSW(sel=IDSelectorBitmap)``.
@@ -20,7 +27,10 @@ setting whose recall@10 >= 0.95.
   exact refine of ``k_factor*k`` candidates), trained on 40*nlist samples, (nprobe, k_factor) swept;
   filters via ``SearchParametersIVF(sel=...)``.
 * ``usearch``: ``Index(metric="cos", dtype="i8", connectivity=16, expansion_add=128)``
-  (its README's defaults with int8 quantization), expansion_search swept, its results
+  (its README's defaults with int8 quantization), added with ``threads=os.cpu_count()``
+  in slices of ``USEARCH_STEP`` rows, the index saved after each slice under the cache
+  (``usearch_<n>/``): a stopped build resumes from its last slice and ``build_s`` sums
+  the runs. expansion_search swept, its results
   rescored exactly like ours (i8 scores are lossy). Its Python API has no pre-filter, so
   filtered rows over-fetch ``min(4096, ceil(2k/kept))`` and drop the rest (post-filter).
 * ``exact``: a BLAS scan of every vector per query (the fallback's cost).
@@ -59,11 +69,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CACHE = Path.home() / ".cache" / "ragspine" / "ann-bench"
-ENGINES = ("ragspine", "faiss_hnsw", "exact", "faiss_ivfpq", "usearch")
+ENGINES = ("ragspine", "faiss_hnsw", "exact", "faiss_ivfpq", "usearch", "ragspine_flat")
+USEARCH_STEP = 100_000
 FRACTIONS = (0.5, 0.05, 0.001)
 DIM, K, TARGET = 384, 10, 0.95
 SWEEPS = {
     "ragspine": (16, 24, 32, 48, 64, 96, 128),
+    "ragspine_flat": (16, 24, 32, 48, 64, 96, 128),
     "faiss_hnsw": (16, 24, 32, 48, 64, 96, 128, 192, 256),
     "faiss_ivfpq": ((8, 8), (16, 8), (32, 8), (32, 16), (64, 16), (128, 16), (128, 32), (256, 32)),
     "usearch": (16, 24, 32, 48, 64, 96, 128, 192, 256),
@@ -208,17 +220,18 @@ def worker(engine: str, n: int, tmp: Path) -> dict:
         np.asarray(x).sum()  # page the vectors in, as a serving process would have them
         search = lambda q, s: exact_over(q, None)  # noqa: E731
         filtered = lambda q, s, pos, mask: exact_over(q, pos)  # noqa: E731
-    elif engine == "ragspine":
+    elif engine in ("ragspine", "ragspine_flat"):
         import faiss
 
         from ragspine_pipeline.retrieval.vector import ann
         faiss.omp_set_num_threads(2)
-        ann.build_ann(x, index_file)
+        ann.build_ann(x, index_file, storage="flat" if engine == "ragspine_flat" else "sq8")
         build = time.perf_counter() - t0
         faiss.omp_set_num_threads(1)
         t = time.perf_counter()
         idx = ann.open_ann(index_file)
         row["open_s"] = round(time.perf_counter() - t, 4)
+        row["format"] = idx.format
         search = lambda q, s: rescore(q, idx.search(q, K, None, ef=s))  # noqa: E731
 
         def filtered(q, s, pos, mask):
@@ -271,12 +284,25 @@ def worker(engine: str, n: int, tmp: Path) -> dict:
             return idx.search(q[None], K, params=_params(s, sel))[1][0]
     elif engine == "usearch":
         from usearch.index import Index
+        ckpt = CACHE / f"usearch_{n}"
+        ckpt.mkdir(parents=True, exist_ok=True)
+        saved, progress = ckpt / "index.usearch", ckpt / "progress.json"
+        done = json.loads(progress.read_text()) if progress.exists() and saved.exists() else {"rows": 0, "build_s": 0.0}
         idx = Index(ndim=DIM, metric="cos", dtype="i8", connectivity=16, expansion_add=128)
-        for a in range(0, n, 262_144):
-            b = min(n, a + 262_144)
-            idx.add(np.arange(a, b, dtype=np.uint64), np.ascontiguousarray(x[a:b]), threads=2)
-        build = time.perf_counter() - t0
-        idx.save(str(index_file))
+        if done["rows"]:
+            idx.load(str(saved))
+            print(f"usearch: resumed at {done['rows']} rows ({done['build_s']:.0f} s so far)", file=sys.stderr, flush=True)
+        for a in range(int(done["rows"]), n, USEARCH_STEP):
+            b = min(n, a + USEARCH_STEP)
+            t = time.perf_counter()
+            idx.add(np.arange(a, b, dtype=np.uint64), np.ascontiguousarray(x[a:b]), threads=os.cpu_count() or 2)
+            done = {"rows": b, "build_s": done["build_s"] + time.perf_counter() - t}
+            idx.save(str(saved))  # not timed: the checkpoint that makes the build resumable
+            progress.write_text(json.dumps(done))
+            print(f"usearch: {b} rows, {done['build_s']:.0f} s", file=sys.stderr, flush=True)
+        build = done["build_s"]
+        row["build_note"] = "sum of the add() calls over every resumed run; checkpoint saves not counted"
+        index_file = saved
 
         def search(q, s):
             idx.expansion_search = s
@@ -316,9 +342,70 @@ def worker(engine: str, n: int, tmp: Path) -> dict:
                      "non_survivors_returned": bad})
         print(engine, n, rows[-1], file=sys.stderr, flush=True)
     row["filtered"] = rows
+    row["operating_setting"] = op
     row["peak_rss_mib"] = _hwm_mib()  # the vectors' mapped pages the engine touched count too
     row["rss_before_mib"] = rss0
     return row
+
+
+def _rollup_mib() -> dict:
+    """VmRSS/VmHWM and the smaps_rollup totals of this process, MiB (USS = private pages)."""
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            out[line.split(":")[0]] = int(line.split()[1]) / 1024
+    roll = {}
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]:
+        part = line.split()
+        if len(part) >= 2 and part[1].isdigit():
+            roll[part[0].rstrip(":")] = int(part[1]) / 1024
+    out.update(Rss=roll.get("Rss", 0.0), Pss=roll.get("Pss", 0.0), Anonymous=roll.get("Anonymous", 0.0),
+               USS=roll.get("Private_Clean", 0.0) + roll.get("Private_Dirty", 0.0))
+    return {k: round(v, 1) for k, v in out.items()}
+
+
+def serve_memory(index_file: Path, vectors: Path, queries: Path, ef: int) -> dict:
+    """A fresh serving process's memory after opening ``index_file`` and answering every
+    query (see the module docstring); runs ``_serve`` in a subprocess."""
+    r = subprocess.run([sys.executable, __file__, "_serve", str(index_file), str(vectors), str(queries), str(ef)],
+                       stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def serve_worker(index_file: str, vectors: str, queries: str, ef: int) -> dict:
+    """``_serve``: open as a server does, answer, measure (rows read by pread, not mapped)."""
+    import faiss
+    import numpy as np
+
+    from ragspine_pipeline.retrieval.vector import ann
+
+    faiss.omp_set_num_threads(1)
+    qs = np.load(queries)
+    with open(vectors, "rb") as fh:  # the .npy header's length: rows start after it
+        np.lib.format.read_magic(fh)
+        np.lib.format.read_array_header_1_0(fh)
+        base = fh.tell()
+    fd = os.open(vectors, os.O_RDONLY)
+    rb = 4 * DIM
+    before = _rollup_mib()
+    t = time.perf_counter()
+    idx = ann.open_ann(Path(index_file))
+    open_s = time.perf_counter() - t
+    opened = _rollup_mib()
+    times = []
+    for q in qs:
+        t = time.perf_counter()
+        cand = np.sort(idx.search(q, K, None, ef=ef))
+        rows = np.frombuffer(b"".join(os.pread(fd, rb, base + int(c) * rb) for c in cand), np.float32)
+        s = rows.reshape(len(cand), DIM).astype(np.float64) @ q.astype(np.float64)
+        cand[np.argsort(-s, kind="stable")[:K]]
+        times.append(time.perf_counter() - t)
+    after = _rollup_mib()
+    return {"queries": len(qs), "ef": ef, "format": idx.format, "open_s": round(open_s, 4),
+            "p50_ms": round(float(np.percentile(np.asarray(times) * 1e3, 50)), 4),
+            "after_open": {k: round(opened[k] - before[k], 1) for k in before},
+            "after_queries": {k: round(after[k] - before[k], 1) for k in before},
+            "base": before, "index_bytes": Path(index_file).stat().st_size}
 
 
 def markdown(res: dict) -> str:
@@ -338,6 +425,18 @@ def markdown(res: dict) -> str:
     for key, r in res["rows"].items():
         lines.append(f"- {key}: " + "; ".join(f"{s['setting']}: {s['recall']:.3f}, {s['p50_ms']:.3f}"
                                                for s in r["sweep"]))
+    served = [(key, r) for key, r in res["rows"].items() if r.get("serve")]
+    if served:
+        lines += ["", "Serving memory: a fresh process opens the index (mapped), answers the queries at the row's "
+                  "setting with exact rescoring from the vector file (pread), MiB above the interpreter with numpy "
+                  "and faiss imported:", "",
+                  "| row | format | index bytes | open s | p50 ms | after open: RSS / USS / PSS | "
+                  "after queries: RSS / USS / PSS / anonymous |", "|---|---|---|---|---|---|---|"]
+        for key, r in served:
+            v, o, a = r["serve"], r["serve"]["after_open"], r["serve"]["after_queries"]
+            lines.append(f"| {key} | {v['format']} | {v['index_bytes']:,} | {v['open_s']} | {v['p50_ms']} | "
+                         f"{o['Rss']} / {o['USS']} / {o['Pss']} | {a['Rss']} / {a['USS']} / {a['Pss']} / "
+                         f"{a['Anonymous']} |")
     lines += ["", *m.get("notes", [])]
     return "\n".join(lines) + "\n"
 
@@ -351,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="ann")
     ap.add_argument("--redo", action="append", default=[])
     ap.add_argument("--tmp", default="/tmp/ragspine-ann-bench")
+    ap.add_argument("--keep-index", default=None, help="move the ragspine row's index file here (bench_hybrid_1m)")
     args = ap.parse_args(argv)
     sizes = args.size or [1_000_000]
     out = Path(args.out)
@@ -381,14 +481,22 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             r = subprocess.run([sys.executable, __file__, "_worker", engine, str(n), str(tmp)], env=env,
                                stdout=subprocess.PIPE, text=True)
-            for f in tmp.glob(f"{engine}.index*"):
-                f.unlink()
             if r.returncode != 0:
                 print(f"{key}: worker failed ({r.returncode})", flush=True)
                 continue
             row = json.loads(r.stdout.strip().splitlines()[-1])
+            index_file = tmp / f"{engine}.index"
+            if engine.startswith("ragspine") and index_file.exists():  # the worker has exited: nothing shares its pages
+                p = _paths(n)
+                row["serve"] = serve_memory(index_file, p["x"], p["q"], row["operating_setting"])
+                print(key, "serve", row["serve"], flush=True)
+                if args.keep_index:  # bench_hybrid_1m serves this index beside its vector file
+                    Path(args.keep_index).parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(index_file, args.keep_index)
             row["wall_s"] = round(time.perf_counter() - t, 1)
             row["load_avg_after"] = round(os.getloadavg()[0], 2)
+            for f in tmp.glob(f"{engine}.index*"):
+                f.unlink()
             res["rows"][key] = row
             jpath.write_text(json.dumps(res, indent=1) + "\n")
             (out / f"{args.name}.md").write_text(markdown(res))
@@ -400,5 +508,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_worker":
         out_row = worker(sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))
         print(json.dumps(out_row), flush=True)
+    elif len(sys.argv) > 1 and sys.argv[1] == "_serve":
+        print(json.dumps(serve_worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))), flush=True)
     else:
         raise SystemExit(main())

@@ -115,3 +115,40 @@ def test_settings_decide_build_and_use():
     assert not ann.ann_wanted(10**7, "off", 100_000)
     assert ann.ann_wanted(200_000, "exact", 100_000) and not ann.ann_used("exact")
     assert ann.ann_used("auto")
+
+
+def test_publishes_sq8_storage_not_a_float32_copy(built, tmp_path):
+    x, path = built
+    idx = ann.open_ann(path)
+    assert idx.storage == "sq8" and idx.format == ann.FORMAT
+    flat = tmp_path / "flat.hnsw"
+    ann.build_ann(x, flat, threads=1, storage="flat")
+    # the SQ8 file holds one byte per dimension where the flat one holds four
+    assert path.stat().st_size < flat.stat().st_size - 2 * x.nbytes // 4
+
+
+def test_index_published_before_still_serves(built, tmp_path):
+    x, _ = built
+    legacy = tmp_path / "legacy.hnsw"
+    ann.build_ann(x, legacy, threads=1, storage="flat")
+    idx = ann.open_ann(legacy)
+    assert idx.storage == "flat" and idx.format == ann.LEGACY_FORMAT
+    queries = _vectors(20, seed=4)
+    hits = sum(len(_rescored(x, q, idx.search(q, 10, None), 10) & _exact(x, q, 10)) for q in queries)
+    assert hits / (10 * len(queries)) >= 0.95
+
+
+def test_foreign_or_damaged_file_raises_a_typed_error_that_says_rebuild(built, tmp_path):
+    from ragspine_pipeline.retrieval.lexical.format.file import IndexFormatError
+
+    x, _ = built
+    other = tmp_path / "flat_l2.index"
+    faiss.write_index(faiss.IndexFlatIP(x.shape[1]), str(other))
+    junk = tmp_path / "junk.hnsw"
+    junk.write_bytes(b"not a faiss index at all" * 10)
+    for bad in (other, junk):
+        with pytest.raises(ann.AnnIndexFormatError, match="republish") as err:
+            ann.open_ann(bad)
+        assert isinstance(err.value, IndexFormatError) and str(bad) in str(err.value)
+    with pytest.raises(ValueError):
+        ann.build_ann(x, tmp_path / "x.hnsw", storage="pq")

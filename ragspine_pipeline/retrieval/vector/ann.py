@@ -5,17 +5,33 @@ tens of milliseconds on this box -- while BM25 answers in a fraction of a millis
 (issue 47 item 3). Above ``RAGSPINE_ANN_MIN_VECTORS`` vectors the publish step calls
 :func:`build_ann`; a serving process calls :func:`open_ann` and asks
 :meth:`AnnIndex.search` for *candidate positions*, which the caller rescores exactly
-(float64 dot products over the published vectors) and cuts to ``k``. The graph only has
-to put the true top-``k`` among the candidates; the scores the user sees are exact.
+(float64 dot products over the published float32 rows) and cuts to ``k``. The graph only
+has to put the true top-``k`` among the candidates; the scores the user sees are exact.
 
-Why faiss HNSW (``IndexHNSWFlat``, inner product): in a 200k-vector pilot on the clustered
-384-d set of ``benchmarks/bench_ann.py`` it reached recall@10 0.95 at 0.13 ms single-thread
-p50, where usearch i8 (connectivity 16, expansion_add 128, rescored) needed 0.22 ms for 0.96
-and built 5x slower (249 s vs 47 s), and faiss HNSW with SQ8 storage was slower to search and
-to build than flat storage. It is also the one of these libraries whose Python API searches
-*with a pre-filter* (``IDSelectorBitmap`` in ``SearchParametersHNSW``): filtered queries walk
-the graph but only survivors enter the results, so "survivors only" holds by construction.
-The 1M figures beside faiss's defaults are in ``benchmarks/results/ann_1m.md``.
+Storage: 8-bit scalar quantised (``IndexHNSWSQ``, ``QT_8bit``: a per-dimension min/max
+trained on a strided sample), not a float32 copy. The published vector file already holds
+the float32 rows the rescoring reads, so a flat HNSW storage duplicated them: 1.81 GB of
+index at 1M x 384 where the SQ8 index is ~0.65 GB (384 MB of codes + the graph), and a
+busy server kept most of it resident. The lossy graph scores only choose candidates;
+:meth:`AnnIndex.search` hands back ``k + RESCORE_EXTRA`` of them (at least
+``MIN_CANDIDATES``), enough for the exact rescoring to restore the order
+(``benchmarks/results/ann_1m.md``: recall@10 and p50 beside the flat storage). The whole
+index file -- codes and neighbour lists -- is memory-mapped (``IO_FLAG_MMAP_IFC``): a
+second serving process shares its pages through the page cache.
+
+An index published before (``IndexHNSWFlat``, format ``faiss-hnsw-flat-ip``) still opens
+and answers the same way (``AnnIndex.storage == "flat"``); it keeps its float32 copy until
+the version is republished, and :func:`open_ann` logs that once per file. Any other faiss
+index type in the file raises :class:`AnnIndexFormatError` (an ``IndexFormatError`` that
+says to rebuild it with the publish step).
+
+Why faiss HNSW: in a 200k-vector pilot on the clustered 384-d set of
+``benchmarks/bench_ann.py`` it reached recall@10 0.95 at 0.13 ms single-thread p50, where
+usearch i8 (connectivity 16, expansion_add 128, rescored) needed 0.22 ms for 0.96 and
+built 5x slower (249 s vs 47 s). It is also the one of these libraries whose Python API
+searches *with a pre-filter* (``IDSelectorBitmap`` in ``SearchParametersHNSW``): filtered
+queries walk the graph but only survivors enter the results, so "survivors only" holds
+by construction. The 1M figures beside faiss's defaults are in ``benchmarks/results/ann_1m.md``.
 
 Filters: ``allowed`` (a boolean mask over positions, or an array of allowed positions)
 keeps the pre-filter semantics -- every returned position is allowed. Below
@@ -25,14 +41,16 @@ returns ``None`` and the caller scans the survivors exactly. Between those and
 "everything allowed" the search widens ``efSearch`` by the inverse of the kept fraction
 (capped), which keeps recall@10 >= 0.95 at 50% and 5% kept in the benchmark.
 
-Determinism: the level of each node comes from faiss's fixed RNG seed (12345) and nodes
-are added in position order; with more than one build thread the neighbour lists can
-differ between runs in ties decided by thread timing, which the exact rescoring absorbs.
-``build_ann(..., threads=1)`` gives byte-identical files.
+Determinism: the quantiser is trained on a fixed strided sample; the level of each node
+comes from faiss's fixed RNG seed (12345) and nodes are added in position order; with more
+than one build thread the neighbour lists can differ between runs in ties decided by thread
+timing, which the exact rescoring absorbs. ``build_ann(..., threads=1)`` gives
+byte-identical files.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -40,16 +58,27 @@ from pathlib import Path
 import numpy as np
 
 from ... import settings
+from ..lexical.format.file import IndexFormatError
 from .base import EmbeddingBackendUnavailable
 
 HNSW_M = 32  # neighbours per node (faiss's "HNSW32"; 2*M on the bottom layer)
 EF_CONSTRUCTION = 80  # candidate list while building (faiss's default is 40; 80 buys recall per ef)
 EF_SEARCH = 32  # candidate list per query, unfiltered (recall@10 >= 0.95 at 1M in the benchmark)
-MIN_CANDIDATES = 10  # positions handed back (at least k); the graph scores in exact float32, so more buy no recall
+MIN_CANDIDATES = 20  # positions handed back at least: SQ8 scores misorder near-ties, the rescoring fixes them
+RESCORE_EXTRA = 10  # candidates beyond k (each costs one exact dot product over a published row)
+TRAIN_ROWS = 65_536  # rows the 8-bit quantiser's per-dimension ranges are trained on (strided sample)
 FILTER_EXACT_BELOW = 20_000  # survivors: below this the caller's exact scan is faster
 FILTER_EXACT_FRACTION = 0.01  # kept fraction: below this the graph walk costs more than a scan
 FILTER_EF_CAP = 1024  # widest efSearch a filtered query may use
-FORMAT = "faiss-hnsw-flat-ip"
+FORMAT = "faiss-hnsw-sq8-ip"
+LEGACY_FORMAT = "faiss-hnsw-flat-ip"  # the float32-storage index published before (still served)
+STORAGES = {"sq8": FORMAT, "flat": LEGACY_FORMAT}
+_log = logging.getLogger(__name__)
+
+
+class AnnIndexFormatError(IndexFormatError):
+    """An ANN index file that is not one :func:`build_ann` writes (another faiss index type,
+    or not a faiss file at all): the version must be republished to rebuild it."""
 
 
 def _faiss():
@@ -62,25 +91,36 @@ def _faiss():
     return faiss
 
 
-def build_ann(vectors: np.ndarray, path: Path, *, threads: int | None = None) -> None:
+def build_ann(vectors: np.ndarray, path: Path, *, threads: int | None = None, storage: str = "sq8") -> None:
     """Build the HNSW graph over ``vectors`` (float32 unit rows, in position order) at ``path``.
 
-    Written to a temporary file in the same folder and renamed, so a reader never opens a
-    half-written index. ``threads`` bounds faiss's OpenMP threads for the build (None:
-    faiss's default, every core); the process-wide setting is restored afterwards.
+    ``storage``: ``"sq8"`` (what publishing writes, :data:`FORMAT`) or ``"flat"`` (the
+    float32 storage of :data:`LEGACY_FORMAT`, kept to compare with and to test that such a
+    file still serves). Written to a temporary file in the same folder and renamed, so a
+    reader never opens a half-written index. ``threads`` bounds faiss's OpenMP threads for
+    the build (None: faiss's default, every core); the process-wide setting is restored.
     """
     faiss = _faiss()
-    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    x = np.asarray(vectors)
     if x.ndim != 2 or x.shape[0] == 0:
         raise ValueError(f"build_ann needs a non-empty 2-D array, got shape {x.shape}")
-    index = faiss.IndexHNSWFlat(int(x.shape[1]), HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    if storage not in STORAGES:
+        raise ValueError(f"unknown ANN storage {storage!r}; use one of {', '.join(STORAGES)}")
+    dim = int(x.shape[1])
+    if storage == "flat":
+        index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    else:
+        index = faiss.IndexHNSWSQ(dim, faiss.ScalarQuantizer.QT_8bit, HNSW_M, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = EF_CONSTRUCTION
     before = faiss.omp_get_max_threads()
     if threads is not None:
         faiss.omp_set_num_threads(max(1, int(threads)))
     try:
+        if not index.is_trained:  # a strided sample: deterministic, spread over the whole version
+            step = max(1, x.shape[0] // TRAIN_ROWS)
+            index.train(np.ascontiguousarray(x[::step][:TRAIN_ROWS], dtype=np.float32))
         for start in range(0, x.shape[0], 262_144):  # add in slices: no second full copy
-            index.add(x[start:start + 262_144])
+            index.add(np.ascontiguousarray(x[start:start + 262_144], dtype=np.float32))
     finally:
         faiss.omp_set_num_threads(before)
     path = Path(path)
@@ -96,8 +136,9 @@ def build_ann(vectors: np.ndarray, path: Path, *, threads: int | None = None) ->
 
 
 def _open_flags(faiss) -> int:
-    """Map the flat vector storage instead of reading it (faiss >= 1.9): a second serving
-    process shares the pages; only the graph's neighbour lists are read into memory."""
+    """Map the index file instead of reading it (faiss >= 1.9): the codes (or a legacy
+    file's float32 storage) and the neighbour lists stay page-cache pages, shared by every
+    serving process, and only the pages a query touches become resident."""
     return int(getattr(faiss, "IO_FLAG_MMAP_IFC", 0)) | int(getattr(faiss, "IO_FLAG_READ_ONLY", 0))
 
 
@@ -105,11 +146,13 @@ class AnnIndex:
     """An opened HNSW index. ``search`` is safe to call from several threads at once
     (faiss's search is const; per-query parameters travel in ``SearchParametersHNSW``)."""
 
-    def __init__(self, index, path: Path) -> None:
+    def __init__(self, index, path: Path, storage: str = "sq8") -> None:
         self._index = index
         self.path = Path(path)
         self.size = int(index.ntotal)
         self.dim = int(index.d)
+        self.storage = storage  # "sq8", or "flat" for an index published before (LEGACY_FORMAT)
+        self.format = STORAGES[storage]
 
     def _mask(self, allowed: np.ndarray) -> np.ndarray:
         a = np.asarray(allowed)
@@ -130,8 +173,9 @@ class AnnIndex:
 
     def search(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None, *,
                ef: int | None = None) -> np.ndarray | None:
-        """Candidate positions for ``query`` (at least ``k`` where that many are allowed),
-        best first by the graph's float32 scores; ``None`` means "scan the survivors exactly"
+        """Candidate positions for ``query`` (``k + RESCORE_EXTRA``, at least
+        ``MIN_CANDIDATES``, where that many are allowed), best first by the graph's approximate
+        scores; ``None`` means "scan the survivors exactly"
         (see the module docstring). ``ef`` overrides ``EF_SEARCH`` (the benchmark's sweep)."""
         faiss = _faiss()
         q = np.ascontiguousarray(np.asarray(query, dtype=np.float32).reshape(1, -1))
@@ -140,7 +184,7 @@ class AnnIndex:
         k = int(k)
         if k <= 0:
             return np.empty(0, dtype=np.int64)
-        want = min(max(k, MIN_CANDIDATES), self.size)
+        want = min(max(k + RESCORE_EXTRA, MIN_CANDIDATES), self.size)
         ef_base = max(int(ef or EF_SEARCH), want)
         params = faiss.SearchParametersHNSW()
         selector = None
@@ -165,16 +209,37 @@ class AnnIndex:
 
 
 def open_ann(path: Path) -> AnnIndex:
-    """Open an index written by :func:`build_ann`, its vector storage memory-mapped."""
+    """Open an index written by :func:`build_ann`, the file memory-mapped.
+
+    ``FileNotFoundError`` without one; :class:`AnnIndexFormatError` when the file is not an
+    HNSW index of either storage (another faiss type, or damaged): republish the version.
+    A legacy flat index opens with ``storage == "flat"`` (a log line says it keeps a float32
+    copy until the version is republished)."""
     faiss = _faiss()
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no ANN index at {path}")
     try:
-        index = faiss.read_index(str(path), _open_flags(faiss))
-    except RuntimeError:  # a faiss without mapped reads of this index type
-        index = faiss.read_index(str(path))
-    return AnnIndex(index, path)
+        try:
+            index = faiss.read_index(str(path), _open_flags(faiss))
+        except RuntimeError:  # a faiss without mapped reads of this index type
+            index = faiss.read_index(str(path))
+    except RuntimeError as exc:
+        raise AnnIndexFormatError(path, f"not a readable faiss index ({str(exc).splitlines()[0][:200]}); "
+                                        "republish the vector version to rebuild it") from None
+    if isinstance(index, faiss.IndexHNSWSQ):  # read_index hands back the concrete type
+        storage = "sq8"
+    elif isinstance(index, faiss.IndexHNSWFlat):
+        storage = "flat"
+        _log.info("ANN index %s has float32 storage (%s, published before %s): it serves, but holds a "
+                  "second copy of the vectors until the version is republished", path, LEGACY_FORMAT, FORMAT)
+    else:
+        raise AnnIndexFormatError(path, f"{type(index).__name__} is not an ANN index this version serves "
+                                        f"({FORMAT} or {LEGACY_FORMAT}); republish the vector version to rebuild it")
+    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        raise AnnIndexFormatError(path, "the ANN index does not rank by inner product; republish the vector "
+                                        "version to rebuild it")
+    return AnnIndex(index, path, storage)
 
 
 def ann_wanted(count: int, mode: str | None = None, minimum: int | None = None) -> bool:

@@ -207,7 +207,7 @@ def open_published_retriever(
     retrievers = {lib: library_retriever(wh, lib, reranker=rr, mode=m, glossary=gl, embedding=embedding_backend,
                                          chunker=chunker, postprocessor=postprocessor) for lib in libs}
     if warm:
-        warm_retriever(*retrievers.values())
+        warm_retriever(*retrievers.values(), name=f"libraries {', '.join(libs)}")
     layers = dict(layers or {})
     if postprocessor is not None:
         layers.setdefault("postprocessor", "none")  # the argument replaces RAGSPINE_POSTPROCESSOR

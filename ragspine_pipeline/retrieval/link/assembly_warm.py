@@ -36,8 +36,12 @@ the first query after open at 1M documents went from 30-290 ms (p50; 895 ms wors
 through the serving door at 1M SciFact chunks.
 
 No answer is returned, counted or cached for a caller, and no reranker or LLM runs: the
-probe stops at the hybrid retriever. The CLI's one-shot query does not warm: the warm-up
-(0.7-5.7 s at 1M) costs more than the 0.1-0.3 s its one query would save.
+probe stops at the hybrid retriever. Every long-lived door warms before it answers: the
+service (each library before its generation is swapped in, so ``/readyz`` waits), the Ray
+replica (through its shards' front, after ``ShardedAssembly.prepare``) and each Ray shard
+(``warm_index`` per segment, before it listens), the Dagster ``RetrievalResource`` (when it
+opens a library) and ``open_published_retriever(warm=True)``. The CLI's one-shot query does
+not warm: the warm-up (0.7-5.7 s at 1M) costs more than the 0.1-0.3 s its one query would save.
 """
 
 from __future__ import annotations

@@ -29,7 +29,10 @@ defs = dg.Definitions(
     jobs=[refresh_job, ask],
     sensors=[library_sensor],
     schedules=[build_refresh_schedule()],  # RAGSPINE_REFRESH_* read now, not at import
-    resources={"warehouse": WarehouseResource(), "retrieval": RetrievalResource()},
+    # warm=False: each run of the `ask` job is its own process answering one question, where a
+    # warm-up (the library's files read, the heaviest terms checked) costs more than it saves;
+    # a process that holds the resource for many questions (the demo, a notebook) keeps the default.
+    resources={"warehouse": WarehouseResource(), "retrieval": RetrievalResource(warm=False)},
     executor=dg.in_process_executor,
 )
 

@@ -211,12 +211,9 @@ def main() -> None:
             continue
         if eng == "lucene" and lucene is None:
             lucene = lucene_setup()
-            if isinstance(lucene, str):
-                report["runs"][key] = {"n": args.size, "seed": args.seed, "engine": eng, "label": args.label,
-                                       "error": lucene}
-                continue
-            lucene = (lucene[0], bv._lucene_classes(*lucene))
-        rec = measure(eng, args.size, args.seed, out_dir, lucene)
+            lucene = lucene if isinstance(lucene, str) else (lucene[0], bv._lucene_classes(*lucene))
+        rec = ({"error": lucene} if eng == "lucene" and isinstance(lucene, str)
+               else measure(eng, args.size, args.seed, out_dir, lucene))
         rec.update(n=args.size, seed=args.seed, engine=eng, label=args.label, machine=machine(),
                    measured=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
         report["runs"][key] = rec

@@ -96,16 +96,18 @@ def _write_header(f: Any, dtype: np.dtype[Any], n: int) -> None:
 
 def merge_runs(runs: Sequence[tuple[Path, Path, Path]], n_terms: int, out_dir: Path,
                merge_run: Callable[..., None], *,
-               range_postings: int = MERGE_POSTINGS) -> tuple[np.ndarray, Path, Path]:
+               range_postings: int | None = None) -> tuple[np.ndarray, Path, Path]:
     """(indptr, indices.npy, tf.npy in ``out_dir``) of the corpus from its spilled CSC runs
     (each (indptr, indices, tf) ``.npy`` paths, in document order).
 
     A term's postings are its runs' slices one after the other, so the merge goes a range
-    of terms at a time (about ``range_postings`` postings): each run's part of the range
+    of terms at a time (about ``range_postings`` postings, default ``MERGE_POSTINGS``; a
+    term longer than that is a range of its own): each run's part of the range
     is one contiguous read, ``merge_run`` places it in the range's buffers, and the range
     is appended to the two output files. Nothing is mapped; the runs are removed at the
     end (the folder holds the runs and the merged arrays at once: ~2x the postings' bytes).
     """
+    step = int(range_postings or MERGE_POSTINGS)
     df = np.zeros(n_terms, np.int64)
     tf_types = []
     ptrs, idxs, tfs = [], [], []
@@ -128,7 +130,7 @@ def merge_runs(runs: Sequence[tuple[Path, Path, Path]], n_terms: int, out_dir: P
         _write_header(f_tf, dtype, total)
         t0 = 0
         while t0 < n_terms and total:
-            t1 = int(np.searchsorted(indptr, indptr[t0] + range_postings, side="right")) - 1
+            t1 = int(np.searchsorted(indptr, indptr[t0] + step, side="right")) - 1
             t1 = min(n_terms, max(t0 + 1, t1))
             p0 = int(indptr[t0])
             out_idx = np.empty(int(indptr[t1]) - p0, np.int32)

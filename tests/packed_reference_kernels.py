@@ -36,14 +36,13 @@ position order, so a tie goes to the lower position, as ``_take_top`` orders the
 import numpy as np
 from numba import njit
 
-from ragspine_pipeline.retrieval.lexical.kernels.packed import _BLOCK, _unpack
+from ragspine_pipeline.retrieval.lexical.kernels.packed import _BLOCK, _unique_terms, _unpack
 from ragspine_pipeline.retrieval.lexical.kernels.packed_wand import (
     _block_cursors,
     _seek,
     _shallow,
     _sort_by_bound,
 )
-from ragspine_pipeline.retrieval.lexical.kernels.plain_unfiltered import _unique_terms
 from ragspine_pipeline.retrieval.lexical.kernels.selection import _SLACK, _drain, _push
 from ragspine_pipeline.retrieval.lexical.kernels.weight import plain_w as _w
 
@@ -54,7 +53,7 @@ def _query(pk, idf, wmax, qtids, wt, k):
     bounds), the heap size and buffers, the end of the doc space and ``ar`` = (data, off,
     dbits, tbits, last) of ``pk``, unpacked once per query (reading ``pk`` per posting is
     slow)."""
-    ut, scale, ub = _unique_terms(qtids, idf, wmax, wt[2] + 1.0)
+    ut, scale, ub = _unique_terms(qtids, idf, pk[0], wmax, wt[2] + 1.0)
     kk = max(k, 1)
     return (ut, scale, ub, kk, np.empty(kk, np.float64), np.empty(kk, np.int64), np.int64(pk[13].shape[0]),
             (pk[7], pk[3], pk[4], pk[5], pk[2]))

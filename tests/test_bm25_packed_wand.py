@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ragspine_pipeline.retrieval.lexical.index.packed_index import PackedBM25Index
+from ragspine_pipeline.retrieval.lexical.index.packed_tables import term_idf
 from tests.test_bm25_mmap import zipf_corpus
 from tests.test_bm25_packed import publish_both, ref_top
 
@@ -121,7 +122,7 @@ def test_window_kernel_seeds_from_a_rare_term_and_stays_exact(tmp_path):
     ar = (pk[7], pk[3], pk[4], pk[5], pk[2])
     for q in ([rare[0], "w0"], [rare[1], "w3", "w0", "w1"], [rare[2], rare[3], "w2"], [rare[4], "w10", "w11"]):
         tids = np.array(packed._query_term_ids(q), np.int64)
-        ut, scale, ub = windows._unique_terms(tids, packed._idf, packed._w_max, wt[2] + 1.0)
+        ut, scale, ub = windows._unique_terms(tids, packed._idf, packed._pk[0], packed._w_max, wt[2] + 1.0)
         seed = windows._seed(pk, ar, ut, scale, ub, 10, pk[13], wt, None)  # no filter
         for k in (1, 10):
             (ids, sc), (m_ids, m_sc) = both(packed, q, k)
@@ -169,7 +170,7 @@ def test_a_rare_lead_term_goes_term_at_a_time(tmp_path):
     packed, _ = publish_both(tmp_path, docs)
     args = packed._pk[0], packed._idf, packed._w_max
     n = packed.n_docs
-    ub = packed._idf * packed._w_max
+    ub = term_idf(packed._idf, packed.indptr, np.arange(packed.n_terms)) * packed._w_max
     df = packed.df
     tid = {f"w{i}": packed.vocab.get(f"w{i}") for i in range(2000) if packed.vocab.get(f"w{i}") is not None}
     k = 1  # a lead needs LEAD_MIN_K x k documents; rare ones here hold under 300

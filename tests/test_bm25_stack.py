@@ -89,7 +89,9 @@ def test_refreshes_stack_segments_and_answer_as_one_index(tmp_path, layout):
         meta = _publish(v[i], v[i - 1], corpus, changed=changed, layout=layout, stack=DEEP)
         assert meta["bm25_build"] == "stacked", meta
         assert meta["bm25_segments"] == i + 1 and meta["bm25_docs"] == len(corpus)
-        assert meta["bm25_bytes_written"] < meta["bm25_bytes"] / 4  # only what changed is written
+        # Only what changed is written. (A third, not a quarter, since format 3: the per-term
+        # idf and bit rows left the files, which shrank the large base more than the delta.)
+        assert meta["bm25_bytes_written"] < meta["bm25_bytes"] / 3
         stack = open_bm25_file(v[i], sorted(corpus))
         assert isinstance(stack, StackedBM25) and stack.n_docs == len(corpus)
         ids = sorted(corpus)

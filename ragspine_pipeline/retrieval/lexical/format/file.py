@@ -1,4 +1,4 @@
-"""The on-disk layout of a built BM25 index (format version 2), its writer and its checks.
+"""The on-disk layout of a built BM25 index (format version 3), its writer and its checks.
 
 Why: a serving process should map the published index, not rebuild it from token lists
 (#27). One immutable file holds one index segment; every array a query reads is stored
@@ -26,9 +26,12 @@ Layout (little-endian; every array starts at a multiple of 64 bytes)::
 Versions and layouts: version 2 records the postings ``layout`` in the TOC: ``plain``
 (the arrays below; byte for byte version 1 apart from the version and that TOC field) or
 ``packed`` (``index.packed``: block-packed doc-id deltas and term frequencies, no per-posting
-weight). A version 1 file is plain. Readers accept versions 1 and 2; any other version,
-or a layout this code does not know, is an ``IndexVersionError`` naming what was found
-and what is supported.
+weight). A version 1 file is plain. Version 3 (#47, bytes) changes only the packed
+layout's per-term tables (``index.packed_tables``: idf per distinct df, the bit-set terms
+as a sorted list, no document lengths beside their codes); a plain file of version 3 is
+version 2's. Readers accept versions 1 to 3 (a packed file of version 2 is read through
+the version 3 shapes, with the same answers); any other version, or a layout this code
+does not know, is an ``IndexVersionError`` naming what was found and what is supported.
 
 Arrays (plain): the ``Postings`` arrays (postings ``indptr``/``indices``/``tf``/``w``, per-term
 ``df``/``idf``/``w_max``, block-max ``bptr``/``bmax``, ``bit_row``/``bits``, ``doc_len``);
@@ -72,8 +75,8 @@ import numpy as np
 
 MAGIC = b"RSPBM25\0"
 FOOTER_MAGIC = b"RSPBM25E"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 LAYOUTS = ("plain", "packed")  # bm25_raw.PLAIN / PACKED; the TOC's "layout" field
 HEADER_BYTES = 64
 FOOTER_BYTES = 32
@@ -145,7 +148,7 @@ class Toc:
 
     def to_json(self) -> bytes:
         d: dict[str, Any] = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("arrays", "version")}
-        d["format_version"] = FORMAT_VERSION
+        d["format_version"] = self.version
         d["arrays"] = {n: {"dtype": a.dtype, "shape": list(a.shape), "offset": a.offset, "nbytes": a.nbytes}
                        for n, a in self.arrays.items()}
         return json.dumps(d, sort_keys=True).encode()
@@ -319,10 +322,12 @@ def vocab_arrays(vocab: dict[str, int]) -> dict[str, np.ndarray]:
     return {"vocab_hash": hashes[order], "vocab_tid": order.astype(np.int64), "vocab_off": off, "vocab_blob": blob}
 
 
-def write_file(path: Path, arrays: dict[str, np.ndarray | ChunkedArray], scalars: dict[str, Any]) -> None:
+def write_file(path: Path, arrays: dict[str, np.ndarray | ChunkedArray], scalars: dict[str, Any],
+               version: int = FORMAT_VERSION) -> None:
     """Write ``arrays`` (in this order; a ``ChunkedArray`` is consumed as it is written)
     and ``scalars`` (the TOC's other fields) to ``path`` (a temp file the
-    caller renames): data region, crc table, TOC, then header and footer; fsync."""
+    caller renames): data region, crc table, TOC, then header and footer; fsync.
+    ``version``: the format version recorded (tests write older layouts with it)."""
     with open(path, "wb") as f:
         f.write(b"\0" * HEADER_BYTES)
         bw = _BlockWriter(f)
@@ -331,7 +336,7 @@ def write_file(path: Path, arrays: dict[str, np.ndarray | ChunkedArray], scalars
         crc_off = bw.pos
         f.write(crcs.tobytes())
         toc = Toc(arrays=specs, crc_offset=crc_off, crc_count=len(crcs), crc_crc32=zlib.crc32(crcs.tobytes()),
-                  **scalars)
+                  version=version, **scalars)
         raw = toc.to_json()
         toc_off = crc_off + crcs.nbytes
         f.write(raw)
@@ -339,6 +344,6 @@ def write_file(path: Path, arrays: dict[str, np.ndarray | ChunkedArray], scalars
         toc_crc = zlib.crc32(raw)
         f.write(pack_footer(size, toc_off, toc_crc))
         f.seek(0)
-        f.write(pack_header(size, toc_off, len(raw), toc_crc, crc_off))
+        f.write(pack_header(size, toc_off, len(raw), toc_crc, crc_off, version))
         f.flush()
         os.fsync(f.fileno())

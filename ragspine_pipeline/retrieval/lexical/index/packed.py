@@ -12,7 +12,9 @@ Arrays (names are the file's; ``B`` blocks, term t's blocks are ``bptr[t]:bptr[t
 
     indptr      int64 [n_terms+1]  postings pointers (df = diff), as the plain layout
     bptr        int64 [n_terms+1]  first block of each term
-    idf, w_max  float64 [n_terms]  full-corpus idf, max w of the term (MaxScore bound)
+    w_max       float64 [n_terms]  max w of the term (MaxScore bound)
+    idf_df, idf_val int64/float64 [distinct df]  full-corpus idf per df (format 3; a
+                                   segment, and formats 1/2: ``idf`` float64 [n_terms])
     data        uint32 [words+2]   the packed blocks (two zero words of read-ahead pad)
     blk_off     int64 [B+1]        word offset of each block in ``data`` (and the end)
     blk_last    int32 [B]          last doc position of the block (skip data)
@@ -20,11 +22,16 @@ Arrays (names are the file's; ``B`` blocks, term t's blocks are ``bptr[t]:bptr[t
     blk_bmax    float64 [B]        exact max w of the block (block-max skipping)
     blk_maxtf, blk_minlen uint32 [B] max tf and min doc length of the block (filtered
                                    bounds: they bound w for any survivor avgdl)
-    bit_row     int32 [n_terms]    row of ``bits`` of the longest lists, or -1
+    bit_terms   int32 [rows]       the longest lists' terms, ascending: ``bit_terms[r]``'s
+                                   postings are row r of ``bits`` (formats 1/2: ``bit_row``
+                                   int32 [n_terms], each term's row or -1)
     bits        uint64 [rows, ceil(N/64)] their postings as bitsets (filtered survivor df)
-    doc_len     uint32 [n_docs]
-    doc_code    uint8/uint16 [n_docs], code_len uint32 [codes] (optional): each document's
-                                   length as an index into the distinct lengths
+    doc_code    uint8/uint16 [n_docs], code_len uint32 [codes]: each document's length as
+                                   an index into the distinct lengths; without codes (more
+                                   distinct lengths than uint16 holds) ``doc_len`` uint32
+                                   [n_docs] (formats 1/2 store both)
+
+``index.packed_tables`` explains format 3's tables and reads the older ones as them.
 
 A block of n postings holds n gap fields then n tf fields, each field run starting on a
 word boundary; value i of a run of width W starts at bit i*W, little-endian across words.
@@ -61,8 +68,10 @@ SLICE_BLOCKS = 1 << 14  # blocks encoded per slice (<= 2M postings, ~250 MB of t
 ENCODE_THREADS = 2  # slices encoded at once (compiled encoder; the machine this targets has 2 cores)
 PAD_WORDS = 2  # zero words after the last block: a field read may touch the next word
 BLOCK_ARRAYS = ("blk_off", "blk_last", "blk_dbits", "blk_tbits", "blk_bmax", "blk_maxtf", "blk_minlen")
-TERM_ARRAYS = ("indptr", "bptr", "idf", "w_max", "bit_row")
-PACKED_ARRAYS = ("data", *BLOCK_ARRAYS, *TERM_ARRAYS, "bits", "doc_len")
+TERM_ARRAYS = ("indptr", "bptr", "w_max")
+PACKED_ARRAYS = ("data", *BLOCK_ARRAYS, *TERM_ARRAYS, "bits")  # in every version
+# Per version (index.packed_tables): one of each group is present.
+OPTIONAL_ARRAYS = ("idf", "idf_df", "idf_val", "bit_row", "bit_terms", "doc_len", "doc_code", "code_len")
 
 
 def norm_of(doc_len: np.ndarray, k1: float, b: float, avgdl: float) -> np.ndarray:

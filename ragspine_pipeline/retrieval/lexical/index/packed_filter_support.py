@@ -33,15 +33,18 @@ import numpy as np
 
 from ..kernels.filter_stats import rank_directory
 from .filter import compact_lengths, length_slices
+from .packed_tables import bit_row
 from .postings import RANK_WORDS
 
 
 class PackedFilterSupport:
     """Lazily built helpers of one packed index's filtered queries (thread-safe)."""
 
-    def __init__(self, arrays: dict[str, np.ndarray], n_terms: int, doc_len: np.ndarray) -> None:
-        """``arrays``: the mapped file's arrays (by name); ``doc_len``: its document lengths."""
-        self._arrays, self._doc_len = arrays, doc_len
+    def __init__(self, arrays: dict[str, np.ndarray], n_terms: int, doc_len: np.ndarray,
+                 bit_terms: np.ndarray) -> None:
+        """``arrays``: the mapped file's arrays (by name); ``doc_len``: its document lengths;
+        ``bit_terms``: the terms with a bit-set row (``packed_tables.bit_terms_of``)."""
+        self._arrays, self._doc_len, self._bit_terms = arrays, doc_len, bit_terms
         self._lock = threading.Lock()
         self._slices: np.ndarray | None = None
         self._lengths: np.ndarray | None = None
@@ -88,7 +91,7 @@ class PackedFilterSupport:
         if self.done[tids].all():
             return
         a = self._arrays
-        bptr, bit_row = a["bptr"], a["bit_row"]
+        bptr = a["bptr"]
         with self._lock:
             for t in np.unique(tids).tolist():
                 if self.done[t]:
@@ -97,7 +100,7 @@ class PackedFilterSupport:
                 if b1 > b0:
                     self.t_maxtf[t] = a["blk_maxtf"][b0:b1].max()
                     self.t_minlen[t] = a["blk_minlen"][b0:b1].min()
-                row = int(bit_row[t])
+                row = bit_row(self._bit_terms, t)
                 if row >= 0 and not self.rank_done[row]:
                     rank_directory(a["bits"][row], self.rank_dir[row])
                     self.rank_done[row] = True

@@ -38,6 +38,7 @@ from .bm25 import EXHAUSTIVE_MAX_DOCS, KERNELS, MAXSCORE_MIN_DOCS, candidate_mas
 from .corpus_stats import CorpusStats
 from .packed import (
     BLOCK_ARRAYS,
+    OPTIONAL_ARRAYS,
     PACKED_ARRAYS,
     PAD_WORDS,
     SLICE_BLOCKS,
@@ -51,6 +52,16 @@ from .packed import (
     w_of,
 )
 from .packed_filter_support import PackedFilterSupport
+from .packed_tables import (
+    bit_row,
+    bit_terms_of,
+    check_tables,
+    idf_table,
+    lengths_by_code,
+    readonly,
+    stored_idf_arrays,
+    term_idf,
+)
 from .packed_views import PostingsView, QueryPostings
 from .pool import (
     POSTINGS_PER_THREAD,
@@ -116,31 +127,34 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype, lengths:
                       tf=np.array([1, 3], np.uint8), doc_len=np.array([1, 3], np.uint32), terms=["a"])
     enc = encode(raw, 1.5, 0.75)
     data = np.concatenate(list(enc.words()))
+    idf = idf_table(np.diff(raw.indptr), enc.idf)
     arrays = {"indptr": raw.indptr, "bptr": enc.bptr, "data": data, "doc_len": raw.doc_len, **enc.blocks,
-              "bit_row": np.array([0], np.int32), "bits": np.full((1, 1), 3, np.uint64)}
+              "bit_terms": np.array([0], np.int32), "bits": np.full((1, 1), 3, np.uint64)}
     # Codes index the 4-entry tables below; lengths (no codes) are the lengths themselves.
     arrays["doc_code"] = np.array([0, 1] if code.itemsize < 4 else [1, 3], code)
-    for a in (*arrays.values(), enc.idf, enc.w_max):  # a mapped file's idf and w_max are read-only too
+    arrays["code_len"] = np.array([1, 3], np.uint32)  # pk[8]: uint32 either way
+    for a in (*arrays.values(), *idf, enc.w_max):  # a mapped file's arrays are read-only
         a.setflags(write=False)
     q = np.zeros(1, np.int64)
     acc, touched = np.zeros(2), np.zeros(2, np.int32)
     norm = norm_of(np.arange(4), 1.5, 0.75, 2.0)
     wt = (norm, w_of(np.ones(4, np.int64), norm), 1.5, 0.75, 2.0)
-    pk = _pk_tuple(arrays)
+    pk = _pk_tuple(arrays, arrays["bit_terms"])
     for exhaustive in (0, 2):
-        unfiltered.search_one(pk, enc.idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
-    unfiltered.search_batch(pk, enc.idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
+        unfiltered.search_one(pk, idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
+    unfiltered.search_batch(pk, idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
     filtered.warm(pk, wt, enc.w_max, 2, lengths)
     # A dense mask's summed length (bm25_packed_filter_search._prepare_bits): not in its warm.
     sliced_total(np.zeros(1, np.uint64), np.zeros((1, 1), np.uint64))
     kernels.decode_term(pk, 0)  # a segment reads postings through it (bm25_segments)
 
 
-def _pk_tuple(a: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
-    """The kernels' ``pk`` tuple (order fixed by ``kernels.packed``)."""
+def _pk_tuple(a: dict[str, np.ndarray], bit_terms: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The kernels' ``pk`` tuple (order fixed by ``kernels.packed``; ``bit_terms`` from
+    ``packed_tables.bit_terms_of``, whatever the file's version)."""
     return (a["indptr"], a["bptr"], a["blk_last"], a["blk_off"], a["blk_dbits"], a["blk_tbits"],
-            a["blk_bmax"], a["data"], a["doc_len"], a["blk_maxtf"], a["blk_minlen"], a["bit_row"], a["bits"],
-            a.get("doc_code", a["doc_len"]))
+            a["blk_bmax"], a["data"], lengths_by_code(a), a["blk_maxtf"], a["blk_minlen"], bit_terms, a["bits"],
+            a.get("doc_code", a.get("doc_len")))
 
 
 class PackedFile(MappedFile):
@@ -151,7 +165,19 @@ class PackedFile(MappedFile):
         return PackedArrays(data=a["data"], indptr=a["indptr"], bptr=a["bptr"],
                             **{n: a[n] for n in BLOCK_ARRAYS})
 
-    PER_TERM = ("idf", "w_max", "bit_row")
+    bit_terms: np.ndarray  # packed_tables.bit_terms_of, set by open_packed
+
+    def _term_pointers(self, t: int) -> tuple[int, int, int, int, int]:
+        """``MappedFile._term_pointers`` for any version's per-term arrays (format 3 keeps
+        no per-term idf nor bit-set row: its small tables are verified at open)."""
+        a = self.arrays
+        for name in ("indptr", "bptr"):
+            self.elems(name, t, t + 2)
+        for name in ("idf", "w_max", "bit_row"):
+            if name in a:
+                self.elems(name, t, t + 1)
+        return (int(a["indptr"][t]), int(a["indptr"][t + 1]), int(a["bptr"][t]), int(a["bptr"][t + 1]),
+                bit_row(self.bit_terms, t))
 
     def _check_term(self, t: int) -> None:
         """The packed layout: pointers in range, the bit-set row, the term's block arrays
@@ -188,7 +214,28 @@ class PackedBM25Index(MappedDocIds, IndexBase):
     @property
     def nbytes(self) -> int:
         """Bytes of the postings arrays (what the plain index's ``nbytes`` counts)."""
-        return int(sum(self._file.arrays[n].nbytes for n in PACKED_ARRAYS))
+        a = self._file.arrays
+        return int(sum(a[n].nbytes for n in (*PACKED_ARRAYS, *OPTIONAL_ARRAYS) if n in a))
+
+    @property
+    def _doc_len32(self) -> np.ndarray:
+        """The document lengths (uint32, read-only): the file's, or for a format 3 file
+        with length codes ``code_len[doc_code]``, built on the first use (the numpy path,
+        filters given as positions, segments' statistics; compiled queries read codes)."""
+        d = self.__dict__.get("_doc_len_arr")
+        if d is None:
+            a = self._file.arrays
+            if "doc_len" in a:
+                d = a["doc_len"]
+            else:
+                self._doc_lengths_read()
+                d = readonly(np.asarray(a["code_len"][a["doc_code"]], np.uint32))
+            d = self.__dict__.setdefault("_doc_len_arr", d)
+        return d
+
+    @property
+    def doc_len(self) -> np.ndarray:
+        return self._doc_len32
 
     @property
     def df(self) -> np.ndarray:
@@ -212,23 +259,29 @@ class PackedBM25Index(MappedDocIds, IndexBase):
         sup = self.__dict__.get("_filter_support")
         if sup is None:
             sup = self.__dict__.setdefault("_filter_support",
-                                           PackedFilterSupport(self._file.arrays, self.n_terms, self.doc_len))
+                                           PackedFilterSupport(self._file.arrays, self.n_terms, self.doc_len,
+                                                               self._file.bit_terms))
         return sup
 
     def _doc_lengths_read(self) -> None:
         """Before the first query: lengths (and length codes) verified, as every query reads them."""
         if not self._lengths_ok:
             f = self._file
-            f.whole("doc_len")
-            if int(self._doc_len32.sum(dtype=np.int64)) != self.total_len:
-                raise CorruptIndexError(self.path, "document lengths do not add up to the recorded total")
+            if "doc_len" in f.arrays:
+                f.whole("doc_len")
+                if int(self._doc_len32.sum(dtype=np.int64)) != self.total_len:
+                    raise CorruptIndexError(self.path, "document lengths do not add up to the recorded total")
             if "doc_code" in f.arrays:
                 f.whole("doc_code")
                 f.whole("code_len")
                 codes, lengths = f.arrays["doc_code"], f.arrays["code_len"]
-                if len(codes) != self.n_docs or (self.n_docs and (int(codes.max()) >= len(lengths) or not
-                                                                  np.array_equal(lengths[codes], self._doc_len32))):
+                if len(codes) != self.n_docs or (self.n_docs and int(codes.max()) >= len(lengths)):
                     raise CorruptIndexError(self.path, "document length codes do not match the lengths")
+                if "doc_len" in f.arrays:
+                    if self.n_docs and not np.array_equal(lengths[codes], self._doc_len32):
+                        raise CorruptIndexError(self.path, "document length codes do not match the lengths")
+                elif int(np.bincount(codes, minlength=len(lengths)) @ lengths.astype(np.int64)) != self.total_len:
+                    raise CorruptIndexError(self.path, "document lengths do not add up to the recorded total")
             self._lengths_ok = True
 
     def _weights(self) -> tuple[np.ndarray, np.ndarray, float, float, float]:
@@ -266,7 +319,7 @@ class PackedBM25Index(MappedDocIds, IndexBase):
         norm = norm_of(self._doc_len32[docs], self.k1, self.b, self._w_avgdl)
         tids = np.asarray(terms, np.int64)
         qp = QueryPostings(indptr=indptr, indices=docs.astype(np.int32), tf=tf, w=w_of(tf, norm),
-                           df=np.diff(indptr), idf=self._idf[tids], w_max=self._w_max[tids],
+                           df=np.diff(indptr), idf=term_idf(self._idf, self.indptr, tids), w_max=self._w_max[tids],
                            doc_len=self._doc_len32, n_docs=self.n_docs, avgdl=self.avgdl, k1=self.k1, b=self.b)
         return qp, [local[t] for t in term_ids]
 
@@ -354,9 +407,8 @@ class PackedBM25Index(MappedDocIds, IndexBase):
         ok = (len(ip) == nt + 1 and len(bp) == nt + 1 and int(ip[0]) == 0 and bool((np.diff(ip) >= 0).all())
               and np.array_equal(bp, block_pointers(ip)) and int(bp[-1]) == n_blocks
               and all(len(a[x]) == n_blocks + (x == "blk_off") for x in BLOCK_ARRAYS)
-              and len(a["idf"]) == nt and len(a["w_max"]) == nt and int(a["blk_off"][0]) == 0
-              and len(a["bit_row"]) == nt and a["bits"].shape[1] == (n + 63) // 64
-              and bool((a["bit_row"] >= -1).all()) and bool((a["bit_row"] < a["bits"].shape[0]).all())
+              and len(a["w_max"]) == nt and int(a["blk_off"][0]) == 0 and a["bits"].shape[1] == (n + 63) // 64
+              and check_tables(a, nt, a["bits"].shape[0], f.bit_terms)
               and int(a["blk_off"][-1]) == len(a["data"]) - PAD_WORDS and not a["data"][-PAD_WORDS:].any())
         ok = ok and self._tables_ok(f)
         if not ok:
@@ -364,7 +416,7 @@ class PackedBM25Index(MappedDocIds, IndexBase):
         pk, norm = f.packed(), norm_of(self._doc_len32, self.k1, self.b, self._w_avgdl)
         kernels = compiled()
         if kernels is not None and n_blocks:
-            bad = int(kernels.check_all(self._pk, n, len(a["data"]), norm))
+            bad = int(kernels.check_all(self._pk, n, len(a["data"]), norm, self._doc_len32))
             if bad >= 0:
                 raise CorruptIndexError(self.path, f"block {bad}: fields, offsets, positions or skip data "
                                                    f"do not match its postings")
@@ -379,10 +431,10 @@ class PackedBM25Index(MappedDocIds, IndexBase):
             w_max[nonempty] = np.maximum.reduceat(a["blk_bmax"], bp[nonempty])
         if not np.array_equal(w_max, a["w_max"]):
             raise CorruptIndexError(self.path, "term max weights do not match the block maxima")
-        for t in np.flatnonzero(a["bit_row"] >= 0).tolist():
+        for r, t in enumerate(f.bit_terms.tolist()):
             row = np.zeros(a["bits"].shape[1] * 64, np.bool_)
             row[decode_term(pk, t)[0]] = True
-            if not np.array_equal(np.packbits(row, bitorder="little").view(np.uint64), a["bits"][a["bit_row"][t]]):
+            if not np.array_equal(np.packbits(row, bitorder="little").view(np.uint64), a["bits"][r]):
                 raise CorruptIndexError(self.path, f"bitset of term {t} does not match its postings")
         f.term_ok[:] = True
         self.vocab._table_ok = True
@@ -409,8 +461,18 @@ def open_packed(f: PackedFile, vocab: Any, tables_ok: Callable[[MappedFile], boo
     for name in (*PACKED_ARRAYS, "vocab_hash", "vocab_tid", "vocab_off", "vocab_blob"):
         f.array(name)  # every one present
     a = f.arrays
-    if len(a["doc_len"]) != toc.n_docs or len(a["indptr"]) != toc.n_terms + 1 or len(a["data"]) < PAD_WORDS:
+    # Per version (index.packed_tables): idf per term or per df, bit_row or bit_terms,
+    # doc_len or doc_code + code_len (or both, formats 1/2).
+    f.array("idf" if "idf" in a or "idf_df" not in a else "idf_val")
+    f.array("bit_row" if "bit_terms" not in a else "bit_terms")
+    f.array("doc_len" if "doc_code" not in a else "code_len")
+    codes = a.get("doc_code", a.get("doc_len"))  # the kernels' length codes (the lengths without codes)
+    if len(codes) != toc.n_docs or len(a["indptr"]) != toc.n_terms + 1 or len(a["data"]) < PAD_WORDS:
         raise CorruptIndexError(path, "array sizes do not match the recorded counts")
+    for name in ("idf_df", "idf_val"):
+        if name in a:  # a few thousand values, read by every query
+            f.whole(name)
+    f.bit_terms = bit_terms_of(f)
     ix = PackedBM25Index.__new__(PackedBM25Index)
     ix.path, ix._toc, ix._file, ix._blocks = path, toc, f, f.blocks
     ix.n_terms, ix.n_docs, ix.k1, ix.b = toc.n_terms, toc.n_docs, float(toc.k1), float(toc.b)
@@ -421,20 +483,18 @@ def open_packed(f: PackedFile, vocab: Any, tables_ok: Callable[[MappedFile], boo
     ix._w_safe = ix._w_avgdl if ix._w_avgdl > 0 else 1.0
     ix._lengths_ok = False
     ix._wt = None
-    ix.indptr, ix.doc_len = a["indptr"], a["doc_len"]
-    ix._doc_len32 = a["doc_len"]
-    ix._idf, ix._w_max = a["idf"], a["w_max"]
+    ix.indptr = a["indptr"]
+    ix._idf, ix._w_max = stored_idf_arrays(a), a["w_max"]
     ix.indices, ix.tf = PostingsView(ix.indptr, ix.term_postings, 0), PostingsView(ix.indptr, ix.term_postings, 1)
     ix.vocab = vocab
     ix._tables_ok = tables_ok
     for name in ("doc_id_off", "doc_id_blob", "global_pos"):
         if name in a:
             setattr(ix, f"_{name}", a[name])
-    ix._kernels = None if kernel == "numpy" else load_packed_kernels(a.get("doc_code", a["doc_len"]).dtype,
-                                                                     _lengths_dtype(a))
+    ix._kernels = None if kernel == "numpy" else load_packed_kernels(codes.dtype, _lengths_dtype(a))
     ix._filtered = None if ix._kernels is None else _routes()[0]
     bm25_kernel.require(kernel, ix._kernels)
-    ix._pk = _pk_tuple(a)
+    ix._pk = _pk_tuple(a, f.bit_terms)
     ix._exhaustive_docs = EXHAUSTIVE_MAX_DOCS
     ix._scratch = bm25_kernel.Scratch(ix.n_docs) if ix._kernels is not None else None
     return ix

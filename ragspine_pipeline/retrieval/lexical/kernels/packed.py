@@ -11,8 +11,10 @@ blocks that hold a candidate, whichever of the plain kernel's two lookup routes 
 have taken (both add the same terms to the same candidates).
 
 Arrays are passed as ``pk``: the tuple (indptr, bptr, blk_last, blk_off, blk_dbits,
-blk_tbits, blk_bmax, data, doc_len, blk_maxtf, blk_minlen, bit_row, bits, doc length codes)
-of ``PackedBM25Index._pk``.
+blk_tbits, blk_bmax, data, length of each code, blk_maxtf, blk_minlen, bit-set terms, bits,
+doc length codes) of ``PackedBM25Index._pk``; ``idf`` as ``weight.stored_idf`` reads it.
+Without length codes the codes are the lengths themselves and slot 8 holds them too. The
+bit-set terms are sorted (``bit_row_of``: a term's row of ``bits``).
 """
 
 import numpy as np
@@ -20,10 +22,11 @@ from numba import njit
 
 from ..format.raw import BLOCK_SIZE
 from .filter_stats import popcount64
-from .plain_unfiltered import _unique_terms
+from .plain_unfiltered import _by_bound
 from .selection import (
     _SLACK,
     _broad,
+    _distinct,
     _gallop,
     _kth_score,
     _narrow,
@@ -32,7 +35,7 @@ from .selection import (
     _suffix_sums,
     _take_top,
 )
-from .weight import filtered_part, term_scale
+from .weight import filtered_part, stored_idf, term_scale
 from .weight import plain_w as _w
 
 _BLOCK = BLOCK_SIZE
@@ -83,6 +86,24 @@ def _unpack(data, off, dbits, tbits, last, blk, first, n, docs, tfs):
             tfs[i] = 1
     else:
         _run(data, off[blk] + ((n * dw + 31) >> 5), tw, n, tfs, np.int64(0), False)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def bit_row_of(terms, t):
+    """Term t's row of the bit sets, or -1: its index in the sorted bit-set terms
+    (``pk[11]``: a few dozen at most, searched once per query term, never per posting)."""
+    i = np.searchsorted(terms, t)
+    return np.int64(i) if i < terms.shape[0] and terms[i] == t else np.int64(-1)
+
+
+@njit(cache=True, nogil=True)
+def _unique_terms(qtids, idf, indptr, wmax, k1p1):
+    """``kernels.plain_unfiltered._unique_terms`` for a packed file's idf (``stored_idf``)."""
+    ut, mult, _first = _distinct(qtids)
+    ut_idf = np.empty(ut.shape[0], np.float64)
+    for y in range(ut.shape[0]):
+        ut_idf[y] = stored_idf(idf, indptr, ut[y])
+    return _by_bound(ut, mult, ut_idf, wmax, k1p1)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -165,15 +186,14 @@ def _skipped_block(pk, t, last, b0, blk, before, x, n_before, docs, tfs):
 
 
 @njit(cache=True, nogil=True)
-def _lookup(pk, t, cand, nc, acc, s, wt, k1, docs, tfs, kb, bavg):
+def _lookup(pk, t, cand, nc, acc, s, wt, k1, docs, tfs, kb, bavg, doc_len):
     """Term t's contribution added to the sorted candidates cand[:nc] that it holds,
     reading only the blocks that hold a candidate (``_match_block``; docs/tfs are its
     scratch). ``bavg`` > 0: the filtered formula (survivor avgdl: ``s`` x tf / (tf + k1
-    (kb + bavg len))), else ``w x s``."""
+    (kb + bavg len)), ``doc_len`` the lengths by document), else ``w x s``."""
     blk = pk[1][t]
     end = pk[1][t + 1]
     last = pk[2]
-    doc_len = pk[8]
     x = 0
     while x < nc and blk < end:
         if last[blk] < cand[x]:
@@ -200,7 +220,7 @@ def _exhaustive(pk, idf, qtids, k1p1, k, acc, wt):
     dcode = pk[13]
     for j in range(qtids.shape[0]):
         t = qtids[j]
-        s = term_scale(idf[t], k1p1, 1.0)
+        s = term_scale(stored_idf(idf, pk[0], t), k1p1, 1.0)
         for blk in range(pk[1][t], pk[1][t + 1]):
             n = _count(pk, t, blk)
             _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == pk[1][t], n, docs, tfs)
@@ -273,7 +293,7 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
         return _exhaustive(pk, idf, qtids, k1p1, k, acc, wt)
     docs = np.empty(_BLOCK, np.int64)
     tfs = np.empty(_BLOCK, np.int64)
-    ut, scale, ub = _unique_terms(qtids, idf, wmax, k1p1)
+    ut, scale, ub = _unique_terms(qtids, idf, indptr, wmax, k1p1)
     nu = ut.shape[0]
     remaining = _suffix_sums(ub)
     hs = np.empty(max(k, 1), np.float64)
@@ -300,7 +320,7 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
     nc = _prune(acc, touched, n_t, remaining[j] * (1.0 + _SLACK), theta, cand)
     cand[:nc] = np.sort(cand[:nc])  # _prune keeps order, so the candidates stay sorted
     for jj in range(j, nu):
-        _lookup(pk, ut[jj], cand, nc, acc, scale[jj], wt, 0.0, docs, tfs, 0.0, 0.0)
+        _lookup(pk, ut[jj], cand, nc, acc, scale[jj], wt, 0.0, docs, tfs, 0.0, 0.0, pk[13])
         if jj + 1 < nu and nc > k:
             nc = _narrow(acc, cand, nc, k, remaining[jj + 1] * (1.0 + _SLACK), hs, hi)
     return _take_top(acc, cand, nc, k, hs, hi)
@@ -407,12 +427,12 @@ def encode_slice(docs, tfs, norm, doc_len, count, first, prev0, out, blocks, bas
 
 
 @njit(cache=True, nogil=True)
-def check_all(pk, n_docs, n_words, norm):
+def check_all(pk, n_docs, n_words, norm, doc_len):
     """The first block (in order) whose fields, offsets, positions, skip data or bounds are
     wrong, else -1: every block unpacked and its last doc, max tf, min length and max w
-    recomputed (``norm`` per document; the full check at publish)."""
+    recomputed (``norm`` and ``doc_len`` per document; the full check at publish)."""
     indptr, bptr, last, off, dbits, tbits, bmax = pk[0], pk[1], pk[2], pk[3], pk[4], pk[5], pk[6]
-    doc_len, maxtf, blk_minlen = pk[8], pk[9], pk[10]
+    maxtf, blk_minlen = pk[9], pk[10]
     docs = np.empty(_BLOCK, np.int64)
     tfs = np.empty(_BLOCK, np.int64)
     for t in range(indptr.shape[0] - 1):

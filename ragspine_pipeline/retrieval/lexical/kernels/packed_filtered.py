@@ -36,7 +36,17 @@ import numpy as np
 from numba import njit
 
 from .filter_stats import known_df, popcount64, rank, remember_df, stack_scale
-from .packed import _BLOCK, _ONE, _count, _lookup, _match_block, _run, _skipped_block, _unpack
+from .packed import (
+    _BLOCK,
+    _ONE,
+    _count,
+    _lookup,
+    _match_block,
+    _run,
+    _skipped_block,
+    _unpack,
+    bit_row_of,
+)
 from .packed_filter_weights import code_dens, tf1_tables
 from .packed_filtered_windows import from_plan, windows_suit
 from .packed_windows import MAX_TERMS
@@ -237,23 +247,24 @@ def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs
 
 
 @njit(cache=True, nogil=True)
-def _plan(pk, ut, bits, surv, n, few, docs, tfs, known):
+def _plan(pk, ut, rows, bits, surv, n, few, docs, tfs, known):
     """Survivor df of each distinct term and how it is scored (the module docstring's
     routes): mode 0 by a pruned scan of its list, 1 from its surviving postings gathered
     into (g_doc, g_tf) on the way, 2 by rank of the few survivors in its bitset row.
     ``known`` (``index.filter.df_cache``; empty = none kept) is a reused filter's: a df
     counted once (modes 0 and 2, a pass over the list or a popcount of its row) is
     read back by later queries; a gathered term's df is its gathering, needed anyway.
-    Returns (dfs, mode, g_lo, g_doc, g_tf)."""
+    ``rows``: each term's bit-set row or -1 (``bit_row_of``). Returns (dfs, mode, g_lo,
+    g_doc, g_tf)."""
     nu = ut.shape[0]
-    bit_row, term_bits = pk[11], pk[12]
+    term_bits = pk[12]
     n_words = bits.shape[0]
     mode = np.zeros(nu, np.int64)
     cap = 0
     for y in range(nu):
         t = ut[y]
         df = pk[0][t + 1] - pk[0][t]
-        if bit_row[t] >= 0:
+        if rows[y] >= 0:
             if few and n * _RANK_MIN < df:
                 mode[y] = 2
         elif few:
@@ -267,7 +278,7 @@ def _plan(pk, ut, bits, surv, n, few, docs, tfs, known):
     for y in range(nu):
         t = ut[y]
         g_lo[y] = g
-        row = bit_row[t]
+        row = rows[y]
         if mode[y] == 1:
             if few and n * _GALLOP_MIN < pk[0][t + 1] - pk[0][t]:
                 g = _gather(pk, t, surv, n, docs, tfs, g_doc, g_tf, g)
@@ -314,7 +325,10 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     few = surv.shape[0] == n
     ut, mult, first = _distinct(qtids)
     nu = ut.shape[0]
-    dfs, mode, g_lo, g_doc, g_tf = _plan(pk, ut, bits, surv, n, few, docs, tfs, known)
+    rows = np.empty(nu, np.int64)
+    for y in range(nu):
+        rows[y] = bit_row_of(pk[11], ut[y])
+    dfs, mode, g_lo, g_doc, g_tf = _plan(pk, ut, rows, bits, surv, n, few, docs, tfs, known)
     if k == 0:
         return dfs, np.zeros(0, np.float64)
     kb = 1.0 - b
@@ -352,7 +366,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
                 break
         sc = scale[y]
         if mode[y] == 2:
-            row = pk[11][t]
+            row = rows[y]
             n_t, top1 = _ranked(pk, t, pk[12][row], rank_dir[row], surv, n, acc, touched, n_t, top1, sc, True, k1,
                                 kb, bavg, lens)
         elif mode[y] == 1:
@@ -377,7 +391,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
             y = order[jj]
             if dfs[y] == 0:
                 break
-            row = pk[11][ut[y]]
+            row = rows[y]
             if mode[y] == 1:
                 for q in range(g_lo[y], g_lo[y] + dfs[y]):
                     d = g_doc[q]
@@ -388,7 +402,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
                 _ranked(pk, ut[y], pk[12][row], rank_dir[row], cand, nc, acc, touched, 0, 0.0, scale[y], False, k1,
                         kb, bavg, lens)
             else:
-                _lookup(pk, ut[y], cand, nc, acc, scale[y], wt, k1, docs, tfs, kb, bavg)
+                _lookup(pk, ut[y], cand, nc, acc, scale[y], wt, k1, docs, tfs, kb, bavg, lens)
             if jj + 1 < nu and nc > k and dfs[order[jj + 1]] > 0:  # as the unfiltered kernel
                 nc = _narrow(acc, cand, nc, k, remaining[jj + 1] * (1.0 + _SLACK), hs, hi)
         return _take_top(acc, cand, nc, k, hs, hi)

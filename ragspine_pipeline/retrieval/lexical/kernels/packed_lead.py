@@ -25,9 +25,8 @@ the lower position.
 import numpy as np
 from numba import njit
 
-from .packed import _BLOCK
+from .packed import _BLOCK, _unique_terms
 from .packed_seed import _lead_candidates, _raise_floor
-from .plain_unfiltered import _unique_terms
 from .selection import _SLACK, _drain, _push
 
 
@@ -36,7 +35,7 @@ def lead_top_k(pk, idf, wmax, qtids, wt, k):
     """(ids, scores, exact): the top-k when the query's largest-bound term is required;
     ``exact`` False (and nothing else meaningful) when it is not, or holds under k documents."""
     k1p1 = wt[2] + 1.0
-    ut, scale, ub = _unique_terms(qtids, idf, wmax, k1p1)
+    ut, scale, ub = _unique_terms(qtids, idf, pk[0], wmax, k1p1)
     nu = ut.shape[0]
     kk = max(k, 1)
     hs = np.empty(kk, np.float64)

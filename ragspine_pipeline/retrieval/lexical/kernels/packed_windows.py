@@ -41,10 +41,9 @@ import numpy as np
 from numba import njit
 
 from .filter_stats import popcount64
-from .packed import _BLOCK, _match_block
+from .packed import _BLOCK, _match_block, _unique_terms
 from .packed_seed import _seed
 from .packed_wand import _block_cursors, _seek, _shallow, _sort_by_bound
-from .plain_unfiltered import _unique_terms
 from .selection import _SLACK, _drain, _gallop, _push, _suffix_sums
 from .weight import kept, posting_bound, weigh_coded
 
@@ -318,7 +317,7 @@ def window_top_k(pk, idf, wmax, qtids, wt, k):
     docstring). ``qtids`` holds at most ``MAX_TERMS`` distinct terms. Allocates the walk's
     state, seeds the k-th score and runs ``_walk``."""
     k1p1 = wt[2] + 1.0
-    ut, scale, ub = _unique_terms(qtids, idf, wmax, k1p1)
+    ut, scale, ub = _unique_terms(qtids, idf, pk[0], wmax, k1p1)
     nu = ut.shape[0]
     kk = max(k, 1)
     hs = np.empty(kk, np.float64)

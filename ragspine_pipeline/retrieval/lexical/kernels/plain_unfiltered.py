@@ -36,11 +36,18 @@ _BLOCK = BLOCK_SIZE
 def _unique_terms(qtids, idf, wmax, k1p1):
     """Distinct query terms (repeats multiply the scale), by descending upper bound."""
     ut, mult, _first = _distinct(qtids)
+    return _by_bound(ut, mult, idf[ut], wmax, k1p1)
+
+
+@njit(cache=True, nogil=True)
+def _by_bound(ut, mult, ut_idf, wmax, k1p1):
+    """Distinct terms ``ut`` (idf ``ut_idf``, repeats ``mult``) with their scales and
+    bounds, by descending bound (both layouts; the packed one finds idf its own way)."""
     nu = ut.shape[0]
     scale = np.empty(nu, np.float64)
     ub = np.empty(nu, np.float64)
     for y in range(nu):
-        scale[y] = term_scale(idf[ut[y]], k1p1, mult[y])
+        scale[y] = term_scale(ut_idf[y], k1p1, mult[y])
         ub[y] = term_bound(scale[y], wmax[ut[y]])
     order = np.argsort(-ub, kind="mergesort")
     return ut[order], scale[order], ub[order]

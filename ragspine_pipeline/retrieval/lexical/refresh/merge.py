@@ -177,7 +177,8 @@ def check_previous(prev: Previous) -> None:
     a, n_terms = f.arrays, prev.n_terms
     ip = np.asarray(a["indptr"], np.int64)
     ok = len(ip) == n_terms + 1 and (n_terms == 0 or (ip[0] == 0 and bool((np.diff(ip) >= 0).all())))
-    ok = ok and len(a["doc_len"]) == prev.n_docs and strings_ok(a["vocab_off"], len(a["vocab_blob"]), n_terms)
+    lengths = a["doc_len"] if "doc_len" in a else a.get("doc_code")  # format 3: codes, no lengths
+    ok = ok and lengths is not None and len(lengths) == prev.n_docs and strings_ok(a["vocab_off"], len(a["vocab_blob"]), n_terms)
     ok = ok and strings_ok(a["doc_id_off"], len(a["doc_id_blob"]), prev.n_docs) if prev.has_doc_ids else ok
     if ok and isinstance(prev, PackedBM25Index):
         bp, off = np.asarray(a["bptr"], np.int64), np.asarray(a["blk_off"], np.int64)

@@ -34,6 +34,7 @@ from ..index import bm25
 from ..index.bm25 import BM25Index
 from ..index.mapped import open_index
 from ..index.packed import PACKED_BITSET_FRACTION, encode, length_codes
+from ..index.packed_tables import idf_table
 from ..index.postings import bitsets, postings_from_raw
 
 
@@ -147,11 +148,20 @@ def write_packed(raw: RawPostings, path: str | os.PathLike[str], *, k1: float, b
     df = np.diff(indptr)
     bit_row, bits = bitsets(indptr, raw.indices, np.where(df * PACKED_BITSET_FRACTION >= raw.n_docs, df, 0),
                             raw.n_docs, bm25.BITSET_MIN_DOCS)
-    arrays.update(indptr=indptr, bptr=enc.bptr, idf=enc.idf, w_max=enc.w_max, bit_row=bit_row, bits=bits,
-                  doc_len=doc_len)
+    arrays.update(indptr=indptr, bptr=enc.bptr, w_max=enc.w_max)
+    # Format 3 (index.packed_tables): idf per distinct df (per term for a segment, whose
+    # idf is the corpus's), the bit-set terms instead of a row per term, and no lengths
+    # beside their codes.
+    if raw.corpus_docs is None:
+        arrays["idf_df"], arrays["idf_val"] = idf_table(df, enc.idf)
+    else:
+        arrays["idf"] = enc.idf
+    arrays.update(bit_terms=np.flatnonzero(bit_row >= 0).astype(np.int32), bits=bits)
     codes = length_codes(doc_len)
     if codes is not None:
         arrays["doc_code"], arrays["code_len"] = codes
+    else:
+        arrays["doc_len"] = doc_len
     arrays.update(vocab_arrays(_raw_vocab(raw)))
     arrays.update(extras)
     corpus = _corpus(raw)

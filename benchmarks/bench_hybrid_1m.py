@@ -28,7 +28,8 @@ as a serving process assembles a published library, without embedding any text:
 
 Timing: every query runs hybrid, BM25 alone (``with_channels(("bm25",))``) and dense alone,
 interleaved, after one warm-up pass over all queries; ``--rounds`` passes; p50/p95 over all
-(query, pass) samples, one thread. BM25 alone is checked against the raw index's top-10.
+(query, pass) samples, and over each query's fastest pass (a shared box's stalls drop out),
+one thread. BM25 alone is checked against the raw index's top-10.
 The process's memory (VmRSS, smaps_rollup) is reported after the runs.
 """
 
@@ -187,8 +188,15 @@ def run(rounds: int) -> dict:
                 times[m][cls].append(1e3 * (time.perf_counter() - t))
     out["latency"] = {m: {"all": _pcts(v["mid"] + v["mixed"]), "mid": _pcts(v["mid"]), "mixed": _pcts(v["mixed"])}
                       for m, v in times.items()}
-    hy, b = out["latency"]["hybrid"]["all"]["p50_ms"], out["latency"]["bm25"]["all"]["p50_ms"]
-    out["hybrid_over_bm25_p50"] = round(hy / b, 2) if b else None
+    # Each query's fastest pass (as bench_bm25_lucene_vocab): a shared box's stalls drop out.
+    out["best_of_rounds"] = {m: {cls: _pcts(np.asarray(v[cls]).reshape(rounds, -1).min(axis=0).tolist())
+                                 for cls in ("mid", "mixed")} for m, v in times.items()}
+    for m, v in times.items():
+        both = [np.asarray(v[c]).reshape(rounds, -1).min(axis=0) for c in ("mid", "mixed")]
+        out["best_of_rounds"][m]["all"] = _pcts(np.concatenate(both).tolist())
+    for key in ("latency", "best_of_rounds"):
+        hy, b = out[key]["hybrid"]["all"]["p50_ms"], out[key]["bm25"]["all"]["p50_ms"]
+        out[f"hybrid_over_bm25_p50_{key}"] = round(hy / b, 2) if b else None
     out["memory_mib"] = _rollup()
     return out
 
@@ -203,13 +211,16 @@ def markdown(res: dict) -> str:
              "embedding time of the tier). ANN: "
              f"{r['ann_format']} attached = {r['ann_attached']}; fusion {r['fusion']}; candidate depth "
              f"{r['candidate_k']} per channel.", "",
-             "| path (1M chunks, top-10, one thread) | queries | p50 ms | p95 ms | mean ms |", "|---|---|---|---|---|"]
+             "| path (1M chunks, top-10, one thread) | queries | p50 ms | p95 ms | mean ms | "
+             "each query's fastest pass: p50 / p95 ms |", "|---|---|---|---|---|---|"]
     for m in ("hybrid", "bm25", "dense"):
         for cls in ("all", "mid", "mixed"):
-            x = r["latency"][m][cls]
-            lines.append(f"| {m} | {cls} ({x['samples']} samples) | {x['p50_ms']} | {x['p95_ms']} | {x['mean_ms']} |")
+            x, y = r["latency"][m][cls], r["best_of_rounds"][m][cls]
+            lines.append(f"| {m} | {cls} ({x['samples']} samples) | {x['p50_ms']} | {x['p95_ms']} | {x['mean_ms']} | "
+                         f"{y['p50_ms']} / {y['p95_ms']} |")
     mem = r["memory_mib"]
-    lines += ["", f"Hybrid p50 / BM25-alone p50: {r['hybrid_over_bm25_p50']}x. BM25 alone returned the raw "
+    lines += ["", f"Hybrid p50 / BM25-alone p50: {r['hybrid_over_bm25_p50_latency']}x over every sample, "
+              f"{r['hybrid_over_bm25_p50_best_of_rounds']}x over each query's fastest pass. BM25 alone returned the raw "
               f"index's top-10 for every query but {r['bm25_alone_differs_from_index']}.", "",
               f"Process memory after the runs (MiB): VmRSS {mem['VmRSS']}, VmHWM {mem['VmHWM']}, Pss {mem['Pss']}, "
               f"USS {mem['USS']}, anonymous {mem['Anonymous']}. Open: BM25 open + warm-up "
@@ -236,8 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     res = {"command": "nice -n 10 prlimit --as=14000000000 .venv/bin/python benchmarks/bench_hybrid_1m.py "
                       + " ".join(sys.argv[1:] if argv is None else argv),
            "machine": f"{os.cpu_count()} CPUs, Python {platform.python_version()}",
-           "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                    text=True).stdout.strip(),
+           "commit": os.environ.get("RAGSPINE_BENCH_TREE") or subprocess.run(
+               ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
            "load_before": round(os.getloadavg()[0], 2), "prepare": prep}
     import faiss
 

@@ -127,3 +127,17 @@ def test_a_flipped_table_byte_is_caught_at_open(tmp_path, both):
     bad.write_bytes(bytes(raw))
     with pytest.raises(CorruptIndexError, match="checksum"):
         open_index(bad)
+
+
+def test_a_refresh_merges_a_format2_previous_file_into_format3(tmp_path):
+    from tests.test_bm25_merge import _build, _corpus, _edit, _merge, _queries, assert_same_answers
+
+    old = _corpus(n=1500)
+    prev3 = open_index(_build(tmp_path / "prev.packed", old, "packed"))
+    prev2 = as_version2(prev3, tmp_path / "prev2.packed")
+    new, changed = _edit(old)
+    _merge(prev2, tmp_path / "from2.packed", new, "packed", "auto", changed)
+    _merge(prev3.path, tmp_path / "from3.packed", new, "packed", "auto", changed)
+    from2, from3 = open_index(tmp_path / "from2.packed"), open_index(tmp_path / "from3.packed")
+    assert from2._file.toc.version == 3 and from2.path.read_bytes() == from3.path.read_bytes()
+    assert_same_answers(from2, open_index(_build(tmp_path / "fresh.packed", new, "packed")), len(new), _queries())

@@ -256,20 +256,24 @@ def test_young_gc_is_deferred_while_batches_stream_and_restored_after(tmp_path):
     assert gc.get_threshold() == before
 
 
+@pytest.mark.parametrize("kernel", ["auto", "numpy"])
 @pytest.mark.parametrize("range_postings", [None, 7])
-def test_sliced_finish_reads_the_merged_runs_and_writes_the_same_packed_bytes(tmp_path, monkeypatch, range_postings):
+def test_sliced_finish_reads_the_merged_runs_and_writes_the_same_packed_bytes(tmp_path, monkeypatch, range_postings,
+                                                                              kernel):
     """``finish(mapped=False)``: the merged postings come back as slice readers (never mapped
-    whole; issue 47 item 4), merged a range of terms at a time (7 postings: most ranges one
-    or two terms, the long lists a range each), and the packed file written from them is
-    byte for byte the one written from the in-memory postings."""
+    whole; issue 47 item 4), runs spilled and merged a range of terms at a time (7 postings:
+    most ranges one or two terms, the long lists a range each), and the packed file written
+    from them is byte for byte the one written from the in-memory postings."""
     from ragspine_pipeline.retrieval.lexical.refresh import spill_io
+    from ragspine_pipeline.retrieval.lexical.refresh import stream_build as sb
     from ragspine_pipeline.retrieval.lexical.refresh.publish import write_packed
 
     if range_postings:
         monkeypatch.setattr(spill_io, "MERGE_POSTINGS", range_postings)
+        monkeypatch.setattr(sb, "SPILL_RANGE_POSTINGS", range_postings)
     docs = awkward_docs()
     ref, ref_vocab = count_postings(docs)
-    counter = StreamCounter(tmp_path / "spill", run_postings=301)
+    counter = StreamCounter(tmp_path / "spill", run_postings=301, kernel=kernel)
     raw, vocab = counter.consume(as_batches(docs, 250, "arrow")).finish(mapped=False)
     assert len(counter.runs) >= 5 and isinstance(raw.indices, spill_io.NpyReader)
     assert_same_raw(raw, vocab, ref, ref_vocab)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +89,22 @@ class NpyReader:
         return out
 
 
-def _write_header(f: Any, dtype: np.dtype[Any], n: int) -> None:
+def write_npy_header(f: Any, dtype: np.dtype[Any], n: int) -> None:
+    """The ``.npy`` header of a 1-D array of ``n`` items (its data is written after it)."""
     np.lib.format.write_array_header_1_0(f, {"descr": np.lib.format.dtype_to_descr(dtype),
                                              "fortran_order": False, "shape": (n,)})
+
+
+def term_ranges(indptr: np.ndarray, postings: int) -> Iterator[tuple[int, int]]:
+    """Consecutive ranges [t0, t1) of the terms of ``indptr`` holding about ``postings``
+    postings each (at least one term: a longer list is a range of its own)."""
+    n_terms = len(indptr) - 1
+    t0 = 0
+    while t0 < n_terms and indptr[-1] > 0:
+        t1 = int(np.searchsorted(indptr, indptr[t0] + postings, side="right")) - 1
+        t1 = min(n_terms, max(t0 + 1, t1))
+        yield t0, t1
+        t0 = t1
 
 
 def merge_runs(runs: Sequence[tuple[Path, Path, Path]], n_terms: int, out_dir: Path,
@@ -126,12 +139,9 @@ def merge_runs(runs: Sequence[tuple[Path, Path, Path]], n_terms: int, out_dir: P
     dtype = np.result_type(*tf_types) if tf_types else np.dtype(np.uint8)
     paths = (out_dir / "indices.npy", out_dir / "tf.npy")
     with open(paths[0], "wb") as f_idx, open(paths[1], "wb") as f_tf:
-        _write_header(f_idx, np.dtype(np.int32), total)
-        _write_header(f_tf, dtype, total)
-        t0 = 0
-        while t0 < n_terms and total:
-            t1 = int(np.searchsorted(indptr, indptr[t0] + step, side="right")) - 1
-            t1 = min(n_terms, max(t0 + 1, t1))
+        write_npy_header(f_idx, np.dtype(np.int32), total)
+        write_npy_header(f_tf, dtype, total)
+        for t0, t1 in term_ranges(indptr, step):
             p0 = int(indptr[t0])
             out_idx = np.empty(int(indptr[t1]) - p0, np.int32)
             out_tf = np.empty(len(out_idx), dtype)
@@ -146,7 +156,6 @@ def merge_runs(runs: Sequence[tuple[Path, Path, Path]], n_terms: int, out_dir: P
                     merge_run(rp - a, r_idx.read(a, b), r_tf.read(a, b), base, out_idx, out_tf)
             out_idx.tofile(f_idx)
             out_tf.tofile(f_tf)
-            t0 = t1
     del ptrs, idxs, tfs
     for run in runs:
         for p in run:

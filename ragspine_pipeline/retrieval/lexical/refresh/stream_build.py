@@ -45,13 +45,14 @@ import pyarrow.compute as pc
 from ..format.raw import PACKED, RawPostings, build_memory_budget, choose_layout
 from ..index.postings import tf_dtype
 from .publish import write_layout
-from .spill_io import NpyReader, merge_runs
+from .spill_io import NpyReader, merge_runs, term_ranges, write_npy_header
 from .stream_kernels import kernels
 from .term_ids import TermIds
 
 # Bytes of run buffer per posting: doc-major (term int32 + tf uint32) and the CSC copy the
 # run is sorted into (doc int32 + tf uint32).
 BYTES_PER_POSTING = 16
+SPILL_RANGE_POSTINGS = 1 << 24  # postings sorted and written at once when a run is spilled (~100 MB)
 _END = object()
 Batch = Sequence[Sequence[str]] | pa.Array | pa.ChunkedArray
 
@@ -314,15 +315,33 @@ class StreamCounter:
         return indptr, indices, tf
 
     def _spill(self, next_doc: int) -> None:
-        """Sort the run buffer into a CSC run file set in ``tmp_dir`` and empty it."""
-        indptr, indices, tf = self._csc()
+        """Sort the run buffer into a CSC run file set in ``tmp_dir`` and empty it.
+
+        The CSC postings are made and written a range of about ``SPILL_RANGE_POSTINGS``
+        postings at a time (``csc_range``: one pass over the run per range), so beside the
+        run buffer the spill holds one range, not a sorted copy of the whole run."""
+        n = self._pos
+        npost = np.concatenate(self._npost) if self._npost else np.zeros(0, np.int64)
+        n_terms = len(self.vocab)
+        indptr = np.zeros(n_terms + 1, np.int64)
+        np.cumsum(np.bincount(self._term[:n], minlength=n_terms), out=indptr[1:])
+        tf_type = np.dtype(tf_dtype(self._tf[:n]))
         i = len(self.runs)
         run = _Run(self.tmp / f"run{i:05d}-indptr.npy", self.tmp / f"run{i:05d}-indices.npy",
                    self.tmp / f"run{i:05d}-tf.npy")
         self.tmp.mkdir(parents=True, exist_ok=True)
         np.save(run.indptr, indptr)
-        np.save(run.indices, indices)
-        np.save(run.tf, tf)
+        cursor = indptr[:-1].copy()
+        with open(run.indices, "wb") as f_idx, open(run.tf, "wb") as f_tf:
+            write_npy_header(f_idx, np.dtype(np.int32), n)
+            write_npy_header(f_tf, tf_type, n)
+            for t_lo, t_hi in term_ranges(indptr, SPILL_RANGE_POSTINGS):
+                p0, p1 = int(indptr[t_lo]), int(indptr[t_hi])
+                indices, tf = np.empty(p1 - p0, np.int32), np.empty(p1 - p0, tf_type)
+                self.k["csc_range"](self._term, self._tf, n, npost, self._run_doc0, cursor, t_lo, t_hi, p0,
+                                    indices, tf)
+                indices.tofile(f_idx)
+                tf.tofile(f_tf)
         self.runs.append(run)
         self._pos, self._npost, self._run_doc0 = 0, [], next_doc
 

@@ -9,6 +9,8 @@ be imported and the oracle the tests compare the compiled loops with.
   corpus-sized ``last`` marker per term says whether the term was seen in this document.
 * ``to_csc``: a stable counting sort of the run's doc-major postings by term: term-major
   (CSC) postings with ascending doc positions, in O(postings).
+* ``csc_range``: ``to_csc`` of one range of terms, into a buffer of that range (a run is
+  spilled a range at a time).
 * ``merge_run``: copy one spilled run's term slices to their place in the corpus arrays
   (a term's postings are its runs' slices one after the other: runs are in doc order).
 * ``bucket_counts`` / ``bucket_scatter``: split corpus postings into hash-bucket segments
@@ -80,6 +82,26 @@ def to_csc_py(out_term: np.ndarray, out_tf: np.ndarray, n: int, npost: np.ndarra
             p += 1
 
 
+def csc_range_py(out_term: np.ndarray, out_tf: np.ndarray, n: int, npost: np.ndarray, doc0: int,
+                 cursor: np.ndarray, t_lo: int, t_hi: int, p0: int, indices: np.ndarray, tf: np.ndarray) -> None:
+    """``to_csc`` of the terms t_lo..t_hi-1 only: each of their postings to ``cursor[t] - p0``
+    (``cursor`` = the run's ``indptr[:-1]``, advanced), one pass over the run's postings.
+
+    Why: a run spilled a range of terms at a time needs a buffer of the range, not a CSC
+    copy of the whole run beside it (384-512 MB of a 1 GiB budget)."""
+    p = 0
+    for j in range(len(npost)):
+        d = doc0 + j
+        for _ in range(npost[j]):
+            t = out_term[p]
+            if t_lo <= t < t_hi:
+                q = cursor[t]
+                indices[q - p0] = d
+                tf[q - p0] = out_tf[p]
+                cursor[t] = q + 1
+            p += 1
+
+
 def merge_run_py(r_indptr: np.ndarray, r_indices: np.ndarray, r_tf: np.ndarray, base: np.ndarray,
                  out_indices: np.ndarray, out_tf: np.ndarray) -> None:
     """Append run r's postings of every term at ``base[t]`` (advanced past them)."""
@@ -143,6 +165,19 @@ def to_csc_np(out_term: np.ndarray, out_tf: np.ndarray, n: int, npost: np.ndarra
     indices[:n] = docs[order]
     tf[:n] = out_tf[:n][order]
     np.cumsum(np.bincount(out_term[:n], minlength=len(indptr) - 1), out=indptr[1:])
+
+
+def csc_range_np(out_term: np.ndarray, out_tf: np.ndarray, n: int, npost: np.ndarray, doc0: int,
+                 cursor: np.ndarray, t_lo: int, t_hi: int, p0: int, indices: np.ndarray, tf: np.ndarray) -> None:
+    """``csc_range`` by a stable argsort of the range's postings (doc order kept per term)."""
+    terms = out_term[:n]
+    keep = np.flatnonzero((terms >= t_lo) & (terms < t_hi))
+    order = keep[np.argsort(terms[keep], kind="stable")]
+    docs = np.repeat(np.arange(doc0, doc0 + len(npost), dtype=np.int64), npost)
+    dest = cursor[t_lo] - p0
+    indices[dest:dest + len(order)] = docs[order]
+    tf[dest:dest + len(order)] = out_tf[:n][order]
+    cursor[t_lo:t_hi] += np.bincount(terms[keep] - t_lo, minlength=t_hi - t_lo)
 
 
 def merge_run_np(r_indptr: np.ndarray, r_indices: np.ndarray, r_tf: np.ndarray, base: np.ndarray,
@@ -237,10 +272,10 @@ def rehash(hashes: np.ndarray, n_terms: int, table: np.ndarray) -> None:
 
 
 _COMPILED: dict[str, Any] | None = None
-NUMPY = {"fill": fill_np, "to_csc": to_csc_np, "merge_run": merge_run_np, "bucket_counts": bucket_counts_np,
-         "bucket_scatter": bucket_scatter_np}
-PYTHON = {"fill": fill_py, "to_csc": to_csc_py, "merge_run": merge_run_py, "bucket_counts": bucket_counts_py,
-          "bucket_scatter": bucket_scatter_py}
+NUMPY = {"fill": fill_np, "to_csc": to_csc_np, "csc_range": csc_range_np, "merge_run": merge_run_np,
+         "bucket_counts": bucket_counts_np, "bucket_scatter": bucket_scatter_np}
+PYTHON = {"fill": fill_py, "to_csc": to_csc_py, "csc_range": csc_range_py, "merge_run": merge_run_py,
+          "bucket_counts": bucket_counts_py, "bucket_scatter": bucket_scatter_py}
 
 
 def kernels(kernel: str = "auto") -> dict[str, Any]:

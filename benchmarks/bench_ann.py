@@ -225,8 +225,14 @@ def worker(engine: str, n: int, tmp: Path) -> dict:
 
         from ragspine_pipeline.retrieval.vector import ann
         faiss.omp_set_num_threads(2)
-        ann.build_ann(x, index_file, storage="flat" if engine == "ragspine_flat" else "sq8")
-        build = time.perf_counter() - t0
+        reuse = os.environ.get("RAGSPINE_BENCH_REUSE_INDEX")
+        if reuse:  # --reuse-index: search an index built before (same rows), to re-measure at another load
+            import shutil
+            shutil.copyfile(reuse, index_file)
+            row["reused_index"] = reuse
+        else:
+            ann.build_ann(x, index_file, storage="flat" if engine == "ragspine_flat" else "sq8")
+            build = time.perf_counter() - t0
         faiss.omp_set_num_threads(1)
         t = time.perf_counter()
         idx = ann.open_ann(index_file)
@@ -451,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--redo", action="append", default=[])
     ap.add_argument("--tmp", default="/tmp/ragspine-ann-bench")
     ap.add_argument("--keep-index", default=None, help="move the ragspine row's index file here (bench_hybrid_1m)")
+    ap.add_argument("--reuse-index", default=None,
+                    help="ragspine rows: search this index (built before over the same rows) instead of building; "
+                         "the row keeps its earlier build_s")
     args = ap.parse_args(argv)
     sizes = args.size or [1_000_000]
     out = Path(args.out)
@@ -479,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
             env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="2", MKL_NUM_THREADS="1",
                        OMP_WAIT_POLICY="PASSIVE")  # no spinning OpenMP threads on a shared box
             t = time.perf_counter()
+            if args.reuse_index and engine.startswith("ragspine"):
+                env["RAGSPINE_BENCH_REUSE_INDEX"] = args.reuse_index
             r = subprocess.run([sys.executable, __file__, "_worker", engine, str(n), str(tmp)], env=env,
                                stdout=subprocess.PIPE, text=True)
             if r.returncode != 0:
@@ -497,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
             row["load_avg_after"] = round(os.getloadavg()[0], 2)
             for f in tmp.glob(f"{engine}.index*"):
                 f.unlink()
+            if row.get("reused_index") and key in res["rows"]:  # the build was measured with the index
+                row["build_s"] = res["rows"][key].get("build_s")
             res["rows"][key] = row
             jpath.write_text(json.dumps(res, indent=1) + "\n")
             (out / f"{args.name}.md").write_text(markdown(res))

@@ -324,7 +324,8 @@ class StreamCounter:
         npost = np.concatenate(self._npost) if self._npost else np.zeros(0, np.int64)
         n_terms = len(self.vocab)
         indptr = np.zeros(n_terms + 1, np.int64)
-        np.cumsum(np.bincount(self._term[:n], minlength=n_terms), out=indptr[1:])
+        self.k["term_counts"](self._term, n, indptr[1:])
+        np.cumsum(indptr, out=indptr)
         tf_type = np.dtype(tf_dtype(self._tf[:n]))
         i = len(self.runs)
         run = _Run(self.tmp / f"run{i:05d}-indptr.npy", self.tmp / f"run{i:05d}-indices.npy",

@@ -9,8 +9,8 @@ be imported and the oracle the tests compare the compiled loops with.
   corpus-sized ``last`` marker per term says whether the term was seen in this document.
 * ``to_csc``: a stable counting sort of the run's doc-major postings by term: term-major
   (CSC) postings with ascending doc positions, in O(postings).
-* ``csc_range``: ``to_csc`` of one range of terms, into a buffer of that range (a run is
-  spilled a range at a time).
+* ``term_counts`` / ``csc_range``: a run's postings per term, then ``to_csc`` of one range
+  of terms into a buffer of that range (a run is spilled a range at a time).
 * ``merge_run``: copy one spilled run's term slices to their place in the corpus arrays
   (a term's postings are its runs' slices one after the other: runs are in doc order).
 * ``bucket_counts`` / ``bucket_scatter``: split corpus postings into hash-bucket segments
@@ -80,6 +80,13 @@ def to_csc_py(out_term: np.ndarray, out_tf: np.ndarray, n: int, npost: np.ndarra
             tf[q] = out_tf[p]
             cursor[t] = q + 1
             p += 1
+
+
+def term_counts_py(out_term: np.ndarray, n: int, counts: np.ndarray) -> None:
+    """``counts[t]`` += postings of term t among the run's first ``n`` (no int64 copy of
+    the run's terms, as ``np.bincount`` makes: 512 MB at a 1 GiB budget)."""
+    for i in range(n):
+        counts[out_term[i]] += 1
 
 
 def csc_range_py(out_term: np.ndarray, out_tf: np.ndarray, n: int, npost: np.ndarray, doc0: int,
@@ -165,6 +172,11 @@ def to_csc_np(out_term: np.ndarray, out_tf: np.ndarray, n: int, npost: np.ndarra
     indices[:n] = docs[order]
     tf[:n] = out_tf[:n][order]
     np.cumsum(np.bincount(out_term[:n], minlength=len(indptr) - 1), out=indptr[1:])
+
+
+def term_counts_np(out_term: np.ndarray, n: int, counts: np.ndarray) -> None:
+    """``term_counts`` by ``np.bincount``."""
+    counts += np.bincount(out_term[:n], minlength=len(counts))
 
 
 def csc_range_np(out_term: np.ndarray, out_tf: np.ndarray, n: int, npost: np.ndarray, doc0: int,
@@ -272,10 +284,10 @@ def rehash(hashes: np.ndarray, n_terms: int, table: np.ndarray) -> None:
 
 
 _COMPILED: dict[str, Any] | None = None
-NUMPY = {"fill": fill_np, "to_csc": to_csc_np, "csc_range": csc_range_np, "merge_run": merge_run_np,
-         "bucket_counts": bucket_counts_np, "bucket_scatter": bucket_scatter_np}
-PYTHON = {"fill": fill_py, "to_csc": to_csc_py, "csc_range": csc_range_py, "merge_run": merge_run_py,
-          "bucket_counts": bucket_counts_py, "bucket_scatter": bucket_scatter_py}
+NUMPY = {"fill": fill_np, "to_csc": to_csc_np, "term_counts": term_counts_np, "csc_range": csc_range_np,
+         "merge_run": merge_run_np, "bucket_counts": bucket_counts_np, "bucket_scatter": bucket_scatter_np}
+PYTHON = {"fill": fill_py, "to_csc": to_csc_py, "term_counts": term_counts_py, "csc_range": csc_range_py,
+          "merge_run": merge_run_py, "bucket_counts": bucket_counts_py, "bucket_scatter": bucket_scatter_py}
 
 
 def kernels(kernel: str = "auto") -> dict[str, Any]:

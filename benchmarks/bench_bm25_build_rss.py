@@ -165,19 +165,21 @@ def markdown(report: dict) -> str:
              "`RAGSPINE_BM25_BUILD_MEMORY_MIB`), the corpus read as Arrow batches of 100k documents. "
              "Corpus: `bench_bm25_lucene_vocab`'s (Zipf over 2M terms, lognormal lengths).", ""]
     lines += [f"- `{k}`: `{v}`" for k, v in sorted(report.get("commands", {}).items())]
-    lines += ["", "| docs | seed | engine | label | build s | peak MiB | peak / Lucene's | index bytes | sha256 (12) |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| docs | seed | engine | label | build s | peak MiB | peak / Lucene's lowest | index bytes | "
+              "sha256 (12) |", "|---|---|---|---|---|---|---|---|---|"]
     runs = report["runs"]
     for key in sorted(runs, key=lambda k: (int(k.split("/")[0]), int(k.split("/")[1]), k)):
         r = runs[key]
-        luc = runs.get(f"{r['n']}/{r['seed']}/lucene/{r['label']}") or next(
-            (v for v in runs.values() if v["engine"] == "lucene" and v["n"] == r["n"] and v["seed"] == r["seed"]
-             and "peak_rss_mib" in v), None)
-        ratio = f"{r['peak_rss_mib'] / luc['peak_rss_mib']:.2f}" if luc and "peak_rss_mib" in r else "-"
+        luc = min((v["peak_rss_mib"] for v in runs.values() if v["engine"] == "lucene" and v["n"] == r["n"]
+                   and v["seed"] == r["seed"] and "peak_rss_mib" in v), default=None)
+        ratio = f"{r['peak_rss_mib'] / luc:.2f}" if luc and "peak_rss_mib" in r else "-"
+        if "error" in r:
+            lines.append(f"| {r['n']:,} | {r['seed']} | {r['engine']} | {r['label']} | {r['error']} | | | | |")
+            continue
         lines.append(f"| {r['n']:,} | {r['seed']} | {r['engine']} | {r['label']} | {r.get('build_s', 0):.1f} | "
                      f"{r.get('peak_rss_mib', 0):,.0f} | {ratio} | {r.get('index_bytes', 0):,} | "
                      f"{r.get('sha256', '-')[:12]} |")
-    for key in sorted(runs):
+    for key in report.get("phase_rows") or sorted(runs):  # the rows whose phases are shown (default: all)
         r = runs[key]
         if not r.get("phase_peak_mib"):
             continue

@@ -152,3 +152,24 @@ def test_foreign_or_damaged_file_raises_a_typed_error_that_says_rebuild(built, t
         assert isinstance(err.value, IndexFormatError) and str(bad) in str(err.value)
     with pytest.raises(ValueError):
         ann.build_ann(x, tmp_path / "x.hnsw", storage="pq")
+
+
+def test_a_damaged_published_ann_file_falls_back_to_the_exact_ranking(tmp_path, monkeypatch, caplog):
+    """Serving keeps answering (exactly) when the version's ANN file is not one build_ann wrote."""
+    from ragspine_pipeline.warehouse.embeddings_step import ANN_FILE, attach_ann_file
+
+    (tmp_path / ANN_FILE).write_bytes(b"not a faiss index at all" * 10)
+
+    class Vectors:
+        path = tmp_path / "vectors.rsvec"
+        attached: list = []
+
+        def attach_ann(self, index):
+            self.attached.append(index)
+            return True
+
+    monkeypatch.setattr(ann, "ann_used", lambda: True)
+    pv = Vectors()
+    with caplog.at_level("WARNING"):
+        assert attach_ann_file(pv) is False
+    assert pv.attached == [] and "not used (exact dense ranking)" in caplog.text and "republish" in caplog.text

@@ -357,6 +357,8 @@ def attach_ann_file(pv: Any) -> bool:
         if not ann.ann_used():
             return False
         return bool(pv.attach_ann(ann.open_ann(path)))
-    except (ImportError, OSError, RuntimeError) as exc:
+    except (ImportError, OSError, RuntimeError, ann.AnnIndexFormatError) as exc:
+        # A damaged or foreign index file costs speed, never answers: the exact ranking serves
+        # (its vectors are checked on their own), and the log names the file to republish.
         logging.getLogger(__name__).warning("ANN index %s not used (exact dense ranking): %s", path.name, exc)
         return False

@@ -58,7 +58,8 @@ def test_every_declaration_is_documented():
             settings.resolve(s.name, s.default)
     assert {s.name for s in settings.SETTINGS if s.secret} == {"RAGSPINE_LLM_API_KEY", "RAGSPINE_EMBED_API_KEY"}
     assert {s.name for s in settings.SETTINGS if s.group == "benchmark"} == {
-        "RAGSPINE_BENCH_DATA", "RAGSPINE_BENCH_VECTORS", "RAGSPINE_JAVA", "RAGSPINE_ANSERINI_JAR"}
+        "RAGSPINE_BENCH_DATA", "RAGSPINE_BENCH_VECTORS", "RAGSPINE_JAVA", "RAGSPINE_ANSERINI_JAR",
+        "RAGSPINE_BENCH_REUSE_INDEX", "RAGSPINE_BENCH_TREE"}
 
 
 def test_registry_choices_match_the_factories():

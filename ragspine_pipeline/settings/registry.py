@@ -340,6 +340,11 @@ SETTINGS: tuple[Setting, ...] = (
             default_doc="../shared/eval beside the checkout", spec=PROJECT),
     Setting("RAGSPINE_BENCH_VECTORS", PATH, "On-disk cache of benchmark embeddings.", "benchmark",
             "/tmp/wt21/vectors", spec=PROJECT),
+    Setting("RAGSPINE_BENCH_REUSE_INDEX", PATH, "bench_ann's ragspine rows search this ANN index (built before "
+            "over the same rows) instead of building one (--reuse-index sets it for the row's process).",
+            "benchmark", spec=PROJECT),
+    Setting("RAGSPINE_BENCH_TREE", Text(), "The code a benchmark result names when it runs from an exported "
+            "tree without git (bench_hybrid_1m); unset: git rev-parse HEAD.", "benchmark", spec=PROJECT),
     Setting("RAGSPINE_JAVA", PATH, "Java >= 21 for the Lucene (Anserini) comparison.", "benchmark",
             default_doc="a java >= 21 on PATH", spec=PROJECT),
     Setting("RAGSPINE_ANSERINI_JAR", PATH, "Anserini fat jar for the Lucene comparison.", "benchmark",

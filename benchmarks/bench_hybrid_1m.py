@@ -12,7 +12,7 @@ as a serving process assembles a published library, without embedding any text:
   written without doc ids, so the retriever's id check (``check_prebuilt``) is answered by
   the count here (``ids_by_position``): chunk ``c%07d`` is document position i.
 * dense: the 1M clustered synthetic 384-d vectors of ``bench_ann.py`` (row i = chunk i),
-  published with ``published.write_vectors`` as a ``vectors.rsvec`` file, and the ANN index
+  published with ``published_write.write_vectors`` as a ``vectors.rsvec`` file, and the ANN index
   ``bench_ann --keep-index`` moved beside it as ``vectors.ann`` (``ann.build_ann`` over
   the same rows in the same order: the publish step's ``write_ann_file`` builds the same).
   The retriever gets them through the warehouse's ``attach_ann_file`` and
@@ -62,7 +62,8 @@ def chunk_id(i: int) -> str:
 def write_vector_file(path: Path) -> dict:
     """The bench vectors as a published vector file, ids ``c%07d`` (chunk_id order = row order)."""
     from ragspine_pipeline.retrieval.lexical.format.file import strings_to_blob
-    from ragspine_pipeline.retrieval.vector.published import unit_rows, write_vectors
+    from ragspine_pipeline.retrieval.vector.published import unit_rows
+    from ragspine_pipeline.retrieval.vector.published_write import write_vectors
 
     x = np.load(VECTORS / "vectors.npy", mmap_mode="r")
     t = time.perf_counter()

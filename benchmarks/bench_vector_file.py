@@ -110,7 +110,7 @@ def _p(xs: list[float], q: float) -> float:
 
 # ------------------------------------------------------------------ steps (each its own process)
 def step_write(args) -> dict:
-    from ragspine_pipeline.retrieval.vector.published import write_vectors
+    from ragspine_pipeline.retrieval.vector.published_write import write_vectors
 
     path = _file(args.n)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -349,8 +349,9 @@ def sets(args) -> None:
 
     from benchmarks.bench_dense import cached_backend, load_set
     from ragspine_pipeline.retrieval.hybrid.dense_topk import dense_top
-    from ragspine_pipeline.retrieval.vector.published import open_vectors, unit_rows, write_vectors
+    from ragspine_pipeline.retrieval.vector.published import open_vectors, unit_rows
     from ragspine_pipeline.retrieval.vector.published_scan import approx_scores
+    from ragspine_pipeline.retrieval.vector.published_write import write_vectors
 
     use_data(args.data)
     results = out_dir(args.out)

@@ -19,9 +19,9 @@ from ragspine_pipeline.retrieval.vector.published import (
     VectorFileVersionError,
     open_vectors,
     unit_rows,
-    write_vectors,
 )
 from ragspine_pipeline.retrieval.vector.published_scan import approx_scores, quantize, query_norm
+from ragspine_pipeline.retrieval.vector.published_write import write_vectors
 
 
 def _ids(n: int) -> list[str]:

@@ -51,8 +51,8 @@ from ..retrieval.vector.published import (
     PublishedVectors,
     open_vectors,
     unit_rows,
-    write_vectors,
 )
+from ..retrieval.vector.published_write import write_vectors
 from ..sensitivity import is_restricted
 from ..vector_cache import shared_reuse
 from .chunk_tables import active_chunk_table, served_chunk_table, withheld_docs

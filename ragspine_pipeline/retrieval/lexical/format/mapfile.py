@@ -80,7 +80,9 @@ class MappedFile:
     def whole(self, name: str) -> None:
         self.blocks.whole(self.toc.arrays[name])
 
-    PER_TERM: tuple[str, ...] = ("df", "idf", "w_max", "bit_row")  # one element per term
+    # One element per term, checked at a term's first use where the file holds them (every
+    # plain file holds all four; a packed file of format 3 keeps no per-term idf nor bit_row).
+    PER_TERM: tuple[str, ...] = ("df", "idf", "w_max", "bit_row")
 
     def verify_term(self, t: int) -> None:
         """First use of term t: checksums and bounds of everything a query reads for it,
@@ -98,9 +100,14 @@ class MappedFile:
         for name in ("indptr", "bptr"):
             self.elems(name, t, t + 2)
         for name in self.PER_TERM:
-            self.elems(name, t, t + 1)
+            if name in a:
+                self.elems(name, t, t + 1)
         return (int(a["indptr"][t]), int(a["indptr"][t + 1]), int(a["bptr"][t]), int(a["bptr"][t + 1]),
-                int(a["bit_row"][t]))
+                self._bit_row(t))
+
+    def _bit_row(self, t: int) -> int:
+        """Term t's row of the bit sets, or -1 (stored per term; a layout may keep it otherwise)."""
+        return int(self.arrays["bit_row"][t])
 
     def _bits_row(self, row: int) -> None:
         """A term's row of the bit sets (-1: it has none), verified."""

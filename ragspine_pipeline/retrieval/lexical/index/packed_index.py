@@ -165,19 +165,13 @@ class PackedFile(MappedFile):
         return PackedArrays(data=a["data"], indptr=a["indptr"], bptr=a["bptr"],
                             **{n: a[n] for n in BLOCK_ARRAYS})
 
+    PER_TERM = ("idf", "w_max", "bit_row")  # whichever its version holds (format 3: w_max)
     bit_terms: np.ndarray  # packed_tables.bit_terms_of, set by open_packed
 
-    def _term_pointers(self, t: int) -> tuple[int, int, int, int, int]:
-        """``MappedFile._term_pointers`` for any version's per-term arrays (format 3 keeps
-        no per-term idf nor bit-set row: its small tables are verified at open)."""
-        a = self.arrays
-        for name in ("indptr", "bptr"):
-            self.elems(name, t, t + 2)
-        for name in ("idf", "w_max", "bit_row"):
-            if name in a:
-                self.elems(name, t, t + 1)
-        return (int(a["indptr"][t]), int(a["indptr"][t + 1]), int(a["bptr"][t]), int(a["bptr"][t + 1]),
-                bit_row(self.bit_terms, t))
+    def _bit_row(self, t: int) -> int:
+        """From the sorted bit-set terms, whatever the file's version (format 3 keeps no
+        per-term row; its small tables are verified at open)."""
+        return bit_row(self.bit_terms, t)
 
     def _check_term(self, t: int) -> None:
         """The packed layout: pointers in range, the bit-set row, the term's block arrays

@@ -415,6 +415,16 @@ class HybridRetriever:
                           count=len(self.chunks))
         return out, list(codes)
 
+    @functools.cached_property
+    def every_position(self) -> np.ndarray:
+        """``0 .. n-1`` (int64, read-only), built once: the dense channel's positions when
+        nothing is filtered. Built per unfiltered query it cost ~10% of a hybrid query at 1M
+        chunks (``bench_hybrid_1m``); the ANN path reads only its length, the exact paths
+        index with it, and read-only it cannot be changed under a later query."""
+        every = np.arange(len(self.chunks), dtype=np.int64)
+        every.flags.writeable = False
+        return every
+
     def prefilter(self, filters: Any, mask: np.ndarray | None = None, dense: bool = False) -> tuple[Any, Any]:
         """(positions, BM25 candidates) of ``filters`` AND ``mask``: positions for the dense
         channel only (every position without a filter), candidates None without a filter.
@@ -429,7 +439,7 @@ class HybridRetriever:
             if mask is not None:
                 fmask = mask if fmask is None else (fmask & mask)
             if fmask is None:
-                return (np.arange(len(self.chunks)) if dense else None), None
+                return (self.every_position if dense else None), None
             entry = CachedFilter(fmask)
         if dense and entry.positions is None:
             entry.positions, filled = np.flatnonzero(entry.mask), True

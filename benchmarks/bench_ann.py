@@ -8,12 +8,13 @@ worker process (its peak RSS is the worker's), built with 2 threads and searched
 engine's search knob is swept and the row "at recall 0.95" is the cheapest swept
 setting whose recall@10 >= 0.95.
 
-* ``ragspine``: ``retrieval.vector.ann`` (faiss HNSW over 8-bit scalar-quantised storage,
-  M=32, efConstruction=80) with the index file memory-mapped, plus the caller's exact
+* ``ragspine``: ``retrieval.vector.ann`` as published (faiss HNSW over 6-bit scalar-quantised
+  storage, M=16, efConstruction=80) with the index file memory-mapped, plus the caller's exact
   rescoring of the returned candidates (float64 dot products over the float32 vectors) --
   the latency includes it. Filtered queries use its ``allowed`` pre-filter, or the
-  caller's exact survivor scan when it answers None. ``ragspine_flat``: the same with the
-  float32 storage published before (``build_ann(storage="flat")``), for before/after.
+  caller's exact survivor scan when it answers None. ``ragspine_sq8`` and ``ragspine_flat``:
+  the same with the storages published before (``build_ann(storage="sq8")``: 8-bit codes,
+  M=32; ``"flat"``: float32 rows, M=32), for before/after.
 * serving memory (``ragspine*`` rows, ``serve``): a fresh process opens the index file as
   a server does, answers the 200 queries at the row's operating ``efSearch`` with the
   candidates' rows read by ``pread`` from the vector file (as ``PublishedVectors.unit_rows``
@@ -69,12 +70,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CACHE = Path.home() / ".cache" / "ragspine" / "ann-bench"
-ENGINES = ("ragspine", "faiss_hnsw", "exact", "faiss_ivfpq", "usearch", "ragspine_flat")
+ENGINES = ("ragspine", "faiss_hnsw", "exact", "faiss_ivfpq", "usearch", "ragspine_sq8", "ragspine_flat")
+STORAGE = {"ragspine": "sq6", "ragspine_sq8": "sq8", "ragspine_flat": "flat"}
 USEARCH_STEP = 100_000
 FRACTIONS = (0.5, 0.05, 0.001)
 DIM, K, TARGET = 384, 10, 0.95
 SWEEPS = {
-    "ragspine": (16, 24, 32, 40, 48, 64, 96, 128),
+    "ragspine": (32, 48, 64, 80, 96, 128, 192),
+    "ragspine_sq8": (16, 24, 32, 40, 48, 64, 96, 128),
     "ragspine_flat": (16, 24, 32, 48, 64, 96, 128),
     "faiss_hnsw": (16, 24, 32, 48, 56, 64, 96, 128, 192, 256),
     "faiss_ivfpq": ((8, 8), (16, 8), (32, 8), (32, 16), (64, 16), (128, 16), (128, 32), (256, 32)),
@@ -220,7 +223,7 @@ def worker(engine: str, n: int, tmp: Path) -> dict:
         np.asarray(x).sum()  # page the vectors in, as a serving process would have them
         search = lambda q, s: exact_over(q, None)  # noqa: E731
         filtered = lambda q, s, pos, mask: exact_over(q, pos)  # noqa: E731
-    elif engine in ("ragspine", "ragspine_flat"):
+    elif engine in STORAGE:
         import faiss
 
         from ragspine_pipeline.retrieval.vector import ann
@@ -231,7 +234,7 @@ def worker(engine: str, n: int, tmp: Path) -> dict:
             shutil.copyfile(reuse, index_file)
             row["reused_index"] = reuse
         else:
-            ann.build_ann(x, index_file, storage="flat" if engine == "ragspine_flat" else "sq8")
+            ann.build_ann(x, index_file, storage=STORAGE[engine])
             build = time.perf_counter() - t0
         faiss.omp_set_num_threads(1)
         t = time.perf_counter()
@@ -414,6 +417,102 @@ def serve_worker(index_file: str, vectors: str, queries: str, ef: int) -> dict:
             "base": before, "index_bytes": Path(index_file).stat().st_size}
 
 
+PAIRED_ROUNDS = 3
+
+
+def paired_worker(n: int, files: dict[str, str]) -> dict:
+    """``_paired``: the given index files searched side by side in one process, query by query
+    (every label and swept setting in turn on the same query, ``PAIRED_ROUNDS`` passes), so a
+    shared box's load falls on every row alike. A label starting with ``faiss_hnsw`` is a
+    faiss ``IndexHNSWFlat`` read into memory (as its row holds it); the others open with
+    ``ann.open_ann`` (mapped) and are rescored exactly, as the ``ragspine`` rows."""
+    import faiss
+    import numpy as np
+
+    from ragspine_pipeline.retrieval.vector import ann
+
+    faiss.omp_set_num_threads(1)
+    p = _paths(n)
+    xa = np.asarray(np.load(p["x"], mmap_mode="r"))
+    qs, truth = np.load(p["q"]), np.load(p["gt"])["f1.0"]
+    fns = {}
+    for label, path in files.items():
+        if label.startswith("faiss_hnsw"):
+            idx = faiss.read_index(path)
+            fns[label] = (lambda q, s, idx=idx: idx.search(
+                q[None], K, params=faiss.SearchParametersHNSW(efSearch=s))[1][0], SWEEPS["faiss_hnsw"])
+        else:
+            idx = ann.open_ann(Path(path))
+
+            def one(q, s, idx=idx):
+                cand = np.sort(idx.search(q, K, None, ef=s))
+                sc = xa[cand].astype(np.float64) @ q.astype(np.float64)
+                return cand[np.argsort(-sc, kind="stable")[:K]]
+            fns[label] = (one, SWEEPS["ragspine_sq8" if idx.storage == "sq8" else "ragspine"])
+    combos = [(label, s) for label, (_, sweep) in fns.items() for s in sweep]
+    for q in qs:  # warm-up: every index's pages the widest setting touches
+        for fn, sweep in fns.values():
+            fn(q, sweep[-1])
+    times = {c: np.zeros((PAIRED_ROUNDS, len(qs))) for c in combos}
+    found: dict = {c: [] for c in combos}
+    for r in range(PAIRED_ROUNDS):
+        for i, q in enumerate(qs):
+            for c in combos:
+                t = time.perf_counter()
+                got = fns[c[0]][0](q, c[1])
+                times[c][r, i] = time.perf_counter() - t
+                if r == 0:
+                    found[c].append(got)
+    out: dict = {"rounds": PAIRED_ROUNDS, "files": {k: {"path": v, "bytes": Path(v).stat().st_size}
+                                                    for k, v in files.items()}, "sweeps": {}}
+    for label in fns:
+        rows = []
+        for c in combos:
+            if c[0] == label:
+                ms = times[c] * 1e3
+                rows.append({"setting": c[1], "recall": round(_recall(found[c], truth), 4),
+                             "p50_ms": round(float(np.percentile(ms, 50)), 4),
+                             "p95_ms": round(float(np.percentile(ms, 95)), 4),
+                             "best_pass_p50_ms": round(float(np.percentile(ms.min(axis=0), 50)), 4)})
+        out["sweeps"][label] = rows
+    return out
+
+
+def _at_recall(sweep: list[dict], recall: float, key: str) -> float | None:
+    """``key`` (a p50) interpolated linearly at ``recall`` along a sweep (None: not reached)."""
+    pts = sorted((r["recall"], r[key]) for r in sweep)
+    for (r0, t0), (r1, t1) in zip(pts, pts[1:], strict=False):
+        if r0 <= recall <= r1:
+            return t0 if r1 == r0 else t0 + (t1 - t0) * (recall - r0) / (r1 - r0)
+    return pts[0][1] if pts and recall <= pts[0][0] else None
+
+
+def paired_markdown(n: int, pr: dict) -> list[str]:
+    """The side-by-side rows: each label's cheapest setting at recall >= 0.95 and faiss HNSW's
+    p50 interpolated at that same recall."""
+    peer = next((k for k in pr["sweeps"] if k.startswith("faiss_hnsw")), None)
+    lines = ["", f"Side by side at {n:,} (`_paired`: one process, query by query, {pr['rounds']} passes; "
+             "p50 over every sample, and over each query's fastest pass):", "",
+             "| index | bytes | setting @0.95 | recall@10 | p50 ms | fastest-pass p50 ms | faiss HNSW p50 at that "
+             "recall (all / fastest) | ratio (all / fastest) |", "|---|---|---|---|---|---|---|---|"]
+    for label, sweep in pr["sweeps"].items():
+        at = next((r for r in sweep if r["recall"] >= TARGET), None)
+        if at is None:
+            lines.append(f"| {label} | {pr['files'][label]['bytes']:,} | not reached | | | | | |")
+            continue
+        ref = [_at_recall(pr["sweeps"][peer], at["recall"], k) if peer else None
+               for k in ("p50_ms", "best_pass_p50_ms")]
+        ratio = [f"{a / b:.2f}x" if b else "" for a, b in zip((at["p50_ms"], at["best_pass_p50_ms"]), ref, strict=True)]
+        refs = " / ".join(f"{v:.3f}" if v else "n/a" for v in ref)
+        lines.append(f"| {label} | {pr['files'][label]['bytes']:,} | {at['setting']} | {at['recall']} | "
+                     f"{at['p50_ms']} | {at['best_pass_p50_ms']} | {refs} | {' / '.join(ratio)} |")
+    lines += ["", "Paired sweeps (setting: recall@10, p50 ms, fastest-pass p50 ms):", ""]
+    for label, sweep in pr["sweeps"].items():
+        lines.append(f"- {label}: " + "; ".join(f"{r['setting']}: {r['recall']:.3f}, {r['p50_ms']:.3f}, "
+                                                 f"{r['best_pass_p50_ms']:.3f}" for r in sweep))
+    return lines
+
+
 def markdown(res: dict) -> str:
     m = res["meta"]
     lines = [f"# Dense ANN at {', '.join(f'{n:,}' for n in m['sizes'])} vectors (dim {DIM}): this project vs faiss "
@@ -443,6 +542,8 @@ def markdown(res: dict) -> str:
             lines.append(f"| {key} | {v['format']} | {v['index_bytes']:,} | {v['open_s']} | {v['p50_ms']} | "
                          f"{o['Rss']} / {o['USS']} / {o['Pss']} | {a['Rss']} / {a['USS']} / {a['Pss']} / "
                          f"{a['Anonymous']} |")
+    for size, pr in sorted(res.get("paired", {}).items(), key=lambda kv: int(kv[0])):
+        lines += paired_markdown(int(size), pr)
     lines += ["", *m.get("notes", [])]
     return "\n".join(lines) + "\n"
 
@@ -460,6 +561,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse-index", default=None,
                     help="ragspine rows: search this index (built before over the same rows) instead of building; "
                          "the row keeps its earlier build_s")
+    ap.add_argument("--paired", action="append", default=[], metavar="LABEL=INDEX_FILE",
+                    help="search these index files side by side (a label starting with faiss_hnsw: a faiss "
+                         "IndexHNSWFlat; others: ann.build_ann files) instead of running engines")
     args = ap.parse_args(argv)
     sizes = args.size or [1_000_000]
     out = Path(args.out)
@@ -477,7 +581,19 @@ def main(argv: list[str] | None = None) -> int:
                    "usearch threads=1, OPENBLAS_NUM_THREADS=1), one query per call",
         "notes": res.get("meta", {}).get("notes", []),
     }
-    for n in sizes:
+    for n in sizes if args.paired else ():
+        prepare(n, args.queries)
+        files = dict(item.split("=", 1) for item in args.paired)
+        r = subprocess.run([sys.executable, __file__, "_paired", str(n), json.dumps(files)], stdout=subprocess.PIPE,
+                           text=True, check=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1"))
+        latest = json.loads(jpath.read_text()) if jpath.exists() else {"rows": {}}
+        res = {**latest, "meta": res["meta"], "paired": {**latest.get("paired", {}),
+                                                          str(n): json.loads(r.stdout.strip().splitlines()[-1])}}
+        res["paired"][str(n)]["load_avg_after"] = round(os.getloadavg()[0], 2)
+        jpath.write_text(json.dumps(res, indent=1) + "\n")
+        (out / f"{args.name}.md").write_text(markdown(res))
+        print(f"paired@{n}: written", flush=True)
+    for n in sizes if not args.paired else ():
         prepare(n, args.queries)
         for engine in args.engines.split(","):
             key = f"{engine}@{n}"
@@ -510,7 +626,9 @@ def main(argv: list[str] | None = None) -> int:
                 f.unlink()
             if row.get("reused_index") and key in res["rows"]:  # the build was measured with the index
                 row["build_s"] = res["rows"][key].get("build_s")
-            res["rows"][key] = row
+            # Rows another run (another engine at the same size) wrote meanwhile are kept.
+            latest = json.loads(jpath.read_text()) if jpath.exists() else {"rows": {}}
+            res["rows"] = {**res["rows"], **latest["rows"], key: row}
             jpath.write_text(json.dumps(res, indent=1) + "\n")
             (out / f"{args.name}.md").write_text(markdown(res))
             print(f"{key}: written", flush=True)
@@ -521,6 +639,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_worker":
         out_row = worker(sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))
         print(json.dumps(out_row), flush=True)
+    elif len(sys.argv) > 1 and sys.argv[1] == "_paired":
+        print(json.dumps(paired_worker(int(sys.argv[2]), json.loads(sys.argv[3]))), flush=True)
     elif len(sys.argv) > 1 and sys.argv[1] == "_serve":
         print(json.dumps(serve_worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))), flush=True)
     else:

@@ -117,25 +117,39 @@ def test_settings_decide_build_and_use():
     assert ann.ann_used("auto")
 
 
-def test_publishes_sq8_storage_not_a_float32_copy(built, tmp_path):
+def test_publishes_sq6_storage_not_a_float32_copy(built, tmp_path):
     x, path = built
     idx = ann.open_ann(path)
-    assert idx.storage == "sq8" and idx.format == ann.FORMAT
-    flat = tmp_path / "flat.hnsw"
+    assert idx.storage == "sq6" and idx.format == ann.FORMAT == "faiss-hnsw16-sq6-ip"
+    flat, sq8 = tmp_path / "flat.hnsw", tmp_path / "sq8.hnsw"
     ann.build_ann(x, flat, threads=1, storage="flat")
-    # the SQ8 file holds one byte per dimension where the flat one holds four
-    assert path.stat().st_size < flat.stat().st_size - 2 * x.nbytes // 4
+    ann.build_ann(x, sq8, threads=1, storage="sq8")
+    # 6 bits per dimension where the flat file holds 32, and half the neighbour lists of M=32
+    assert path.stat().st_size < flat.stat().st_size - x.nbytes // 2
+    assert path.stat().st_size < sq8.stat().st_size - x.nbytes // 8
 
 
-def test_index_published_before_still_serves(built, tmp_path):
+@pytest.mark.parametrize("storage", ["flat", "sq8"])
+def test_index_published_before_still_serves(built, tmp_path, storage):
     x, _ = built
-    legacy = tmp_path / "legacy.hnsw"
-    ann.build_ann(x, legacy, threads=1, storage="flat")
+    legacy = tmp_path / f"{storage}.hnsw"
+    ann.build_ann(x, legacy, threads=1, storage=storage)
     idx = ann.open_ann(legacy)
-    assert idx.storage == "flat" and idx.format == ann.LEGACY_FORMAT
+    assert idx.storage == storage and idx.format == ann.STORAGES[storage].format
     queries = _vectors(20, seed=4)
     hits = sum(len(_rescored(x, q, idx.search(q, 10, None), 10) & _exact(x, q, 10)) for q in queries)
     assert hits / (10 * len(queries)) >= 0.95
+
+
+def test_ef_search_grows_with_size_and_depth():
+    for storage in ann.STORAGES:
+        ref = ann.STORAGES[storage].ef_ref
+        assert ann.ef_search(1_000_000, 20, storage) == ref
+        assert ann.ef_search(10_000, 20, storage) == ann.EF_FLOOR  # small: the floor
+        at3m = ann.ef_search(3_000_000, 20, storage)
+        assert at3m >= 2 * ref - 1  # measured: the top-10 efSearch roughly doubles from 1M to 3M
+        assert ann.ef_search(3_000_000, 500, storage) == 500  # never below the candidates wanted
+    assert ann.ef_search(3_000_000, 20, "sq8") >= 96  # ann_3m: 96 gave recall@10 0.965, 64 gave 0.942
 
 
 def test_foreign_or_damaged_file_raises_a_typed_error_that_says_rebuild(built, tmp_path):

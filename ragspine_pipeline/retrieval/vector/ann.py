@@ -8,22 +8,36 @@ tens of milliseconds on this box -- while BM25 answers in a fraction of a millis
 (float64 dot products over the published float32 rows) and cuts to ``k``. The graph only
 has to put the true top-``k`` among the candidates; the scores the user sees are exact.
 
-Storage: 8-bit scalar quantised (``IndexHNSWSQ``, ``QT_8bit``: a per-dimension min/max
-trained on a strided sample), not a float32 copy. The published vector file already holds
-the float32 rows the rescoring reads, so a flat HNSW storage duplicated them: 1.81 GB of
-index at 1M x 384 where the SQ8 index is ~0.65 GB (384 MB of codes + the graph), and a
-busy server kept most of it resident. The lossy graph scores only choose candidates;
-:meth:`AnnIndex.search` hands back ``k + RESCORE_EXTRA`` of them (at least
-``MIN_CANDIDATES``), enough for the exact rescoring to restore the order
-(``benchmarks/results/ann_1m.md``: recall@10 and p50 beside the flat storage). The whole
-index file -- codes and neighbour lists -- is memory-mapped (``IO_FLAG_MMAP_IFC``): a
-second serving process shares its pages through the page cache.
+Storage (:data:`STORAGES`): 6-bit scalar-quantised codes (``IndexHNSWSQ``, ``QT_6bit``: a
+per-dimension min/max trained on a strided sample) under an M=16 graph, not a float32 copy.
+The published vector file already holds the float32 rows the rescoring reads, so the
+graph's own vectors only have to steer the walk. What a serving process holds resident
+after a query load is the whole index file (every page is touched within a few hundred
+queries): 1.81 GB at 1M x 384 with float32 storage, 0.66 GB with 8-bit codes and M=32
+(384 MB of codes + 256 MB of bottom-layer neighbour lists), 0.43 GB (412 MiB; 288 MB of
+codes + 128 MB of lists) with 6-bit codes and M=16 -- under issue 47's 0.5 GB. The thinner
+graph needs a wider walk for the same recall (efSearch 64-80 where M=32 needed 40-48), each
+step cheaper; ``benchmarks/results/ann_1m.md`` has them side by side with faiss HNSW.
+The lossy graph scores only choose candidates; :meth:`AnnIndex.search` hands back
+``k + RESCORE_EXTRA`` of them (at least ``MIN_CANDIDATES``), enough for the exact rescoring
+to restore the order. The whole index file -- codes and neighbour lists -- is
+memory-mapped (``IO_FLAG_MMAP_IFC``): a second serving process shares its pages.
 
-An index published before (``IndexHNSWFlat``, format ``faiss-hnsw-flat-ip``) still opens
-and answers the same way (``AnnIndex.storage == "flat"``); it keeps its float32 copy until
-the version is republished, and :func:`open_ann` logs that once per file. Any other faiss
-index type in the file raises :class:`AnnIndexFormatError` (an ``IndexFormatError`` that
-says to rebuild it with the publish step).
+Why not let the graph read the published int8 codes (no second copy at all): those codes
+carry a per-row scale (``published_scan.quantize``), which no faiss storage type applies
+(``QT_8bit_direct_signed`` has none, and ranking by unscaled codes is another metric), and
+faiss's HNSW reads its vectors from its own storage index; sharing the file's bytes would
+take a custom C++ storage class, not something the library supports.
+
+Indexes published before still open and answer the same way: ``"sq8"`` (8-bit codes,
+M=32, format ``faiss-hnsw-sq8-ip``) and ``"flat"`` (``IndexHNSWFlat``, format
+``faiss-hnsw-flat-ip``, which keeps its float32 copy until the version is republished;
+:func:`open_ann` logs that once per file). Any other faiss index type in the file raises
+:class:`AnnIndexFormatError` (an ``IndexFormatError`` that says to rebuild it with the
+publish step).
+
+efSearch: :func:`ef_search` -- it grows with the index size (measured at 1M and 3M) and is
+never below the candidates a request wants (a hybrid query's depth 100 walks at >= 110).
 
 Why faiss HNSW: in a 200k-vector pilot on the clustered 384-d set of
 ``benchmarks/bench_ann.py`` it reached recall@10 0.95 at 0.13 ms single-thread p50, where
@@ -51,9 +65,11 @@ byte-identical files.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -61,18 +77,40 @@ from ... import settings
 from ..lexical.format.file import IndexFormatError
 from .base import EmbeddingBackendUnavailable
 
-HNSW_M = 32  # neighbours per node (faiss's "HNSW32"; 2*M on the bottom layer)
 EF_CONSTRUCTION = 80  # candidate list while building (faiss's default is 40; 80 buys recall per ef)
-EF_SEARCH = 48  # candidate list per query, unfiltered (SQ8 at 1M: recall@10 0.971; 32 gave 0.949)
-MIN_CANDIDATES = 20  # positions handed back at least: SQ8 scores misorder near-ties, the rescoring fixes them
+MIN_CANDIDATES = 20  # positions handed back at least: lossy scores misorder near-ties, the rescoring fixes them
 RESCORE_EXTRA = 10  # candidates beyond k (each costs one exact dot product over a published row)
-TRAIN_ROWS = 65_536  # rows the 8-bit quantiser's per-dimension ranges are trained on (strided sample)
+TRAIN_ROWS = 65_536  # rows the scalar quantiser's per-dimension ranges are trained on (strided sample)
 FILTER_EXACT_BELOW = 20_000  # survivors: below this the caller's exact scan is faster
 FILTER_EXACT_FRACTION = 0.01  # kept fraction: below this the graph walk costs more than a scan
 FILTER_EF_CAP = 1024  # widest efSearch a filtered query may use
-FORMAT = "faiss-hnsw-sq8-ip"
-LEGACY_FORMAT = "faiss-hnsw-flat-ip"  # the float32-storage index published before (still served)
-STORAGES = {"sq8": FORMAT, "flat": LEGACY_FORMAT}
+EF_FLOOR = 32  # narrowest unfiltered efSearch (small indexes: the walk is cheap there anyway)
+EF_REF_SIZE = 1_000_000  # the size the per-storage efSearch below was measured at
+
+
+class Storage(NamedTuple):
+    """How one published index stores its vectors: the format name, the graph's M, the faiss
+    scalar quantiser (None: float32 rows) and the unfiltered efSearch for a top-10 at
+    ``EF_REF_SIZE`` vectors with its growth exponent (see :func:`ef_search`)."""
+
+    format: str
+    m: int
+    qtype: str | None
+    ef_ref: int
+    ef_growth: float
+
+
+STORAGES = {
+    # Published now: 6-bit codes (288 B per 384-d row) and M=16 (32 bottom-layer neighbours,
+    # 128 B): 0.43 GB at 1M x 384 where the 8-bit M=32 file was 0.66 GB.
+    "sq6": Storage("faiss-hnsw16-sq6-ip", 16, "QT_6bit", 80, 0.63),
+    "sq8": Storage("faiss-hnsw-sq8-ip", 32, "QT_8bit", 48, 0.63),  # published before (still served)
+    "flat": Storage("faiss-hnsw-flat-ip", 32, None, 48, 0.63),  # the first published form (still served)
+}
+DEFAULT_STORAGE = "sq6"
+FORMAT = STORAGES[DEFAULT_STORAGE].format
+LEGACY_FORMAT = STORAGES["flat"].format  # the float32-storage index published first (still served)
+HNSW_M = STORAGES[DEFAULT_STORAGE].m
 _log = logging.getLogger(__name__)
 
 
@@ -91,12 +129,13 @@ def _faiss():
     return faiss
 
 
-def build_ann(vectors: np.ndarray, path: Path, *, threads: int | None = None, storage: str = "sq8") -> None:
+def build_ann(vectors: np.ndarray, path: Path, *, threads: int | None = None,
+              storage: str = DEFAULT_STORAGE) -> None:
     """Build the HNSW graph over ``vectors`` (float32 unit rows, in position order) at ``path``.
 
-    ``storage``: ``"sq8"`` (what publishing writes, :data:`FORMAT`) or ``"flat"`` (the
-    float32 storage of :data:`LEGACY_FORMAT`, kept to compare with and to test that such a
-    file still serves). Written to a temporary file in the same folder and renamed, so a
+    ``storage``: a key of :data:`STORAGES` -- ``"sq6"`` (what publishing writes,
+    :data:`FORMAT`), or the forms published before, ``"sq8"`` and ``"flat"``, kept to compare
+    with and to test that such files still serve. Written to a temporary file in the same folder and renamed, so a
     reader never opens a half-written index. ``threads`` bounds faiss's OpenMP threads for
     the build (None: faiss's default, every core); the process-wide setting is restored.
     """
@@ -106,11 +145,12 @@ def build_ann(vectors: np.ndarray, path: Path, *, threads: int | None = None, st
         raise ValueError(f"build_ann needs a non-empty 2-D array, got shape {x.shape}")
     if storage not in STORAGES:
         raise ValueError(f"unknown ANN storage {storage!r}; use one of {', '.join(STORAGES)}")
-    dim = int(x.shape[1])
-    if storage == "flat":
-        index = faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    dim, spec = int(x.shape[1]), STORAGES[storage]
+    if spec.qtype is None:
+        index = faiss.IndexHNSWFlat(dim, spec.m, faiss.METRIC_INNER_PRODUCT)
     else:
-        index = faiss.IndexHNSWSQ(dim, faiss.ScalarQuantizer.QT_8bit, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        qtype = getattr(faiss.ScalarQuantizer, spec.qtype)
+        index = faiss.IndexHNSWSQ(dim, qtype, spec.m, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = EF_CONSTRUCTION
     before = faiss.omp_get_max_threads()
     if threads is not None:
@@ -146,13 +186,13 @@ class AnnIndex:
     """An opened HNSW index. ``search`` is safe to call from several threads at once
     (faiss's search is const; per-query parameters travel in ``SearchParametersHNSW``)."""
 
-    def __init__(self, index, path: Path, storage: str = "sq8") -> None:
+    def __init__(self, index, path: Path, storage: str = DEFAULT_STORAGE) -> None:
         self._index = index
         self.path = Path(path)
         self.size = int(index.ntotal)
         self.dim = int(index.d)
-        self.storage = storage  # "sq8", or "flat" for an index published before (LEGACY_FORMAT)
-        self.format = STORAGES[storage]
+        self.storage = storage  # a key of STORAGES: "sq6", or "sq8" / "flat" for an index published before
+        self.format = STORAGES[storage].format
 
     def _mask(self, allowed: np.ndarray) -> np.ndarray:
         a = np.asarray(allowed)
@@ -176,7 +216,7 @@ class AnnIndex:
         """Candidate positions for ``query`` (``k + RESCORE_EXTRA``, at least
         ``MIN_CANDIDATES``, where that many are allowed), best first by the graph's approximate
         scores; ``None`` means "scan the survivors exactly"
-        (see the module docstring). ``ef`` overrides ``EF_SEARCH`` (the benchmark's sweep)."""
+        (see the module docstring). ``ef`` overrides :func:`ef_search` (the benchmark's sweep)."""
         faiss = _faiss()
         q = np.ascontiguousarray(np.asarray(query, dtype=np.float32).reshape(1, -1))
         if q.shape[1] != self.dim:
@@ -185,7 +225,7 @@ class AnnIndex:
         if k <= 0:
             return np.empty(0, dtype=np.int64)
         want = min(max(k + RESCORE_EXTRA, MIN_CANDIDATES), self.size)
-        ef_base = max(int(ef or EF_SEARCH), want)
+        ef_base = max(int(ef), want) if ef else ef_search(self.size, want, self.storage)
         params = faiss.SearchParametersHNSW()
         selector = None
         if allowed is not None:
@@ -208,6 +248,33 @@ class AnnIndex:
         return ids[ids >= 0].astype(np.int64, copy=False)
 
 
+def _storage_of(faiss, index) -> str | None:
+    """The :data:`STORAGES` key of an opened index (read_index hands back the concrete type;
+    the scalar quantiser's type tells 6-bit from 8-bit codes), None for any other index."""
+    if isinstance(index, faiss.IndexHNSWFlat):
+        return "flat"
+    if isinstance(index, faiss.IndexHNSWSQ):
+        qtype = int(faiss.downcast_index(index.storage).sq.qtype)
+        for key, spec in STORAGES.items():
+            if spec.qtype is not None and qtype == int(getattr(faiss.ScalarQuantizer, spec.qtype)):
+                return key
+    return None
+
+
+def ef_search(size: int, want: int, storage: str = DEFAULT_STORAGE) -> int:
+    """Unfiltered efSearch for ``want`` candidates out of ``size`` vectors.
+
+    Why a rule and not one number: a fixed efSearch chosen at one size loses recall as the
+    graph grows (the 8-bit M=32 index gave recall@10 0.971 at 1M with 48, 0.929 at 3M; 96 gave
+    0.965 there). The rule ``ef_ref * (size / EF_REF_SIZE) ** ef_growth`` (per storage, from
+    the measured 1M and 3M points of ``benchmarks/results/ann_1m.md`` / ``ann_3m.md``), never
+    below ``EF_FLOOR`` nor below the candidates wanted, so a deep request (the hybrid
+    channel's 100 + extra) walks at least as wide as its depth."""
+    spec = STORAGES[storage]
+    grown = spec.ef_ref * (max(int(size), 1) / EF_REF_SIZE) ** spec.ef_growth
+    return max(int(want), EF_FLOOR, int(math.ceil(grown)))
+
+
 def open_ann(path: Path) -> AnnIndex:
     """Open an index written by :func:`build_ann`, the file memory-mapped.
 
@@ -227,15 +294,14 @@ def open_ann(path: Path) -> AnnIndex:
     except RuntimeError as exc:
         raise AnnIndexFormatError(path, f"not a readable faiss index ({str(exc).splitlines()[0][:200]}); "
                                         "republish the vector version to rebuild it") from None
-    if isinstance(index, faiss.IndexHNSWSQ):  # read_index hands back the concrete type
-        storage = "sq8"
-    elif isinstance(index, faiss.IndexHNSWFlat):
-        storage = "flat"
+    storage = _storage_of(faiss, index)
+    if storage is None:
+        raise AnnIndexFormatError(path, f"{type(index).__name__} is not an ANN index this version serves "
+                                        f"({', '.join(s.format for s in STORAGES.values())}); republish the "
+                                        "vector version to rebuild it")
+    if storage == "flat":
         _log.info("ANN index %s has float32 storage (%s, published before %s): it serves, but holds a "
                   "second copy of the vectors until the version is republished", path, LEGACY_FORMAT, FORMAT)
-    else:
-        raise AnnIndexFormatError(path, f"{type(index).__name__} is not an ANN index this version serves "
-                                        f"({FORMAT} or {LEGACY_FORMAT}); republish the vector version to rebuild it")
     if index.metric_type != faiss.METRIC_INNER_PRODUCT:
         raise AnnIndexFormatError(path, "the ANN index does not rank by inner product; republish the vector "
                                         "version to rebuild it")

@@ -60,6 +60,7 @@ def ref_top(q, docs, k, positions=None):
 
 def test_codec_round_trips_every_list_and_the_plain_bounds(monkeypatch):
     from ragspine_pipeline.retrieval.lexical.index import packed as bm25_packed
+    from ragspine_pipeline.retrieval.lexical.index import packed_narrow as bm25_packed_narrow
     from ragspine_pipeline.retrieval.lexical.index.postings import postings_from_raw
 
     docs, _ = zipf_corpus(3000, seed=11)
@@ -67,13 +68,23 @@ def test_codec_round_trips_every_list_and_the_plain_bounds(monkeypatch):
     raw, _ = count_postings(docs)
     enc = encode(raw, 1.5, 0.75)
     data = np.concatenate(list(enc.words()))
-    pk = PackedArrays(data=data, indptr=raw.indptr, bptr=enc.bptr, **enc.blocks)
+    terms = enc.term_arrays()
+    pk = PackedArrays(data=data, bptr=terms["bptr"], last_count=terms["last_count"], code_len=enc.code_len,
+                      **enc.blocks)
     for t in range(raw.n_terms):
         d, f = decode_term(pk, t)
         s, e = raw.indptr[t], raw.indptr[t + 1]
         assert np.array_equal(d, raw.indices[s:e]) and np.array_equal(f, raw.tf[s:e])
     plain = postings_from_raw(raw, 1.5, 0.75, 1 << 30)
-    assert np.array_equal(enc.blocks["blk_bmax"], plain.bmax) and np.array_equal(enc.w_max, plain.w_max)
+    # The narrowed bounds (index.packed_narrow): the least q x BMAX_STEP >= the exact max w.
+    step = bm25_packed_narrow.BMAX_STEP
+    q = enc.blocks["blk_bmax"].astype(np.float64)
+    assert (q * step >= plain.bmax).all() and ((q == 0) | ((q - 1) * step < plain.bmax)).all()
+    assert (enc.w_max >= plain.w_max).all() and (enc.w_max - plain.w_max < 2 * step).all()
+    assert np.array_equal(enc.code_len[enc.blocks["blk_minlen"]], np.minimum.reduceat(
+        raw.doc_len[raw.indices], np.arange(0, raw.n_postings, 1)[np.concatenate(
+            [np.arange(raw.indptr[t], raw.indptr[t + 1], BLOCK_SIZE) for t in range(raw.n_terms)])]))
+    assert int(enc.blocks["blk_maxtf"].max()) == bm25_packed_narrow.MAXTF_SAT  # tf 70,000 saturates
     assert np.array_equal(enc.idf, plain.idf)
     monkeypatch.setattr(bm25_packed, "compiled", lambda: None)  # the numpy encoder: the same bytes
     enc_np = encode(raw, 1.5, 0.75)
@@ -253,10 +264,11 @@ def test_truncated_and_bit_flipped_packed_files_are_clear_errors(tmp_path):
 
 
 def test_a_flip_in_packed_words_fails_the_first_query_that_reads_them(tmp_path):
-    docs, queries = zipf_corpus(4000, seed=6)
+    docs, queries = zipf_corpus(16_000, seed=6)  # words past the first checksum block (64 KiB)
     packed, _plain = publish_both(tmp_path, docs)
     t = packed.vocab.get("w0")
     spec = packed._toc.arrays["data"]
+    assert spec.nbytes > 2 * 65536  # the tables verified at open lie in later blocks
     at = spec.offset + 4 * int(packed._file.arrays["blk_off"][packed._file.arrays["bptr"][t]]) + 1
     raw = bytearray(packed.path.read_bytes())
     raw[at] ^= 0x10
@@ -273,12 +285,12 @@ def test_a_writer_bug_is_caught_by_the_structure_checks(tmp_path, monkeypatch, n
         packed as bm25_packed,
     )
     from ragspine_pipeline.retrieval.lexical.index import (
-        packed_index as bm25_packed_index,
+        packed_verify as bm25_packed_verify,
     )
 
     if not numba:  # the numpy encoder and the numpy full check
         monkeypatch.setattr(bm25_packed, "compiled", lambda: None)
-        monkeypatch.setattr(bm25_packed_index, "compiled", lambda: None)
+        monkeypatch.setattr(bm25_packed_verify, "compiled", lambda: None)
     docs, _ = zipf_corpus(500, seed=7)
     raw, _ = count_postings(docs)
     real = bm25_packed._encode_slice

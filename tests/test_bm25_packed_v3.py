@@ -15,6 +15,13 @@ from ragspine_pipeline.retrieval.lexical.format.file import (
 )
 from ragspine_pipeline.retrieval.lexical.index import bm25
 from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
+from ragspine_pipeline.retrieval.lexical.index.packed import BLOCK_ARRAYS, norm_of, w_of
+from ragspine_pipeline.retrieval.lexical.index.packed_narrow import (
+    BMAX_STEP,
+    narrow_maxtf,
+    quantize_bmax,
+    to_u32,
+)
 from ragspine_pipeline.retrieval.lexical.index.packed_tables import idf_table, term_idf
 from ragspine_pipeline.retrieval.lexical.index.postings import count_postings
 from ragspine_pipeline.retrieval.lexical.refresh.publish import write_packed
@@ -25,18 +32,45 @@ _V2_ORDER = ("data", "blk_off", "blk_last", "blk_dbits", "blk_tbits", "blk_bmax"
              "indptr", "bptr", "idf", "w_max", "bit_row", "bits", "doc_len", "doc_code", "code_len")
 
 
+def wide_arrays(ix) -> dict[str, np.ndarray]:
+    """The per-term and per-block arrays of a packed index as formats 1-3 stored them
+    (``index.packed`` before the narrowing: int64 pointers and offsets, exact float64
+    maxima, uint32 tf and length bounds), recomputed from its decoded postings with the
+    old encoder's formula."""
+    a = ix._file.arrays
+    bp = a["bptr"].astype(np.int64)
+    indptr = np.asarray(ix.indptr, np.int64)
+    pairs = [ix.decode(t) for t in range(ix.n_terms)]
+    docs = np.concatenate([d for d, _ in pairs]).astype(np.int64)
+    tfs = np.concatenate([f for _, f in pairs]).astype(np.int64)
+    blk = np.arange(int(bp[-1]), dtype=np.int64)
+    term = np.searchsorted(bp, blk, side="right") - 1
+    starts = indptr[term] + (blk - bp[term]) * 128
+    norm = norm_of(ix.doc_len, ix.k1, ix.b, ix._w_avgdl)
+    bmax = np.maximum.reduceat(w_of(tfs, norm[docs]), starts) if len(starts) else np.zeros(0)
+    nonempty = np.flatnonzero(np.diff(bp))
+    w_max = np.zeros(ix.n_terms)
+    w_max[nonempty] = np.maximum.reduceat(bmax, bp[nonempty])
+    doc_len = np.asarray(ix.doc_len, np.int64)
+    return {"blk_off": a["blk_off"].astype(np.int64), "blk_bmax": bmax,
+            "blk_maxtf": np.maximum.reduceat(tfs, starts).astype(np.uint32),
+            "blk_minlen": np.minimum.reduceat(doc_len[docs], starts).astype(np.uint32),
+            "indptr": indptr, "bptr": bp, "w_max": w_max}
+
+
 def as_version2(ix, dst: Path) -> Path:
-    """The format 2 file of a format 3 packed index, as the version 2 writer laid it out:
-    idf and bit_row per term, doc_len beside the codes."""
+    """The format 2 file of a packed index, as the version 2 writer laid it out: idf and
+    bit_row per term, doc_len beside the codes, the wide per-term and per-block arrays."""
     a = ix._file.arrays
     toc = ix._file.toc
     arrays = dict(a)
-    arrays["idf"] = term_idf(ix._idf, a["indptr"], np.arange(ix.n_terms))
+    arrays.update(wide_arrays(ix))
+    arrays["idf"] = term_idf(ix._idf, ix.df, np.arange(ix.n_terms))
     row = np.full(ix.n_terms, -1, np.int32)
     row[a["bit_terms"]] = np.arange(len(a["bit_terms"]), dtype=np.int32)
     arrays["bit_row"] = row
     arrays["doc_len"] = np.asarray(ix.doc_len, np.uint32)
-    for name in ("idf_df", "idf_val", "bit_terms"):
+    for name in ("idf_df", "idf_val", "bit_terms", "last_count", "wmax_terms", "wmax_q"):
         arrays.pop(name, None)
     ordered = {n: arrays.pop(n) for n in _V2_ORDER if n in arrays}
     ordered.update(arrays)
@@ -65,9 +99,9 @@ def test_format3_stores_the_compact_tables(both):
     assert v3._file.toc.version == FORMAT_VERSION == 3 and v2._file.toc.version == 2
     assert {"idf", "bit_row", "doc_len"}.isdisjoint(a3) and {"idf_df", "idf_val", "bit_terms"} <= set(a3)
     assert len(a3["bit_terms"]) == a3["bits"].shape[0] > 0  # the bitset routes are exercised
-    assert len(a3["idf_val"]) == len(np.unique(np.diff(a3["indptr"]))) < v3.n_terms
+    assert len(a3["idf_val"]) == len(np.unique(v3.df)) < v3.n_terms
     # The same floats per term as a per-term array (picked from it, never recomputed).
-    assert np.array_equal(term_idf(v3._idf, a3["indptr"], np.arange(v3.n_terms)), a2["idf"])
+    assert np.array_equal(term_idf(v3._idf, v3.df, np.arange(v3.n_terms)), a2["idf"])
     assert np.array_equal(v3.doc_len, a2["doc_len"]) and not v3.doc_len.flags.writeable
     assert v3.path.stat().st_size < v2.path.stat().st_size
     v3.verify()
@@ -141,3 +175,24 @@ def test_a_refresh_merges_a_format2_previous_file_into_format3(tmp_path):
     from2, from3 = open_index(tmp_path / "from2.packed"), open_index(tmp_path / "from3.packed")
     assert from2._file.toc.version == 3 and from2.path.read_bytes() == from3.path.read_bytes()
     assert_same_answers(from2, open_index(_build(tmp_path / "fresh.packed", new, "packed")), len(new), _queries())
+
+
+def test_an_older_file_reads_as_the_narrowed_arrays(both):
+    """A format 2 file (wide pointers, offsets and exact bounds) is read through this
+    version's narrowed shapes (``packed_tables.narrowed``): the very arrays its twin stores,
+    so one set of kernels answers both."""
+    v3, v2, _docs, _queries = both
+    a3, a2 = v3._file.arrays, v2._file.arrays
+    assert "last_count" not in v2._file.toc.arrays and v2._file.toc.arrays["blk_bmax"].dtype == "<f8"
+    for name in ("bptr", "last_count", "wmax_terms", "wmax_q", *BLOCK_ARRAYS):
+        assert a2[name].dtype == a3[name].dtype and np.array_equal(a2[name], a3[name]), name
+    assert np.array_equal(v2.indptr, v3.indptr) and np.array_equal(v2.df, v3.df)
+
+
+def test_narrowed_bounds_only_loosen():
+    w = np.concatenate([np.linspace(0.0, 1.0, 100_003), np.random.default_rng(5).random(10_000)])
+    q = quantize_bmax(w).astype(np.float64)
+    assert (q * BMAX_STEP >= w).all() and ((q == 0) | ((q - 1) * BMAX_STEP < w)).all()
+    assert np.array_equal(narrow_maxtf(np.array([1, 254, 255, 256, 70_000])), [1, 254, 255, 255, 255])
+    with pytest.raises(ValueError, match="buckets"):
+        to_u32(np.array([0, 1 << 32], np.int64), "postings words")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from ragspine_pipeline.retrieval.lexical.index.packed_index import PackedBM25Index
+from ragspine_pipeline.retrieval.lexical.index.packed_narrow import term_wmax
 from ragspine_pipeline.retrieval.lexical.index.packed_tables import term_idf
 from tests.test_bm25_mmap import zipf_corpus
 from tests.test_bm25_packed import publish_both, ref_top
@@ -170,7 +171,8 @@ def test_a_rare_lead_term_goes_term_at_a_time(tmp_path):
     packed, _ = publish_both(tmp_path, docs)
     args = packed._pk[0], packed._idf, packed._w_max
     n = packed.n_docs
-    ub = term_idf(packed._idf, packed.indptr, np.arange(packed.n_terms)) * packed._w_max
+    every = np.arange(packed.n_terms)
+    ub = term_idf(packed._idf, packed.df, every) * term_wmax(*packed._w_max, every)
     df = packed.df
     tid = {f"w{i}": packed.vocab.get(f"w{i}") for i in range(2000) if packed.vocab.get(f"w{i}") is not None}
     k = 1  # a lead needs LEAD_MIN_K x k documents; rare ones here hold under 300

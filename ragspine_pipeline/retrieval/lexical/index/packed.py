@@ -10,18 +10,26 @@ document length with exactly the operations ``index.postings.postings_from_raw``
 
 Arrays (names are the file's; ``B`` blocks, term t's blocks are ``bptr[t]:bptr[t+1]``)::
 
-    indptr      int64 [n_terms+1]  postings pointers (df = diff), as the plain layout
-    bptr        int64 [n_terms+1]  first block of each term
-    w_max       float64 [n_terms]  max w of the term (MaxScore bound)
+    bptr        uint32 [n_terms+1] first block of each term
+    last_count  uint8 [n_terms]    postings in the term's last block (0 for no block): df is
+                                   128 (blocks - 1) + last_count (no ``indptr``: a reader
+                                   that needs it rebuilds it, ``postings_pointers``)
+    wmax_terms, wmax_q uint32/uint16 [multi-block terms] the terms of more than one block,
+                                   ascending, and their max w as a block bound (below); a
+                                   one-block term's max w is its block's bound
     idf_df, idf_val int64/float64 [distinct df]  full-corpus idf per df (format 3; a
                                    segment, and formats 1/2: ``idf`` float64 [n_terms])
     data        uint32 [words+2]   the packed blocks (two zero words of read-ahead pad)
-    blk_off     int64 [B+1]        word offset of each block in ``data`` (and the end)
+    blk_off     uint32 [B+1]       word offset of each block in ``data`` (and the end;
+                                   a file of 2^32 words or more is refused: more buckets)
     blk_last    int32 [B]          last doc position of the block (skip data)
     blk_dbits, blk_tbits uint8 [B] bit widths of the gap and tf fields
-    blk_bmax    float64 [B]        exact max w of the block (block-max skipping)
-    blk_maxtf, blk_minlen uint32 [B] max tf and min doc length of the block (filtered
-                                   bounds: they bound w for any survivor avgdl)
+    blk_bmax    uint16 [B]         the block's max w as the least q with q x BMAX_STEP >= w
+                                   (block-max skipping: a bound at most 1/65535 looser)
+    blk_maxtf   uint8 [B]          max tf of the block, MAXTF_SAT meaning "255 or more"
+    blk_minlen  uint16 [B]         length code of the block's shortest document (codes are
+                                   sorted by length); uint32 lengths in a file without codes
+                                   (both filtered bounds: they bound w for any survivor avgdl)
     bit_terms   int32 [rows]       the longest lists' terms, ascending: ``bit_terms[r]``'s
                                    postings are row r of ``bits`` (formats 1/2: ``bit_row``
                                    int32 [n_terms], each term's row or -1)
@@ -32,6 +40,14 @@ Arrays (names are the file's; ``B`` blocks, term t's blocks are ``bptr[t]:bptr[t
                                    [n_docs] (formats 1/2 store both)
 
 ``index.packed_tables`` explains format 3's tables and reads the older ones as them.
+
+Narrowed per-term and per-block arrays (#47 item 4, step T2; 1M documents, 2M terms: 36 B a
+term and 30 B a block before, 7 and 15 after). The rule that tells them apart: a file that
+holds ``last_count`` has every array above as listed; one without it (formats 1-3:
+``indptr`` int64, ``bptr`` int64, ``w_max`` float64, ``blk_off`` int64, ``blk_bmax``
+float64, ``blk_maxtf``/``blk_minlen`` uint32 lengths) is read through these shapes, built
+at open (``packed_tables.narrowed``), so one set of kernels serves both. Bounds may only get
+looser, never tighter, so every answer stays exact.
 
 A block of n postings holds n gap fields then n tf fields, each field run starting on a
 word boundary; value i of a run of width W starts at bit i*W, little-endian across words.
@@ -56,6 +72,15 @@ from types import ModuleType
 import numpy as np
 
 from ..format.raw import RawPostings
+from .packed_narrow import (
+    last_counts,
+    narrow_maxtf,
+    narrow_minlen,
+    quantize_bmax,
+    term_wmax,
+    to_u32,
+    wmax_table,
+)
 from .postings import BLOCK_SIZE
 from .reference import bm25_idf
 
@@ -68,10 +93,12 @@ SLICE_BLOCKS = 1 << 14  # blocks encoded per slice (<= 2M postings, ~250 MB of t
 ENCODE_THREADS = 2  # slices encoded at once (compiled encoder; the machine this targets has 2 cores)
 PAD_WORDS = 2  # zero words after the last block: a field read may touch the next word
 BLOCK_ARRAYS = ("blk_off", "blk_last", "blk_dbits", "blk_tbits", "blk_bmax", "blk_maxtf", "blk_minlen")
-TERM_ARRAYS = ("indptr", "bptr", "w_max")
-PACKED_ARRAYS = ("data", *BLOCK_ARRAYS, *TERM_ARRAYS, "bits")  # in every version
+TERM_ARRAYS = ("bptr", "last_count", "wmax_terms", "wmax_q")  # what this version writes
+OLD_TERM_ARRAYS = ("indptr", "bptr", "w_max")  # formats 1-3 (read through TERM_ARRAYS' shapes)
+PACKED_ARRAYS = ("data", *BLOCK_ARRAYS, "bptr", "bits")  # in every version
 # Per version (index.packed_tables): one of each group is present.
-OPTIONAL_ARRAYS = ("idf", "idf_df", "idf_val", "bit_row", "bit_terms", "doc_len", "doc_code", "code_len")
+OPTIONAL_ARRAYS = ("indptr", "w_max", "last_count", "wmax_terms", "wmax_q", "idf", "idf_df", "idf_val",
+                   "bit_row", "bit_terms", "doc_len", "doc_code", "code_len")
 
 
 def norm_of(doc_len: np.ndarray, k1: float, b: float, avgdl: float) -> np.ndarray:
@@ -134,16 +161,28 @@ def bit_width(x: np.ndarray) -> np.ndarray:
 @dataclass
 class PackedEncoding:
     """The packed arrays of one corpus: ``data`` is produced slice by slice by ``words()``,
-    which fills the per-block arrays and ``w_max`` as it goes (they are complete once it is
-    exhausted: write ``data`` first)."""
+    which fills the per-block arrays as it goes (they and ``term_arrays()`` are complete
+    once it is exhausted: write ``data`` first)."""
 
     raw: RawPostings
     norm: np.ndarray  # float64 [n_docs]: per-document norm of the weights
-    bptr: np.ndarray
+    bptr: np.ndarray  # int64 [n_terms + 1] (the file's is uint32: term_arrays)
     idf: np.ndarray
-    w_max: np.ndarray
     blocks: dict[str, np.ndarray]
+    terms: dict[str, np.ndarray]  # TERM_ARRAYS (wmax_q filled by words())
+    code_len: np.ndarray | None  # the sorted distinct lengths (codes), None without codes
     n_words: int = 0
+
+    def term_arrays(self) -> dict[str, np.ndarray]:
+        """The per-term arrays of the file (``TERM_ARRAYS``), complete once ``words()`` is exhausted."""
+        return self.terms
+
+    @property
+    def w_max(self) -> np.ndarray:
+        """Each term's max w as the file bounds it (float64; tests and the kernels' warm-up)."""
+        t = self.term_arrays()
+        return term_wmax(t["bptr"], self.blocks["blk_bmax"], t["wmax_terms"], t["wmax_q"],
+                         np.arange(self.raw.n_terms))
 
     def words(self) -> Iterator[np.ndarray]:
         """The ``data`` words, one slice of blocks at a time, then the pad."""
@@ -151,15 +190,13 @@ class PackedEncoding:
         starts = range(0, n_blocks, SLICE_BLOCKS)
         base = 0
         for b0, part in zip(starts, self._slices(starts, n_blocks), strict=True):
-            self.blocks["blk_off"][b0:min(b0 + SLICE_BLOCKS, n_blocks)] += base  # encoded from 0
+            to_u32(np.array([base + len(part)], np.int64), "postings words")
+            self.blocks["blk_off"][b0:min(b0 + SLICE_BLOCKS, n_blocks)] += np.uint32(base)  # encoded from 0
             base += len(part)
             yield part
         self.blocks["blk_off"][n_blocks] = base
         self.n_words = base + PAD_WORDS
-        bmax, df = self.blocks["blk_bmax"], np.diff(self.raw.indptr)
-        nonempty = np.flatnonzero(df)
-        if len(nonempty):
-            self.w_max[nonempty] = np.maximum.reduceat(bmax, self.bptr[nonempty])
+        self.terms["wmax_q"][:] = wmax_table(self.bptr, self.blocks["blk_bmax"])[1]
         yield np.zeros(PAD_WORDS, np.uint32)
 
     def _slices(self, starts: range, n_blocks: int) -> Iterator[np.ndarray]:
@@ -188,15 +225,36 @@ def encode(raw: RawPostings, k1: float, b: float) -> PackedEncoding:
     """Prepare the packed encoding of ``raw`` (``PackedEncoding.words`` does the work)."""
     bptr = block_pointers(raw.indptr)
     n_blocks = int(bptr[-1])
+    codes = length_codes(raw.doc_len) if raw.n_docs else None
+    code_len = None if codes is None else codes[1]
     blocks = {
-        "blk_off": np.zeros(n_blocks + 1, np.int64), "blk_last": np.zeros(n_blocks, np.int32),
+        "blk_off": np.zeros(n_blocks + 1, np.uint32), "blk_last": np.zeros(n_blocks, np.int32),
         "blk_dbits": np.zeros(n_blocks, np.uint8), "blk_tbits": np.zeros(n_blocks, np.uint8),
-        "blk_bmax": np.zeros(n_blocks, np.float64), "blk_maxtf": np.zeros(n_blocks, np.uint32),
-        "blk_minlen": np.zeros(n_blocks, np.uint32),
+        "blk_bmax": np.zeros(n_blocks, np.uint16), "blk_maxtf": np.zeros(n_blocks, np.uint8),
+        "blk_minlen": np.zeros(n_blocks, np.uint16 if code_len is not None else np.uint32),
     }
     norm = norm_of(raw.doc_len, k1, b, weight_avgdl(raw))
-    return PackedEncoding(raw=raw, norm=norm, bptr=bptr, idf=term_idf(raw),
-                          w_max=np.zeros(raw.n_terms, np.float64), blocks=blocks)
+    wmax_terms = wmax_table(bptr, np.zeros(n_blocks, np.uint16))[0]
+    terms = {"bptr": to_u32(bptr, "postings blocks"), "last_count": last_counts(raw.indptr, bptr),
+             "wmax_terms": wmax_terms, "wmax_q": np.zeros(len(wmax_terms), np.uint16)}
+    return PackedEncoding(raw=raw, norm=norm, bptr=bptr, idf=term_idf(raw), blocks=blocks, terms=terms,
+                          code_len=code_len)
+
+
+_WIDE = {"blk_off": np.int64, "blk_last": np.int32, "blk_dbits": np.uint8, "blk_tbits": np.uint8,
+         "blk_bmax": np.float64, "blk_maxtf": np.uint32, "blk_minlen": np.uint32}
+
+
+def _narrow_into(enc: PackedEncoding, wide: dict[str, np.ndarray], b0: int, b1: int) -> None:
+    """A slice's exact block entries (``_WIDE``) stored narrowed (``BLOCK_ARRAYS``' dtypes)."""
+    out, sl = enc.blocks, slice(b0, b1)
+    out["blk_off"][sl] = to_u32(wide["blk_off"], "postings words")
+    out["blk_last"][sl] = wide["blk_last"]
+    out["blk_dbits"][sl] = wide["blk_dbits"]
+    out["blk_tbits"][sl] = wide["blk_tbits"]
+    out["blk_bmax"][sl] = quantize_bmax(wide["blk_bmax"])
+    out["blk_maxtf"][sl] = narrow_maxtf(wide["blk_maxtf"])
+    out["blk_minlen"][sl] = narrow_minlen(wide["blk_minlen"], enc.code_len)
 
 
 def _block_layout(indptr: np.ndarray, bptr: np.ndarray, b0: int,
@@ -223,19 +281,21 @@ def compiled() -> ModuleType | None:
 def _encode_slice(enc: PackedEncoding, b0: int, b1: int, base: int) -> np.ndarray:
     """Encode blocks b0..b1-1 (their postings are contiguous); returns their words and
     fills their block entries (word offsets from ``base``)."""
-    raw, out = enc.raw, enc.blocks
+    raw = enc.raw
+    out = {name: np.zeros(b1 - b0, dt) for name, dt in _WIDE.items()}
     indptr = np.asarray(raw.indptr, np.int64)
     start, count, term_first = _block_layout(indptr, enc.bptr, b0, b1)
     p0, p1 = int(start[0]), int(start[-1] + count[-1])
     kernels = compiled()
     if kernels is not None:
         words = np.empty(2 * (p1 - p0) + len(count), np.uint32)
-        blocks = tuple(out[name][b0:b1] for name in BLOCK_ARRAYS)
+        blocks = tuple(out[name] for name in BLOCK_ARRAYS)
         used = kernels.encode_slice(np.asarray(raw.indices[p0:p1]), np.asarray(raw.tf[p0:p1]), enc.norm,
                                     np.asarray(raw.doc_len), count, term_first,
                                     int(raw.indices[p0 - 1]) if p0 > 0 else -1, words, blocks, base)
         if used < 0:
             raise ValueError("RawPostings doc positions must ascend strictly within each term")
+        _narrow_into(enc, out, b0, b1)
         return words[:used]
     docs = np.asarray(raw.indices[p0:p1]).astype(np.int64)
     tfs = np.asarray(raw.tf[p0:p1]).astype(np.int64)
@@ -262,15 +322,15 @@ def _encode_slice(enc: PackedEncoding, b0: int, b1: int, base: int) -> np.ndarra
     d_pos = off[blk_of] * 32 + within * dbits[blk_of]
     t_pos = (off[blk_of] + dwords[blk_of]) * 32 + within * tbits[blk_of]
     words = _scatter_bits(np.concatenate((d_pos, t_pos)), np.concatenate((gaps, tfs - 1)), total)
-    sl = slice(b0, b1)
-    out["blk_off"][sl] = off[:-1] + base
-    out["blk_last"][sl] = docs[local + count - 1]
-    out["blk_dbits"][sl] = dbits
-    out["blk_tbits"][sl] = tbits
+    out["blk_off"][:] = off[:-1] + base
+    out["blk_last"][:] = docs[local + count - 1]
+    out["blk_dbits"][:] = dbits
+    out["blk_tbits"][:] = tbits
     lens = np.asarray(raw.doc_len)[docs]
-    out["blk_bmax"][sl] = np.maximum.reduceat(w_of(tfs, enc.norm[docs]), local)
-    out["blk_maxtf"][sl] = np.maximum.reduceat(tfs, local)
-    out["blk_minlen"][sl] = np.minimum.reduceat(lens, local)
+    out["blk_bmax"][:] = np.maximum.reduceat(w_of(tfs, enc.norm[docs]), local)
+    out["blk_maxtf"][:] = np.maximum.reduceat(tfs, local)
+    out["blk_minlen"][:] = np.minimum.reduceat(lens, local)
+    _narrow_into(enc, out, b0, b1)
     return words
 
 
@@ -299,8 +359,9 @@ class PackedArrays:
     blk_bmax: np.ndarray
     blk_maxtf: np.ndarray
     blk_minlen: np.ndarray
-    indptr: np.ndarray
     bptr: np.ndarray
+    last_count: np.ndarray
+    code_len: np.ndarray | None = None  # the length of each code when blk_minlen holds codes
 
 
 def _read_fields(data: np.ndarray, pos: np.ndarray, width: np.ndarray) -> np.ndarray:
@@ -314,10 +375,11 @@ def _read_fields(data: np.ndarray, pos: np.ndarray, width: np.ndarray) -> np.nda
 def _counts(pk: PackedArrays, b0: int, b1: int) -> tuple[np.ndarray, np.ndarray]:
     """(postings per block, whether the block opens its term) of blocks b0..b1-1."""
     blk = np.arange(b0, b1, dtype=np.int64)
-    term = np.searchsorted(pk.bptr, blk, side="right") - 1
-    nth = blk - pk.bptr[term]
-    count = np.minimum(BLOCK_SIZE, pk.indptr[term + 1] - pk.indptr[term] - nth * BLOCK_SIZE)
-    return count, nth == 0
+    bptr = np.asarray(pk.bptr).astype(np.int64)
+    term = np.searchsorted(bptr, blk, side="right") - 1
+    last = blk == bptr[term + 1] - 1
+    count = np.where(last, pk.last_count[term].astype(np.int64), BLOCK_SIZE)
+    return count, blk == bptr[term]
 
 
 def decode_blocks(pk: PackedArrays, b0: int, b1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -365,8 +427,10 @@ def _layout_problem(pk: PackedArrays, b0: int, b1: int, count: np.ndarray, n_wor
     dbits, tbits = pk.blk_dbits[b0:b1].astype(np.int64), pk.blk_tbits[b0:b1].astype(np.int64)
     if int(dbits.max()) > 32 or int(tbits.max()) > 32:
         return "a block has a field wider than 32 bits"
-    off = pk.blk_off[b0:b1 + 1]
+    off = pk.blk_off[b0:b1 + 1].astype(np.int64)
     size = ((count * dbits + 31) >> 5) + ((count * tbits + 31) >> 5)
+    if int(count.min()) < 1 or int(count.max()) > BLOCK_SIZE:
+        return "a block holds no postings or more than a block's"
     if int(off[0]) < 0 or not np.array_equal(np.diff(off), size) or int(off[-1]) > n_words - PAD_WORDS:
         return "block offsets do not match the block sizes"
     return None
@@ -392,12 +456,12 @@ def check_blocks(pk: PackedArrays, b0: int, b1: int, n_docs: int, n_words: int,
     # each block's recorded last doc is its decoded one (the next block continues from it).
     if int(docs.max()) >= n_docs or not np.array_equal(docs[ends], pk.blk_last[b0:b1]):
         return "doc positions outside the index or skip data that does not match them"
-    if not np.array_equal(np.maximum.reduceat(tfs, starts), pk.blk_maxtf[b0:b1]):
+    if not np.array_equal(narrow_maxtf(np.maximum.reduceat(tfs, starts)), pk.blk_maxtf[b0:b1]):
         return "block max tf does not match the postings"
-    if norm is not None and not np.array_equal(np.maximum.reduceat(w_of(tfs, norm[docs]), starts),
+    if norm is not None and not np.array_equal(quantize_bmax(np.maximum.reduceat(w_of(tfs, norm[docs]), starts)),
                                                pk.blk_bmax[b0:b1]):
         return "block max weights do not match the postings"
-    if doc_len is not None and not np.array_equal(np.minimum.reduceat(doc_len[docs], starts),
-                                                  pk.blk_minlen[b0:b1]):
+    stored = pk.blk_minlen[b0:b1] if pk.code_len is None else pk.code_len[pk.blk_minlen[b0:b1]]
+    if doc_len is not None and not np.array_equal(np.minimum.reduceat(doc_len[docs], starts), stored):
         return "block min lengths do not match the postings"
     return None

@@ -119,7 +119,7 @@ def _prepare_bits(ix: Any, sup: PackedFilterSupport, candidates: Any, sc: Any) -
 _NONE = np.zeros(0, np.int64)
 
 
-def warm(pk: tuple[np.ndarray, ...], wt: tuple[Any, ...], w_max: np.ndarray, n_docs: int,
+def warm(pk: tuple[Any, ...], wt: tuple[Any, ...], w_max: tuple[np.ndarray, ...], n_docs: int,
          lengths: np.dtype) -> None:
     """Compile the filtered kernel for a tiny index's read-only arrays (``pk``, ``wt`` as
     ``PackedBM25Index`` passes them), positions given or not, with the compact lengths
@@ -136,7 +136,7 @@ def warm(pk: tuple[np.ndarray, ...], wt: tuple[Any, ...], w_max: np.ndarray, n_d
     n = int(count_bits(bits))
     rank_directory(pk[12][0], np.zeros(words, np.uint32))
     acc, touched = np.zeros(n_docs), np.zeros(n_docs, np.int32)
-    t_stat = np.ones(max(len(pk[0]) - 1, 1), np.uint32)
+    t_stat = np.ones(max(len(pk[1]) - 1, 1), np.uint32)
     rank_dir = np.zeros((max(pk[12].shape[0], 1), 1), np.uint32)
     q = np.zeros(1, np.int64)
     lens = pk[8].astype(lengths)

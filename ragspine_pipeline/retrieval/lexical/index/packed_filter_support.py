@@ -33,6 +33,7 @@ import numpy as np
 
 from ..kernels.filter_stats import rank_directory
 from .filter import compact_lengths, length_slices
+from .packed_narrow import MAX_U32, MAXTF_SAT
 from .packed_tables import bit_row
 from .postings import RANK_WORDS
 
@@ -97,9 +98,11 @@ class PackedFilterSupport:
                 if self.done[t]:
                     continue
                 b0, b1 = int(bptr[t]), int(bptr[t + 1])
-                if b1 > b0:
-                    self.t_maxtf[t] = a["blk_maxtf"][b0:b1].max()
-                    self.t_minlen[t] = a["blk_minlen"][b0:b1].min()
+                if b1 > b0:  # the narrowed block bounds decoded (index.packed_narrow)
+                    mt = int(a["blk_maxtf"][b0:b1].max())
+                    self.t_maxtf[t] = MAX_U32 if mt == MAXTF_SAT else mt
+                    ml = int(a["blk_minlen"][b0:b1].min())
+                    self.t_minlen[t] = a["code_len"][ml] if "doc_code" in a else ml
                 row = bit_row(self._bit_terms, t)
                 if row >= 0 and not self.rank_done[row]:
                     rank_directory(a["bits"][row], self.rank_dir[row])

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ....cpus import usable_cpus
-from ..format.file import HEADER_BYTES, CorruptIndexError
+from ..format.file import CorruptIndexError
 from ..format.mapfile import MappedDocIds, MappedFile
 from ..format.raw import RawPostings
 from ..kernels import loader as bm25_kernel
@@ -38,30 +38,30 @@ from .bm25 import EXHAUSTIVE_MAX_DOCS, KERNELS, MAXSCORE_MIN_DOCS, candidate_mas
 from .corpus_stats import CorpusStats
 from .packed import (
     BLOCK_ARRAYS,
+    OLD_TERM_ARRAYS,
     OPTIONAL_ARRAYS,
     PACKED_ARRAYS,
     PAD_WORDS,
-    SLICE_BLOCKS,
     PackedArrays,
-    block_pointers,
     check_blocks,
-    compiled,
     decode_term,
     encode,
     norm_of,
     w_of,
 )
 from .packed_filter_support import PackedFilterSupport
+from .packed_narrow import postings_pointers, term_dfs, term_wmax
 from .packed_tables import (
     bit_row,
     bit_terms_of,
-    check_tables,
     idf_table,
     lengths_by_code,
+    narrowed,
     readonly,
     stored_idf_arrays,
     term_idf,
 )
+from .packed_verify import verify_packed
 from .packed_views import PostingsView, QueryPostings
 from .pool import (
     POSTINGS_PER_THREAD,
@@ -128,22 +128,27 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype, lengths:
     enc = encode(raw, 1.5, 0.75)
     data = np.concatenate(list(enc.words()))
     idf = idf_table(np.diff(raw.indptr), enc.idf)
-    arrays = {"indptr": raw.indptr, "bptr": enc.bptr, "data": data, "doc_len": raw.doc_len, **enc.blocks,
+    arrays = {"data": data, "doc_len": raw.doc_len, **enc.blocks, **enc.term_arrays(),
               "bit_terms": np.array([0], np.int32), "bits": np.full((1, 1), 3, np.uint64)}
-    # Codes index the 4-entry tables below; lengths (no codes) are the lengths themselves.
-    arrays["doc_code"] = np.array([0, 1] if code.itemsize < 4 else [1, 3], code)
+    # Codes index the 4-entry tables below; lengths (no codes) are the lengths themselves,
+    # and so are the block min lengths (uint32, not uint16 codes).
+    if code.itemsize < 4:
+        arrays["doc_code"] = np.array([0, 1], code)
+    else:
+        arrays["blk_minlen"] = arrays["blk_minlen"].astype(np.uint32)
     arrays["code_len"] = np.array([1, 3], np.uint32)  # pk[8]: uint32 either way
-    for a in (*arrays.values(), *idf, enc.w_max):  # a mapped file's arrays are read-only
+    for a in (*arrays.values(), *idf):  # a mapped file's arrays are read-only
         a.setflags(write=False)
+    w_max = _wmax_tuple(arrays)
     q = np.zeros(1, np.int64)
     acc, touched = np.zeros(2), np.zeros(2, np.int32)
     norm = norm_of(np.arange(4), 1.5, 0.75, 2.0)
     wt = (norm, w_of(np.ones(4, np.int64), norm), 1.5, 0.75, 2.0)
     pk = _pk_tuple(arrays, arrays["bit_terms"])
     for exhaustive in (0, 2):
-        unfiltered.search_one(pk, idf, enc.w_max, q, wt, 1, acc, touched, exhaustive)
-    unfiltered.search_batch(pk, idf, enc.w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
-    filtered.warm(pk, wt, enc.w_max, 2, lengths)
+        unfiltered.search_one(pk, idf, w_max, q, wt, 1, acc, touched, exhaustive)
+    unfiltered.search_batch(pk, idf, w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
+    filtered.warm(pk, wt, w_max, 2, lengths)
     # A dense mask's summed length (bm25_packed_filter_search._prepare_bits): not in its warm.
     sliced_total(np.zeros(1, np.uint64), np.zeros((1, 1), np.uint64))
     kernels.decode_term(pk, 0)  # a segment reads postings through it (bm25_segments)
@@ -151,10 +156,19 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype, lengths:
 
 def _pk_tuple(a: dict[str, np.ndarray], bit_terms: np.ndarray) -> tuple[np.ndarray, ...]:
     """The kernels' ``pk`` tuple (order fixed by ``kernels.packed``; ``bit_terms`` from
-    ``packed_tables.bit_terms_of``, whatever the file's version)."""
-    return (a["indptr"], a["bptr"], a["blk_last"], a["blk_off"], a["blk_dbits"], a["blk_tbits"],
-            a["blk_bmax"], a["data"], lengths_by_code(a), a["blk_maxtf"], a["blk_minlen"], bit_terms, a["bits"],
+    ``packed_tables.bit_terms_of``, whatever the file's version; the arrays in this
+    version's shapes, ``packed_tables.narrowed`` for an older file). Slot 0 is (bptr,
+    last_count) (``kernels.weight.term_df``), slot 10 (block min codes, length of each
+    code) in a file with codes, else the block min lengths (``kernels.weight.blk_minlen``)."""
+    minlen = (a["blk_minlen"], a["code_len"]) if "doc_code" in a else a["blk_minlen"]
+    return ((a["bptr"], a["last_count"]), a["bptr"], a["blk_last"], a["blk_off"], a["blk_dbits"], a["blk_tbits"],
+            a["blk_bmax"], a["data"], lengths_by_code(a), a["blk_maxtf"], minlen, bit_terms, a["bits"],
             a.get("doc_code", a.get("doc_len")))
+
+
+def _wmax_tuple(a: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """The kernels' ``wmax`` (``kernels.weight.term_wmax``): (bptr, blk_bmax, wmax_terms, wmax_q)."""
+    return a["bptr"], a["blk_bmax"], a["wmax_terms"], a["wmax_q"]
 
 
 class PackedFile(MappedFile):
@@ -162,10 +176,11 @@ class PackedFile(MappedFile):
 
     def packed(self) -> PackedArrays:
         a = self.arrays
-        return PackedArrays(data=a["data"], indptr=a["indptr"], bptr=a["bptr"],
+        return PackedArrays(data=a["data"], bptr=a["bptr"], last_count=a["last_count"],
+                            code_len=a["code_len"] if "doc_code" in a else None,
                             **{n: a[n] for n in BLOCK_ARRAYS})
 
-    PER_TERM = ("idf", "w_max", "bit_row")  # whichever its version holds (format 3: w_max)
+    PER_TERM = ("idf", "bit_row")  # whichever its version holds (format 3: none)
     bit_terms: np.ndarray  # packed_tables.bit_terms_of, set by open_packed
 
     def _bit_row(self, t: int) -> int:
@@ -177,9 +192,22 @@ class PackedFile(MappedFile):
         """The packed layout: pointers in range, the bit-set row, the term's block arrays
         and packed words verified, then its blocks decoded in bounds (``check_blocks``)."""
         a = self.arrays
-        s, e, b0, b1, row = self._term_pointers(t)
-        if not (0 <= s <= e and b0 >= 0 and b1 - b0 == -(-(e - s) // BLOCK_SIZE)
-                and b1 < len(a["blk_off"]) and -1 <= row < a["bits"].shape[0]):
+        if "indptr" in self.toc.arrays:  # formats 1-3 (their df also checked against bptr)
+            s, e, b0, b1, row = self._term_pointers(t)
+            ok = 0 <= s <= e and b1 - b0 == -(-(e - s) // BLOCK_SIZE)
+        else:
+            for name in ("bptr", "last_count"):
+                self.elems(name, t, t + 1 + (name == "bptr"))
+            for name in self.PER_TERM:
+                if name in a:
+                    self.elems(name, t, t + 1)
+            b0, b1, row = int(a["bptr"][t]), int(a["bptr"][t + 1]), self._bit_row(t)
+            if b1 - b0 > 1:  # its bound is in the multi-block table (a binary search reads it)
+                self.whole("wmax_terms")
+                self.whole("wmax_q")
+            c = int(a["last_count"][t])
+            ok = 1 <= c <= BLOCK_SIZE if b1 > b0 else c == 0
+        if not (ok and 0 <= b0 <= b1 < len(a["blk_off"]) and -1 <= row < a["bits"].shape[0]):
             raise CorruptIndexError(self.path, f"postings pointers of term {t} are out of range")
         self._bits_row(row)
         for name in BLOCK_ARRAYS:
@@ -233,7 +261,20 @@ class PackedBM25Index(MappedDocIds, IndexBase):
 
     @property
     def df(self) -> np.ndarray:
-        return np.diff(self.indptr)
+        a = self._file.arrays
+        return term_dfs(a["bptr"], a["last_count"])
+
+    @property
+    def indptr(self) -> np.ndarray:
+        """The plain postings pointers (int64 [T+1]): the file's (formats 1-3), or rebuilt
+        from ``bptr`` and ``last_count`` on the first use (``PostingsView``, refresh, stack
+        statistics; the kernels never read it)."""
+        ip = self.__dict__.get("_indptr")
+        if ip is None:
+            a = self._file.arrays
+            ip = a["indptr"] if "indptr" in a else readonly(postings_pointers(a["bptr"], a["last_count"]))
+            ip = self.__dict__.setdefault("_indptr", ip)
+        return ip
 
     def decode(self, t: int) -> tuple[np.ndarray, np.ndarray]:
         """(doc positions, tf) of a verified term id."""
@@ -312,8 +353,10 @@ class PackedBM25Index(MappedDocIds, IndexBase):
         tf = np.concatenate([f for _, f in decoded]) if decoded else np.zeros(0, np.int64)
         norm = norm_of(self._doc_len32[docs], self.k1, self.b, self._w_avgdl)
         tids = np.asarray(terms, np.int64)
+        a = self._file.arrays
         qp = QueryPostings(indptr=indptr, indices=docs.astype(np.int32), tf=tf, w=w_of(tf, norm),
-                           df=np.diff(indptr), idf=term_idf(self._idf, self.indptr, tids), w_max=self._w_max[tids],
+                           df=np.diff(indptr), idf=term_idf(self._idf, np.diff(indptr), tids),
+                           w_max=term_wmax(a["bptr"], a["blk_bmax"], a["wmax_terms"], a["wmax_q"], tids),
                            doc_len=self._doc_len32, n_docs=self.n_docs, avgdl=self.avgdl, k1=self.k1, b=self.b)
         return qp, [local[t] for t in term_ids]
 
@@ -384,54 +427,15 @@ class PackedBM25Index(MappedDocIds, IndexBase):
         def run(flat: np.ndarray, ptr: np.ndarray) -> BatchArrays:
             return kernel(self._pk, self._idf, self._w_max, flat, ptr, wt, kk, self.n_docs, self._exhaustive_docs)
 
-        return run_batch(queries, self.vocab.get, lambda known: (self.indptr[known + 1] - self.indptr[known]).sum(),
+        a = self._file.arrays
+        return run_batch(queries, self.vocab.get, lambda known: term_dfs(a["bptr"], a["last_count"], known).sum(),
                          int(threads or usable_cpus()), POSTINGS_PER_THREAD, run)
 
     # ------------------------------------------------------------ full check
     def verify(self) -> None:
         """Every checksum and the whole structure, every block decoded and its skip data and
-        bounds recomputed (what publishing runs before the rename)."""
-        f = self._file
-        self._blocks.check(HEADER_BYTES, self._blocks.end)
-        self._lengths_ok = False
-        self._doc_lengths_read()
-        a, n, nt = f.arrays, self.n_docs, self.n_terms
-        ip, bp = a["indptr"], a["bptr"]
-        n_blocks = len(a["blk_last"])
-        ok = (len(ip) == nt + 1 and len(bp) == nt + 1 and int(ip[0]) == 0 and bool((np.diff(ip) >= 0).all())
-              and np.array_equal(bp, block_pointers(ip)) and int(bp[-1]) == n_blocks
-              and all(len(a[x]) == n_blocks + (x == "blk_off") for x in BLOCK_ARRAYS)
-              and len(a["w_max"]) == nt and int(a["blk_off"][0]) == 0 and a["bits"].shape[1] == (n + 63) // 64
-              and check_tables(a, nt, a["bits"].shape[0], f.bit_terms)
-              and int(a["blk_off"][-1]) == len(a["data"]) - PAD_WORDS and not a["data"][-PAD_WORDS:].any())
-        ok = ok and self._tables_ok(f)
-        if not ok:
-            raise CorruptIndexError(self.path, "index structure is inconsistent")
-        pk, norm = f.packed(), norm_of(self._doc_len32, self.k1, self.b, self._w_avgdl)
-        kernels = compiled()
-        if kernels is not None and n_blocks:
-            bad = int(kernels.check_all(self._pk, n, len(a["data"]), norm, self._doc_len32))
-            if bad >= 0:
-                raise CorruptIndexError(self.path, f"block {bad}: fields, offsets, positions or skip data "
-                                                   f"do not match its postings")
-        for b0 in range(0, n_blocks if kernels is None else 0, SLICE_BLOCKS):
-            problem = check_blocks(pk, b0, min(b0 + SLICE_BLOCKS, n_blocks), n, len(a["data"]), norm,
-                                   self._doc_len32)
-            if problem is not None:
-                raise CorruptIndexError(self.path, f"blocks from {b0}: {problem}")
-        nonempty = np.flatnonzero(np.diff(ip))
-        w_max = np.zeros(nt)
-        if len(nonempty):
-            w_max[nonempty] = np.maximum.reduceat(a["blk_bmax"], bp[nonempty])
-        if not np.array_equal(w_max, a["w_max"]):
-            raise CorruptIndexError(self.path, "term max weights do not match the block maxima")
-        for r, t in enumerate(f.bit_terms.tolist()):
-            row = np.zeros(a["bits"].shape[1] * 64, np.bool_)
-            row[decode_term(pk, t)[0]] = True
-            if not np.array_equal(np.packbits(row, bitorder="little").view(np.uint64), a["bits"][r]):
-                raise CorruptIndexError(self.path, f"bitset of term {t} does not match its postings")
-        f.term_ok[:] = True
-        self.vocab._table_ok = True
+        bounds recomputed (what publishing runs before the rename; ``index.packed_verify``)."""
+        verify_packed(self)
 
 
 def _lengths_dtype(a: dict[str, np.ndarray]) -> np.dtype:
@@ -461,8 +465,19 @@ def open_packed(f: PackedFile, vocab: Any, tables_ok: Callable[[MappedFile], boo
     f.array("bit_row" if "bit_terms" not in a else "bit_terms")
     f.array("doc_len" if "doc_code" not in a else "code_len")
     codes = a.get("doc_code", a.get("doc_len"))  # the kernels' length codes (the lengths without codes)
-    if len(codes) != toc.n_docs or len(a["indptr"]) != toc.n_terms + 1 or len(a["data"]) < PAD_WORDS:
+    if len(codes) != toc.n_docs or len(a["bptr"]) != toc.n_terms + 1 or len(a["data"]) < PAD_WORDS:
         raise CorruptIndexError(path, "array sizes do not match the recorded counts")
+    if "last_count" in a:  # this version (its term bound table is verified at a first use)
+        for name in ("last_count", "wmax_terms", "wmax_q"):
+            f.array(name)
+        if len(a["last_count"]) != toc.n_terms or len(a["wmax_terms"]) != len(a["wmax_q"]):
+            raise CorruptIndexError(path, "array sizes do not match the recorded counts")
+    else:  # formats 1-3: read through this version's shapes (packed_tables.narrowed)
+        for name in OLD_TERM_ARRAYS:
+            f.array(name)
+        if len(a["indptr"]) != toc.n_terms + 1:
+            raise CorruptIndexError(path, "array sizes do not match the recorded counts")
+        a.update(narrowed(f))
     for name in ("idf_df", "idf_val"):
         if name in a:  # a few thousand values, read by every query
             f.whole(name)
@@ -477,9 +492,9 @@ def open_packed(f: PackedFile, vocab: Any, tables_ok: Callable[[MappedFile], boo
     ix._w_safe = ix._w_avgdl if ix._w_avgdl > 0 else 1.0
     ix._lengths_ok = False
     ix._wt = None
-    ix.indptr = a["indptr"]
-    ix._idf, ix._w_max = stored_idf_arrays(a), a["w_max"]
-    ix.indices, ix.tf = PostingsView(ix.indptr, ix.term_postings, 0), PostingsView(ix.indptr, ix.term_postings, 1)
+    ix._idf, ix._w_max = stored_idf_arrays(a), _wmax_tuple(a)
+    ix.indices = PostingsView(lambda: ix.indptr, ix.term_postings, 0)
+    ix.tf = PostingsView(lambda: ix.indptr, ix.term_postings, 1)
     ix.vocab = vocab
     ix._tables_ok = tables_ok
     for name in ("doc_id_off", "doc_id_blob", "global_pos"):

@@ -27,6 +27,15 @@ from typing import Any
 import numpy as np
 
 from ..format.file import CorruptIndexError
+from .packed_narrow import (
+    last_counts,
+    narrow_maxtf,
+    narrow_minlen,
+    quantize_bmax,
+    term_dfs,
+    to_u32,
+    wmax_table,
+)
 
 
 def readonly(a: np.ndarray) -> np.ndarray:
@@ -54,13 +63,36 @@ def stored_idf_arrays(a: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]
     return a["idf_df"], a["idf_val"]
 
 
-def term_idf(idf: tuple[np.ndarray, np.ndarray], indptr: np.ndarray, tids: np.ndarray) -> np.ndarray:
-    """``kernels.weight.stored_idf`` for many term ids at once (the numpy query path)."""
+def term_idf(idf: tuple[np.ndarray, np.ndarray], df: np.ndarray, tids: np.ndarray) -> np.ndarray:
+    """``kernels.weight.stored_idf`` for many term ids at once (the numpy query path;
+    ``df``: those terms' df)."""
     keys, vals = idf
     tids = np.asarray(tids, np.int64)
     if not len(keys):
         return np.asarray(vals[tids], np.float64)
-    return np.asarray(vals[np.searchsorted(keys, indptr[tids + 1] - indptr[tids])], np.float64)
+    return np.asarray(vals[np.searchsorted(keys, df)], np.float64)
+
+
+def narrowed(f: Any) -> dict[str, np.ndarray]:
+    """A format 1-3 packed file's per-term and per-block arrays in this version's shapes
+    (``index.packed_narrow``), built in memory at open from its arrays, checksummed whole
+    first: one set of kernels then reads every version (a copy of ~9 bytes a block and 1
+    a term, for files published before the narrowing). The bounds are the old exact ones
+    rounded up, so the answers are the same."""
+    a = f.arrays
+    for name in ("indptr", "bptr", "w_max", "blk_off", "blk_bmax", "blk_maxtf", "blk_minlen"):
+        f.whole(name)
+    try:
+        bptr = to_u32(a["bptr"], "postings blocks")
+        bmax = quantize_bmax(a["blk_bmax"])
+        out = {"bptr": bptr, "last_count": last_counts(a["indptr"], a["bptr"]),
+               "blk_off": to_u32(a["blk_off"], "postings words"), "blk_bmax": bmax,
+               "blk_maxtf": narrow_maxtf(a["blk_maxtf"]),
+               "blk_minlen": narrow_minlen(a["blk_minlen"], a["code_len"] if "doc_code" in a else None)}
+        out["wmax_terms"], out["wmax_q"] = wmax_table(bptr, bmax)
+    except (ValueError, IndexError) as e:
+        raise CorruptIndexError(f.path, f"index structure is inconsistent ({e})") from e
+    return {name: readonly(arr) for name, arr in out.items()}
 
 
 def bit_terms_of(f: Any) -> np.ndarray:
@@ -100,6 +132,6 @@ def check_tables(a: dict[str, np.ndarray], n_terms: int, rows: int, bit_terms: n
         return ok and len(a["idf"]) == n_terms
     keys, vals = a["idf_df"], a["idf_val"]
     ok = ok and len(keys) == len(vals) and bool((np.diff(keys) > 0).all())
-    df = np.diff(a["indptr"])
+    df = term_dfs(a["bptr"], a["last_count"])
     pos = np.searchsorted(keys, df)
     return ok and bool((pos < len(keys)).all()) and np.array_equal(keys[np.minimum(pos, len(keys) - 1)], df)

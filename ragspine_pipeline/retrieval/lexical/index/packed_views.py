@@ -34,11 +34,16 @@ class QueryPostings:
 class PostingsView:
     """``indices`` / ``tf`` of a packed index as slices over the plain postings numbering
     (what ``refresh.segments`` reads: ``ix.indices[ix.indptr[t]:ix.indptr[t + 1]]``):
-    ``term_postings(t)`` gives a term's (doc positions, tf), its blocks checked first."""
+    ``term_postings(t)`` gives a term's (doc positions, tf), its blocks checked first;
+    ``indptr()`` the postings pointers (a packed file stores none: built on first use)."""
 
-    def __init__(self, indptr: np.ndarray, term_postings: Callable[[int], tuple[np.ndarray, np.ndarray]],
-                 which: int) -> None:
-        self._indptr, self._term_postings, self._which = indptr, term_postings, which
+    def __init__(self, indptr: Callable[[], np.ndarray],
+                 term_postings: Callable[[int], tuple[np.ndarray, np.ndarray]], which: int) -> None:
+        self._ptrs, self._term_postings, self._which = indptr, term_postings, which
+
+    @property
+    def _indptr(self) -> np.ndarray:
+        return self._ptrs()
 
     def __len__(self) -> int:
         return int(self._indptr[-1])

@@ -87,9 +87,9 @@ def merge_packed(pk, t0, t1, old_new, lut, n_indptr, n_indices, n_tf, new_pos, o
         j = n_indptr[nt] if nt >= 0 else 0
         je = n_indptr[nt + 1] if nt >= 0 else 0
         c = np.int64(new_pos[n_indices[j]]) if j < je else _FAR
-        for blk in range(bptr[t], bptr[t + 1]):
+        for blk in range(np.int64(bptr[t]), np.int64(bptr[t + 1])):
             n = _count(pk, t, blk)
-            _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == bptr[t], n, docs, tfs)
+            _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == np.int64(bptr[t]), n, docs, tfs)
             p, j, c = _merge_run(docs, tfs, n, old_new, c, j, je, n_indices, n_tf, new_pos, out_idx, out_tf, p)
             if p < 0:
                 return p

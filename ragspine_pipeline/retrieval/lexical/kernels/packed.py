@@ -10,11 +10,16 @@ candidates against a long list) walks the blocks' last doc ids and unpacks only 
 blocks that hold a candidate, whichever of the plain kernel's two lookup routes it would
 have taken (both add the same terms to the same candidates).
 
-Arrays are passed as ``pk``: the tuple (indptr, bptr, blk_last, blk_off, blk_dbits,
-blk_tbits, blk_bmax, data, length of each code, blk_maxtf, blk_minlen, bit-set terms, bits,
-doc length codes) of ``PackedBM25Index._pk``; ``idf`` as ``weight.stored_idf`` reads it.
-Without length codes the codes are the lengths themselves and slot 8 holds them too. The
-bit-set terms are sorted (``bit_row_of``: a term's row of ``bits``).
+Arrays are passed as ``pk``: the tuple ((bptr, last_count), bptr, blk_last, blk_off,
+blk_dbits, blk_tbits, blk_bmax, data, length of each code, blk_maxtf, blk_minlen, bit-set
+terms, bits, doc length codes) of ``PackedBM25Index._pk``; ``idf`` as ``weight.stored_idf``
+reads it, ``wmax`` as ``weight.term_wmax``. Without length codes the codes are the lengths
+themselves and slot 8 holds them too. The bit-set terms are sorted (``bit_row_of``: a
+term's row of ``bits``). The per-term and per-block arrays are the narrowed ones
+(``index.packed_narrow``): uint32 block pointers and offsets (cast to int64 where they are
+loaded: numba turns uint arithmetic into uint64, which mixed with int64 gives floats), df
+from slot 0 (``weight.term_df``), the bounds decoded by ``weight.blk_bmax`` /
+``blk_maxtf`` / ``blk_minlen`` (slot 10 is (codes, length of each code) with codes).
 """
 
 import numpy as np
@@ -35,7 +40,16 @@ from .selection import (
     _suffix_sums,
     _take_top,
 )
-from .weight import filtered_part, stored_idf, term_scale
+from .weight import (
+    BMAX_STEP,
+    MAXTF_SAT,
+    blk_bmax,
+    blk_minlen,
+    filtered_part,
+    stored_idf,
+    term_df,
+    term_scale,
+)
 from .weight import plain_w as _w
 
 _BLOCK = BLOCK_SIZE
@@ -80,12 +94,12 @@ def _unpack(data, off, dbits, tbits, last, blk, first, n, docs, tfs):
             d += 1
             docs[i] = d
     else:
-        _run(data, off[blk], dw, n, docs, d, True)
+        _run(data, np.int64(off[blk]), dw, n, docs, d, True)
     if tw == 0:
         for i in range(n):
             tfs[i] = 1
     else:
-        _run(data, off[blk] + ((n * dw + 31) >> 5), tw, n, tfs, np.int64(0), False)
+        _run(data, np.int64(off[blk]) + ((n * dw + 31) >> 5), tw, n, tfs, np.int64(0), False)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -109,7 +123,7 @@ def _unique_terms(qtids, idf, indptr, wmax, k1p1):
 @njit(cache=True, nogil=True, inline="always")
 def _count(pk, t, blk):
     """Postings in block ``blk`` of term t."""
-    return min(_BLOCK, pk[0][t + 1] - pk[0][t] - (blk - pk[1][t]) * _BLOCK)
+    return _BLOCK if blk + 1 < np.int64(pk[1][t + 1]) else np.int64(pk[0][1][t])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -120,8 +134,8 @@ def _match_block(data, off, dbits, tbits, last, blk, first, n, keys, x, nk, hit_
     dw = np.int64(dbits[blk])
     tw = np.int64(tbits[blk])
     d = np.int64(-1) if first else np.int64(last[blk - 1])
-    wi = off[blk]
-    tf_bit = (off[blk] + ((n * dw + 31) >> 5)) * 32
+    wi = np.int64(off[blk])
+    tf_bit = (wi + ((n * dw + 31) >> 5)) * 32
     dmask = (_ONE << np.uint64(dw)) - _ONE
     tmask = (_ONE << np.uint64(tw)) - _ONE
     buf = np.uint64(0)
@@ -191,8 +205,8 @@ def _lookup(pk, t, cand, nc, acc, s, wt, k1, docs, tfs, kb, bavg, doc_len):
     reading only the blocks that hold a candidate (``_match_block``; docs/tfs are its
     scratch). ``bavg`` > 0: the filtered formula (survivor avgdl: ``s`` x tf / (tf + k1
     (kb + bavg len)), ``doc_len`` the lengths by document), else ``w x s``."""
-    blk = pk[1][t]
-    end = pk[1][t + 1]
+    blk = np.int64(pk[1][t])
+    end = np.int64(pk[1][t + 1])
     last = pk[2]
     x = 0
     while x < nc and blk < end:
@@ -200,7 +214,7 @@ def _lookup(pk, t, cand, nc, acc, s, wt, k1, docs, tfs, kb, bavg, doc_len):
             blk = _gallop(last, blk, end, cand[x])
             continue
         n = _count(pk, t, blk)
-        x, m = _match_block(pk[7], pk[3], pk[4], pk[5], last, blk, blk == pk[1][t], n, cand, x, nc, docs, tfs)
+        x, m = _match_block(pk[7], pk[3], pk[4], pk[5], last, blk, blk == np.int64(pk[1][t]), n, cand, x, nc, docs, tfs)
         for h in range(m):
             d = cand[docs[h]]
             if bavg > 0.0:
@@ -221,9 +235,9 @@ def _exhaustive(pk, idf, qtids, k1p1, k, acc, wt):
     for j in range(qtids.shape[0]):
         t = qtids[j]
         s = term_scale(stored_idf(idf, pk[0], t), k1p1, 1.0)
-        for blk in range(pk[1][t], pk[1][t + 1]):
+        for blk in range(np.int64(pk[1][t]), np.int64(pk[1][t + 1])):
             n = _count(pk, t, blk)
-            _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == pk[1][t], n, docs, tfs)
+            _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == np.int64(pk[1][t]), n, docs, tfs)
             for i in range(n):
                 d = docs[i]
                 acc[d] += _w(tfs[i], dcode[d], wt) * s
@@ -245,14 +259,14 @@ def _scan(pk, t, acc, touched, n_t, top1, s, rest, skip, k, hs, hi, wt, docs, tf
     top k (its whole score is below k documents' partial scores)."""
     dcode = pk[13]
     last = pk[2]
-    b0 = pk[1][t]
-    b1 = pk[1][t + 1]
+    b0 = np.int64(pk[1][t])
+    b1 = np.int64(pk[1][t + 1])
     n_before = n_t
     skipped = np.empty(b1 - b0 if skip and n_before > 0 else 0, np.int64)
     nsk = 0
     nh = 0
     for blk in range(b0, b1):
-        if skip and nh == k and pk[6][blk] * s * (1.0 + _SLACK) + rest < hs[0]:
+        if skip and nh == k and blk_bmax(pk[6], blk) * s * (1.0 + _SLACK) + rest < hs[0]:
             if n_before > 0:
                 skipped[nsk] = blk
                 nsk += 1
@@ -304,7 +318,7 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
     top1 = 0.0
     while j < nu:
         t = ut[j]
-        df = indptr[t + 1] - indptr[t]
+        df = term_df(indptr, t)
         if j > 0 and n_t >= k and remaining[j] * (1.0 + _SLACK) < top1 and 8 * df >= n_t:
             theta = _kth_score(acc, touched, n_t, k, hs, hi)
             if remaining[j] * (1.0 + _SLACK) < theta:
@@ -329,15 +343,15 @@ def search_one(pk, idf, wmax, qtids, wt, k, acc, touched, exhaustive_docs):
 @njit(cache=True, nogil=True)
 def decode_term(pk, t):
     """(doc positions, tf) of term t, unpacked (verification and tests)."""
-    df = pk[0][t + 1] - pk[0][t]
+    df = term_df(pk[0], t)
     out_d = np.empty(df, np.int64)
     out_f = np.empty(df, np.int64)
     docs = np.empty(_BLOCK, np.int64)
     tfs = np.empty(_BLOCK, np.int64)
     p = 0
-    for blk in range(pk[1][t], pk[1][t + 1]):
+    for blk in range(np.int64(pk[1][t]), np.int64(pk[1][t + 1])):
         n = _count(pk, t, blk)
-        _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == pk[1][t], n, docs, tfs)
+        _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == np.int64(pk[1][t]), n, docs, tfs)
         out_d[p:p + n] = docs[:n]
         out_f[p:p + n] = tfs[:n]
         p += n
@@ -430,20 +444,25 @@ def encode_slice(docs, tfs, norm, doc_len, count, first, prev0, out, blocks, bas
 def check_all(pk, n_docs, n_words, norm, doc_len):
     """The first block (in order) whose fields, offsets, positions, skip data or bounds are
     wrong, else -1: every block unpacked and its last doc, max tf, min length and max w
-    recomputed (``norm`` and ``doc_len`` per document; the full check at publish)."""
-    indptr, bptr, last, off, dbits, tbits, bmax = pk[0], pk[1], pk[2], pk[3], pk[4], pk[5], pk[6]
-    maxtf, blk_minlen = pk[9], pk[10]
+    recomputed (``norm`` and ``doc_len`` per document; the full check at publish). The
+    stored bounds are the narrowed ones (``index.packed``): the max w must be the least
+    uint16 q with q x BMAX_STEP >= it, the max tf saturate at MAXTF_SAT, the min length
+    be the stored one (through its code when the file has codes)."""
+    bptr, last, off, dbits, tbits, bmax = pk[1], pk[2], pk[3], pk[4], pk[5], pk[6]
+    maxtf, blk_len = pk[9], pk[10]
     docs = np.empty(_BLOCK, np.int64)
     tfs = np.empty(_BLOCK, np.int64)
-    for t in range(indptr.shape[0] - 1):
-        for blk in range(bptr[t], bptr[t + 1]):
+    for t in range(bptr.shape[0] - 1):
+        for blk in range(np.int64(bptr[t]), np.int64(bptr[t + 1])):
             n = _count(pk, t, blk)
             dw = np.int64(dbits[blk])
             tw = np.int64(tbits[blk])
             size = ((n * dw + 31) >> 5) + ((n * tw + 31) >> 5)
-            if dw > 32 or tw > 32 or off[blk] < 0 or off[blk + 1] - off[blk] != size or off[blk + 1] > n_words - 2:
+            o0 = np.int64(off[blk])
+            o1 = np.int64(off[blk + 1])
+            if n < 1 or n > _BLOCK or dw > 32 or tw > 32 or o1 - o0 != size or o1 > n_words - 2:
                 return blk
-            _unpack(pk[7], off, dbits, tbits, last, blk, blk == bptr[t], n, docs, tfs)
+            _unpack(pk[7], off, dbits, tbits, last, blk, blk == np.int64(bptr[t]), n, docs, tfs)
             if docs[n - 1] >= n_docs or docs[n - 1] != last[blk]:
                 return blk
             mt = 0
@@ -455,6 +474,9 @@ def check_all(pk, n_docs, n_words, norm, doc_len):
                 ml = min(ml, np.int64(doc_len[d]))
                 ff = np.float64(tfs[i])
                 bm = max(bm, ff / (norm[d] + ff))
-            if mt != maxtf[blk] or ml != blk_minlen[blk] or bm != bmax[blk]:
+            q = np.int64(bmax[blk])
+            if min(mt, MAXTF_SAT) != np.int64(maxtf[blk]) or ml != blk_minlen(blk_len, blk):
+                return blk
+            if np.float64(q) * BMAX_STEP < bm or (q > 0 and np.float64(q - 1) * BMAX_STEP >= bm):
                 return blk
     return -1

@@ -62,7 +62,16 @@ from .selection import (
     _suffix_sums,
     _take_top,
 )
-from .weight import filtered_max, filtered_part, term_bound
+from .weight import (
+    blk_bmax,
+    blk_maxtf,
+    blk_minlen,
+    filtered_max,
+    filtered_part,
+    term_bound,
+    term_df,
+    term_wmax,
+)
 
 # Few survivors (their positions known): a term's postings at them are gathered by rank in
 # its bitset row when its list is this many times longer than the survivors, or, without a
@@ -89,8 +98,8 @@ def _and_count(bits, row):
 def _gather(pk, t, surv, n, docs, tfs, g_doc, g_tf, g):
     """Append term t's postings at the survivors surv[:n] to (g_doc, g_tf) from g; returns
     the new end. Only blocks holding a survivor are read (``_match_block``)."""
-    b0 = pk[1][t]
-    end = pk[1][t + 1]
+    b0 = np.int64(pk[1][t])
+    end = np.int64(pk[1][t + 1])
     last = pk[2]
     blk = b0
     x = 0
@@ -111,7 +120,7 @@ def _gather(pk, t, surv, n, docs, tfs, g_doc, g_tf, g):
 @njit(cache=True, nogil=True, inline="always")
 def _tf_at(pk, t, i):
     """The tf of term t's i-th posting, read from its block without unpacking it."""
-    blk = pk[1][t] + i // _BLOCK
+    blk = np.int64(pk[1][t]) + i // _BLOCK
     tw = np.int64(pk[5][blk])
     if tw == 0:
         return 1
@@ -126,8 +135,8 @@ def _tf_at(pk, t, i):
 def _gather_scan(pk, t, bits, docs, tfs, g_doc, g_tf, g):
     """Append term t's surviving postings by unpacking every block (each posting written,
     the end advanced only for a survivor: no branch a 5-50% filter would mispredict)."""
-    b0 = pk[1][t]
-    for blk in range(b0, pk[1][t + 1]):
+    b0 = np.int64(pk[1][t])
+    for blk in range(b0, np.int64(pk[1][t + 1])):
         nn = _count(pk, t, blk)
         _unpack(pk[7], pk[3], pk[4], pk[5], pk[2], blk, blk == b0, nn, docs, tfs)
         for i in range(nn):
@@ -142,9 +151,9 @@ def _gather_scan(pk, t, bits, docs, tfs, g_doc, g_tf, g):
 def _count_alive(pk, t, bits, docs):
     """Term t's postings whose filter bit is set: every block's gaps decoded (its tfs are
     not), each doc's bit added without a branch."""
-    b0 = pk[1][t]
+    b0 = np.int64(pk[1][t])
     c = 0
-    for blk in range(b0, pk[1][t + 1]):
+    for blk in range(b0, np.int64(pk[1][t + 1])):
         nn = _count(pk, t, blk)
         d = np.int64(-1) if blk == b0 else np.int64(pk[2][blk - 1])
         dw = np.int64(pk[4][blk])
@@ -152,7 +161,7 @@ def _count_alive(pk, t, bits, docs):
             for i in range(nn):
                 docs[i] = d + 1 + i
         else:
-            _run(pk[7], pk[3][blk], dw, nn, docs, d, True)
+            _run(pk[7], np.int64(pk[3][blk]), dw, nn, docs, d, True)
         for i in range(nn):
             c += np.int64(_alive(bits, docs[i]))
     return c
@@ -201,14 +210,14 @@ def _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc, rest, skip, k, hs
     last = pk[2]
     dcode = pk[13]
     r = row[y]  # its tf-1 parts' row in tab, or -1
-    b0 = pk[1][t]
-    b1 = pk[1][t + 1]
+    b0 = np.int64(pk[1][t])
+    b1 = np.int64(pk[1][t + 1])
     n_before = n_t
     skipped = np.empty(b1 - b0 if skip and n_before > 0 else 0, np.int64)
     nsk = 0
     nh = 0
     for blk in range(b0, b1):
-        if skip and nh == k and filtered_max(pk[6][blk], grow, pk[9][blk], pk[10][blk], k1, kb,
+        if skip and nh == k and filtered_max(blk_bmax(pk[6], blk), grow, blk_maxtf(pk[9], blk), blk_minlen(pk[10], blk), k1, kb,
                                                      bavg) * sc * (1.0 + _SLACK) + rest < hs[0]:
             if n_before > 0:
                 skipped[nsk] = blk
@@ -263,7 +272,7 @@ def _plan(pk, ut, rows, bits, surv, n, few, docs, tfs, known):
     cap = 0
     for y in range(nu):
         t = ut[y]
-        df = pk[0][t + 1] - pk[0][t]
+        df = term_df(pk[0], t)
         if rows[y] >= 0:
             if few and n * _RANK_MIN < df:
                 mode[y] = 2
@@ -280,7 +289,7 @@ def _plan(pk, ut, rows, bits, surv, n, few, docs, tfs, known):
         g_lo[y] = g
         row = rows[y]
         if mode[y] == 1:
-            if few and n * _GALLOP_MIN < pk[0][t + 1] - pk[0][t]:
+            if few and n * _GALLOP_MIN < term_df(pk[0], t):
                 g = _gather(pk, t, surv, n, docs, tfs, g_doc, g_tf, g)
             else:
                 g = _gather_scan(pk, t, bits, docs, tfs, g_doc, g_tf, g)
@@ -339,13 +348,17 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
     for y in range(nu):
         if dfs[y] > 0:
             t = ut[y]
-            ub[y] = term_bound(scale[y], filtered_max(wmax[t], grow, t_maxtf[t], t_minlen[t], k1, kb, bavg))
+            ub[y] = term_bound(scale[y], filtered_max(term_wmax(wmax, t), grow, t_maxtf[t], t_minlen[t], k1, kb, bavg))
     order = np.argsort(-ub, kind="mergesort")
     if not few and nu <= MAX_TERMS and (windows == 2 or windows == 1 and windows_suit(pk[0], ut, dfs, ub, n,
                                                                                    pk[13].shape[0], k)):
         return from_plan(pk, bits, ut, dfs, scale, ub, order, k, grow, k1, kb, bavg, clen)
     # Tables for the scanned terms only (mode 0): gathered and ranked terms never read them.
-    tab, trow = tf1_tables(np.where(mode == 0, pk[0][ut + 1] - pk[0][ut], 0), dfs, scale,
+    scanned = np.zeros(nu, np.int64)
+    for y in range(nu):
+        if mode[y] == 0:
+            scanned[y] = term_df(pk[0], ut[y])
+    tab, trow = tf1_tables(scanned, dfs, scale,
                            code_dens(clen, k1, kb, bavg))
     remaining = _suffix_sums(ub[order])
     hs = np.empty(max(k, 1), np.float64)
@@ -359,7 +372,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
         if dfs[y] == 0:
             break  # sorted by bound: every later term has no surviving posting either
         t = ut[y]
-        reads = pk[0][t + 1] - pk[0][t] if mode[y] == 0 else n if mode[y] == 2 else dfs[y]
+        reads = term_df(pk[0], t) if mode[y] == 0 else n if mode[y] == 2 else dfs[y]
         if n_t >= k and remaining[j] * (1.0 + _SLACK) < top1 and 8 * reads >= n_t:
             theta = _kth_score(acc, touched, n_t, k, hs, hi)
             if remaining[j] * (1.0 + _SLACK) < theta:
@@ -377,7 +390,7 @@ def search_filtered(pk, bits, surv, n, total, qtids, wt, k, acc, touched, wmax, 
         else:
             # Block skipping needs the documents touched before, sorted: only when they are
             # few against the list (always for the first term).
-            skip = 8 * n_t < pk[0][t + 1] - pk[0][t]
+            skip = 8 * n_t < term_df(pk[0], t)
             n_t, top1 = _scan_term(pk, t, bits, lens, acc, touched, n_t, top1, sc,
                                    remaining[j + 1] * (1.0 + _SLACK), skip, k, hs, hi, grow, k1, kb, bavg, docs, tfs,
                                    tab, y, trow)

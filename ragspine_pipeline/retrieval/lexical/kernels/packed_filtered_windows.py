@@ -38,7 +38,7 @@ from .packed_windows import WINDOW, _jump, _score_window
 from .selection import _drain, _suffix_sums
 from .weight import block_bound as _bound
 from .weight import den_of as _den
-from .weight import part
+from .weight import part, term_df
 
 DENSE_DIV = 4  # the window route serves filters keeping at least 1 / this of the documents
 HEAVY_POSTINGS = 2  # ... and queries whose lists hold at least this x N postings
@@ -181,7 +181,7 @@ def windows_suit(indptr, ut, dfs, ub, n, n_docs, k):
     postings = 0
     uncommon = 0  # surviving postings of the terms under 1 / COMMON_DF_DIV of the documents
     for y in range(nu):
-        df = indptr[ut[y] + 1] - indptr[ut[y]]
+        df = term_df(indptr, ut[y])
         postings += df
         if df * COMMON_DF_DIV < n_docs:
             uncommon += dfs[y]
@@ -200,7 +200,7 @@ def windows_suit(indptr, ut, dfs, ub, n, n_docs, k):
         if dfs[y] == 0:
             continue
         t = ut[y]
-        if (indptr[t + 1] - indptr[t]) * RARE_DF_FRACTION < n_docs:
+        if term_df(indptr, t) * RARE_DF_FRACTION < n_docs:
             rare += ub[y]
         else:
             other += ub[y]

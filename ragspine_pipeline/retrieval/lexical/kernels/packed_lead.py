@@ -28,6 +28,7 @@ from numba import njit
 from .packed import _BLOCK, _unique_terms
 from .packed_seed import _lead_candidates, _raise_floor
 from .selection import _SLACK, _drain, _push
+from .weight import term_df
 
 
 @njit(cache=True, nogil=True)
@@ -41,7 +42,7 @@ def lead_top_k(pk, idf, wmax, qtids, wt, k):
     hs = np.empty(kk, np.float64)
     hi = np.empty(kk, np.int64)
     t = ut[0] if nu > 0 else 0
-    df = pk[0][t + 1] - pk[0][t] if nu > 0 else 0
+    df = term_df(pk[0], t) if nu > 0 else 0
     if nu < 2 or k <= 0 or df < k:
         return np.empty(0, np.int64), np.empty(0, np.float64), False
     data, off, dbits, tbits, last, dcode = pk[7], pk[3], pk[4], pk[5], pk[2], pk[13]

@@ -29,7 +29,7 @@ from .packed import search_one as maxscore_one
 from .packed_lead import lead_top_k
 from .packed_windows import MAX_TERMS, window_top_k
 from .plain_unfiltered import batch_kernel, scratch
-from .weight import stored_idf, term_bound
+from .weight import stored_idf, term_bound, term_df, term_wmax
 
 RARE_DF_FRACTION = 100  # a term is rare when df x this < the documents
 RARE_WEIGHT = 2.0  # TAAT when the rare terms' bounds sum to at least this x the others'
@@ -57,8 +57,8 @@ def _window_suits(indptr, idf, wmax, qtids, n_docs, k):
     rare_postings = 0
     for x in range(qtids.shape[0]):
         t = qtids[x]
-        ub = term_bound(stored_idf(idf, indptr, t), wmax[t])
-        df = indptr[t + 1] - indptr[t]
+        ub = term_bound(stored_idf(idf, indptr, t), term_wmax(wmax, t))
+        df = term_df(indptr, t)
         if df * RARE_DF_FRACTION < n_docs:
             rare += ub
             rare_postings += df
@@ -80,11 +80,11 @@ def _lead(indptr, idf, wmax, qtids, n_docs, k):
     total = 0.0
     for x in range(qtids.shape[0]):
         t = qtids[x]
-        ub = term_bound(stored_idf(idf, indptr, t), wmax[t])
+        ub = term_bound(stored_idf(idf, indptr, t), term_wmax(wmax, t))
         total += ub
         if ub > top:
             top = ub
-            top_df = indptr[t + 1] - indptr[t]
+            top_df = term_df(indptr, t)
     return top_df * RARE_DF_FRACTION < n_docs and top_df >= LEAD_MIN_K * k and total - top < LEAD_REST * top
 
 

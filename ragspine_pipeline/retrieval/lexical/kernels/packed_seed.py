@@ -14,7 +14,7 @@ from numba import njit
 
 from .packed import _BLOCK, _count, _match_block, _unpack
 from .selection import _SLACK, _gallop, _push
-from .weight import kept, posting_bound, weigh
+from .weight import kept, posting_bound, term_df, weigh
 
 SEED_DF_FRACTION = 100  # seed the k-th score from the rarest term when df x this < documents
 SEED_LOOKUPS = 8192  # at most this many seed documents have the other terms looked up
@@ -123,7 +123,7 @@ def _seed(pk, ar, ut, scale, ub, k, dcode, wg, bits):
     r = -1
     best = dcode.shape[0] // SEED_DF_FRACTION
     for j in range(nu):
-        df = indptr[ut[j] + 1] - indptr[ut[j]]
+        df = term_df(indptr, ut[j])
         if df < best:
             best = df
             r = j

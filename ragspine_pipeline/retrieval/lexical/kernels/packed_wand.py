@@ -80,8 +80,8 @@ def _block_cursors(pk, ut):
     cnt = np.empty(nu, np.int64)
     for j in range(nu):
         t = ut[j]
-        b0[j] = pk[1][t]
-        bend[j] = pk[1][t + 1]
+        b0[j] = np.int64(pk[1][t])
+        bend[j] = np.int64(pk[1][t + 1])
         cnt[j] = _count(pk, t, bend[j] - 1)
     return (b0, bend, cnt, b0.copy(), np.full(nu, -1, np.int64), np.zeros(nu, np.int64), np.zeros(nu, np.int64),
             np.empty((nu, _BLOCK), np.int64), np.empty((nu, _BLOCK), np.int64))

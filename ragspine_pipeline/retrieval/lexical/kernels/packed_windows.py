@@ -45,7 +45,7 @@ from .packed import _BLOCK, _match_block, _unique_terms
 from .packed_seed import _seed
 from .packed_wand import _block_cursors, _seek, _shallow, _sort_by_bound
 from .selection import _SLACK, _drain, _gallop, _push, _suffix_sums
-from .weight import kept, posting_bound, weigh_coded
+from .weight import blk_bmax, kept, posting_bound, weigh_coded
 
 WINDOW = 4096  # documents per window: the accumulator and hit masks stay in L1/L2
 MAX_TERMS = 62  # distinct terms: one bit each in an int64 hit mask
@@ -374,7 +374,7 @@ def _walk(data, off, dbits, tbits, last, bmax, dcode, wt, scale, ub, theta, b0, 
             blk[j] = b
             if b < bend[j]:
                 hi = min(hi, last[b])
-                m[j] = bmax[b] * scale[j]
+                m[j] = blk_bmax(bmax, b) * scale[j]
                 ordm[live] = j
                 live += 1
         if live == 0:

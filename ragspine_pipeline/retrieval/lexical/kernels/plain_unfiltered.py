@@ -25,7 +25,7 @@ from .selection import (
     _suffix_sums,
     _take_top,
 )
-from .weight import term_bound, term_scale
+from .weight import term_bound, term_scale, term_wmax
 
 # Postings per block of the block-max bounds: the builder's constant (numba reads it as a
 # compile-time constant), so the two can never disagree.
@@ -48,7 +48,7 @@ def _by_bound(ut, mult, ut_idf, wmax, k1p1):
     ub = np.empty(nu, np.float64)
     for y in range(nu):
         scale[y] = term_scale(ut_idf[y], k1p1, mult[y])
-        ub[y] = term_bound(scale[y], wmax[ut[y]])
+        ub[y] = term_bound(scale[y], term_wmax(wmax, ut[y]))
     order = np.argsort(-ub, kind="mergesort")
     return ut[order], scale[order], ub[order]
 

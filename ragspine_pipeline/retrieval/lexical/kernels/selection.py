@@ -15,6 +15,8 @@ same values added in the same order.
 import numpy as np
 from numba import njit
 
+from .weight import term_df
+
 # Relative slack on upper bounds when pruning: float sums of a few terms are exact to
 # ~1e-15 relative, so 1e-9 never drops a document that could tie or beat theta.
 _SLACK = 1e-9
@@ -223,7 +225,7 @@ def _broad(indptr, qtids, n_docs):
     total = 0
     longest = 0
     for j in range(qtids.shape[0]):
-        df = indptr[qtids[j] + 1] - indptr[qtids[j]]
+        df = term_df(indptr, qtids[j])
         total += df
         longest = max(longest, df)
     return 4 * total >= n_docs and 2 * longest < total

@@ -35,6 +35,13 @@ from numba.extending import overload
 warnings.filterwarnings("ignore", message=r"variable '.*' is not in scope", category=NumbaIRAssumptionWarning)
 
 TF_BOUND_GROW = 1.05  # filtered block bounds add the tf bound only when the stored max grows more
+# A packed file's narrowed skip data (``index.packed``, #47 item 4): a block max w is stored
+# as q = a uint16 with q x BMAX_STEP >= w (an upper bound, never tighter), a block max tf as
+# a uint8 where MAXTF_SAT means "at least 255" (bounded by MAXTF_LOOSE: tf / (tf + norm) < 1).
+BMAX_STEP = 1.0 / 65535
+MAXTF_SAT = 255
+MAXTF_LOOSE = 4294967296.0
+_BLOCK = 128  # format.raw.BLOCK_SIZE (postings per block; not imported: weight has no deps)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -54,7 +61,78 @@ def stored_idf(idf, indptr, t):
     vals = idf[1]
     if keys.shape[0] == 0:
         return vals[t]
-    return vals[np.searchsorted(keys, indptr[t + 1] - indptr[t])]
+    return vals[np.searchsorted(keys, term_df(indptr, t))]
+
+
+def term_df(ptrs, t):
+    """Term t's df from ``ptrs``: a plain ``indptr`` (int64 [T+1]), or a packed file's
+    (bptr uint32 [T+1], count of each term's last block uint8 [T]) whose df is
+    128 (blocks - 1) + last count (``index.packed``: 5 bytes a term instead of 16). Read
+    once per query term (never per posting). Callable from numba code only."""
+    raise NotImplementedError("numba only")
+
+
+@overload(term_df, inline="always")
+def _term_df(ptrs, t):
+    if isinstance(ptrs, types.Array):
+        return lambda ptrs, t: np.int64(ptrs[t + 1] - ptrs[t])
+
+    def packed(ptrs, t):
+        nb = np.int64(ptrs[0][t + 1]) - np.int64(ptrs[0][t])
+        return (nb - 1) * _BLOCK + np.int64(ptrs[1][t]) if nb > 0 else np.int64(0)
+
+    return packed
+
+
+def term_wmax(wmax, t):
+    """Term t's largest w (its MaxScore bound): a plain ``w_max[t]``, or from a packed
+    file's (bptr, blk_bmax, wmax_terms, wmax_q): a one-block term's block bound, else the
+    bound of the sorted multi-block-term table (a binary search of a few percent of the
+    terms; once per query term). Callable from numba code only."""
+    raise NotImplementedError("numba only")
+
+
+@overload(term_wmax, inline="always")
+def _term_wmax(wmax, t):
+    if isinstance(wmax, types.Array):
+        return lambda wmax, t: wmax[t]
+
+    def packed(wmax, t):
+        b0 = np.int64(wmax[0][t])
+        nb = np.int64(wmax[0][t + 1]) - b0
+        if nb == 0:
+            return 0.0
+        if nb == 1:
+            return np.float64(wmax[1][b0]) * BMAX_STEP
+        return np.float64(wmax[3][np.searchsorted(wmax[2], np.uint32(t))]) * BMAX_STEP
+
+    return packed
+
+
+@njit(cache=True, nogil=True, inline="always")
+def blk_bmax(bmax, b):
+    """Block b's max w as stored (uint16 q): q x BMAX_STEP, never below the exact one."""
+    return np.float64(bmax[b]) * BMAX_STEP
+
+
+@njit(cache=True, nogil=True, inline="always")
+def blk_maxtf(maxtf, b):
+    """Block b's max tf bound (a float): the stored uint8, or MAXTF_LOOSE when saturated."""
+    m = np.int64(maxtf[b])
+    return MAXTF_LOOSE if m == MAXTF_SAT else np.float64(m)
+
+
+def blk_minlen(minlen, b):
+    """Block b's shortest document length: ``minlen`` is (uint16 length codes, length of
+    each code) in a file with codes, else the lengths (uint32). Numba code only."""
+    raise NotImplementedError("numba only")
+
+
+@overload(blk_minlen, inline="always")
+def _blk_minlen(minlen, b):
+    if isinstance(minlen, types.Array):
+        return lambda minlen, b: np.int64(minlen[b])
+    return lambda minlen, b: np.int64(minlen[1][minlen[0][b]])
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -139,8 +217,8 @@ def block_bound(bmax, maxtf, minlen, b, s, grow, k1, kb, bavg):
     block the walk passes) is taken only when the stored max grows (``grow`` over
     ``TF_BOUND_GROW``): at about the corpus avgdl the stored max is the exact one."""
     if grow <= TF_BOUND_GROW:
-        return bmax[b] * grow * s
-    return filtered_max(bmax[b], grow, maxtf[b], minlen[b], k1, kb, bavg) * s
+        return blk_bmax(bmax, b) * grow * s
+    return filtered_max(blk_bmax(bmax, b), grow, blk_maxtf(maxtf, b), blk_minlen(minlen, b), k1, kb, bavg) * s
 
 
 # Weighers: a kernel written once for both packed weightings takes a weigher ``wg``, either
@@ -194,7 +272,7 @@ def _weigh(wg, s, tf, code):
 @overload(posting_bound, inline="always")
 def _posting_bound(wg, bmax, maxtf, minlen, b, s):
     if _unfiltered(wg):
-        return lambda wg, bmax, maxtf, minlen, b, s: bmax[b] * s
+        return lambda wg, bmax, maxtf, minlen, b, s: blk_bmax(bmax, b) * s
     return lambda wg, bmax, maxtf, minlen, b, s: block_bound(bmax, maxtf, minlen, b, s, wg[4], wg[1], wg[2], wg[3])
 
 

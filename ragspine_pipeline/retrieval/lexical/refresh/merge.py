@@ -175,14 +175,16 @@ def check_previous(prev: Previous) -> None:
     f = prev._file
     f.blocks.check(HEADER_BYTES, f.blocks.end)
     a, n_terms = f.arrays, prev.n_terms
-    ip = np.asarray(a["indptr"], np.int64)
+    ip = np.asarray(prev.indptr, np.int64)  # a packed file's: rebuilt from bptr and last_count
     ok = len(ip) == n_terms + 1 and (n_terms == 0 or (ip[0] == 0 and bool((np.diff(ip) >= 0).all())))
     lengths = a["doc_len"] if "doc_len" in a else a.get("doc_code")  # format 3: codes, no lengths
     ok = ok and lengths is not None and len(lengths) == prev.n_docs and strings_ok(a["vocab_off"], len(a["vocab_blob"]), n_terms)
     ok = ok and strings_ok(a["doc_id_off"], len(a["doc_id_blob"]), prev.n_docs) if prev.has_doc_ids else ok
     if ok and isinstance(prev, PackedBM25Index):
         bp, off = np.asarray(a["bptr"], np.int64), np.asarray(a["blk_off"], np.int64)
+        lc, nb = a["last_count"], np.diff(bp)
         ok = np.array_equal(bp, block_pointers(ip)) and len(off) == int(bp[-1]) + 1
+        ok = ok and bool(((lc >= 1) & (lc <= 128) | (nb == 0) & (lc == 0)).all())
         ok = ok and (len(off) == 1 or (int(off[0]) == 0
                                        and check_offsets(f.packed(), 0, len(off) - 1, len(a["data"])) is None))
     elif ok:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..index.packed import PackedArrays, decode_blocks
+from ..index.packed_narrow import term_dfs
 from .stream_kernels import NUMPY as STREAM_NUMPY
 from .stream_kernels import kernels as stream_kernels
 
@@ -71,10 +72,11 @@ def merge_packed_np(pk: tuple, t0: int, t1: int, old_new: np.ndarray, lut: np.nd
                     n_indices: np.ndarray, n_tf: np.ndarray, new_pos: np.ndarray, out_indptr: np.ndarray,
                     out_idx: np.ndarray, out_tf: np.ndarray, p: int) -> int:
     """``merge_packed`` with ``index.packed.decode_blocks``."""
+    minlen = pk[10][0] if isinstance(pk[10], tuple) else pk[10]
     arrays = PackedArrays(data=pk[7], blk_off=pk[3], blk_last=pk[2], blk_dbits=pk[4], blk_tbits=pk[5],
-                          blk_bmax=pk[6], blk_maxtf=pk[9], blk_minlen=pk[10], indptr=pk[0], bptr=pk[1])
+                          blk_bmax=pk[6], blk_maxtf=pk[9], blk_minlen=minlen, bptr=pk[1], last_count=pk[0][1])
     docs, tfs, _count_ = decode_blocks(arrays, int(pk[1][t0]), int(pk[1][t1]))
-    term = np.repeat(np.arange(t0, t1, dtype=np.int64), np.diff(pk[0][t0:t1 + 1]))
+    term = np.repeat(np.arange(t0, t1, dtype=np.int64), term_dfs(pk[1], pk[0][1])[t0:t1])
     return _merge_np(term, docs, tfs, t0, t1, old_new, lut, n_indptr, n_indices, n_tf, new_pos, out_indptr,
                      out_idx, out_tf, p)
 

@@ -141,14 +141,14 @@ def write_packed(raw: RawPostings, path: str | os.PathLike[str], *, k1: float, b
     extras = _extras(raw.n_docs, doc_ids, bucket, buckets, global_pos)
     enc = encode(raw, float(k1), float(b))
     doc_len = np.asarray(raw.doc_len, np.uint32)
-    # data first: its generator fills the block arrays and w_max written after it.
+    # data first: its generator fills the block and per-term arrays written after it.
     arrays: dict[str, np.ndarray | ChunkedArray] = {"data": ChunkedArray("<u4", enc.words())}
     arrays.update(enc.blocks)
     indptr = np.asarray(raw.indptr, np.int64)
     df = np.diff(indptr)
     bit_row, bits = bitsets(indptr, raw.indices, np.where(df * PACKED_BITSET_FRACTION >= raw.n_docs, df, 0),
                             raw.n_docs, bm25.BITSET_MIN_DOCS)
-    arrays.update(indptr=indptr, bptr=enc.bptr, w_max=enc.w_max)
+    arrays.update(enc.term_arrays())  # bptr, last_count, wmax_terms/wmax_q (index.packed_narrow)
     # Format 3 (index.packed_tables): idf per distinct df (per term for a segment, whose
     # idf is the corpus's), the bit-set terms instead of a row per term, and no lengths
     # beside their codes.

@@ -51,7 +51,22 @@ Filters: a seeded uniform random mask keeps 50%, 5% and 0.1% of positions.
         --out benchmarks/results --name ann_1m
 
 Resumable: each engine x size row is written to ``<name>.json`` / ``.md`` when done; a
-rerun skips rows already there (``--redo ENGINE`` to measure one again).
+rerun skips rows already there (``--redo ENGINE`` to measure one again); rows another run
+wrote meanwhile are kept.
+
+Side by side (``--paired LABEL=INDEX_FILE``, repeated): the given HNSW files -- ours opened
+with ``ann.open_ann``, a label starting with ``faiss_hnsw`` a faiss ``IndexHNSWFlat`` -- are
+searched in one process, query by query, every index and setting in turn on the same query,
+3 passes, so a shared box's load falls on every row alike (``paired`` in the JSON, "Side by
+side" in the page, with faiss HNSW's p50 interpolated at each row's recall):
+
+    nice -n 10 prlimit --as=14000000000 .venv/bin/python benchmarks/bench_ann.py --size 1000000 \
+        --out benchmarks/results --name ann_1m --paired ragspine_sq6_m16=SQ6.index \
+        --paired ragspine_sq8_m32=SQ8.index --paired faiss_hnsw32_flat=FAISS.index
+
+The whole dense side's memory (``--serve-dense VECTOR_FILE``): a fresh process opens a
+published vector file with the ``vectors.ann`` beside it as serving does and answers the
+queries at depth 100 through ``PublishedVectors.top`` (``serve_dense`` in the JSON).
 """
 
 from __future__ import annotations
@@ -417,6 +432,43 @@ def serve_worker(index_file: str, vectors: str, queries: str, ef: int) -> dict:
             "base": before, "index_bytes": Path(index_file).stat().st_size}
 
 
+def serve_dense_worker(vectors_file: str, queries: str, depth: int) -> dict:
+    """``_serve_dense``: the whole dense side of a serving process -- the published vector file
+    (``open_vectors``) with the ANN index beside it attached as serving attaches it
+    (``attach_ann_file``) -- answering every query through ``PublishedVectors.top`` at
+    ``depth`` (the hybrid channel's 100: graph candidates, exact rescoring from the file's
+    rows). Memory as ``_serve``: above the interpreter with every module imported."""
+    import faiss
+    import numpy as np
+
+    from ragspine_pipeline.retrieval.vector import published_scan
+    from ragspine_pipeline.retrieval.vector.published import open_vectors
+    from ragspine_pipeline.warehouse.embeddings_step import attach_ann_file
+
+    faiss.omp_set_num_threads(1)
+    published_scan.numba_start()
+    qs = np.load(queries)
+    before = _rollup_mib()
+    t = time.perf_counter()
+    pv = open_vectors(vectors_file)
+    attached = attach_ann_file(pv)
+    open_s = time.perf_counter() - t
+    opened = _rollup_mib()
+    every = np.arange(len(pv))
+    every.flags.writeable = False
+    times = []
+    for q in qs:
+        t = time.perf_counter()
+        pv.top(q[None], every, depth)
+        times.append(time.perf_counter() - t)
+    after = _rollup_mib()
+    return {"queries": len(qs), "depth": depth, "ann_attached": attached,
+            "ann_format": getattr(pv.ann, "format", None), "open_s": round(open_s, 4),
+            "p50_ms": round(float(np.percentile(np.asarray(times) * 1e3, 50)), 4),
+            "after_open": {k: round(opened[k] - before[k], 1) for k in before},
+            "after_queries": {k: round(after[k] - before[k], 1) for k in before}, "base": before}
+
+
 PAIRED_ROUNDS = 3
 
 
@@ -542,6 +594,14 @@ def markdown(res: dict) -> str:
             lines.append(f"| {key} | {v['format']} | {v['index_bytes']:,} | {v['open_s']} | {v['p50_ms']} | "
                          f"{o['Rss']} / {o['USS']} / {o['Pss']} | {a['Rss']} / {a['USS']} / {a['Pss']} / "
                          f"{a['Anonymous']} |")
+    for size, v in sorted(res.get("serve_dense", {}).items(), key=lambda kv: int(kv[0])):
+        o, a = v["after_open"], v["after_queries"]
+        lines += ["", f"Whole dense side at {int(size):,} (`_serve_dense`: a fresh process opens the published vector "
+                  f"file and attaches the {v['ann_format']} index beside it as serving does, answers {v['queries']} "
+                  f"queries through `PublishedVectors.top` at depth {v['depth']}): MiB above the interpreter, after "
+                  f"the open RSS {o['Rss']} / USS {o['USS']} / PSS {o['Pss']}; after the queries RSS {a['Rss']} / "
+                  f"USS {a['USS']} / PSS {a['Pss']} / anonymous {a['Anonymous']} "
+                  f"({a['Rss'] * 2**20 / 1e9:.3f} GB)."]
     for size, pr in sorted(res.get("paired", {}).items(), key=lambda kv: int(kv[0])):
         lines += paired_markdown(int(size), pr)
     lines += ["", *m.get("notes", [])]
@@ -564,6 +624,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paired", action="append", default=[], metavar="LABEL=INDEX_FILE",
                     help="search these index files side by side (a label starting with faiss_hnsw: a faiss "
                          "IndexHNSWFlat; others: ann.build_ann files) instead of running engines")
+    ap.add_argument("--serve-dense", default=None, metavar="VECTOR_FILE",
+                    help="measure the whole dense side (this published vector file + the vectors.ann beside it) "
+                         "in a fresh process at depth 100, instead of running engines")
     args = ap.parse_args(argv)
     sizes = args.size or [1_000_000]
     out = Path(args.out)
@@ -581,7 +644,17 @@ def main(argv: list[str] | None = None) -> int:
                    "usearch threads=1, OPENBLAS_NUM_THREADS=1), one query per call",
         "notes": res.get("meta", {}).get("notes", []),
     }
-    for n in sizes if args.paired else ():
+    for n in sizes if args.serve_dense else ():
+        prepare(n, args.queries)
+        r = subprocess.run([sys.executable, __file__, "_serve_dense", args.serve_dense, str(_paths(n)["q"]), "100"],
+                           stdout=subprocess.PIPE, text=True, check=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+        latest = json.loads(jpath.read_text()) if jpath.exists() else {"rows": {}}
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        res = {**latest, "meta": res["meta"], "serve_dense": {**latest.get("serve_dense", {}), str(n): got}}
+        jpath.write_text(json.dumps(res, indent=1) + "\n")
+        (out / f"{args.name}.md").write_text(markdown(res))
+        print(f"serve_dense@{n}: {got}", flush=True)
+    for n in sizes if args.paired and not args.serve_dense else ():
         prepare(n, args.queries)
         files = dict(item.split("=", 1) for item in args.paired)
         r = subprocess.run([sys.executable, __file__, "_paired", str(n), json.dumps(files)], stdout=subprocess.PIPE,
@@ -593,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
         jpath.write_text(json.dumps(res, indent=1) + "\n")
         (out / f"{args.name}.md").write_text(markdown(res))
         print(f"paired@{n}: written", flush=True)
-    for n in sizes if not args.paired else ():
+    for n in sizes if not (args.paired or args.serve_dense) else ():
         prepare(n, args.queries)
         for engine in args.engines.split(","):
             key = f"{engine}@{n}"
@@ -639,6 +712,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "_worker":
         out_row = worker(sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))
         print(json.dumps(out_row), flush=True)
+    elif len(sys.argv) > 1 and sys.argv[1] == "_serve_dense":
+        print(json.dumps(serve_dense_worker(sys.argv[2], sys.argv[3], int(sys.argv[4]))), flush=True)
     elif len(sys.argv) > 1 and sys.argv[1] == "_paired":
         print(json.dumps(paired_worker(int(sys.argv[2]), json.loads(sys.argv[3]))), flush=True)
     elif len(sys.argv) > 1 and sys.argv[1] == "_serve":

@@ -17,7 +17,9 @@ Usage::
 
 Writes ``benchmarks/results/bm25_lucene_vocab_bytes.json`` / ``.md`` after every step
 (a stopped run resumes; ``--force`` redoes the builds). The built files stay in the
-corpus's cache folder (``bytes_before.bm25`` / ``bytes_after.bm25``).
+corpus's cache folder (``bytes_before.bm25`` / ``bytes_after.bm25``). ``--name X`` writes
+``X.json``/``.md`` and ``bytes_before_X.bm25``/``bytes_after_X.bm25`` instead (steps
+measured side by side do not overwrite each other).
 """
 
 from __future__ import annotations
@@ -78,13 +80,15 @@ def arrays_of(path: Path) -> tuple[dict[str, int], int]:
     return {n: a.nbytes for n, a in toc.arrays.items()}, toc.version
 
 
-def run(n: int, seed: int, before: Path, force: bool, report: dict) -> None:
+def run(n: int, seed: int, before: Path, force: bool, report: dict, name: str = NAME) -> None:
     folder = CACHE / f"corpus_{n}_{seed}"
     key = f"{n}/{seed}"
     rec = report["runs"].setdefault(key, {})
     lucene = json.loads((folder / "build_lucene.json").read_text())["index_bytes"]
     rec["lucene_bytes"] = lucene
-    sides = {"before": (before, folder / "bytes_before.bm25"), "after": (ROOT, folder / "bytes_after.bm25")}
+    tag = "" if name == NAME else f"_{name}"
+    sides = {"before": (before, folder / f"bytes_before{tag}.bm25"),
+             "after": (ROOT, folder / f"bytes_after{tag}.bm25")}
     for side, (tree, path) in sides.items():
         if force or side not in rec.get("builds", {}) or not path.exists():
             print(f"[{key}] building {side} with {tree}", flush=True)
@@ -92,7 +96,7 @@ def run(n: int, seed: int, before: Path, force: bool, report: dict) -> None:
             arrays, version = arrays_of(path)
             rec.setdefault("builds", {})[side] = {**built, "bytes": path.stat().st_size, "arrays": arrays,
                                                   "format_version": version}
-            save(report)
+            save(report, name)
     if force or "answers" not in rec:
         ref = json.loads((folder / "reference.json").read_text())
         queries = str(folder / "queries_tokens.json")
@@ -105,17 +109,17 @@ def run(n: int, seed: int, before: Path, force: bool, report: dict) -> None:
                                                              for r, f in zip(res, ref, strict=True)),
                                  "identical_to_old": res == first, "queries": len(ref)}
                           for name, res in got.items()}
-        save(report)
+        save(report, name)
 
 
-def save(report: dict) -> None:
+def save(report: dict, name: str = NAME) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{NAME}.json").write_text(json.dumps(report, indent=1))
-    (RESULTS / f"{NAME}.md").write_text(markdown(report))
+    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=1))
+    (RESULTS / f"{name}.md").write_text(markdown(report, name))
 
 
-def markdown(report: dict) -> str:
-    lines = [f"# Packed BM25 file bytes per array ({NAME})", "", f"Command: `{report['command']}`", "",
+def markdown(report: dict, title: str = NAME) -> str:
+    lines = [f"# Packed BM25 file bytes per array ({title})", "", f"Command: `{report['command']}`", "",
              "Generated corpus of `bench_bm25_lucene_vocab` (~2M-term vocabulary, lognormal lengths); "
              "`before` built by the code of the commit before the change, `after` by this tree.", ""]
     for key, rec in report["runs"].items():
@@ -148,13 +152,14 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000000")
     ap.add_argument("--seeds", default="1")
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--name", default=NAME, help="results and built files named for one step")
     args = ap.parse_args()
-    path = RESULTS / f"{NAME}.json"
+    path = RESULTS / f"{args.name}.json"
     report = json.loads(path.read_text()) if path.exists() else {"runs": {}}
     report["command"] = "python benchmarks/bench_bm25_bytes.py " + " ".join(sys.argv[1:])
     for n in (int(x) for x in args.sizes.split(",")):
         for seed in (int(x) for x in args.seeds.split(",")):
-            run(n, seed, args.before.resolve(), args.force, report)
+            run(n, seed, args.before.resolve(), args.force, report, args.name)
 
 
 if __name__ == "__main__":

@@ -311,7 +311,7 @@ def test_newer_version_or_unknown_layout_names_both(tmp_path):
     packed, _plain = publish_both(tmp_path, docs)
     raw = bytearray(packed.path.read_bytes())
     head = struct.unpack_from("<8sIIQQQIIQI", raw)
-    assert head[1] == FORMAT_VERSION == 3
+    assert head[1] == FORMAT_VERSION == 4
     for version in (FORMAT_VERSION + 1, 0):
         bad = bytearray(raw)
         bad[:HEADER_BYTES] = pack_header(head[3], head[4], head[5], head[6], head[8], version=version)

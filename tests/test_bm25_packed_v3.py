@@ -11,8 +11,10 @@ import pytest
 from ragspine_pipeline.retrieval.lexical.format.file import (
     FORMAT_VERSION,
     CorruptIndexError,
+    hash_vocab_arrays,
     write_file,
 )
+from ragspine_pipeline.retrieval.lexical.format.vocab_fc import FC_ARRAYS
 from ragspine_pipeline.retrieval.lexical.index import bm25
 from ragspine_pipeline.retrieval.lexical.index.mapped import open_index
 from ragspine_pipeline.retrieval.lexical.index.packed import BLOCK_ARRAYS, norm_of, w_of
@@ -70,8 +72,9 @@ def as_version2(ix, dst: Path) -> Path:
     row[a["bit_terms"]] = np.arange(len(a["bit_terms"]), dtype=np.int32)
     arrays["bit_row"] = row
     arrays["doc_len"] = np.asarray(ix.doc_len, np.uint32)
-    for name in ("idf_df", "idf_val", "bit_terms", "last_count", "wmax_terms", "wmax_q"):
+    for name in ("idf_df", "idf_val", "bit_terms", "last_count", "wmax_terms", "wmax_q", *FC_ARRAYS):
         arrays.pop(name, None)
+    arrays.update(hash_vocab_arrays(*ix.vocab.terms()))  # format 4's front-coded vocabulary as a hash table
     ordered = {n: arrays.pop(n) for n in _V2_ORDER if n in arrays}
     ordered.update(arrays)
     scalars = {k: getattr(toc, k) for k in ("k1", "b", "n_docs", "n_terms", "total_len", "bucket", "buckets",
@@ -96,7 +99,7 @@ def both(tmp_path_factory):
 def test_format3_stores_the_compact_tables(both):
     v3, v2, _docs, _queries = both
     a3, a2 = v3._file.arrays, v2._file.arrays
-    assert v3._file.toc.version == FORMAT_VERSION == 3 and v2._file.toc.version == 2
+    assert v3._file.toc.version == FORMAT_VERSION == 4 and v2._file.toc.version == 2
     assert {"idf", "bit_row", "doc_len"}.isdisjoint(a3) and {"idf_df", "idf_val", "bit_terms"} <= set(a3)
     assert len(a3["bit_terms"]) == a3["bits"].shape[0] > 0  # the bitset routes are exercised
     assert len(a3["idf_val"]) == len(np.unique(v3.df)) < v3.n_terms
@@ -173,7 +176,7 @@ def test_a_refresh_merges_a_format2_previous_file_into_format3(tmp_path):
     _merge(prev2, tmp_path / "from2.packed", new, "packed", "auto", changed)
     _merge(prev3.path, tmp_path / "from3.packed", new, "packed", "auto", changed)
     from2, from3 = open_index(tmp_path / "from2.packed"), open_index(tmp_path / "from3.packed")
-    assert from2._file.toc.version == 3 and from2.path.read_bytes() == from3.path.read_bytes()
+    assert from2._file.toc.version == FORMAT_VERSION and from2.path.read_bytes() == from3.path.read_bytes()
     assert_same_answers(from2, open_index(_build(tmp_path / "fresh.packed", new, "packed")), len(new), _queries())
 
 

@@ -1,4 +1,4 @@
-"""The on-disk layout of a built BM25 index (format version 3), its writer and its checks.
+"""The on-disk layout of a built BM25 index (format version 4), its writer and its checks.
 
 Why: a serving process should map the published index, not rebuild it from token lists
 (#27). One immutable file holds one index segment; every array a query reads is stored
@@ -30,8 +30,14 @@ weight). A version 1 file is plain. Version 3 (#47, bytes) changes only the pack
 layout's per-term tables (``index.packed_tables``: idf per distinct df, the bit-set terms
 as a sorted list, no document lengths beside their codes); a plain file of version 3 is
 version 2's. Readers accept versions 1 to 3 (a packed file of version 2 is read through
-the version 3 shapes, with the same answers); any other version, or a layout this code
-does not know, is an ``IndexVersionError`` naming what was found and what is supported.
+the version 3 shapes, with the same answers). Version 4 (#47, bytes T3) adds the
+front-coded vocabulary (``format.vocab_fc``; the TOC's ``vocab_block`` > 0): term ids are
+the terms' lexicographic order (``format.raw_order``), which every writer of counted
+postings (``refresh.publish.write_plain``/``write_packed``) now gives; a writer whose
+ids are in another order (``write_index`` of an index built in memory) still writes the
+hash table below (``vocab_block`` 0). Readers accept versions 1 to 4 (formats 1-3 read
+their hash table as before); any other version, or a layout this code does not know, is
+an ``IndexVersionError`` naming what was found and what is supported.
 
 Arrays (plain): the ``Postings`` arrays (postings ``indptr``/``indices``/``tf``/``w``, per-term
 ``df``/``idf``/``w_max``, block-max ``bptr``/``bmax``, ``bit_row``/``bits``, ``doc_len``);
@@ -73,10 +79,12 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from .vocab_fc import VOCAB_BLOCK, front_code
+
 MAGIC = b"RSPBM25\0"
 FOOTER_MAGIC = b"RSPBM25E"
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 LAYOUTS = ("plain", "packed")  # bm25_raw.PLAIN / PACKED; the TOC's "layout" field
 HEADER_BYTES = 64
 FOOTER_BYTES = 32
@@ -144,6 +152,7 @@ class Toc:
     corpus_docs: int = 0
     corpus_len: int = 0
     layout: str = "plain"  # version 2: which postings layout the arrays are (LAYOUTS)
+    vocab_block: int = 0  # version 4: terms per head of the front-coded vocabulary (0: hash table)
     version: int = FORMAT_VERSION  # the file's format version (from the header; not written)
 
     def to_json(self) -> bytes:
@@ -311,15 +320,53 @@ def id_digest(off: np.ndarray, blob: np.ndarray) -> bytes:
     return h.digest()
 
 
-def vocab_arrays(vocab: dict[str, int]) -> dict[str, np.ndarray]:
-    """The vocabulary as arrays: term strings by id, and the sorted hash table."""
-    terms = [""] * len(vocab)
-    for term, tid in vocab.items():
-        terms[tid] = term
+def vocab_arrays(vocab: dict[str, int] | Sequence[str]) -> dict[str, np.ndarray]:
+    """The vocabulary's arrays (term -> id, or the terms by id): front-coded
+    (``format.vocab_fc``, format 4) when the ids are the terms' lexicographic order of
+    their UTF-8 bytes, else the hash table of formats 1-3. ``vocab_block`` says which."""
+    if isinstance(vocab, dict):
+        terms = [""] * len(vocab)
+        for term, tid in vocab.items():
+            terms[tid] = term
+    else:
+        terms = list(vocab)
     off, blob = strings_to_blob(terms)
-    hashes = np.fromiter((term_hash(t) for t in terms), np.uint64, len(terms))
+    if terms_ascending(off, blob):
+        return front_code(off, blob, VOCAB_BLOCK)
+    return hash_vocab_arrays(off, blob)
+
+
+def hash_vocab_arrays(off: np.ndarray, blob: np.ndarray) -> dict[str, np.ndarray]:
+    """The hash-table vocabulary of formats 1-3 of the terms (offsets, UTF-8 bytes) by id:
+    what ``vocab_arrays`` writes for ids in another order, and what a test writing an
+    older format's file gives it."""
+    raw = blob.tobytes()
+    cuts = np.asarray(off).tolist()
+    hashes = np.fromiter((bytes_hash(raw[cuts[t]:cuts[t + 1]]) for t in range(len(cuts) - 1)), np.uint64,
+                         len(cuts) - 1)
     order = np.argsort(hashes, kind="stable")
-    return {"vocab_hash": hashes[order], "vocab_tid": order.astype(np.int64), "vocab_off": off, "vocab_blob": blob}
+    return {"vocab_hash": hashes[order], "vocab_tid": order.astype(np.int64),
+            "vocab_off": np.asarray(off, np.int64), "vocab_blob": np.asarray(blob, np.uint8)}
+
+
+def vocab_block(arrays: dict[str, Any]) -> int:
+    """The TOC's ``vocab_block`` for a file holding these arrays."""
+    return VOCAB_BLOCK if "vocab_lens" in arrays else 0
+
+
+def terms_ascending(off: np.ndarray, blob: np.ndarray) -> bool:
+    """Whether the strings (offsets, bytes) strictly ascend by their bytes (Arrow's compare:
+    unsigned bytes, a prefix first)."""
+    if len(off) <= 2:
+        return True
+    # lazy: Arrow's compute module (~0.1 s of import) is for writers, not for a reader's open
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(off) - 1,
+                                           [None, pa.py_buffer(np.ascontiguousarray(off, np.int64)),
+                                            pa.py_buffer(np.ascontiguousarray(blob, np.uint8))])
+    return bool(pc.all(pc.less(arr[:-1], arr[1:])).as_py())
 
 
 def write_file(path: Path, arrays: dict[str, np.ndarray | ChunkedArray], scalars: dict[str, Any],

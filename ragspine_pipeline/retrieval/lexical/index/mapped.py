@@ -9,7 +9,7 @@ Opening checks the header, version, size, footer, TOC and checksum table only (a
 kilobytes). A data block's crc32 is checked the first time a query needs it: a query
 term's postings, per-term entries, block maxima and bitset row when the vocabulary first
 resolves that term; all document lengths on the first filtered query; the vocabulary's
-hash table on the first lookup. Each first check also bounds-checks what the compiled
+vocabulary on the first lookup. Each first check also bounds-checks what the compiled
 kernels will index with (positions < N, pointer ranges), so a damaged file is a
 ``CorruptIndexError`` naming it, never a wrong answer or a crash.
 """
@@ -29,9 +29,20 @@ from ..format.file import (
     id_digest,
     read_toc,
     term_hash,
+    terms_ascending,
 )
 from ..format.mapfile import MappedDocIds, MappedFile
 from ..format.raw import PACKED
+from ..format.vocab_fc import (
+    FC_ARRAYS,
+    decode_all,
+    decode_block,
+    fc_problem,
+    head_keys,
+    lengths,
+    token_key,
+    vocab_names,
+)
 from ..kernels import loader as bm25_kernel
 from .bm25 import BM25Index
 from .packed_index import PackedBM25Index, PackedFile, open_packed
@@ -42,16 +53,24 @@ _MISS = object()
 
 
 class MappedVocabulary:
-    """Token -> term id over the mapped hash table (``get`` like a dict's).
+    """Token -> term id over the mapped vocabulary (``get`` like a dict's).
 
-    A term id is handed out only after its postings are verified; resolved tokens, known
-    or not, are cached so repeated query tokens cost a dict lookup.
+    Two forms (``format.file``): the front-coded sorted terms of format 4 (the TOC's
+    ``vocab_block`` > 0; ``format.vocab_fc``): one ``numpy.searchsorted`` of the token's
+    first 8 bytes among the heads' (equal keys compared whole), then at most a block's
+    terms decoded and compared; or the hash table of formats 1-3 (a hash collision is
+    resolved by comparing the strings). A term id is handed out only after its postings
+    are verified; resolved tokens, known or not, are cached so repeated query tokens cost
+    a dict lookup.
     """
 
     def __init__(self, file: MappedFile) -> None:
         self._f = file
         self._cache: dict[str, int] = {}
         self._table_ok = False
+        self._block = int(file.toc.vocab_block)
+        self._keys: np.ndarray | None = None
+        self._last: tuple[int, list[bytes]] = (-1, [])  # the block ``term`` decoded last
 
     def __len__(self) -> int:
         return self._f.toc.n_terms
@@ -62,7 +81,7 @@ class MappedVocabulary:
     def get(self, token: str, default: int | None = None) -> int | None:
         t = self._cache.get(token, _MISS)
         if t is _MISS:
-            t = self._lookup(token)
+            t = self._fc_lookup(token) if self._block else self._lookup(token)
             if len(self._cache) >= _CACHE_MAX:
                 self._cache.clear()
             self._cache[token] = t
@@ -70,7 +89,64 @@ class MappedVocabulary:
 
     def term(self, tid: int) -> str:
         """The term string of a term id."""
-        return self._f.string("vocab", tid)
+        if not self._block:
+            return self._f.string("vocab", tid)
+        if not 0 <= tid < len(self):
+            raise IndexError(f"term id {tid} outside 0..{len(self) - 1}")
+        self._fc_ready()
+        h, last = tid // self._block, self._last
+        if last[0] != h:  # terms read in id order decode each block once
+            last = self._last = (h, decode_block(self._f.arrays, self._block, h))
+        return last[1][tid % self._block].decode("utf-8", "surrogatepass")
+
+    def terms(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every term, by id, as (offsets int64 [T + 1], UTF-8 bytes): vectorized, what a
+        refresh reads (``refresh.merge``), not one ``term`` call per term."""
+        return term_strings(self._f)
+
+    def _fc_ready(self) -> None:
+        """First use of the front-coded vocabulary: its checksums and shape (7 MB at 2M terms)."""
+        if self._keys is not None:
+            return
+        f = self._f
+        if not self._table_ok:
+            for name in FC_ARRAYS:
+                f.whole(name)
+            problem = fc_problem(f.arrays, len(self), self._block)
+            if problem is not None:
+                raise CorruptIndexError(f.path, problem)
+            self._table_ok = True
+        self._keys = head_keys(f.arrays, self._block)
+
+    def _head(self, h: int) -> bytes:
+        a, lo = self._f.arrays, int(self._f.arrays["vocab_head_off"][h])
+        size = int(lengths(a, h * self._block, h * self._block + 1)[1][0])
+        return a["vocab_suffixes"][lo:lo + size].tobytes()
+
+    def _fc_lookup(self, token: str) -> int:
+        self._fc_ready()
+        keys, data = self._keys, token.encode("utf-8", "surrogatepass")
+        assert keys is not None
+        k = token_key(data)
+        # Heads below lo are below the token, from hi on above it; equal keys: compare whole.
+        lo, hi = int(np.searchsorted(keys, k, side="left")), int(np.searchsorted(keys, k, side="right"))
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._head(mid) <= data:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == 0:
+            return -1
+        h = lo - 1
+        for i, term in enumerate(decode_block(self._f.arrays, self._block, h)):
+            if term >= data:
+                if term != data:
+                    return -1
+                tid = h * self._block + i
+                self._f.verify_term(tid)
+                return tid
+        return -1
 
     def _lookup(self, token: str) -> int:
         f = self._f
@@ -134,8 +210,11 @@ class MappedBM25Index(MappedDocIds, BM25Index):
 def tables_ok(f: MappedFile) -> bool:
     """The vocabulary, doc ids and corpus positions of a file are well formed (either layout)."""
     a, n, nt = f.arrays, f.toc.n_docs, f.toc.n_terms
-    ok = (strings_ok(a["vocab_off"], len(a["vocab_blob"]), nt)
-          and np.array_equal(np.sort(a["vocab_tid"]), np.arange(nt)) and _hashes_ok(f))
+    if f.toc.vocab_block:  # format 4: well formed, and every term above the one before it
+        ok = vocab_ok(f) and terms_ascending(*decode_all(a, f.toc.vocab_block))
+    else:
+        ok = (strings_ok(a["vocab_off"], len(a["vocab_blob"]), nt)
+              and np.array_equal(np.sort(a["vocab_tid"]), np.arange(nt)) and _hashes_ok(f))
     if "doc_id_off" in a:
         ok = ok and strings_ok(a["doc_id_off"], len(a["doc_id_blob"]), n)
         if "doc_id_digest" in a:  # what an open compares instead of the ids (id_digest)
@@ -154,6 +233,23 @@ def _hashes_ok(f: MappedFile) -> bool:
     want = np.fromiter((bytes_hash(raw[off[t]:off[t + 1]]) for t in a["vocab_tid"].tolist()), np.uint64,
                        len(hashes))
     return bool((hashes[1:] >= hashes[:-1]).all() and np.array_equal(hashes, want))
+
+
+def vocab_ok(f: MappedFile) -> bool:
+    """The vocabulary's shape (offsets, sizes; not the hash table's contents nor the terms'
+    order, which ``tables_ok`` checks): what a reader of every term relies on."""
+    a, nt, block = f.arrays, f.toc.n_terms, f.toc.vocab_block
+    if block:
+        return fc_problem(a, nt, block) is None
+    return strings_ok(a["vocab_off"], len(a["vocab_blob"]), nt)
+
+
+def term_strings(f: MappedFile) -> tuple[np.ndarray, np.ndarray]:
+    """Every term of a file by id as (offsets int64 [T + 1], UTF-8 bytes), either form;
+    the caller has checked the vocabulary's checksums and ``vocab_ok``."""
+    if f.toc.vocab_block:
+        return decode_all(f.arrays, f.toc.vocab_block)
+    return np.asarray(f.arrays["vocab_off"], np.int64), f.arrays["vocab_blob"]
 
 
 def strings_ok(off: np.ndarray, blob_len: int, n: int) -> bool:
@@ -185,7 +281,7 @@ def open_index(path: str | os.PathLike[str], *, kernel: str = "auto") -> MappedB
     ix = MappedBM25Index.__new__(MappedBM25Index)
     ix.path, ix._toc, ix.n_terms, ix._file, ix._blocks = path, toc, toc.n_terms, f, f.blocks
     ix._lengths_ok = False
-    for name in ("vocab_hash", "vocab_tid", "vocab_off", "vocab_blob"):
+    for name in vocab_names(toc.vocab_block):
         setattr(ix, f"_{name}", f.array(name))
     for name in ("doc_id_off", "doc_id_blob", "global_pos"):
         if name in f.arrays:

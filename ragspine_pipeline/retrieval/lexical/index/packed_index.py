@@ -28,6 +28,7 @@ from ....cpus import usable_cpus
 from ..format.file import CorruptIndexError
 from ..format.mapfile import MappedDocIds, MappedFile
 from ..format.raw import RawPostings
+from ..format.vocab_fc import vocab_names
 from ..kernels import loader as bm25_kernel
 from ..kernels.filter_stats import sliced_total
 from ..kernels.loader import KernelLoader
@@ -456,7 +457,7 @@ def open_packed(f: PackedFile, vocab: Any, tables_ok: Callable[[MappedFile], boo
     if kernel not in KERNELS:
         raise ValueError(f"unknown BM25 kernel {kernel!r}; available: {', '.join(KERNELS)}")
     path, toc = f.path, f.toc
-    for name in (*PACKED_ARRAYS, "vocab_hash", "vocab_tid", "vocab_off", "vocab_blob"):
+    for name in (*PACKED_ARRAYS, *vocab_names(toc.vocab_block)):
         f.array(name)  # every one present
     a = f.arrays
     # Per version (index.packed_tables): idf per term or per df, bit_row or bit_terms,

@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from ..format.file import HEADER_BYTES, CorruptIndexError
 from ..format.raw import RawPostings, build_memory_budget, choose_layout
-from ..index.mapped import MappedBM25Index, strings_ok
+from ..index.mapped import MappedBM25Index, strings_ok, term_strings, vocab_ok
 from ..index.packed import block_pointers, check_offsets
 from ..index.packed_index import PackedBM25Index
 from ..index.postings import tf_dtype
@@ -178,7 +178,7 @@ def check_previous(prev: Previous) -> None:
     ip = np.asarray(prev.indptr, np.int64)  # a packed file's: rebuilt from bptr and last_count
     ok = len(ip) == n_terms + 1 and (n_terms == 0 or (ip[0] == 0 and bool((np.diff(ip) >= 0).all())))
     lengths = a["doc_len"] if "doc_len" in a else a.get("doc_code")  # format 3: codes, no lengths
-    ok = ok and lengths is not None and len(lengths) == prev.n_docs and strings_ok(a["vocab_off"], len(a["vocab_blob"]), n_terms)
+    ok = ok and lengths is not None and len(lengths) == prev.n_docs and vocab_ok(f)
     ok = ok and strings_ok(a["doc_id_off"], len(a["doc_id_blob"]), prev.n_docs) if prev.has_doc_ids else ok
     if ok and isinstance(prev, PackedBM25Index):
         bp, off = np.asarray(a["bptr"], np.int64), np.asarray(a["blk_off"], np.int64)
@@ -241,7 +241,8 @@ def merge_postings(prev: Previous, plan: MergePlan, added: Iterable[Batch], *, t
     n_old = len(old_indptr) - 1
     # Term ids of the new documents' terms in the previous vocabulary (by the bytes, as stored).
     new_bin = pa.array([t.encode("utf-8", "surrogatepass") for t in new.terms], pa.large_binary())
-    new_to_old = pc.index_in(new_bin, value_set=_binary(f["vocab_off"], f["vocab_blob"]))
+    old_off, old_blob = term_strings(prev._file)  # either vocabulary form, every term by id
+    new_to_old = pc.index_in(new_bin, value_set=_binary(old_off, old_blob))
     new_to_old = new_to_old.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     lut = np.full(n_old, -1, np.int64)
     matched = np.flatnonzero(new_to_old >= 0)
@@ -294,7 +295,7 @@ def merge_postings(prev: Previous, plan: MergePlan, added: Iterable[Batch], *, t
     indptr = np.zeros(len(keep) + 1, np.int64)
     np.cumsum(df[keep], out=indptr[1:])
     old_keep = keep[keep < n_old]
-    terms = _terms(f["vocab_off"], f["vocab_blob"], old_keep)
+    terms = _terms(old_off, old_blob, old_keep)
     terms += [new.terms[t] for t in new_only[keep[keep >= n_old] - n_old].tolist()]
     doc_len = np.zeros(plan.n_docs, np.uint32)
     stays = old_new >= 0

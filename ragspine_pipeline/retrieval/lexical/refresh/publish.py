@@ -16,6 +16,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,11 @@ from ..format.file import (
     id_digest,
     strings_to_blob,
     vocab_arrays,
+    vocab_block,
     write_file,
 )
 from ..format.raw import PACKED, PLAIN, RawPostings, choose_layout
+from ..format.raw_order import sorted_raw
 from ..index import bm25
 from ..index.bm25 import BM25Index
 from ..index.mapped import open_index
@@ -55,11 +58,12 @@ def write_index(index: BM25Index, path: str | os.PathLike[str], *, doc_ids: Sequ
     extras = _extras(index.n_docs, doc_ids, bucket, buckets, global_pos)
     path = Path(path)
     arrays: dict[str, np.ndarray | ChunkedArray] = dict(index.postings().arrays())
-    arrays.update(vocab_arrays(index.vocab))
+    arrays.update(vocab_arrays(index.vocab))  # front-coded when its ids are in lexicographic order
     arrays.update(extras)
     scalars = {"k1": index.k1, "b": index.b, "n_docs": index.n_docs, "n_terms": len(index.vocab),
                "total_len": index.total_len, "bucket": bucket, "buckets": buckets,
-               "corpus_docs": int(corpus[0]), "corpus_len": int(corpus[1]), "layout": PLAIN}
+               "corpus_docs": int(corpus[0]), "corpus_len": int(corpus[1]), "layout": PLAIN,
+               "vocab_block": vocab_block(arrays)}
     return _publish(path, arrays, scalars)
 
 
@@ -119,7 +123,10 @@ def write_plain(raw: RawPostings, path: str | os.PathLike[str], *, k1: float, b:
                 doc_ids: Sequence[str] | None = None, bucket: int = 0, buckets: int = 1,
                 global_pos: np.ndarray | None = None) -> Path:
     """Publish counted postings in the plain layout (weights, bounds and bitsets computed
-    here, ``index.postings.postings_from_raw``), atomically and verified as ``write_index``."""
+    here, ``index.postings.postings_from_raw``), atomically and verified as ``write_index``.
+    Term ids are renumbered in lexicographic order first (``format.raw_order``)."""
+    raw = sorted_raw(raw)
+    raw = replace(raw, indices=np.asarray(raw.indices), tf=np.asarray(raw.tf))  # computed on whole arrays
     postings = postings_from_raw(raw, float(k1), float(b), bm25.BITSET_MIN_DOCS)
     index = BM25Index.from_postings(postings, _raw_vocab(raw), k1=k1, b=b, kernel="numpy")
     return write_index(index, path, doc_ids=doc_ids, bucket=bucket, buckets=buckets, global_pos=global_pos,
@@ -134,8 +141,11 @@ def write_packed(raw: RawPostings, path: str | os.PathLike[str], *, k1: float, b
 
     ``raw``'s arrays may be memory maps of any size: they are encoded a slice of blocks at a
     time and streamed into the file. A segment (``raw.corpus_docs`` set) keeps the corpus's
-    statistics in its weights and idf, as ``write_index`` with ``corpus=``.
+    statistics in its weights and idf, as ``write_index`` with ``corpus=``. Term ids are
+    renumbered in lexicographic order first (``format.raw_order``: the front-coded
+    vocabulary of format 4).
     """
+    raw = sorted_raw(raw)
     if k1 < 0 or not 0.0 <= b <= 1.0:
         raise ValueError(f"BM25 needs k1 >= 0 and 0 <= b <= 1 (got k1={k1}, b={b})")
     extras = _extras(raw.n_docs, doc_ids, bucket, buckets, global_pos)
@@ -162,12 +172,13 @@ def write_packed(raw: RawPostings, path: str | os.PathLike[str], *, k1: float, b
         arrays["doc_code"], arrays["code_len"] = codes
     else:
         arrays["doc_len"] = doc_len
-    arrays.update(vocab_arrays(_raw_vocab(raw)))
+    arrays.update(vocab_arrays(raw.terms))  # sorted_raw: distinct terms, ids in their order
     arrays.update(extras)
     corpus = _corpus(raw)
     scalars = {"k1": float(k1), "b": float(b), "n_docs": raw.n_docs, "n_terms": raw.n_terms,
                "total_len": int(doc_len.sum(dtype=np.int64)), "bucket": bucket, "buckets": buckets,
-               "corpus_docs": corpus[0], "corpus_len": corpus[1], "layout": PACKED}
+               "corpus_docs": corpus[0], "corpus_len": corpus[1], "layout": PACKED,
+               "vocab_block": vocab_block(arrays)}
     return _publish(Path(path), arrays, scalars)
 
 

@@ -19,16 +19,18 @@ from typing import Any
 
 import numpy as np
 
+from ..format.raw_order import SliceReader
+
 MERGE_POSTINGS = 1 << 23  # postings per merged range of terms (~50 MB of buffers)
 
 
-class NpyReader:
+class NpyReader(SliceReader):
     """A read-only 1-D ``.npy`` array read a slice at a time (``pread``).
 
-    It offers what the packed writer asks of ``RawPostings.indices``/``tf``: ``len``,
-    ``dtype``, ``[a:b]`` and ``[i]`` (copies of just those items). ``np.asarray`` of it is a
-    read-only memory map of the whole array, what ``np.load(mmap_mode="r")`` gives: a
-    consumer that wants every item at once still gets them without a copy in memory.
+    It offers what the packed writer asks of ``RawPostings.indices``/``tf``
+    (``format.raw_order.SliceReader``). ``np.asarray`` of it is a read-only memory map of the
+    whole array, what ``np.load(mmap_mode="r")`` gives: a consumer that wants every item at
+    once still gets them without a copy in memory.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -41,40 +43,14 @@ class NpyReader:
             self.offset = f.tell()
         if len(shape) != 1 or fortran or dtype.hasobject:
             raise ValueError(f"{self.path}: NpyReader reads 1-D numeric arrays (shape {shape}, {dtype})")
-        self.dtype: np.dtype[Any] = dtype
-        self.shape: tuple[int] = (int(shape[0]),)
+        self.dtype = dtype
+        self.shape = (int(shape[0]),)
         self._fd = os.open(self.path, os.O_RDONLY)
         weakref.finalize(self, os.close, self._fd)
-
-    ndim = 1
-
-    @property
-    def size(self) -> int:
-        return self.shape[0]
-
-    @property
-    def nbytes(self) -> int:
-        return self.shape[0] * self.dtype.itemsize
-
-    def __len__(self) -> int:
-        return self.shape[0]
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         whole = np.load(self.path, mmap_mode="r")
         return whole if dtype is None and not copy else np.array(whole, dtype=dtype)
-
-    def __getitem__(self, key: Any) -> Any:
-        n = self.shape[0]
-        if isinstance(key, (int, np.integer)):
-            i = int(key) + n if key < 0 else int(key)
-            if not 0 <= i < n:
-                raise IndexError(f"index {int(key)} is out of bounds for size {n}")
-            return self.read(i, i + 1)[0]
-        if isinstance(key, slice):
-            start, stop, step = key.indices(n)
-            if step == 1:
-                return self.read(start, max(start, stop))
-        return np.asarray(self)[key]
 
     def read(self, a: int, b: int) -> np.ndarray:
         """Items a..b-1, read from the file into a new array (thread-safe: positional reads)."""
@@ -108,8 +84,8 @@ def term_ranges(indptr: np.ndarray, postings: int) -> Iterator[tuple[int, int]]:
 
 
 def merge_runs(runs: Sequence[tuple[Path, Path, Path]], n_terms: int, out_dir: Path,
-               merge_run: Callable[..., None], *,
-               range_postings: int | None = None) -> tuple[np.ndarray, Path, Path]:
+               merge_run: Callable[..., None], *, range_postings: int | None = None,
+               order: np.ndarray | None = None) -> tuple[np.ndarray, Path, Path]:
     """(indptr, indices.npy, tf.npy in ``out_dir``) of the corpus from its spilled CSC runs
     (each (indptr, indices, tf) ``.npy`` paths, in document order).
 
@@ -119,14 +95,22 @@ def merge_runs(runs: Sequence[tuple[Path, Path, Path]], n_terms: int, out_dir: P
     is one contiguous read, ``merge_run`` places it in the range's buffers, and the range
     is appended to the two output files. Nothing is mapped; the runs are removed at the
     end (the folder holds the runs and the merged arrays at once: ~2x the postings' bytes).
+
+    ``order`` (the terms' final order: ``order[g]`` = id of output term g): a run that knew
+    the terms of ids below k holds them in this order restricted to them (its rank g_r[j]
+    among the output terms for its j-th term), so a range of output terms is still one
+    contiguous slice of each run. None: runs and output in id order.
     """
     step = int(range_postings or MERGE_POSTINGS)
     df = np.zeros(n_terms, np.int64)
     tf_types = []
-    ptrs, idxs, tfs = [], [], []
+    ptrs, idxs, tfs, where = [], [], [], []
     for p_path, i_path, t_path in runs:
         r = np.load(p_path)
-        df[:len(r) - 1] += np.diff(r)
+        known = len(r) - 1
+        g = (np.flatnonzero(order < known) if order is not None else np.arange(known)).astype(np.int64)
+        df[g] += np.diff(r)
+        where.append(g)
         del r
         ptrs.append(NpyReader(p_path))
         idxs.append(NpyReader(i_path))
@@ -146,17 +130,25 @@ def merge_runs(runs: Sequence[tuple[Path, Path, Path]], n_terms: int, out_dir: P
             out_idx = np.empty(int(indptr[t1]) - p0, np.int32)
             out_tf = np.empty(len(out_idx), dtype)
             base = indptr[t0:t1] - p0
-            for r_ptr, r_idx, r_tf in zip(ptrs, idxs, tfs, strict=True):
-                hi = min(t1, len(r_ptr) - 1)  # a run knows the terms seen before it was spilled
-                if hi <= t0:
+            for r_ptr, r_idx, r_tf, g in zip(ptrs, idxs, tfs, where, strict=True):
+                # a run knows the terms seen before it was spilled: its j0..j1-1 are in range
+                j0, j1 = int(np.searchsorted(g, t0)), int(np.searchsorted(g, t1))
+                if j1 <= j0:
                     continue
-                rp = r_ptr.read(t0, hi + 1)
+                rp = r_ptr.read(j0, j1 + 1)
                 a, b = int(rp[0]), int(rp[-1])
-                if b > a:
-                    merge_run(rp - a, r_idx.read(a, b), r_tf.read(a, b), base, out_idx, out_tf)
+                if b <= a:
+                    continue
+                at = g[j0:j1] - t0
+                if int(at[-1]) - int(at[0]) == j1 - j0 - 1:  # consecutive output terms
+                    merge_run(rp - a, r_idx.read(a, b), r_tf.read(a, b), base[int(at[0]):], out_idx, out_tf)
+                else:
+                    sub = base[at]
+                    merge_run(rp - a, r_idx.read(a, b), r_tf.read(a, b), sub, out_idx, out_tf)
+                    base[at] = sub
             out_idx.tofile(f_idx)
             out_tf.tofile(f_tf)
-    del ptrs, idxs, tfs
+    del ptrs, idxs, tfs, where
     for run in runs:
         for p in run:
             p.unlink()

@@ -18,8 +18,13 @@ O(tokens) (``refresh.stream_kernels``). The merged files are written and read wi
 memory maps (the packed writer reads them a slice at a time), so the build's resident
 peak is the run buffer or the writer's tables, not the postings (issue 47 item 4).
 
-The result is exactly ``count_postings``'s on the same documents: the same term ids in
-first-seen order, the same ``indptr``/``indices``/``tf``/``doc_len`` (tests check it).
+Term ids come out in the terms' lexicographic order (format 4's front-coded vocabulary,
+``format.raw_order``): each run is spilled in the sorted order of the terms known when it
+is spilled (its buffer's ids relabelled in place by their rank), which is the final order
+restricted to them, so the merge still reads each run's part of a range of final terms
+as one contiguous slice. The result is exactly ``format.raw_order.sorted_raw`` of
+``count_postings``'s on the same documents: the same ``indptr``/``indices``/``tf``/
+``doc_len`` (tests check it).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..format.raw import PACKED, RawPostings, build_memory_budget, choose_layout
+from ..format.raw_order import lexicographic_order, rank_of
 from ..index.postings import tf_dtype
 from .publish import write_layout
 from .spill_io import NpyReader, merge_runs, term_ranges, write_npy_header
@@ -53,6 +59,7 @@ from .term_ids import TermIds
 # run is sorted into (doc int32 + tf uint32).
 BYTES_PER_POSTING = 16
 SPILL_RANGE_POSTINGS = 1 << 24  # postings sorted and written at once when a run is spilled (~100 MB)
+RELABEL_POSTINGS = 1 << 23  # run-buffer ids relabelled by rank per numpy pass (~64 MB of temporaries)
 _END = object()
 Batch = Sequence[Sequence[str]] | pa.Array | pa.ChunkedArray
 
@@ -323,6 +330,7 @@ class StreamCounter:
         n = self._pos
         npost = np.concatenate(self._npost) if self._npost else np.zeros(0, np.int64)
         n_terms = len(self.vocab)
+        self._relabel(rank_of(lexicographic_order(self.vocab.binary())))
         indptr = np.zeros(n_terms + 1, np.int64)
         self.k["term_counts"](self._term, n, indptr[1:])
         np.cumsum(indptr, out=indptr)
@@ -355,25 +363,38 @@ class StreamCounter:
         writer does, the process then never holds them whole); ``indptr`` (8 bytes a term)
         and ``doc_len`` (4 bytes a document) stay in memory: 40 MB at 10M documents."""
         doc_len = np.concatenate(self.doc_len) if self.doc_len else np.zeros(0, np.uint32)
-        terms = list(self.vocab)
+        order = lexicographic_order(self.vocab.binary())
+        first_seen = list(self.vocab)
+        terms = [first_seen[t] for t in order.tolist()]
+        del first_seen
         if not self.runs:
+            self._relabel(rank_of(order))
             indptr, indices, tf = self._csc()
             self._release()
-            return RawPostings(indptr, indices, tf, doc_len, terms), self.vocab
-        if self._pos or self._run_doc0 < self.n_docs:
-            self._spill(self.n_docs)
-        self._release()
-        indptr, indices, tf = self._merge(mapped=mapped)
+        else:
+            if self._pos or self._run_doc0 < self.n_docs:
+                self._spill(self.n_docs)
+            self._release()
+            indptr, indices, tf = self._merge(order, mapped=mapped)
+        # The vocabulary's ids become the postings' (the ranks); no term is counted after this.
+        self.vocab.update(zip(terms, range(len(terms)), strict=True))
         return RawPostings(indptr, indices, tf, doc_len, terms), self.vocab
+
+    def _relabel(self, rank: np.ndarray) -> None:
+        """The run buffer's term ids replaced by their ranks (in place, a slice at a time)."""
+        for a in range(0, self._pos, RELABEL_POSTINGS):
+            b = min(self._pos, a + RELABEL_POSTINGS)
+            self._term[a:b] = rank[self._term[a:b]]
 
     def _release(self) -> None:
         self._term = self._tf = self._last = self._slot = np.empty(0, np.int32)
 
-    def _merge(self, *, mapped: bool = True) -> tuple[np.ndarray, Any, Any]:
-        """The corpus arrays from the spilled runs (``spill_io.merge_runs``): memory maps of
-        the merged files, or with ``mapped=False`` slice readers (``NpyReader``)."""
+    def _merge(self, order: np.ndarray, *, mapped: bool = True) -> tuple[np.ndarray, Any, Any]:
+        """The corpus arrays from the spilled runs (``spill_io.merge_runs``, in the terms'
+        final ``order``): memory maps of the merged files, or with ``mapped=False`` slice
+        readers (``NpyReader``)."""
         indptr, idx_path, tf_path = merge_runs([(r.indptr, r.indices, r.tf) for r in self.runs], len(self.vocab),
-                                               self.tmp, self.k["merge_run"])
+                                               self.tmp, self.k["merge_run"], order=order)
         if int(indptr[-1]) == 0:
             return indptr, np.zeros(0, np.int32), np.load(tf_path)
         if mapped:

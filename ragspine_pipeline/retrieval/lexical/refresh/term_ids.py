@@ -68,6 +68,19 @@ class TermIds(dict[str, int]):
             self._known = pa.concat_arrays([self._known, as_bytes.take(take)])
         return lut
 
+    def binary(self) -> pa.Array:
+        """Every term by id as UTF-8 (surrogatepass) bytes, an Arrow binary array: the
+        compiled table's bytes without a copy when it holds every term, else ``_known``
+        caught up (what the build sorts the terms with, ``format.raw_order``)."""
+        n = len(self)
+        if n and self._n == n:
+            return pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [
+                None, pa.py_buffer(self._boffs[:n + 1]), pa.py_buffer(self._bytes[:int(self._boffs[n])])])
+        if len(self._known) < n:
+            extra = [t.encode("utf-8", "surrogatepass") for t in islice(self, len(self._known), None)]
+            self._known = pa.concat_arrays([self._known, pa.array(extra, pa.binary())])
+        return self._known
+
     def encode(self, values: pa.Array, kernels: dict[str, Any]) -> np.ndarray:
         """Term id (int32) of every token of a string array, new terms numbered in order of
         first appearance: compiled when ``kernels`` has ``encode``, else through Arrow."""

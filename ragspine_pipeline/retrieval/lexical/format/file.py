@@ -333,17 +333,17 @@ def vocab_arrays(vocab: dict[str, int] | Sequence[str]) -> dict[str, np.ndarray]
     off, blob = strings_to_blob(terms)
     if terms_ascending(off, blob):
         return front_code(off, blob, VOCAB_BLOCK)
-    return hash_vocab_arrays(off, blob)
+    return hash_vocab_arrays(off, blob, np.fromiter((term_hash(t) for t in terms), np.uint64, len(terms)))
 
 
-def hash_vocab_arrays(off: np.ndarray, blob: np.ndarray) -> dict[str, np.ndarray]:
+def hash_vocab_arrays(off: np.ndarray, blob: np.ndarray, hashes: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The hash-table vocabulary of formats 1-3 of the terms (offsets, UTF-8 bytes) by id:
-    what ``vocab_arrays`` writes for ids in another order, and what a test writing an
-    older format's file gives it."""
-    raw = blob.tobytes()
-    cuts = np.asarray(off).tolist()
-    hashes = np.fromiter((bytes_hash(raw[cuts[t]:cuts[t + 1]]) for t in range(len(cuts) - 1)), np.uint64,
-                         len(cuts) - 1)
+    what ``vocab_arrays`` writes for ids in another order (``hashes``: their ``term_hash``),
+    and what a test writing an older format's file gives it."""
+    if hashes is None:
+        raw, cuts = blob.tobytes(), np.asarray(off).tolist()
+        hashes = np.fromiter((bytes_hash(raw[cuts[t]:cuts[t + 1]]) for t in range(len(cuts) - 1)), np.uint64,
+                             len(cuts) - 1)
     order = np.argsort(hashes, kind="stable")
     return {"vocab_hash": hashes[order], "vocab_tid": order.astype(np.int64),
             "vocab_off": np.asarray(off, np.int64), "vocab_blob": np.asarray(blob, np.uint8)}

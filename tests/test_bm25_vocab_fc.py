@@ -183,8 +183,10 @@ def test_an_unsorted_or_malformed_dictionary_is_refused_at_publish(tmp_path, fil
     h = next(h for h in range(1, len(lens) // vocab_fc.VOCAB_BLOCK) if lens[h * vocab_fc.VOCAB_BLOCK] != vocab_fc.LONG)
     lens[h * vocab_fc.VOCAB_BLOCK] |= 0x10  # a head that is not whole
     write_file(tmp_path / "head.rsbm25", {**a, "vocab_lens": lens}, scalars)
-    with pytest.raises(CorruptIndexError, match="prefixes"):
-        open_index(tmp_path / "head.rsbm25").vocab.get("ab")
+    with pytest.raises(CorruptIndexError, match="structure"):
+        open_index(tmp_path / "head.rsbm25").verify()
+    assert vocab_fc.fc_problem(dict(open_index(tmp_path / "head.rsbm25")._file.arrays), ix.n_terms,
+                               vocab_fc.VOCAB_BLOCK) == "vocabulary prefixes reach past the term before them"
 
 
 def test_term_order_view_reads_what_a_gather_reads():

@@ -168,17 +168,21 @@ def decode_all(a: dict[str, np.ndarray], block: int) -> tuple[np.ndarray, np.nda
 
 def decode_block(a: dict[str, np.ndarray], block: int, h: int, upto: int | None = None) -> list[bytes]:
     """The terms of block ``h`` (its head first), or its first ``upto`` terms; Python
-    bytes, one slice each: what a lookup or ``term`` reads (at most ``block`` terms)."""
+    bytes, one slice each: what a lookup or ``term`` reads (at most ``block`` terms). Plain
+    Python over the block's few bytes: a handful of numpy calls would cost more."""
     n = len(a["vocab_lens"])
     t0 = h * block
     t1 = min(n, t0 + block) if upto is None else min(n, t0 + upto)
-    lo = int(a["vocab_head_off"][h])
-    pre, slen = lengths(a, t0, t1)
-    lens, pres, suf = slen.tolist(), pre.tolist(), a["vocab_suffixes"]
-    raw = suf[lo:lo + sum(lens)].tobytes()
+    heads = a["vocab_head_off"]
+    raw = a["vocab_suffixes"][int(heads[h]):int(heads[h + 1])].tobytes()
     out: list[bytes] = []
     prev, p = b"", 0
-    for k, ln in zip(pres, lens, strict=True):
+    for i, x in enumerate(a["vocab_lens"][t0:t1].tobytes()):
+        if x == LONG:
+            pre, suf = lengths(a, t0 + i, t0 + i + 1)
+            k, ln = int(pre[0]), int(suf[0])
+        else:
+            k, ln = x >> 4, x & 15
         prev = prev[:k] + raw[p:p + ln]
         p += ln
         out.append(prev)

@@ -150,6 +150,7 @@ def test_ef_search_grows_with_size_and_depth():
         assert at3m >= 2 * ref - 1  # measured: the top-10 efSearch roughly doubles from 1M to 3M
         assert ann.ef_search(3_000_000, 500, storage) == 500  # never below the candidates wanted
     assert ann.ef_search(3_000_000, 20, "sq8") >= 96  # ann_3m: 96 gave recall@10 0.965, 64 gave 0.942
+    assert ann.ef_search(3_000_000, 20, "sq6") >= 192  # ann_3m: 192 gave 0.961, 160 gave 0.949
 
 
 def test_foreign_or_damaged_file_raises_a_typed_error_that_says_rebuild(built, tmp_path):

@@ -103,7 +103,7 @@ class Storage(NamedTuple):
 STORAGES = {
     # Published now: 6-bit codes (288 B per 384-d row) and M=16 (32 bottom-layer neighbours,
     # 128 B): 0.43 GB at 1M x 384 where the 8-bit M=32 file was 0.66 GB.
-    "sq6": Storage("faiss-hnsw16-sq6-ip", 16, "QT_6bit", 80, 0.63),
+    "sq6": Storage("faiss-hnsw16-sq6-ip", 16, "QT_6bit", 80, 0.85),
     "sq8": Storage("faiss-hnsw-sq8-ip", 32, "QT_8bit", 48, 0.63),  # published before (still served)
     "flat": Storage("faiss-hnsw-flat-ip", 32, None, 48, 0.63),  # the first published form (still served)
 }
@@ -266,10 +266,11 @@ def ef_search(size: int, want: int, storage: str = DEFAULT_STORAGE) -> int:
 
     Why a rule and not one number: a fixed efSearch chosen at one size loses recall as the
     graph grows (the 8-bit M=32 index gave recall@10 0.971 at 1M with 48, 0.929 at 3M; 96 gave
-    0.965 there). The rule ``ef_ref * (size / EF_REF_SIZE) ** ef_growth`` (per storage, from
-    the measured 1M and 3M points of ``benchmarks/results/ann_1m.md`` / ``ann_3m.md``), never
-    below ``EF_FLOOR`` nor below the candidates wanted, so a deep request (the hybrid
-    channel's 100 + extra) walks at least as wide as its depth."""
+    0.965 there). The rule ``ef_ref * (size / EF_REF_SIZE) ** ef_growth`` per storage, from its
+    measured 1M and 3M points (``benchmarks/results/ann_1m.md`` / ``ann_3m.md``): 6-bit M=16,
+    80 at 1M (recall@10 0.965) and 192 at 3M (0.961; 160 gave 0.949), so 0.85 (204 at 3M);
+    8-bit M=32, 48 and 96, so 0.63. Never below ``EF_FLOOR`` nor below the candidates wanted,
+    so a deep request (the hybrid channel's 100 + extra) walks at least as wide as its depth."""
     spec = STORAGES[storage]
     grown = spec.ef_ref * (max(int(size), 1) / EF_REF_SIZE) ** spec.ef_growth
     return max(int(want), EF_FLOOR, int(math.ceil(grown)))

@@ -33,6 +33,7 @@ def utf8_binary(terms: Any) -> Any:
 def lexicographic_order(terms: Any) -> np.ndarray:
     """The term ids in the order of their UTF-8 bytes (int64): ``order[r]`` is the id of
     the r-th term. ``terms``: Python strings, or an Arrow binary array of them."""
+    # lazy: Arrow (~0.1 s of import) is for writers, not for a reader's open
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -26,7 +26,8 @@ setting whose recall@10 >= 0.95.
   ``SearchParametersHNSW(sel=IDSelectorBitmap)``.
 * ``faiss_ivfpq``: ``IVF{4*sqrt(n)},PQ48,RFlat`` (48 sub-quantizers of 8 dims, 8 bits,
   exact refine of ``k_factor*k`` candidates), trained on 40*nlist samples, (nprobe, k_factor) swept;
-  filters via ``SearchParametersIVF(sel=...)``.
+  filters via ``SearchParametersIVF(sel=...)``. Resumable like usearch: the trained index and then
+  every ``IVFPQ_CKPT`` added rows are saved under the cache (``ivfpq_<n>/``), ``build_s`` sums the runs.
 * ``usearch``: ``Index(metric="cos", dtype="i8", connectivity=16, expansion_add=128)``
   (its README's defaults with int8 quantization), added with ``threads=os.cpu_count()``
   in slices of ``USEARCH_STEP`` rows, the index saved after each slice under the cache
@@ -88,6 +89,7 @@ CACHE = Path.home() / ".cache" / "ragspine" / "ann-bench"
 ENGINES = ("ragspine", "faiss_hnsw", "exact", "faiss_ivfpq", "usearch", "ragspine_sq8", "ragspine_flat")
 STORAGE = {"ragspine": "sq6", "ragspine_sq8": "sq8", "ragspine_flat": "flat"}
 USEARCH_STEP = 100_000
+IVFPQ_CKPT = 4 * 262_144  # faiss_ivfpq: rows between checkpoints (each writes the whole index)
 FRACTIONS = (0.5, 0.05, 0.001)
 DIM, K, TARGET = 384, 10, 0.95
 SWEEPS = {
@@ -285,12 +287,34 @@ def worker(engine: str, n: int, tmp: Path) -> dict:
         nlist = int(4 * math.sqrt(n))
         idx = faiss.index_factory(DIM, f"IVF{nlist},PQ48,RFlat", faiss.METRIC_INNER_PRODUCT)
         faiss.downcast_index(faiss.extract_index_ivf(idx)).do_polysemous_training = False  # Hamming pre-filter codes: unused here, ~4 min
-        sample = np.random.default_rng(3).choice(n, size=min(n, 40 * nlist), replace=False)
-        idx.train(np.ascontiguousarray(x[np.sort(sample)]))
-        for a in range(0, n, 262_144):
+        # Resumable (a 3M build outlasts a session on a shared 2-core box): the trained index, then
+        # the index every IVFPQ_CKPT rows, saved under the cache with the seconds spent so far.
+        ckpt = CACHE / f"ivfpq_{n}"
+        ckpt.mkdir(parents=True, exist_ok=True)
+        saved, progress = ckpt / "index.faiss", ckpt / "progress.json"
+        done = json.loads(progress.read_text()) if progress.exists() and saved.exists() else None
+        if done:
+            idx = faiss.read_index(str(saved))
+            print(f"faiss_ivfpq: resumed at {done['rows']} rows ({done['build_s']:.0f} s so far)", file=sys.stderr, flush=True)
+        else:
+            sample = np.random.default_rng(3).choice(n, size=min(n, 40 * nlist), replace=False)
+            idx.train(np.ascontiguousarray(x[np.sort(sample)]))
+            done = {"rows": 0, "build_s": time.perf_counter() - t0}
+            done["train_s"] = done["build_s"]
+            faiss.write_index(idx, str(saved))  # not timed: the checkpoint
+            progress.write_text(json.dumps(done))
+            print(f"faiss_ivfpq: trained, {done['build_s']:.0f} s", file=sys.stderr, flush=True)
+        for a in range(int(done["rows"]), n, 262_144):
+            t = time.perf_counter()
             idx.add(np.ascontiguousarray(x[a:a + 262_144]))
-        build = time.perf_counter() - t0
-        faiss.write_index(idx, str(index_file))
+            done = {**done, "rows": min(n, a + 262_144), "build_s": done["build_s"] + time.perf_counter() - t}
+            if done["rows"] == n or done["rows"] % IVFPQ_CKPT == 0:
+                faiss.write_index(idx, str(saved))  # not timed
+                progress.write_text(json.dumps(done))
+            print(f"faiss_ivfpq: {done['rows']} rows, {done['build_s']:.0f} s", file=sys.stderr, flush=True)
+        build = done["build_s"]
+        row["build_note"] = "train + add() summed over every resumed run; checkpoint saves not counted"
+        index_file = saved
         faiss.omp_set_num_threads(1)
         row["config"] = f"IVF{nlist},PQ48,RFlat; setting = (nprobe, k_factor)"
 

@@ -723,9 +723,12 @@ def main(argv: list[str] | None = None) -> int:
                 f.unlink()
             if row.get("reused_index") and key in res["rows"]:  # the build was measured with the index
                 row["build_s"] = res["rows"][key].get("build_s")
-            # Rows another run (another engine at the same size) wrote meanwhile are kept.
+            # Rows, paired runs and notes another run (or an editor) wrote meanwhile are kept:
+            # a 3M row can end hours after this process read the file.
             latest = json.loads(jpath.read_text()) if jpath.exists() else {"rows": {}}
-            res["rows"] = {**res["rows"], **latest["rows"], key: row}
+            notes = latest.get("meta", {}).get("notes", res["meta"]["notes"])
+            res = {**res, **latest, "meta": {**res["meta"], "notes": notes},
+                   "rows": {**res["rows"], **latest["rows"], key: row}}
             jpath.write_text(json.dumps(res, indent=1) + "\n")
             (out / f"{args.name}.md").write_text(markdown(res))
             print(f"{key}: written", flush=True)

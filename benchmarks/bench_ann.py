@@ -55,8 +55,9 @@ Resumable: each engine x size row is written to ``<name>.json`` / ``.md`` when d
 rerun skips rows already there (``--redo ENGINE`` to measure one again); rows another run
 wrote meanwhile are kept.
 
-Side by side (``--paired LABEL=INDEX_FILE``, repeated): the given HNSW files -- ours opened
-with ``ann.open_ann``, a label starting with ``faiss_hnsw`` a faiss ``IndexHNSWFlat`` -- are
+Side by side (``--paired LABEL=INDEX_FILE``, repeated): the given index files -- ours opened
+with ``ann.open_ann``, a label starting with ``faiss_hnsw`` a faiss ``IndexHNSWFlat``,
+``faiss_ivfpq`` the IVF-PQ row's saved index, ``usearch`` the usearch row's saved index -- are
 searched in one process, query by query, every index and setting in turn on the same query,
 3 passes, so a shared box's load falls on every row alike (``paired`` in the JSON, "Side by
 side" in the page, with faiss HNSW's p50 interpolated at each row's recall):
@@ -500,8 +501,10 @@ def paired_worker(n: int, files: dict[str, str]) -> dict:
     """``_paired``: the given index files searched side by side in one process, query by query
     (every label and swept setting in turn on the same query, ``PAIRED_ROUNDS`` passes), so a
     shared box's load falls on every row alike. A label starting with ``faiss_hnsw`` is a
-    faiss ``IndexHNSWFlat`` read into memory (as its row holds it); the others open with
-    ``ann.open_ann`` (mapped) and are rescored exactly, as the ``ragspine`` rows."""
+    faiss ``IndexHNSWFlat`` and one starting with ``faiss_ivfpq`` the ``faiss_ivfpq`` row's
+    ``IVF..,PQ48,RFlat`` index, both read into memory (as their rows hold them); ``usearch``
+    a usearch index loaded into memory, its candidates rescored exactly as in its row; the
+    others open with ``ann.open_ann`` (mapped) and are rescored exactly, as the ``ragspine`` rows."""
     import faiss
     import numpy as np
 
@@ -512,18 +515,38 @@ def paired_worker(n: int, files: dict[str, str]) -> dict:
     xa = np.asarray(np.load(p["x"], mmap_mode="r"))
     qs, truth = np.load(p["q"]), np.load(p["gt"])["f1.0"]
     fns = {}
+
+    def rescored(q, cand):
+        cand = np.sort(cand)
+        sc = xa[cand].astype(np.float64) @ q.astype(np.float64)
+        return cand[np.argsort(-sc, kind="stable")[:K]]
+
     for label, path in files.items():
         if label.startswith("faiss_hnsw"):
             idx = faiss.read_index(path)
             fns[label] = (lambda q, s, idx=idx: idx.search(
                 q[None], K, params=faiss.SearchParametersHNSW(efSearch=s))[1][0], SWEEPS["faiss_hnsw"])
+        elif label.startswith("faiss_ivfpq"):
+            idx = faiss.read_index(path)  # in memory, as its row holds it (the RFlat refine keeps float32 rows)
+
+            def ivf(q, s, idx=idx):
+                params = faiss.IndexRefineSearchParameters(
+                    k_factor=s[1], base_index_params=faiss.SearchParametersIVF(nprobe=s[0]))
+                return idx.search(q[None], K, params=params)[1][0]
+            fns[label] = (ivf, SWEEPS["faiss_ivfpq"])
+        elif label.startswith("usearch"):
+            from usearch.index import Index
+            idx = Index.restore(path)  # loaded into memory, as its row holds it after the build
+
+            def us(q, s, idx=idx):
+                idx.expansion_search = s
+                return rescored(q, idx.search(q, max(K, 20), threads=1).keys.astype(np.int64))
+            fns[label] = (us, SWEEPS["usearch"])
         else:
             idx = ann.open_ann(Path(path))
 
             def one(q, s, idx=idx):
-                cand = np.sort(idx.search(q, K, None, ef=s))
-                sc = xa[cand].astype(np.float64) @ q.astype(np.float64)
-                return cand[np.argsort(-sc, kind="stable")[:K]]
+                return rescored(q, idx.search(q, K, None, ef=s))
             fns[label] = (one, SWEEPS["ragspine_sq8" if idx.storage == "sq8" else "ragspine"])
     combos = [(label, s) for label, (_, sweep) in fns.items() for s in sweep]
     for q in qs:  # warm-up: every index's pages the widest setting touches

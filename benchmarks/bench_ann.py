@@ -670,7 +670,8 @@ def main(argv: list[str] | None = None) -> int:
                          "the row keeps its earlier build_s")
     ap.add_argument("--paired", action="append", default=[], metavar="LABEL=INDEX_FILE",
                     help="search these index files side by side (a label starting with faiss_hnsw: a faiss "
-                         "IndexHNSWFlat; others: ann.build_ann files) instead of running engines")
+                         "IndexHNSWFlat; faiss_ivfpq / usearch: those rows' saved indexes; others: "
+                         "ann.build_ann files) instead of running engines")
     ap.add_argument("--serve-dense", default=None, metavar="VECTOR_FILE",
                     help="measure the whole dense side (this published vector file + the vectors.ann beside it) "
                          "in a fresh process at depth 100, instead of running engines")

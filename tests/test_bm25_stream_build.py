@@ -240,7 +240,7 @@ def test_a_larger_zipf_corpus_counts_the_same_through_many_runs(tmp_path):
 def test_young_gc_is_deferred_while_batches_stream_and_restored_after(tmp_path):
     import gc
 
-    from ragspine_pipeline.retrieval.lexical.refresh import stream_build as sb
+    from ragspine_pipeline.retrieval.lexical.refresh import gc_pause as sb
 
     before = gc.get_threshold()
     seen = []

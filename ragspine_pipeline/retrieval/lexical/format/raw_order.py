@@ -51,9 +51,14 @@ def rank_of(order: np.ndarray) -> np.ndarray:
 class SliceReader:
     """A read-only 1-D array read a slice at a time through ``read(a, b)``: what the layout
     writers ask of ``RawPostings.indices``/``tf`` (``len``, ``dtype``, ``[a:b]`` and ``[i]``,
-    copies of just those items; any other key goes through ``np.asarray``)."""
+    copies of just those items; any other key goes through ``np.asarray``).
+
+    ``array_is_map``: whether ``np.asarray(reader)`` is a memory map (no copy), so a
+    consumer may index it at scattered positions; a reader that would copy says False and
+    is read run by run through ``read`` instead (``TermOrderView.read``)."""
 
     ndim = 1
+    array_is_map = False
     dtype: np.dtype[Any]
     shape: tuple[int]
 
@@ -115,8 +120,11 @@ class TermOrderView(SliceReader):
             return np.zeros(0, self.dtype)
         src = self._source(a, b)
         lo, hi = int(src.min()), int(src.max()) + 1
-        if hasattr(self.base, "read") and hi - lo > 4 * (b - a):  # a slice reader: one read per term
-            return np.asarray(self.base)[src]
+        if hasattr(self.base, "read") and hi - lo > 4 * (b - a):  # spread out: not one covering read
+            if getattr(self.base, "array_is_map", False):
+                return np.asarray(self.base)[src]
+            cuts = np.flatnonzero(np.diff(src) != 1) + 1  # runs of consecutive positions: one read each
+            return np.concatenate([self.base.read(int(r[0]), int(r[-1]) + 1) for r in np.split(src, cuts)])
         chunk = self.base.read(lo, hi) if hasattr(self.base, "read") else self.base[lo:hi]
         return np.asarray(chunk)[src - lo]
 

@@ -56,11 +56,12 @@ from .packed_tables import (
     bit_row,
     bit_terms_of,
     idf_table,
-    lengths_by_code,
     narrowed,
+    pk_tuple,
     readonly,
     stored_idf_arrays,
     term_idf,
+    wmax_tuple,
 )
 from .packed_verify import verify_packed
 from .packed_views import PostingsView, QueryPostings
@@ -140,12 +141,12 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype, lengths:
     arrays["code_len"] = np.array([1, 3], np.uint32)  # pk[8]: uint32 either way
     for a in (*arrays.values(), *idf):  # a mapped file's arrays are read-only
         a.setflags(write=False)
-    w_max = _wmax_tuple(arrays)
+    w_max = wmax_tuple(arrays)
     q = np.zeros(1, np.int64)
     acc, touched = np.zeros(2), np.zeros(2, np.int32)
     norm = norm_of(np.arange(4), 1.5, 0.75, 2.0)
     wt = (norm, w_of(np.ones(4, np.int64), norm), 1.5, 0.75, 2.0)
-    pk = _pk_tuple(arrays, arrays["bit_terms"])
+    pk = pk_tuple(arrays, arrays["bit_terms"])
     for exhaustive in (0, 2):
         unfiltered.search_one(pk, idf, w_max, q, wt, 1, acc, touched, exhaustive)
     unfiltered.search_batch(pk, idf, w_max, q, np.array([0, 1], np.int64), wt, 1, 2, 0)
@@ -153,23 +154,6 @@ def _warm(kernels: Any, filtered: Any, unfiltered: Any, code: np.dtype, lengths:
     # A dense mask's summed length (bm25_packed_filter_search._prepare_bits): not in its warm.
     sliced_total(np.zeros(1, np.uint64), np.zeros((1, 1), np.uint64))
     kernels.decode_term(pk, 0)  # a segment reads postings through it (bm25_segments)
-
-
-def _pk_tuple(a: dict[str, np.ndarray], bit_terms: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The kernels' ``pk`` tuple (order fixed by ``kernels.packed``; ``bit_terms`` from
-    ``packed_tables.bit_terms_of``, whatever the file's version; the arrays in this
-    version's shapes, ``packed_tables.narrowed`` for an older file). Slot 0 is (bptr,
-    last_count) (``kernels.weight.term_df``), slot 10 (block min codes, length of each
-    code) in a file with codes, else the block min lengths (``kernels.weight.blk_minlen``)."""
-    minlen = (a["blk_minlen"], a["code_len"]) if "doc_code" in a else a["blk_minlen"]
-    return ((a["bptr"], a["last_count"]), a["bptr"], a["blk_last"], a["blk_off"], a["blk_dbits"], a["blk_tbits"],
-            a["blk_bmax"], a["data"], lengths_by_code(a), a["blk_maxtf"], minlen, bit_terms, a["bits"],
-            a.get("doc_code", a.get("doc_len")))
-
-
-def _wmax_tuple(a: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
-    """The kernels' ``wmax`` (``kernels.weight.term_wmax``): (bptr, blk_bmax, wmax_terms, wmax_q)."""
-    return a["bptr"], a["blk_bmax"], a["wmax_terms"], a["wmax_q"]
 
 
 class PackedFile(MappedFile):
@@ -493,7 +477,7 @@ def open_packed(f: PackedFile, vocab: Any, tables_ok: Callable[[MappedFile], boo
     ix._w_safe = ix._w_avgdl if ix._w_avgdl > 0 else 1.0
     ix._lengths_ok = False
     ix._wt = None
-    ix._idf, ix._w_max = stored_idf_arrays(a), _wmax_tuple(a)
+    ix._idf, ix._w_max = stored_idf_arrays(a), wmax_tuple(a)
     ix.indices = PostingsView(lambda: ix.indptr, ix.term_postings, 0)
     ix.tf = PostingsView(lambda: ix.indptr, ix.term_postings, 1)
     ix.vocab = vocab
@@ -504,7 +488,7 @@ def open_packed(f: PackedFile, vocab: Any, tables_ok: Callable[[MappedFile], boo
     ix._kernels = None if kernel == "numpy" else load_packed_kernels(codes.dtype, _lengths_dtype(a))
     ix._filtered = None if ix._kernels is None else _routes()[0]
     bm25_kernel.require(kernel, ix._kernels)
-    ix._pk = _pk_tuple(a, f.bit_terms)
+    ix._pk = pk_tuple(a, f.bit_terms)
     ix._exhaustive_docs = EXHAUSTIVE_MAX_DOCS
     ix._scratch = bm25_kernel.Scratch(ix.n_docs) if ix._kernels is not None else None
     return ix

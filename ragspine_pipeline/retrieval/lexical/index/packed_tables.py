@@ -18,6 +18,9 @@ mean one value per term) and the bit-set terms (``kernels.packed.bit_row_of``); 
 read once per query term. A file of format 1/2 is read through the same shapes, built at
 open without a copy of anything per term except the bit-set terms (a pass over its
 ``bit_row``), so published snapshots keep answering identically.
+
+``pk_tuple`` / ``wmax_tuple`` hand these tables (every version's, in this version's shapes)
+to the kernels in the order ``kernels.packed`` fixes.
 """
 
 from __future__ import annotations
@@ -135,3 +138,20 @@ def check_tables(a: dict[str, np.ndarray], n_terms: int, rows: int, bit_terms: n
     df = term_dfs(a["bptr"], a["last_count"])
     pos = np.searchsorted(keys, df)
     return ok and bool((pos < len(keys)).all()) and np.array_equal(keys[np.minimum(pos, len(keys) - 1)], df)
+
+
+def pk_tuple(a: dict[str, np.ndarray], bit_terms: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The kernels' ``pk`` tuple (order fixed by ``kernels.packed``; ``bit_terms`` from
+    ``packed_tables.bit_terms_of``, whatever the file's version; the arrays in this
+    version's shapes, ``packed_tables.narrowed`` for an older file). Slot 0 is (bptr,
+    last_count) (``kernels.weight.term_df``), slot 10 (block min codes, length of each
+    code) in a file with codes, else the block min lengths (``kernels.weight.blk_minlen``)."""
+    minlen = (a["blk_minlen"], a["code_len"]) if "doc_code" in a else a["blk_minlen"]
+    return ((a["bptr"], a["last_count"]), a["bptr"], a["blk_last"], a["blk_off"], a["blk_dbits"], a["blk_tbits"],
+            a["blk_bmax"], a["data"], lengths_by_code(a), a["blk_maxtf"], minlen, bit_terms, a["bits"],
+            a.get("doc_code", a.get("doc_len")))
+
+
+def wmax_tuple(a: dict[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+    """The kernels' ``wmax`` (``kernels.weight.term_wmax``): (bptr, blk_bmax, wmax_terms, wmax_q)."""
+    return a["bptr"], a["blk_bmax"], a["wmax_terms"], a["wmax_q"]

@@ -30,8 +30,10 @@ class NpyReader(SliceReader):
     It offers what the packed writer asks of ``RawPostings.indices``/``tf``
     (``format.raw_order.SliceReader``). ``np.asarray`` of it is a read-only memory map of the
     whole array, what ``np.load(mmap_mode="r")`` gives: a consumer that wants every item at
-    once still gets them without a copy in memory.
+    once still gets them without a copy in memory (``array_is_map``).
     """
+
+    array_is_map = True
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)

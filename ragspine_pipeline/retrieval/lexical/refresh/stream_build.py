@@ -30,11 +30,9 @@ as one contiguous slice. The result is exactly ``format.raw_order.sorted_raw`` o
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import resource
 import tempfile
-import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -50,6 +48,7 @@ import pyarrow.compute as pc
 from ..format.raw import PACKED, RawPostings, build_memory_budget, choose_layout
 from ..format.raw_order import lexicographic_order, rank_of
 from ..index.postings import tf_dtype
+from .gc_pause import young_gc_deferred
 from .publish import write_layout
 from .spill_io import NpyReader, merge_runs, term_ranges, write_npy_header
 from .stream_kernels import kernels
@@ -198,38 +197,6 @@ def _encode_python(batch: Sequence[Sequence[str]], vocab: TermIds) -> np.ndarray
     for t in dict.fromkeys(flat):  # the batch's distinct terms, first seen first
         setdefault(t, len(vocab))
     return np.fromiter(map(vocab.__getitem__, flat), np.int32, len(flat))
-
-
-YOUNG_GC_THRESHOLD = 1_000_000  # container allocations between young collections while batches stream
-_gc_lock = threading.Lock()
-_gc_users: list[tuple[int, int, int]] = []  # the thresholds to restore, held while any build streams
-
-
-@contextlib.contextmanager
-def young_gc_deferred() -> Iterator[None]:
-    """CPython's young-generation GC threshold raised to ``YOUNG_GC_THRESHOLD`` (from 700).
-
-    Why: a young collection traverses every object allocated since the last one, so each
-    batch of Python token lists in flight (100k lists holding ~6M token references) is
-    traversed once, for nothing: the lists are acyclic and die once counted. Measured on
-    the 1M synthetic corpus fed as Python lists, that was ~30% of the build's time. Cyclic
-    garbage (of the caller's or other threads') is still collected, after 1M container
-    allocations instead of 700, so memory stays bounded. The setting is process-wide: the
-    first of concurrent builds raises it and the last one restores it."""
-    with _gc_lock:
-        if not _gc_users:
-            old = gc.get_threshold()
-            gc.set_threshold(max(old[0], YOUNG_GC_THRESHOLD), *old[1:])
-        else:
-            old = _gc_users[0]
-        _gc_users.append(old)
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            old = _gc_users.pop()
-            if not _gc_users:
-                gc.set_threshold(*old)
 
 
 # ----------------------------------------------------------------------------- counting

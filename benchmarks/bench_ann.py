@@ -614,18 +614,22 @@ def paired_markdown(n: int, pr: dict) -> list[str]:
 
 def markdown(res: dict) -> str:
     m = res["meta"]
-    lines = [f"# Dense ANN at {', '.join(f'{n:,}' for n in m['sizes'])} vectors (dim {DIM}): this project vs faiss "
-             "and usearch", "", f"Command: `{m['command']}`", "",
-             f"Machine: {m['machine']}. Data: {m['data']}. Threads: {m['threads']}.", "",
-             "| engine | n | build s | index bytes | peak RSS MiB | setting @0.95 | recall@10 | p50 ms | p95 ms | "
-             "filtered 50% / 5% / 0.1%: recall, p50 ms |", "|---|---|---|---|---|---|---|---|---|---|"]
+    sizes = ", ".join(f"{n:,}" for n in m["sizes"])
+    only_paired = not res["rows"] and res.get("paired")  # a --paired run's own file: no engine rows
+    title = (f"# Dense ANN side by side at {sizes} vectors (dim {DIM}): {', '.join(next(iter(res['paired'].values()))['sweeps'])}"
+             if only_paired else f"# Dense ANN at {sizes} vectors (dim {DIM}): this project vs faiss and usearch")
+    lines = [title, "", f"Command: `{m['command']}`", "",
+             f"Machine: {m['machine']}. Data: {m['data']}. Threads: {m['threads']}.", ""]
+    if not only_paired:
+        lines += ["| engine | n | build s | index bytes | peak RSS MiB | setting @0.95 | recall@10 | p50 ms | p95 ms | "
+                  "filtered 50% / 5% / 0.1%: recall, p50 ms |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"].values():
         at = r.get("at_target") or {}
         filt = " / ".join(f"{x['recall']:.3f}, {x['p50_ms']:.2f}" for x in r.get("filtered", []))
         lines.append(f"| {r['engine']} | {r['n']:,} | {r.get('build_s', '')} | {r.get('index_bytes', 0):,} | "
                      f"{r['peak_rss_mib']} | {at.get('setting', 'not reached')} | {at.get('recall', '')} | "
                      f"{at.get('p50_ms', '')} | {at.get('p95_ms', '')} | {filt} |")
-    lines += ["", "Sweeps (setting: recall@10, p50 ms):", ""]
+    lines += ["", "Sweeps (setting: recall@10, p50 ms):", ""] if res["rows"] else []
     for key, r in res["rows"].items():
         lines.append(f"- {key}: " + "; ".join(f"{s['setting']}: {s['recall']:.3f}, {s['p50_ms']:.3f}"
                                                for s in r["sweep"]))

@@ -315,3 +315,35 @@ def test_top_with_an_ann_index_scores_exactly_keeps_survivors_and_refuses_a_stal
     ann.build_ann(mat[:2000], tmp_path / "stale.ann", threads=1)
     other = open_vectors(_publish(tmp_path / "b" if (tmp_path / "b").mkdir() is None else tmp_path, mat))
     assert not other.attach_ann(ann.open_ann(tmp_path / "stale.ann")) and other.ann is None
+
+
+def test_a_retriever_served_from_shards_does_not_warm_the_scan_it_never_runs(published_demo, monkeypatch):
+    """A Ray replica's retriever ranks dense on its shards (``scale.front.attach`` puts the
+    shards' step in place of its own): the warm-up leaves its vector file's scan arrays
+    unread, and still runs its probe. The same retriever ranking itself warms them."""
+    from ragspine_pipeline.retrieval.link.assembly_warm import ranks_dense_here, warm_hybrid
+    from ragspine_pipeline.retrieval.vector.published import PublishedVectors
+    from ragspine_pipeline.warehouse import pipeline as P
+    from ragspine_pipeline.warehouse.versioned import VersionedTables
+
+    warmed = []
+    monkeypatch.setattr(PublishedVectors, "warm", lambda self: warmed.append(self.path))
+    h = P.load_snapshot_index(VersionedTables(published_demo), LIB).retriever
+    if getattr(h._vectors, "source", None) is None:
+        pytest.skip("the demo version serves no published vector file")
+    assert ranks_dense_here(h)
+    warm_hybrid(h)
+    assert len(warmed) == 1
+
+    class Front:  # what attach installs: another object's bound method
+        calls = 0
+
+        def dense_top_vectors(self, qv, positions, depth):
+            Front.calls += 1
+            return PublishedVectors.top(h._vectors.source, qv, positions, depth)
+
+    h.dense_top_vectors = Front().dense_top_vectors
+    assert not ranks_dense_here(h)
+    report = warm_hybrid(h)
+    assert len(warmed) == 1 and Front.calls >= 1 and "vectors" not in report.seconds
+

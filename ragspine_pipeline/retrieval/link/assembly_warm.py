@@ -239,6 +239,15 @@ def warm_index(index: Any, tokens: Sequence[str] | None = None, report: WarmRepo
     return report
 
 
+def ranks_dense_here(h: HybridRetriever) -> bool:
+    """Whether ``h``'s own dense step scans its vector file. A retriever served from shards
+    (``scale.front.attach``) has the shards' scatter-gather in its place: its process reads
+    only the candidates' rows (``ensure_vectors``), so warming the scan arrays would page in
+    a file that process never scans (~384 MB of codes at 1M x 384)."""
+    step = getattr(h, "dense_top_vectors", None)
+    return getattr(step, "__func__", None) is getattr(type(h), "dense_top_vectors", None)
+
+
 def warm_hybrid(h: HybridRetriever, report: WarmReport | None = None) -> WarmReport:
     """One hybrid retriever: its BM25 file prefetched, published vectors warmed, one probe
     search unfiltered and one filtered by a mask (every channel it serves), its codes built."""
@@ -251,7 +260,7 @@ def warm_hybrid(h: HybridRetriever, report: WarmReport | None = None) -> WarmRep
     # The published vector file install_vectors gave the retriever (it keeps it as its
     # vector cache's source; None for vectors held in memory or none at all).
     source = getattr(getattr(h, "_vectors", None), "source", None)
-    if source is not None and callable(getattr(source, "warm", None)):
+    if source is not None and callable(getattr(source, "warm", None)) and ranks_dense_here(h):
         t0 = time.perf_counter()
         source.warm()
         report.add("vectors", time.perf_counter() - t0)

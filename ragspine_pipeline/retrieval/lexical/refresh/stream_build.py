@@ -288,16 +288,20 @@ class StreamCounter:
         self.k["to_csc"](self._term, self._tf, n, npost, self._run_doc0, indptr, indices, tf)
         return indptr, indices, tf
 
-    def _spill(self, next_doc: int) -> None:
+    def _spill(self, next_doc: int, order: np.ndarray | None = None) -> None:
         """Sort the run buffer into a CSC run file set in ``tmp_dir`` and empty it.
 
         The CSC postings are made and written a range of about ``SPILL_RANGE_POSTINGS``
         postings at a time (``csc_range``: one pass over the run per range), so beside the
-        run buffer the spill holds one range, not a sorted copy of the whole run."""
+        run buffer the spill holds one range, not a sorted copy of the whole run.
+        ``order``: the known terms' lexicographic order when the caller has it already
+        (``finish``'s last spill: the vocabulary is complete), else sorted here."""
         n = self._pos
         npost = np.concatenate(self._npost) if self._npost else np.zeros(0, np.int64)
         n_terms = len(self.vocab)
-        self._relabel(rank_of(lexicographic_order(self.vocab.binary())))
+        if order is None:
+            order = lexicographic_order(self.vocab.binary())
+        self._relabel(rank_of(order))
         indptr = np.zeros(n_terms + 1, np.int64)
         self.k["term_counts"](self._term, n, indptr[1:])
         np.cumsum(indptr, out=indptr)
@@ -340,7 +344,7 @@ class StreamCounter:
             self._release()
         else:
             if self._pos or self._run_doc0 < self.n_docs:
-                self._spill(self.n_docs)
+                self._spill(self.n_docs, order)  # the same vocabulary: not sorted again
             self._release()
             indptr, indices, tf = self._merge(order, mapped=mapped)
         # The vocabulary's ids become the postings' (the ranks); no term is counted after this.

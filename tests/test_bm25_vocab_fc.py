@@ -187,6 +187,8 @@ def test_an_unsorted_or_malformed_dictionary_is_refused_at_publish(tmp_path, fil
         open_index(tmp_path / "head.rsbm25").verify()
     assert vocab_fc.fc_problem(dict(open_index(tmp_path / "head.rsbm25")._file.arrays), ix.n_terms,
                                vocab_fc.VOCAB_BLOCK) == "vocabulary prefixes reach past the term before them"
+    with pytest.raises(CorruptIndexError, match="vocabulary arrays are malformed"):
+        open_index(tmp_path / "head.rsbm25").vocab.terms()  # every term at once: checked first too
 
 
 def test_term_order_view_reads_what_a_gather_reads():

@@ -100,9 +100,15 @@ class MappedVocabulary:
         return last[1][tid % self._block].decode("utf-8", "surrogatepass")
 
     def terms(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every term, by id, as (offsets int64 [T + 1], UTF-8 bytes): vectorized, what a
-        refresh reads (``refresh.merge``), not one ``term`` call per term."""
-        return term_strings(self._f)
+        """Every term, by id, as (offsets int64 [T + 1], UTF-8 bytes): vectorized, not one
+        ``term`` call per term. The vocabulary's checksums and shape are checked first
+        (``term_strings`` reads them unchecked), so a damaged file is a ``CorruptIndexError``."""
+        f = self._f
+        for name in FC_ARRAYS if self._block else ("vocab_off", "vocab_blob"):
+            f.whole(name)
+        if not vocab_ok(f):
+            raise CorruptIndexError(f.path, "vocabulary arrays are malformed")
+        return term_strings(f)
 
     def _fc_ready(self) -> None:
         """First use of the front-coded vocabulary: its checksums (5 MB at 2M terms, where the

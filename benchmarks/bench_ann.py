@@ -178,6 +178,16 @@ def _mask(n: int, frac: float):
     return np.random.default_rng([7, int(frac * 1e6)]).random(n) < frac
 
 
+def _rescore(xa, q, cand):
+    """The top K of ``cand`` by exact float64 dot products over the float32 rows ``xa``:
+    what every approximate engine's candidates go through (ours and usearch's alike)."""
+    import numpy as np
+
+    cand = np.sort(cand)  # ascending positions: a forward walk over the mapped file
+    s = xa[cand].astype(np.float64) @ q.astype(np.float64)
+    return cand[np.argsort(-s, kind="stable")[:K]]
+
+
 def _recall(found: list, truth) -> float:
     return float(sum(len(set(map(int, f[:K])) & set(map(int, t))) for f, t in zip(found, truth, strict=True)) / (K * len(truth)))
 
@@ -223,9 +233,7 @@ def worker(engine: str, n: int, tmp: Path) -> dict:
     xa = np.asarray(x)  # a plain view of the mapped file: no np.memmap wrapper per gather
 
     def rescore(q, cand):
-        cand = np.sort(cand)  # ascending positions: a forward walk over the mapped file
-        s = xa[cand].astype(np.float64) @ q.astype(np.float64)
-        return cand[np.argsort(-s, kind="stable")[:K]]
+        return _rescore(xa, q, cand)
 
     def exact_over(q, pos):
         s = np.asarray(x[pos]) @ q if pos is not None else np.asarray(x) @ q
@@ -517,9 +525,7 @@ def paired_worker(n: int, files: dict[str, str]) -> dict:
     fns = {}
 
     def rescored(q, cand):
-        cand = np.sort(cand)
-        sc = xa[cand].astype(np.float64) @ q.astype(np.float64)
-        return cand[np.argsort(-sc, kind="stable")[:K]]
+        return _rescore(xa, q, cand)
 
     for label, path in files.items():
         if label.startswith("faiss_hnsw"):
